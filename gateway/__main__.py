@@ -1,0 +1,5 @@
+"""`python -m gateway` runs the command-line interface."""
+
+from gateway.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""Async hygiene: every background task is named and strongly referenced.
+
+A bare `asyncio.create_task` can be garbage-collected mid-flight and hides its
+exception; `spawn` keeps the task in a set until it ends and logs a crash.
+Ruff's TID251 bans the bare call elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import structlog
+
+T = TypeVar("T")
+
+_tasks: set[asyncio.Task[Any]] = set()
+_log = structlog.get_logger("gateway.aio")
+
+
+def _done(task: asyncio.Task[Any]) -> None:
+    _tasks.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        _log.error("background_task_failed", task=task.get_name(), exc_info=task.exception())
+
+
+def spawn(coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
+    task = asyncio.get_running_loop().create_task(coro, name=name)
+    _tasks.add(task)
+    task.add_done_callback(_done)
+    return task
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel `task` and wait for it to finish, swallowing its cancellation."""
+    if task is None or task.done():
+        return
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    except Exception:  # noqa: BLE001 - it was being cancelled; its failure is logged by _done
+        pass

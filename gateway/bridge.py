@@ -1,0 +1,411 @@
+"""One bridged call's life: start, suspend, resume, finish, expire.
+
+A `tools/call`, `prompts/get` or `resources/read` takes a pooled upstream session
+for itself, sends the legacy request, and reads what the server says. When the
+server asks the client something (elicitation, sampling, roots), the bridge
+waits a short coalescing window for siblings, parks the call (store record +
+sealed `requestState`) and answers `input_required`; the upstream stream stays
+open in this process. The retry is verified, claimed atomically (a round
+resumes at most once), its answers go upstream, and reading continues. A call
+nobody resumes is abandoned at its deadline; a client that disconnects cancels
+its call upstream.
+
+Protocol decisions live in `gateway.protocol.call.CallMachine`; this module only
+does the I/O around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from gateway.aio import cancel_and_wait, spawn
+from gateway.config import GatewayConfig, UpstreamConfig
+from gateway.errors import (
+    CallLost,
+    CapacityExceeded,
+    GatewayError,
+    InvalidRequestState,
+    MissingClientCapability,
+    StoreError,
+    UpstreamError,
+)
+from gateway.protocol import jsonrpc, state, translate
+from gateway.protocol.call import (
+    Answer,
+    Asked,
+    FINAL_PHASES,
+    CallMachine,
+    Finished,
+    Phase,
+    Refused,
+    Relay,
+    RoundContext,
+    Trigger,
+)
+from gateway.protocol.inbound import FrontRequest
+from gateway.store.base import PARKED, SuspendedCall, SuspendedCallStore
+from gateway.upstream.pool import SessionPool
+from gateway.upstream.session import Inbox, LegacySession, StreamEnd
+
+log = structlog.get_logger("gateway.bridge")
+
+Notify = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(eq=False)
+class LiveCall:
+    """A call whose upstream stream lives in this process."""
+
+    machine: CallMachine
+    upstream: UpstreamConfig
+    pool: SessionPool
+    session: LegacySession
+    inbox: Inbox
+    pump: asyncio.Task[None]
+    principal: str
+    digest: str
+    target: str | None
+    started: float = field(default_factory=time.monotonic)
+    expiry: asyncio.Task[None] | None = None
+
+    @property
+    def id(self) -> str:
+        return self.machine.call_id
+
+
+class Bridge:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        store: SuspendedCallStore,
+        codec: state.StateCodec,
+        pools: dict[str, SessionPool],
+    ) -> None:
+        self.config = config
+        self.limits = config.limits
+        self.store = store
+        self.codec = codec
+        self.pools = pools
+        self.calls: dict[str, LiveCall] = {}
+        self.parked = 0
+        self._parked_by_principal: Counter[str] = Counter()
+
+    def _fire(self, call: LiveCall, trigger: Trigger) -> None:
+        """Move the call's phase, keeping the parked-call counts in step."""
+        before = call.machine.phase
+        after = call.machine.fire(trigger)
+        if before is Phase.SUSPENDED:
+            self.parked -= 1
+            self._parked_by_principal[call.principal] -= 1
+        if after is Phase.SUSPENDED:
+            self.parked += 1
+            self._parked_by_principal[call.principal] += 1
+
+    def audience(self, upstream: UpstreamConfig) -> str:
+        return f"{self.config.sealing.audience}|{upstream.name}"
+
+    # -- entry -------------------------------------------------------------------------
+
+    async def handle(
+        self, upstream: UpstreamConfig, front: FrontRequest, principal: str, notify: Notify
+    ) -> dict[str, Any]:
+        """Serve one interruptible request; return its 2026 result.
+
+        Raises:
+            RpcError: every failure, with its wire mapping.
+        """
+        digest = state.request_digest(front.method, front.target, front.params.get("arguments"))
+        token = front.params.get("requestState")
+        if token is None:
+            return await self._start(upstream, front, principal, digest, notify)
+        return await self._resume(upstream, front, principal, digest, token, notify)
+
+    async def _start(
+        self, upstream: UpstreamConfig, front: FrontRequest, principal: str, digest: str, notify: Notify
+    ) -> dict[str, Any]:
+        pool = self.pools[upstream.name]
+        session = await pool.acquire(front.envelope.capabilities)
+        call_id = state.new_call_id()
+        machine = CallMachine(
+            call_id=call_id,
+            method=front.method,
+            upstream_id=session.next_id(),
+            progress_token=f"mrtr-{call_id}",
+            rules=upstream.rules_for(front.method, front.target),
+            presupplied=dict(front.params.get("inputResponses") or {}),
+        )
+        inbox: Inbox = asyncio.Queue()
+        session.attach(inbox)
+        message = jsonrpc.request(
+            machine.upstream_id, front.method, translate.upstream_params(front, machine.progress_token)
+        )
+        pump = spawn(session.pump(message, inbox), name=f"call-pump-{call_id}")
+        call = LiveCall(
+            machine=machine,
+            upstream=upstream,
+            pool=pool,
+            session=session,
+            inbox=inbox,
+            pump=pump,
+            principal=principal,
+            digest=digest,
+            target=front.target,
+        )
+        self.calls[call_id] = call
+        structlog.contextvars.bind_contextvars(call_id=call_id)
+        log.info("call_started", upstream=upstream.name, method=front.method, target=front.target)
+        return await self._drive(call, front, notify)
+
+    async def _resume(
+        self,
+        upstream: UpstreamConfig,
+        front: FrontRequest,
+        principal: str,
+        digest: str,
+        token: str,
+        notify: Notify,
+    ) -> dict[str, Any]:
+        try:
+            claims = state.open_claims(
+                self.codec,
+                token,
+                now_ms=now_ms(),
+                principal=principal,
+                digest=digest,
+                audience=self.audience(upstream),
+            )
+            structlog.contextvars.bind_contextvars(call_id=claims.call, round=claims.round)
+            record = await self.store.get(claims.call)
+            if record is None:
+                raise InvalidRequestState("no live call (finished, expired or never parked)")
+            if record.round != claims.round or record.status != PARKED:
+                raise InvalidRequestState("round already resumed (replay)")
+            call = self.calls.get(claims.call)
+            if call is None:
+                raise CallLost()
+            responses = front.params.get("inputResponses") or {}
+            call.machine.check(responses)  # bad input is refused before the round is used up
+            if await self.store.claim(claims.call, claims.round) is None:
+                raise InvalidRequestState("round already resumed (replay)")
+        except InvalidRequestState as exc:
+            log.warning("request_state_refused", reason=exc.reason, upstream=upstream.name)
+            raise
+        machine = call.machine
+        if machine.phase is not Phase.SUSPENDED:  # it expired while this retry was claiming
+            raise CallLost()
+        self._fire(call, Trigger.RESUME)
+        await cancel_and_wait(call.expiry)
+        log.info("call_resumed", round=claims.round, answered=sorted(set(responses) & set(machine.pending)))
+        for answer in machine.deliver(responses):
+            await self._send(call, answer)
+        return await self._drive(call, front, notify)
+
+    # -- the read loop -----------------------------------------------------------------
+
+    async def _drive(self, call: LiveCall, front: FrontRequest, notify: Notify) -> dict[str, Any]:
+        call.machine.serve(_round_context(front))
+        try:
+            async with asyncio.timeout(self.limits.hold_timeout_s):
+                return await self._run(call, notify)
+        except asyncio.CancelledError:
+            # The client went away mid-round: cancellation on the 2026 wire.
+            if call.machine.phase is Phase.RUNNING:
+                spawn(self._end(call, Trigger.CANCEL, "client disconnected"), name=f"call-cancel-{call.id}")
+            raise
+        except TimeoutError:
+            await self._end(call, Trigger.FAIL, "hold timeout")
+            raise UpstreamError(
+                f"the upstream did not answer within {self.limits.hold_timeout_s:g} s"
+            ) from None
+        except GatewayError as exc:
+            if call.machine.phase is Phase.RUNNING:
+                await self._end(call, Trigger.FAIL, type(exc).__name__)
+            raise
+
+    async def _run(self, call: LiveCall, notify: Notify) -> dict[str, Any]:
+        machine = call.machine
+        window = self.limits.coalesce_ms / 1000
+        loop = asyncio.get_running_loop()
+        # Answers still missing after a retry: ask again once the window closes.
+        closes_at = loop.time() + window if machine.pending else None
+        while True:
+            try:
+                async with asyncio.timeout_at(closes_at):
+                    item = await call.inbox.get()
+            except TimeoutError:
+                return await self._suspend(call)
+            if isinstance(item, StreamEnd):
+                raise item.error
+            for action in machine.receive(item):
+                if isinstance(action, Relay):
+                    await notify(action.notification)
+                elif isinstance(action, Answer):
+                    await self._send(call, action)
+                elif isinstance(action, Asked):
+                    closes_at = loop.time() + window
+                elif isinstance(action, Refused):
+                    await self._end(call, Trigger.FAIL, "capability not declared")
+                    raise MissingClientCapability(action.required)
+                elif isinstance(action, Finished):
+                    return await self._finish(call, action)
+
+    async def _send(self, call: LiveCall, answer: Answer) -> None:
+        await call.session.send(answer.message())
+
+    async def _finish(self, call: LiveCall, finished: Finished) -> dict[str, Any]:
+        machine = call.machine
+        self._fire(call, Trigger.COMPLETE)
+        await self._cleanup(call, reuse=True)
+        log.info(
+            "call_completed",
+            rounds=machine.round,
+            outcome="error" if finished.error is not None else "result",
+            duration_ms=round((time.monotonic() - call.started) * 1000),
+        )
+        if finished.error is not None:
+            raise translate.translate_error(finished.error)
+        info = call.session.info
+        return translate.decorate_result(
+            machine.method,
+            finished.result or {},
+            server_info=info.server_info if info else None,
+            cache=call.upstream.cache,
+            cacheable=machine.round == 0,
+        )
+
+    # -- suspension --------------------------------------------------------------------
+
+    async def _suspend(self, call: LiveCall) -> dict[str, Any]:
+        machine = call.machine
+        if machine.round >= self.limits.max_rounds:
+            await self._end(call, Trigger.FAIL, "too many rounds")
+            raise CapacityExceeded(
+                f"the call needed more than {self.limits.max_rounds} rounds",
+                status=400,
+                reason="max_rounds",
+            )
+        if self.parked >= self.limits.max_parked_calls:
+            await self._end(call, Trigger.FAIL, "gateway parked-call limit")
+            raise CapacityExceeded(reason="max_parked_calls")
+        if self._parked_by_principal[call.principal] >= self.limits.max_parked_per_principal:
+            await self._end(call, Trigger.FAIL, "principal parked-call limit")
+            raise CapacityExceeded(
+                "too many calls of this caller are waiting for input",
+                status=429,
+                reason="max_parked_per_principal",
+            )
+        self._fire(call, Trigger.SUSPEND)
+        issued = now_ms()
+        deadline = issued + int(self.limits.suspension_ttl_s * 1000)
+        record = SuspendedCall(
+            call_id=call.id,
+            round=machine.round,
+            status=PARKED,
+            owner=self.config.replica_id,
+            upstream=call.upstream.name,
+            method=machine.method,
+            target=call.target,
+            principal=call.principal,
+            digest=call.digest,
+            upstream_request_id=machine.upstream_id,
+            session_id=call.session.id,
+            last_event_id=None,
+            pending=[p.to_record() for p in machine.pending.values()],
+            journal=list(machine.journal),
+            deadline_ms=deadline,
+            created_ms=issued,
+        )
+        try:
+            await self.store.park(record)
+        except StoreError:
+            await self._end(call, Trigger.FAIL, "store unavailable")
+            raise
+        token = state.seal_claims(
+            self.codec,
+            state.Claims(
+                call=call.id,
+                round=machine.round,
+                principal=call.principal,
+                digest=call.digest,
+                audience=self.audience(call.upstream),
+                issued_ms=issued,
+                expires_ms=deadline,
+            ),
+        )
+        call.expiry = spawn(self._expire_at(call, machine.round, deadline), name=f"call-expiry-{call.id}")
+        log.info("call_suspended", round=machine.round, asked=sorted(machine.pending))
+        return {
+            "resultType": "input_required",
+            "inputRequests": machine.input_required(),
+            "requestState": token,
+        }
+
+    async def _expire_at(self, call: LiveCall, round_: int, deadline_ms: int) -> None:
+        await asyncio.sleep(max(0.0, (deadline_ms - now_ms()) / 1000))
+        if call.machine.phase is not Phase.SUSPENDED or call.machine.round != round_:
+            return
+        try:
+            if await self.store.claim(call.id, round_) is None:
+                return  # a retry claimed the round first; it owns the call now
+        except StoreError as exc:
+            log.warning("store_claim_failed", error=str(exc))  # the deadline passed regardless
+        if call.machine.phase is Phase.SUSPENDED:
+            await self._end(call, Trigger.EXPIRE, "suspension deadline passed")
+
+    # -- endings -----------------------------------------------------------------------
+
+    async def _end(self, call: LiveCall, trigger: Trigger, reason: str) -> None:
+        """Give the call up: release the server's questions, cancel the call upstream."""
+        machine = call.machine
+        if machine.phase in FINAL_PHASES:
+            return
+        self._fire(call, trigger)
+        if call.expiry is not asyncio.current_task():
+            await cancel_and_wait(call.expiry)
+        cancelled = jsonrpc.notification(
+            "notifications/cancelled", {"requestId": machine.upstream_id, "reason": reason}
+        )
+        for message in [a.message() for a in machine.abandon_answers()] + [cancelled]:
+            try:
+                await call.session.send(message)
+            except UpstreamError as exc:
+                log.info("upstream_cancel_failed", error=str(exc))
+                break
+        await self._cleanup(call, reuse=False)
+        log.info(f"call_{machine.phase.value}", reason=reason, rounds=machine.round)
+
+    async def _cleanup(self, call: LiveCall, *, reuse: bool) -> None:
+        self.calls.pop(call.id, None)
+        await cancel_and_wait(call.pump)
+        call.pool.release(call.session, reuse=reuse and call.inbox.empty())
+        if call.machine.round:
+            try:
+                await self.store.delete(call.id)
+            except StoreError as exc:
+                log.warning("store_delete_failed", error=str(exc))
+
+    async def close(self) -> None:
+        """Shut down: every live call is cancelled upstream."""
+        for call in list(self.calls.values()):
+            if call.machine.phase in (Phase.RUNNING, Phase.SUSPENDED):
+                await self._end(call, Trigger.CANCEL, "gateway shutting down")
+
+
+def _round_context(front: FrontRequest) -> RoundContext:
+    envelope = front.envelope
+    return RoundContext(
+        caps=envelope.capabilities,
+        progress_token=envelope.progress_token,
+        log_level=envelope.log_level,
+    )

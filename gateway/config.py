@@ -1,0 +1,401 @@
+"""The gateway's configuration: a frozen dataclass tree loaded once from YAML.
+
+Every value is validated explicitly; an error names the key path and says how to
+fix it. Nothing is coerced silently. Secrets never live in the YAML: sealing
+keys come from a key file or the environment, and upstream header values may
+reference environment variables as `${NAME}`.
+
+Environment overrides:
+    MRTR_GATEWAY_SEALING_KEYS       comma-separated keys (first seals, all open)
+    MRTR_GATEWAY_SEALING_KEYS_FILE  a file of keys, one per line
+    MRTR_GATEWAY_STORE_URL          overrides store.url
+    MRTR_GATEWAY_LOG_LEVEL / MRTR_GATEWAY_LOG_FORMAT
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from gateway.errors import ConfigError
+from gateway.protocol.keys import KeyRule
+from gateway.protocol.state import parse_key
+from gateway.protocol.translate import CachePolicy
+from gateway.upstream.pool import PoolLimits
+
+T = TypeVar("T")
+
+ENV_KEYS = "MRTR_GATEWAY_SEALING_KEYS"
+ENV_KEYS_FILE = "MRTR_GATEWAY_SEALING_KEYS_FILE"
+ENV_STORE_URL = "MRTR_GATEWAY_STORE_URL"
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListenConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitsConfig:
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_rounds: int = 16
+    max_parked_calls: int = 10_000
+    max_parked_per_principal: int = 100
+    suspension_ttl_s: float = 600.0
+    hold_timeout_s: float = 300.0
+    coalesce_ms: int = 20
+    keepalive_s: float = 15.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SealingConfig:
+    keys: tuple[bytes, ...] = ()
+    audience: str = "mrtr-gateway"
+
+    @property
+    def ephemeral(self) -> bool:
+        return not self.keys
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreConfig:
+    url: str = "memory://"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoggingConfig:
+    level: str = "info"
+    format: str = "console"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TargetConfig:
+    """Per tool, prompt or resource settings."""
+
+    inputs: tuple[KeyRule, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamConfig:
+    name: str
+    url: str
+    path: str = "/mcp"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 30.0
+    pool: PoolLimits = PoolLimits()
+    cache: CachePolicy = CachePolicy()
+    inputs: tuple[KeyRule, ...] = ()
+    tools: Mapping[str, TargetConfig] = field(default_factory=dict)
+    prompts: Mapping[str, TargetConfig] = field(default_factory=dict)
+    resources: Mapping[str, TargetConfig] = field(default_factory=dict)
+
+    def rules_for(self, method: str, target: str | None) -> tuple[KeyRule, ...]:
+        table = {"tools/call": self.tools, "prompts/get": self.prompts, "resources/read": self.resources}
+        specific = table.get(method, {}).get(target or "")
+        return (specific.inputs if specific else ()) + self.inputs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewayConfig:
+    listen: ListenConfig = ListenConfig()
+    limits: LimitsConfig = LimitsConfig()
+    sealing: SealingConfig = SealingConfig()
+    store: StoreConfig = StoreConfig()
+    logging: LoggingConfig = LoggingConfig()
+    allowed_origins: frozenset[str] = frozenset()
+    replica_id: str = field(default_factory=lambda: "replica-" + secrets.token_hex(4))
+    upstreams: tuple[UpstreamConfig, ...] = ()
+
+
+class _Section:
+    """A mapping read with its key path, so every error can say where it is."""
+
+    def __init__(self, data: Any, path: str) -> None:
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path or 'the file'}: expected a mapping, got {type(data).__name__}")
+        self.data: dict[str, Any] = data
+        self.path = path
+        self._seen: set[str] = set()
+
+    def at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def get(self, key: str, kind: type[T], default: T) -> T:
+        self._seen.add(key)
+        if key not in self.data or self.data[key] is None:
+            return default
+        value = self.data[key]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind in (int, float) and isinstance(value, bool)):
+            raise ConfigError(
+                f"{self.at(key)}: expected {kind.__name__}, got {type(value).__name__} {value!r}"
+            )
+        return value
+
+    def positive(self, key: str, kind: type[T], default: T) -> T:
+        value = self.get(key, kind, default)
+        if value <= 0:  # type: ignore[operator]
+            raise ConfigError(f"{self.at(key)}: must be greater than 0, got {value!r}")
+        return value
+
+    def section(self, key: str) -> _Section:
+        self._seen.add(key)
+        return _Section(self.data.get(key), self.at(key))
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self._seen)
+        if unknown:
+            raise ConfigError(
+                f"{self.at(unknown[0])}: unknown key; check the spelling against the config reference"
+            )
+
+
+def _expand_env(value: str, where: str, env: Mapping[str, str]) -> str:
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise ConfigError(f"{where}: environment variable {name} is not set")
+        return env[name]
+
+    return _ENV_REF.sub(sub, value)
+
+
+def _key_rules(items: Any, path: str) -> tuple[KeyRule, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise ConfigError(f"{path}: expected a list of input key rules")
+    rules = []
+    for index, item in enumerate(items):
+        rule = _Section(item, f"{path}[{index}]")
+        key = rule.get("key", str, "")
+        if not key:
+            raise ConfigError(f"{rule.at('key')}: every input rule needs a key")
+        method = rule.get("method", str, "") or None
+        if method not in (None, "elicitation/create", "sampling/createMessage", "roots/list"):
+            raise ConfigError(
+                f"{rule.at('method')}: must be elicitation/create, sampling/createMessage or roots/list"
+            )
+        fields_ = rule.get("fields", list, [])
+        if not all(isinstance(f, str) for f in fields_):
+            raise ConfigError(f"{rule.at('fields')}: expected a list of property names")
+        pattern = rule.get("message", str, "")
+        try:
+            compiled = re.compile(pattern) if pattern else None
+        except re.error as exc:
+            raise ConfigError(f"{rule.at('message')}: not a valid regular expression: {exc}") from exc
+        rule.done()
+        rules.append(
+            KeyRule(key=key, method=method, fields=frozenset(fields_) or None, message=compiled)
+        )
+    return tuple(rules)
+
+
+def _targets(section: _Section) -> dict[str, TargetConfig]:
+    targets = {}
+    for name, body in section.data.items():
+        section._seen.add(name)
+        target = _Section(body, section.at(name))
+        inputs = _key_rules(target.data.get("inputs"), target.at("inputs"))
+        target._seen.add("inputs")
+        target.done()
+        targets[str(name)] = TargetConfig(inputs=inputs)
+    return targets
+
+
+def _upstream(data: Any, path: str, env: Mapping[str, str]) -> UpstreamConfig:
+    sec = _Section(data, path)
+    name = sec.get("name", str, "")
+    if not _NAME.match(name):
+        raise ConfigError(f"{sec.at('name')}: a name of letters, digits, '.', '_' or '-' is required")
+    url = sec.get("url", str, "")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{sec.at('url')}: an http:// or https:// URL of the legacy MCP endpoint is required")
+    route = sec.get("path", str, "/mcp")
+    if not route.startswith("/"):
+        raise ConfigError(f"{sec.at('path')}: must start with '/', e.g. /mcp")
+    headers_sec = sec.section("headers")
+    headers = {}
+    for key, value in headers_sec.data.items():
+        headers_sec._seen.add(key)
+        if not isinstance(value, str):
+            raise ConfigError(f"{headers_sec.at(key)}: header values must be strings")
+        headers[str(key)] = _expand_env(value, headers_sec.at(key), env)
+    pool_sec = sec.section("pool")
+    pool = PoolLimits(
+        min_idle=pool_sec.get("min_idle", int, 1),
+        max_sessions=pool_sec.positive("max_sessions", int, 64),
+        idle_timeout_s=pool_sec.positive("idle_timeout_s", float, 300.0),
+        acquire_timeout_s=pool_sec.positive("acquire_timeout_s", float, 10.0),
+    )
+    pool_sec.done()
+    cache_sec = sec.section("cache")
+    cache = CachePolicy(
+        ttl_ms=cache_sec.get("ttl_ms", int, 0), scope=cache_sec.get("scope", str, "private")
+    )
+    if cache.scope not in ("private", "public"):
+        raise ConfigError(f"{cache_sec.at('scope')}: must be private or public")
+    if cache.ttl_ms < 0:
+        raise ConfigError(f"{cache_sec.at('ttl_ms')}: must be 0 or more milliseconds")
+    cache_sec.done()
+    config = UpstreamConfig(
+        name=name,
+        url=url,
+        path=route,
+        headers=headers,
+        timeout_s=sec.positive("timeout_s", float, 30.0),
+        pool=pool,
+        cache=cache,
+        inputs=_key_rules(sec.data.get("inputs"), sec.at("inputs")),
+        tools=_targets(sec.section("tools")),
+        prompts=_targets(sec.section("prompts")),
+        resources=_targets(sec.section("resources")),
+    )
+    sec._seen.add("inputs")
+    sec.done()
+    return config
+
+
+def _sealing(sec: _Section, env: Mapping[str, str], base: Path) -> SealingConfig:
+    if "keys" in sec.data:
+        raise ConfigError(
+            f"{sec.at('keys')}: sealing keys must not be written in the config file; "
+            f"use sealing.keys_file or the {ENV_KEYS} environment variable"
+        )
+    keys: list[bytes] = []
+    if env.get(ENV_KEYS):
+        keys = [parse_key(k, f"{ENV_KEYS} key #{i + 1}") for i, k in enumerate(env[ENV_KEYS].split(",")) if k.strip()]
+    else:
+        keys_file = env.get(ENV_KEYS_FILE) or sec.get("keys_file", str, "")
+        if keys_file:
+            keys = load_keys_file(base / keys_file if not os.path.isabs(keys_file) else Path(keys_file))
+    sec.get("keys_file", str, "")
+    audience = sec.get("audience", str, "mrtr-gateway")
+    sec.done()
+    return SealingConfig(keys=tuple(keys), audience=audience)
+
+
+def load_keys_file(path: Path) -> list[bytes]:
+    """Keys, one per line, first seals; blank lines and `#` comments are skipped.
+
+    Raises:
+        ConfigError
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"sealing.keys_file: cannot read {path}: {exc.strerror}") from exc
+    lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)]
+    keys = [parse_key(line, f"{path}:{n}") for n, line in lines if line and not line.startswith("#")]
+    if not keys:
+        raise ConfigError(f"sealing.keys_file: {path} holds no key; generate one with: mrtr-gateway keygen")
+    return keys
+
+
+def parse_config(data: Any, *, env: Mapping[str, str] | None = None, base: Path | None = None) -> GatewayConfig:
+    """Build and validate the config tree from decoded YAML.
+
+    Raises:
+        ConfigError: naming the key path and the fix.
+    """
+    env = os.environ if env is None else env
+    base = base or Path.cwd()
+    root = _Section(data, "")
+    listen_sec = root.section("listen")
+    listen = ListenConfig(
+        host=listen_sec.get("host", str, "127.0.0.1"), port=listen_sec.get("port", int, 8080)
+    )
+    if not 0 <= listen.port <= 65535:
+        raise ConfigError(f"listen.port: must be 0..65535, got {listen.port}")
+    listen_sec.done()
+    lim = root.section("limits")
+    limits = LimitsConfig(
+        max_body_bytes=lim.positive("max_body_bytes", int, 4 * 1024 * 1024),
+        max_rounds=lim.positive("max_rounds", int, 16),
+        max_parked_calls=lim.positive("max_parked_calls", int, 10_000),
+        max_parked_per_principal=lim.positive("max_parked_per_principal", int, 100),
+        suspension_ttl_s=lim.positive("suspension_ttl_s", float, 600.0),
+        hold_timeout_s=lim.positive("hold_timeout_s", float, 300.0),
+        coalesce_ms=lim.get("coalesce_ms", int, 20),
+        keepalive_s=lim.positive("keepalive_s", float, 15.0),
+    )
+    if not 0 <= limits.coalesce_ms <= 5000:
+        raise ConfigError("limits.coalesce_ms: must be 0..5000 milliseconds")
+    lim.done()
+    sealing = _sealing(root.section("sealing"), env, base)
+    store_sec = root.section("store")
+    store = StoreConfig(url=env.get(ENV_STORE_URL) or store_sec.get("url", str, "memory://"))
+    if not store.url.startswith(("memory://", "redis://", "rediss://", "unix://")):
+        raise ConfigError("store.url: use memory:// or a redis:// URL")
+    store_sec.done()
+    log_sec = root.section("logging")
+    logging = LoggingConfig(
+        level=(env.get("MRTR_GATEWAY_LOG_LEVEL") or log_sec.get("level", str, "info")).lower(),
+        format=(env.get("MRTR_GATEWAY_LOG_FORMAT") or log_sec.get("format", str, "console")).lower(),
+    )
+    if logging.level not in ("debug", "info", "warning", "error"):
+        raise ConfigError("logging.level: must be debug, info, warning or error")
+    if logging.format not in ("console", "json"):
+        raise ConfigError("logging.format: must be console or json")
+    log_sec.done()
+    origins = root.get("allowed_origins", list, [])
+    if not all(isinstance(o, str) for o in origins):
+        raise ConfigError("allowed_origins: expected a list of origins such as https://app.example.com")
+    replica_id = root.get("replica_id", str, "") or env.get("MRTR_GATEWAY_REPLICA_ID", "")
+    items = root.get("upstreams", list, [])
+    if not items:
+        raise ConfigError("upstreams: at least one legacy server is required (name, url, path)")
+    upstreams = tuple(_upstream(item, f"upstreams[{i}]", env) for i, item in enumerate(items))
+    _unique([u.name for u in upstreams], "name")
+    _unique([u.path for u in upstreams], "path")
+    root.done()
+    kwargs: dict[str, Any] = {}
+    if replica_id:
+        kwargs["replica_id"] = replica_id
+    return GatewayConfig(
+        listen=listen,
+        limits=limits,
+        sealing=sealing,
+        store=store,
+        logging=logging,
+        allowed_origins=frozenset(origins),
+        upstreams=upstreams,
+        **kwargs,
+    )
+
+
+def _unique(values: list[str], what: str) -> None:
+    seen: set[str] = set()
+    for index, value in enumerate(values):
+        if value in seen:
+            raise ConfigError(f"upstreams[{index}].{what}: {value!r} is used by another upstream")
+        seen.add(value)
+
+
+def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Read and validate a YAML config file.
+
+    Raises:
+        ConfigError
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    return parse_config(data, env=env, base=path.parent)

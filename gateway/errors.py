@@ -1,0 +1,245 @@
+"""The gateway's exception tree and each error's wire mapping.
+
+Every error the gateway raises on purpose derives from `GatewayError` and carries
+its HTTP status and (where the wire has one) its JSON-RPC code as class
+attributes; one middleware turns them into responses. Foreign exceptions are
+translated at the boundary (`raise UpstreamError(...) from exc`).
+
+    GatewayError
+    ├── HttpError                      no JSON-RPC body (or one without id)
+    │   ├── MethodNotAllowed           405  GET/DELETE on the MCP endpoint
+    │   ├── NotAcceptable              406  Accept lacks json or event-stream
+    │   ├── UnsupportedMediaType       415  Content-Type is not application/json
+    │   ├── PayloadTooLarge            413  body over the configured limit
+    │   └── ForbiddenOrigin            403  Origin not allowed
+    ├── RpcError                       a JSON-RPC error object
+    │   ├── ParseError                 -32700 / 400
+    │   ├── InvalidRequest             -32600 / 400
+    │   ├── MethodNotFound             -32601 / 404
+    │   ├── InvalidParams              -32602 / 400
+    │   │   └── InvalidRequestState    -32602 / 400, one frozen message
+    │   ├── HeaderMismatch             -32020 / 400
+    │   ├── MissingClientCapability    -32021 / 400, data.requiredCapabilities
+    │   ├── UnsupportedProtocolVersion -32022 / 400, data.supported / requested
+    │   ├── UpstreamRpcError           the legacy server's own error, translated
+    │   ├── CapacityExceeded           -32603 / 429 or 503, a bound was hit
+    │   ├── CallLost                   -32603 / 502, a parked call cannot continue
+    │   ├── UpstreamError              -32603 / 502, the legacy server failed us
+    │   └── StoreError                 -32603 / 503, the suspended-call store failed
+    └── ConfigError                    startup only; never reaches the wire
+
+Security failures (`InvalidRequestState`) keep their reason for the log; the wire
+always gets the same message.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+HEADER_MISMATCH = -32020
+MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+LEGACY_RESOURCE_NOT_FOUND = -32002
+LEGACY_URL_ELICITATION_REQUIRED = -32042
+
+#: HTTP status for a JSON-RPC error code on the 2026-07-28 front (spec §6.5).
+#: Codes not listed (upstream application errors, -32603) are sent with 200.
+STATUS_FOR_CODE: dict[int, int] = {
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
+    INVALID_PARAMS: 400,
+    HEADER_MISMATCH: 400,
+    MISSING_REQUIRED_CLIENT_CAPABILITY: 400,
+    UNSUPPORTED_PROTOCOL_VERSION: 400,
+    METHOD_NOT_FOUND: 404,
+}
+
+
+class GatewayError(Exception):
+    """Root of every error the gateway raises on purpose."""
+
+    http_status: ClassVar[int] = 500
+
+
+class ConfigError(GatewayError):
+    """The configuration is unusable; raised at startup and by `check-config`."""
+
+
+class HttpError(GatewayError):
+    """Refused at the HTTP layer: the body is empty, or a JSON-RPC error without id."""
+
+    message: ClassVar[str] = "Bad request"
+    headers: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, detail: str | None = None) -> None:
+        super().__init__(detail or self.message)
+        self.detail = detail or self.message
+
+
+class MethodNotAllowed(HttpError):
+    http_status = 405
+    message = "Only POST is served on the MCP endpoint at protocol 2026-07-28"
+    headers = {"Allow": "POST"}
+
+
+class NotAcceptable(HttpError):
+    http_status = 406
+    message = "Accept must list both application/json and text/event-stream"
+
+
+class UnsupportedMediaType(HttpError):
+    http_status = 415
+    message = "Content-Type must be application/json"
+
+
+class PayloadTooLarge(HttpError):
+    http_status = 413
+    message = "Request body is larger than the gateway accepts"
+
+
+class ForbiddenOrigin(HttpError):
+    http_status = 403
+    message = "Origin not allowed"
+
+
+class RpcError(GatewayError):
+    """An error that is answered as a JSON-RPC error object."""
+
+    code: ClassVar[int] = INTERNAL_ERROR
+    default_message: ClassVar[str] = "Internal error"
+
+    def __init__(self, message: str | None = None, data: Any = None) -> None:
+        self.message = message or self.default_message
+        self.data = data
+        super().__init__(self.message)
+
+    @property
+    def status(self) -> int:
+        return STATUS_FOR_CODE.get(self.code, self.http_status)
+
+    def error_object(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+class ParseError(RpcError):
+    code = PARSE_ERROR
+    http_status = 400
+    default_message = "Parse error: the body is not valid JSON"
+
+
+class InvalidRequest(RpcError):
+    code = INVALID_REQUEST
+    http_status = 400
+    default_message = "Invalid request"
+
+
+class MethodNotFound(RpcError):
+    code = METHOD_NOT_FOUND
+    http_status = 404
+    default_message = "Method not found"
+
+
+class InvalidParams(RpcError):
+    code = INVALID_PARAMS
+    http_status = 400
+    default_message = "Invalid params"
+
+
+class InvalidRequestState(InvalidParams):
+    """A `requestState` failed verification; `reason` is for the log only."""
+
+    WIRE_MESSAGE: ClassVar[str] = "Invalid or expired requestState"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(self.WIRE_MESSAGE)
+        self.reason = reason
+
+
+class HeaderMismatch(RpcError):
+    code = HEADER_MISMATCH
+    http_status = 400
+    default_message = "Header mismatch"
+
+
+class MissingClientCapability(RpcError):
+    code = MISSING_REQUIRED_CLIENT_CAPABILITY
+    http_status = 400
+
+    def __init__(self, required: dict[str, Any], message: str | None = None) -> None:
+        names = ", ".join(sorted(required)) or "a capability"
+        super().__init__(
+            message or f"The server requires the {names} client capability for this request",
+            {"requiredCapabilities": required},
+        )
+
+
+class UnsupportedProtocolVersion(RpcError):
+    code = UNSUPPORTED_PROTOCOL_VERSION
+    http_status = 400
+
+    def __init__(self, requested: Any, supported: list[str]) -> None:
+        super().__init__(
+            "Unsupported protocol version",
+            {"supported": supported, "requested": requested},
+        )
+
+
+class UpstreamRpcError(RpcError):
+    """A JSON-RPC error returned by the legacy server, passed on (codes translated)."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message, data)
+        self._code = code
+
+    @property
+    def status(self) -> int:
+        return STATUS_FOR_CODE.get(self._code, 200)
+
+    def error_object(self) -> dict[str, Any]:
+        error = super().error_object()
+        error["code"] = self._code
+        return error
+
+
+class CapacityExceeded(RpcError):
+    """A configured bound was reached (parked calls, rounds, sessions)."""
+
+    http_status = 503
+    default_message = "The gateway is at capacity; retry later"
+
+    def __init__(self, message: str | None = None, *, status: int = 503, reason: str = "") -> None:
+        super().__init__(message, {"reason": reason} if reason else None)
+        self._status = status
+
+    @property
+    def status(self) -> int:
+        return self._status
+
+
+class CallLost(RpcError):
+    """A parked call can no longer continue; the client may start it again."""
+
+    http_status = 502
+    default_message = "The suspended call was lost; start the request again without requestState"
+
+
+class UpstreamError(RpcError):
+    """The legacy server could not be reached or broke the protocol."""
+
+    http_status = 502
+    default_message = "The upstream MCP server failed"
+
+
+class StoreError(RpcError):
+    """The suspended-call store failed; the call could not be parked or resumed."""
+
+    http_status = 503
+    default_message = "The gateway's call store is unavailable"

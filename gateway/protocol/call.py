@@ -1,0 +1,286 @@
+"""One bridged call's protocol state, sans-IO: phases, pending questions, decisions.
+
+`CallMachine` is fed the legacy server's messages for one upstream call and the
+client's answers, and returns the actions the I/O layer must take (relay a
+notification, answer the server, park, finish). It never awaits.
+
+Lifecycle as a transition table (h11 style): a call runs while a client request
+is being served, is suspended between an `input_required` answer and its retry,
+and ends done, failed, expired or cancelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from gateway.errors import InvalidParams
+from gateway.protocol import inputs, keys, translate
+from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.inbound import LOG_LEVELS
+from gateway.protocol.jsonrpc import RequestId
+
+
+class Phase(Enum):
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    DONE = "done"
+    FAILED = "failed"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+class Trigger(Enum):
+    SUSPEND = "suspend"
+    RESUME = "resume"
+    COMPLETE = "complete"
+    FAIL = "fail"
+    EXPIRE = "expire"
+    CANCEL = "cancel"
+
+
+TRANSITIONS: dict[tuple[Phase, Trigger], Phase] = {
+    (Phase.RUNNING, Trigger.SUSPEND): Phase.SUSPENDED,
+    (Phase.RUNNING, Trigger.COMPLETE): Phase.DONE,
+    (Phase.RUNNING, Trigger.FAIL): Phase.FAILED,
+    (Phase.RUNNING, Trigger.CANCEL): Phase.CANCELLED,
+    (Phase.SUSPENDED, Trigger.RESUME): Phase.RUNNING,
+    (Phase.SUSPENDED, Trigger.EXPIRE): Phase.EXPIRED,
+    (Phase.SUSPENDED, Trigger.FAIL): Phase.FAILED,
+    (Phase.SUSPENDED, Trigger.CANCEL): Phase.CANCELLED,
+}
+
+FINAL_PHASES = frozenset({Phase.DONE, Phase.FAILED, Phase.EXPIRED, Phase.CANCELLED})
+
+
+class IllegalTransition(RuntimeError):
+    """A trigger fired in a phase that has no such transition (a gateway bug)."""
+
+
+@dataclass(slots=True)
+class Pending:
+    """A legacy server request waiting for the client's answer."""
+
+    key: str
+    upstream_id: RequestId
+    method: str
+    params: dict[str, Any]
+
+    def input_request(self) -> dict[str, Any]:
+        return translate.input_request(self.method, self.params)
+
+    def to_record(self) -> dict[str, Any]:
+        return {"key": self.key, "id": self.upstream_id, "method": self.method, "params": self.params}
+
+    @classmethod
+    def from_record(cls, data: dict[str, Any]) -> Pending:
+        return cls(key=data["key"], upstream_id=data["id"], method=data["method"], params=data["params"])
+
+
+@dataclass(frozen=True, slots=True)
+class RoundContext:
+    """What the client request currently being served asked for."""
+
+    caps: ClientCaps
+    progress_token: str | int | None = None
+    log_level: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Relay:
+    """Send this notification on the client's response stream."""
+
+    notification: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Send this JSON-RPC response to the legacy server."""
+
+    upstream_id: RequestId
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+    def message(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"jsonrpc": "2.0", "id": self.upstream_id, "error": self.error}
+        return {"jsonrpc": "2.0", "id": self.upstream_id, "result": self.result or {}}
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """A new question is pending under `key`."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The server asked for a capability this request did not declare."""
+
+    required: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The upstream call ended with this result or error."""
+
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+Action = Relay | Answer | Asked | Refused | Finished
+
+
+@dataclass(slots=True)
+class CallMachine:
+    call_id: str
+    method: str
+    upstream_id: RequestId
+    progress_token: str
+    rules: tuple[keys.KeyRule, ...] = ()
+    presupplied: dict[str, Any] = field(default_factory=dict)
+    phase: Phase = Phase.RUNNING
+    round: int = 0  # suspensions so far; state minted at suspension n resumes round n
+    pending: dict[str, Pending] = field(default_factory=dict)
+    journal: list[dict[str, Any]] = field(default_factory=list)
+    ctx: RoundContext = field(default_factory=lambda: RoundContext(ClientCaps()))
+
+    def fire(self, trigger: Trigger) -> Phase:
+        try:
+            self.phase = TRANSITIONS[(self.phase, trigger)]
+        except KeyError:
+            raise IllegalTransition(f"{trigger.value} while {self.phase.value}") from None
+        if trigger is Trigger.SUSPEND:
+            self.round += 1
+        return self.phase
+
+    def serve(self, ctx: RoundContext) -> None:
+        """The client request now being served (first request or a retry)."""
+        self.ctx = ctx
+
+    def receive(self, message: dict[str, Any]) -> list[Action]:
+        """Decide what one message from the legacy server means for this call.
+
+        Raises:
+            InvalidParams: a pre-supplied answer for this question is malformed.
+        """
+        method = message.get("method")
+        if isinstance(method, str):
+            if "id" in message:
+                return self._server_request(message["id"], method, message.get("params") or {})
+            return self._notification(method, message.get("params") or {})
+        if message.get("id") == self.upstream_id:
+            error = message.get("error")
+            if isinstance(error, dict):
+                return [Finished(error=error)]
+            result = message.get("result")
+            return [Finished(result=result if isinstance(result, dict) else {})]
+        return []
+
+    def _server_request(self, rid: RequestId, method: str, params: dict[str, Any]) -> list[Action]:
+        if method == "ping":
+            return [Answer(rid, result={})]
+        if method not in translate.INPUT_METHODS:
+            return [Answer(rid, error={"code": -32601, "message": f"Method not found: {method}"})]
+        required = self.ctx.caps.missing_for(method, params)
+        if required is not None:
+            refusal = {
+                "code": -32601,
+                "message": f"The client did not declare the capability {method} needs",
+            }
+            return [Answer(rid, error=refusal), Refused(required)]
+        key = keys.assign_key(method, params, self.rules, self.pending)
+        pending = Pending(key=key, upstream_id=rid, method=method, params=params)
+        if key in self.presupplied:
+            answer = self.presupplied.pop(key)
+            inputs.check_shape(key, method, answer)
+            if self._fits(pending, answer):
+                return [self._answer(pending, answer)]
+        self.pending[key] = pending
+        return [Asked(key)]
+
+    def _notification(self, method: str, params: dict[str, Any]) -> list[Action]:
+        if method == "notifications/progress":
+            if params.get("progressToken") != self.progress_token or self.ctx.progress_token is None:
+                return []
+            relayed = {k: v for k, v in params.items() if k != "_meta"}
+            relayed["progressToken"] = self.ctx.progress_token
+            return [Relay({"jsonrpc": "2.0", "method": method, "params": relayed})]
+        if method == "notifications/message":
+            wanted = self.ctx.log_level
+            level = params.get("level")
+            if wanted is None or level not in LOG_LEVELS:
+                return []
+            if LOG_LEVELS.index(level) < LOG_LEVELS.index(wanted):
+                return []
+            return [Relay({"jsonrpc": "2.0", "method": method, "params": params})]
+        if method == "notifications/cancelled":
+            # The server withdrew one of its own questions.
+            withdrawn = params.get("requestId")
+            for key, pending in list(self.pending.items()):
+                if pending.upstream_id == withdrawn:
+                    del self.pending[key]
+        return []
+
+    def check(self, responses: Any) -> None:
+        """Check the answers to the pending questions without using any of them.
+
+        Raises:
+            InvalidParams: `inputResponses` or one of its answers is malformed.
+        """
+        if not isinstance(responses, dict):
+            raise InvalidParams("params.inputResponses must be an object")
+        for key, pending in self.pending.items():
+            if key in responses:
+                inputs.check_shape(key, pending.method, responses[key])
+
+    def deliver(self, responses: dict[str, Any]) -> list[Answer]:
+        """Turn the client's `inputResponses` into answers for the pending questions.
+
+        Every answer is checked before any is delivered. Unknown keys are ignored;
+        a form answer that does not fit its schema stays pending (asked again).
+
+        Raises:
+            InvalidParams: an answer is malformed; nothing was delivered.
+        """
+        self.check(responses)
+        answers = []
+        for key, pending in list(self.pending.items()):
+            if key in responses and self._fits(pending, responses[key]):
+                del self.pending[key]
+                answers.append(self._answer(pending, responses[key]))
+        return answers
+
+    def _fits(self, pending: Pending, answer: dict[str, Any]) -> bool:
+        if pending.method != "elicitation/create" or pending.params.get("mode") == "url":
+            return True
+        return inputs.fits_form(pending.params.get("requestedSchema"), answer)
+
+    def _answer(self, pending: Pending, answer: dict[str, Any]) -> Answer:
+        self.journal.append({"key": pending.key, "method": pending.method, "answer": answer})
+        if pending.method == "elicitation/create":
+            result = {"action": answer["action"]}
+            if answer["action"] == "accept" and "content" in answer:
+                result["content"] = answer["content"]
+            return Answer(pending.upstream_id, result=result)
+        return Answer(pending.upstream_id, result={k: v for k, v in answer.items() if k != "_meta"})
+
+    def input_required(self) -> dict[str, Any]:
+        """The `inputRequests` of the `input_required` result for what is pending now."""
+        return {key: p.input_request() for key, p in self.pending.items()}
+
+    def abandon_answers(self) -> list[Answer]:
+        """Answers that release every pending question when the call is given up."""
+        answers = []
+        for pending in self.pending.values():
+            if pending.method == "elicitation/create":
+                answers.append(Answer(pending.upstream_id, result={"action": "cancel"}))
+            else:
+                answers.append(
+                    Answer(pending.upstream_id, error={"code": -1, "message": "Request abandoned"})
+                )
+        self.pending.clear()
+        return answers
+

@@ -1,0 +1,282 @@
+"""The 2026-07-28 front door, sans-IO: HTTP checks and the request validation ladder.
+
+`check_http` decides the HTTP-level refusals (405, 406, 415, 403); `classify`
+runs the ladder over a decoded body and returns a `FrontRequest` with its
+per-request envelope, or raises the exact error of the spec's table (§6.5).
+Rungs, first failure wins: envelope shape (-32600) -> routing headers present
+once (-32020) -> `_meta` carries the required keys (-32602) -> headers mirror
+the body (-32020) -> version supported (-32022) -> method known (-32601) ->
+method params well-formed (-32602).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import (
+    ForbiddenOrigin,
+    HeaderMismatch,
+    InvalidParams,
+    InvalidRequest,
+    MethodNotAllowed,
+    MethodNotFound,
+    NotAcceptable,
+    UnsupportedMediaType,
+    UnsupportedProtocolVersion,
+)
+from gateway.protocol import jsonrpc
+from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.versions import FRONT_VERSIONS, Version, front_supported
+
+PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
+LOG_LEVEL_KEY = "io.modelcontextprotocol/logLevel"
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+
+VERSION_HEADER = "mcp-protocol-version"
+METHOD_HEADER = "mcp-method"
+NAME_HEADER = "mcp-name"
+ROUTING_HEADERS = frozenset({VERSION_HEADER, METHOD_HEADER, NAME_HEADER})
+
+#: The one params member mirrored into `Mcp-Name`, per method.
+NAME_FIELD = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+#: Methods that may answer `input_required` (spec §5.1).
+INTERRUPTIBLE = frozenset(NAME_FIELD)
+
+#: Every client request method of 2026-07-28 the gateway serves.
+FRONT_METHODS = frozenset(
+    {
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "completion/complete",
+        "subscriptions/listen",
+    }
+)
+
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+_SENTINEL = re.compile(r"^=\?base64\?(.*)\?=$")
+_VISIBLE_ASCII = re.compile(r"^[\x20-\x7e]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """The per-request protocol fields of `params._meta`."""
+
+    protocol_version: Version
+    capabilities: ClientCaps
+    raw_capabilities: dict[str, Any]
+    client_info: dict[str, Any] | None
+    log_level: str | None
+    progress_token: str | int | None
+
+
+@dataclass(frozen=True, slots=True)
+class FrontRequest:
+    id: jsonrpc.RequestId
+    method: str
+    params: dict[str, Any]
+    envelope: Envelope
+
+    @property
+    def target(self) -> str | None:
+        """The tool or prompt name, or the resource URI, of an interruptible request."""
+        field = NAME_FIELD.get(self.method)
+        value = self.params.get(field) if field else None
+        return value if isinstance(value, str) else None
+
+
+def check_http(
+    method: str,
+    headers: Mapping[str, str],
+    *,
+    allowed_origins: frozenset[str] = frozenset(),
+) -> None:
+    """HTTP-level refusals, decided before the body is read.
+
+    Raises:
+        MethodNotAllowed, ForbiddenOrigin, NotAcceptable, UnsupportedMediaType.
+    """
+    if method != "POST":
+        raise MethodNotAllowed()
+    origin = headers.get("origin")
+    if origin is not None and origin not in allowed_origins:
+        raise ForbiddenOrigin(f"Origin {origin!r} is not allowed")
+    accept = headers.get("accept", "")
+    media = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    json_ok = bool(media & {"application/json", "application/*", "*/*"})
+    sse_ok = bool(media & {"text/event-stream", "text/*", "*/*"})
+    if not (json_ok and sse_ok):
+        raise NotAcceptable()
+    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "application/json":
+        raise UnsupportedMediaType()
+
+
+def decode_header_value(value: str | None) -> str | None:
+    """Undo the `=?base64?...?=` sentinel; None for a malformed sentinel."""
+    if value is None:
+        return None
+    match = _SENTINEL.fullmatch(value)
+    if match is None:
+        return value
+    try:
+        raw = base64.b64decode(match.group(1), validate=True)
+        return raw.decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def duplicated_routing_header(raw_headers: Iterable[tuple[str, str]]) -> str | None:
+    seen: set[str] = set()
+    for name, _ in raw_headers:
+        lower = name.lower()
+        if lower in ROUTING_HEADERS:
+            if lower in seen:
+                return lower
+            seen.add(lower)
+    return None
+
+
+def check_notification(headers: Mapping[str, str]) -> None:
+    """A notification POST is accepted (202) at a served version; the core defines none over HTTP.
+
+    Raises:
+        UnsupportedProtocolVersion: the version header names a revision not served.
+    """
+    requested = headers.get(VERSION_HEADER)
+    if Version.parse(requested) not in FRONT_VERSIONS:
+        raise UnsupportedProtocolVersion(requested, front_supported())
+
+
+def classify(
+    obj: Any, headers: Mapping[str, str], raw_headers: Iterable[tuple[str, str]]
+) -> FrontRequest | jsonrpc.Notification:
+    """Run the validation ladder over one decoded POST body.
+
+    `headers` maps lower-case names to values; `raw_headers` keeps duplicates.
+
+    Raises:
+        InvalidRequest, InvalidParams, HeaderMismatch, UnsupportedProtocolVersion,
+        MethodNotFound: the first rung that fails.
+    """
+    message = jsonrpc.parse_message(obj)
+    if isinstance(message, jsonrpc.Notification):
+        return message
+    if isinstance(message, jsonrpc.Response):
+        raise InvalidRequest("Clients must not POST JSON-RPC responses")
+    if message.method == "initialize":
+        # A handshake-era client: name what is served (spec: modern-only servers SHOULD).
+        raise UnsupportedProtocolVersion(message.params.get("protocolVersion"), front_supported())
+
+    duplicate = duplicated_routing_header(raw_headers)
+    if duplicate is not None:
+        raise HeaderMismatch(f"The {duplicate} header appears more than once")
+
+    meta = message.params.get("_meta")
+    if not isinstance(meta, dict):
+        raise InvalidParams(
+            f"params._meta must be an object carrying {PROTOCOL_VERSION_KEY!r} "
+            f"and {CLIENT_CAPABILITIES_KEY!r}"
+        )
+    missing = [k for k in (PROTOCOL_VERSION_KEY, CLIENT_CAPABILITIES_KEY) if k not in meta]
+    if missing:
+        raise InvalidParams(f"params._meta is missing the required key(s): {', '.join(missing)}")
+
+    _check_mirrored_headers(message, meta, headers)
+
+    requested = meta[PROTOCOL_VERSION_KEY]
+    if not isinstance(requested, str):
+        raise InvalidParams(f"{PROTOCOL_VERSION_KEY} must be a string")
+    version = Version.parse(requested)
+    if version is None or version not in FRONT_VERSIONS:
+        raise UnsupportedProtocolVersion(requested, front_supported())
+
+    if message.method not in FRONT_METHODS:
+        raise MethodNotFound(f"Method not found: {message.method}")
+
+    envelope = _envelope(version, meta)
+    _check_params(message.method, message.params)
+    return FrontRequest(
+        id=message.id, method=message.method, params=message.params, envelope=envelope
+    )
+
+
+def _check_mirrored_headers(
+    message: jsonrpc.Request, meta: dict[str, Any], headers: Mapping[str, str]
+) -> None:
+    version_header = headers.get(VERSION_HEADER)
+    if version_header is None:
+        raise HeaderMismatch("The MCP-Protocol-Version header is required")
+    if version_header != meta[PROTOCOL_VERSION_KEY]:
+        raise HeaderMismatch(
+            "The MCP-Protocol-Version header does not match params._meta's protocol version"
+        )
+    method_header = headers.get(METHOD_HEADER)
+    if method_header is None:
+        raise HeaderMismatch("The Mcp-Method header is required")
+    if method_header != message.method:
+        raise HeaderMismatch("The Mcp-Method header does not match the body's method")
+    field = NAME_FIELD.get(message.method)
+    if field is None:
+        return
+    raw = headers.get(NAME_HEADER)
+    if raw is None:
+        raise HeaderMismatch(f"The Mcp-Name header is required for {message.method}")
+    if not _VISIBLE_ASCII.fullmatch(raw):
+        raise HeaderMismatch("The Mcp-Name header has invalid characters")
+    if decode_header_value(raw) != message.params.get(field):
+        raise HeaderMismatch(f"The Mcp-Name header does not match params.{field}")
+
+
+def _envelope(version: Version, meta: dict[str, Any]) -> Envelope:
+    raw_caps = meta[CLIENT_CAPABILITIES_KEY]
+    caps = ClientCaps.from_wire(raw_caps)
+    info = meta.get(CLIENT_INFO_KEY)
+    if info is not None and not isinstance(info, dict):
+        raise InvalidParams(f"{CLIENT_INFO_KEY} must be an object")
+    level = meta.get(LOG_LEVEL_KEY)
+    if level is not None and level not in LOG_LEVELS:
+        raise InvalidParams(f"{LOG_LEVEL_KEY} must be one of {', '.join(LOG_LEVELS)}")
+    token = meta.get("progressToken")
+    if token is not None and (
+        isinstance(token, bool) or not isinstance(token, str | int)
+    ):
+        raise InvalidParams("progressToken must be a string or an integer")
+    return Envelope(
+        protocol_version=version,
+        capabilities=caps,
+        raw_capabilities=raw_caps,
+        client_info=info,
+        log_level=level,
+        progress_token=token,
+    )
+
+
+def _check_params(method: str, params: dict[str, Any]) -> None:
+    field = NAME_FIELD.get(method)
+    if field is None:
+        return
+    if not isinstance(params.get(field), str) or not params[field]:
+        raise InvalidParams(f"params.{field} must be a non-empty string")
+    if method != "resources/read" and "arguments" in params:
+        arguments = params["arguments"]
+        if arguments is not None and not isinstance(arguments, dict):
+            raise InvalidParams("params.arguments must be an object")
+    if "inputResponses" in params and not isinstance(params["inputResponses"], dict):
+        raise InvalidParams("params.inputResponses must be an object")
+    if "requestState" in params and not isinstance(params["requestState"], str):
+        raise InvalidParams("params.requestState must be a string")

@@ -1,0 +1,119 @@
+"""JSON-RPC 2.0 envelopes: parse one inbound message, build outbound ones.
+
+Pure functions over dicts and bytes. `parse_message` classifies a decoded body
+into a request, notification or response and rejects everything else with the
+precise JSON-RPC error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import InvalidRequest, ParseError
+
+RequestId = str | int
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    id: RequestId
+    method: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    method: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    id: RequestId | None
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+
+
+Message = Request | Notification | Response
+
+
+def decode(body: bytes) -> Any:
+    """Decode a JSON body.
+
+    Raises:
+        ParseError: not UTF-8 JSON (including absurd nesting or number literals).
+    """
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise ParseError() from exc
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def parse_message(obj: Any) -> Message:
+    """Classify one decoded JSON-RPC message.
+
+    Raises:
+        InvalidRequest: a batch, a non-object, a wrong `jsonrpc`, a bad id or method,
+            or params that are not an object.
+    """
+    if isinstance(obj, list):
+        raise InvalidRequest("Batches are not supported: send one JSON-RPC message per POST")
+    if not isinstance(obj, dict):
+        raise InvalidRequest("The body must be a JSON-RPC object")
+    if obj.get("jsonrpc") != "2.0":
+        raise InvalidRequest('"jsonrpc" must be "2.0"')
+    if "method" not in obj:
+        if "id" in obj and ("result" in obj or "error" in obj):
+            result, error = obj.get("result"), obj.get("error")
+            rid = obj["id"]
+            return Response(
+                id=rid if _valid_id(rid) else None,
+                result=result if isinstance(result, dict) else None,
+                error=error if isinstance(error, dict) else None,
+            )
+        raise InvalidRequest("Not a JSON-RPC request, notification or response")
+    method = obj["method"]
+    if not isinstance(method, str) or not method:
+        raise InvalidRequest('"method" must be a non-empty string')
+    params = obj.get("params", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise InvalidRequest('"params" must be an object')
+    if "id" not in obj:
+        return Notification(method=method, params=params)
+    if not _valid_id(obj["id"]):
+        raise InvalidRequest('"id" must be a string or an integer')
+    return Request(id=obj["id"], method=method, params=params)
+
+
+def request(rid: RequestId, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+    if params is not None:
+        msg["params"] = params
+    return msg
+
+
+def notification(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        msg["params"] = params
+    return msg
+
+
+def result(rid: RequestId | None, value: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "result": value}
+
+
+def error(rid: RequestId | None, error_object: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "error": error_object}

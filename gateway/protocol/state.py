@@ -1,0 +1,236 @@
+"""Sealed `requestState`: an AES-256-GCM key ring and the claims it protects.
+
+`requestState` travels through the client, so it is attacker-controlled input.
+The gateway seals a small set of claims (which call, which round, who, for which
+request, for which audience, until when) with authenticated encryption; a
+client can neither read nor forge it. Every verification failure raises
+`InvalidRequestState` whose reason is for the log only: the wire always gets the
+same frozen error.
+
+Token: ``gw1.`` + base64url(kid[4] | nonce[12] | ciphertext+tag), where the
+prefix and kid are bound in as associated data. `keys[0]` seals, every key
+opens (rotation). Keys are stretched with HKDF-SHA256.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from gateway.errors import ConfigError, InvalidRequestState
+
+PREFIX = "gw1."
+MAX_TOKEN_CHARS = 64 * 1024
+MIN_KEY_BYTES = 32
+_KID_BYTES = 4
+_NONCE_BYTES = 12
+_TAG_BYTES = 16
+_HKDF_INFO = b"mrtr-gateway requestState aes-256-gcm v1"
+_KID_INFO = b"mrtr-gateway requestState kid v1"
+KEYGEN_HINT = "generate one with: mrtr-gateway keygen"
+
+
+class StateCodec(Protocol):
+    """Authenticated encryption of opaque bytes into a URL-safe token."""
+
+    def seal(self, payload: bytes) -> str: ...
+
+    def unseal(self, token: str) -> bytes:
+        """Raises: InvalidRequestState for any token this codec did not mint unmodified."""
+        ...
+
+
+def _b64u(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _b64u_decode(text: str) -> bytes:
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64u(raw) != text:  # only the canonical encoding opens
+        raise ValueError("non-canonical base64url")
+    return raw
+
+
+def generate_key() -> str:
+    """A fresh sealing key: 32 random bytes, base64url without padding."""
+    return _b64u(secrets.token_bytes(MIN_KEY_BYTES))
+
+
+def parse_key(text: str, where: str) -> bytes:
+    """Decode one configured key (base64url or hex of at least 32 bytes).
+
+    Raises:
+        ConfigError: naming `where` and how to generate a good key. Never coerces.
+    """
+    text = text.strip()
+    raw: bytes | None = None
+    if len(text) >= 2 * MIN_KEY_BYTES and all(c in "0123456789abcdefABCDEF" for c in text):
+        raw = bytes.fromhex(text) if len(text) % 2 == 0 else None
+    if raw is None:
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        except (binascii.Error, ValueError):
+            raw = None
+    if raw is None:
+        raise ConfigError(f"{where}: not a base64url or hex key; {KEYGEN_HINT}")
+    if len(raw) < MIN_KEY_BYTES:
+        raise ConfigError(
+            f"{where}: a sealing key needs at least {MIN_KEY_BYTES} random bytes, "
+            f"this one has {len(raw)}; {KEYGEN_HINT}"
+        )
+    return raw
+
+
+class AesGcmKeyRing:
+    """The built-in codec: AES-256-GCM under HKDF-derived keys; `keys[0]` seals."""
+
+    def __init__(self, keys: Sequence[bytes]) -> None:
+        if not keys:
+            raise ConfigError(f"at least one sealing key is required; {KEYGEN_HINT}")
+        self._ring: dict[bytes, AESGCM] = {}
+        self.kids: list[str] = []
+        for index, secret in enumerate(keys):
+            if not isinstance(secret, bytes) or len(secret) < MIN_KEY_BYTES:
+                raise ConfigError(
+                    f"sealing key #{index + 1} must be at least {MIN_KEY_BYTES} bytes; {KEYGEN_HINT}"
+                )
+            derived = HKDF(algorithm=SHA256(), length=32, salt=None, info=_HKDF_INFO).derive(secret)
+            kid = hashlib.sha256(_KID_INFO + derived).digest()[:_KID_BYTES]
+            if kid in self._ring:
+                raise ConfigError(f"sealing key #{index + 1} repeats an earlier key")
+            self._ring[kid] = AESGCM(derived)
+            self.kids.append(kid.hex())
+        self._seal_kid = next(iter(self._ring))
+
+    @classmethod
+    def ephemeral(cls) -> AesGcmKeyRing:
+        return cls([os.urandom(MIN_KEY_BYTES)])
+
+    def seal(self, payload: bytes) -> str:
+        nonce = os.urandom(_NONCE_BYTES)
+        aad = PREFIX.encode() + self._seal_kid
+        sealed = self._ring[self._seal_kid].encrypt(nonce, payload, aad)
+        return PREFIX + _b64u(self._seal_kid + nonce + sealed)
+
+    def unseal(self, token: str) -> bytes:
+        if len(token) > MAX_TOKEN_CHARS:
+            raise InvalidRequestState("oversized")
+        if not token.startswith(PREFIX):
+            raise InvalidRequestState("unknown format")
+        try:
+            raw = _b64u_decode(token[len(PREFIX) :])
+        except (binascii.Error, ValueError) as exc:
+            raise InvalidRequestState("malformed encoding") from exc
+        if len(raw) < _KID_BYTES + _NONCE_BYTES + _TAG_BYTES:
+            raise InvalidRequestState("truncated")
+        kid = raw[:_KID_BYTES]
+        nonce = raw[_KID_BYTES : _KID_BYTES + _NONCE_BYTES]
+        aead = self._ring.get(kid)
+        if aead is None:
+            raise InvalidRequestState("unknown key id")
+        try:
+            return aead.decrypt(nonce, raw[_KID_BYTES + _NONCE_BYTES :], PREFIX.encode() + kid)
+        except InvalidTag as exc:
+            raise InvalidRequestState("authentication failed") from exc
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claims:
+    """What a sealed `requestState` asserts."""
+
+    call: str  # the suspended call's id (names its store record)
+    round: int  # the round this state resumes
+    principal: str  # who may present it
+    digest: str  # method + target + arguments it belongs to
+    audience: str  # which gateway deployment and route minted it
+    issued_ms: int
+    expires_ms: int
+    journal: list[dict[str, Any]] = field(default_factory=list)  # replay-mode answers
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()
+
+
+_CLAIM_TYPES: dict[str, type | tuple[type, ...]] = {
+    "call": str,
+    "round": int,
+    "principal": str,
+    "digest": str,
+    "audience": str,
+    "issued_ms": int,
+    "expires_ms": int,
+    "journal": list,
+}
+
+
+def seal_claims(codec: StateCodec, claims: Claims) -> str:
+    return codec.seal(claims.to_bytes())
+
+
+def open_claims(
+    codec: StateCodec,
+    token: str,
+    *,
+    now_ms: int,
+    principal: str,
+    digest: str,
+    audience: str,
+) -> Claims:
+    """Unseal `token` and check every binding, fail-closed.
+
+    Raises:
+        InvalidRequestState: with the reason (log only) of the first failed check.
+    """
+    payload = codec.unseal(token)
+    try:
+        data = json.loads(payload)
+    except ValueError as exc:
+        raise InvalidRequestState("payload not JSON") from exc
+    if not isinstance(data, dict) or set(data) != set(_CLAIM_TYPES):
+        raise InvalidRequestState("payload shape")
+    for name, kind in _CLAIM_TYPES.items():
+        if not isinstance(data[name], kind) or isinstance(data[name], bool):
+            raise InvalidRequestState(f"claim {name} has the wrong type")
+    claims = Claims(**data)
+    if claims.audience != audience:
+        raise InvalidRequestState("audience mismatch")
+    if now_ms >= claims.expires_ms:
+        raise InvalidRequestState("expired")
+    if claims.principal != principal:
+        raise InvalidRequestState("principal mismatch")
+    if claims.digest != digest:
+        raise InvalidRequestState("request mismatch")
+    return claims
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def request_digest(method: str, target: str | None, arguments: Any) -> str:
+    """Digest of what a retry must repeat exactly: method, name or URI, arguments."""
+    material = canonical_json([method, target, arguments if arguments is not None else {}])
+    return hashlib.sha256(material.encode()).hexdigest()[:32]
+
+
+def principal_of(authorization: str | None) -> str:
+    """The caller's identity for binding: a hash of its credentials, or anonymous."""
+    if not authorization:
+        return "anonymous"
+    return "sha256:" + hashlib.sha256(authorization.encode()).hexdigest()[:32]
+
+
+def new_call_id() -> str:
+    return _b64u(secrets.token_bytes(16))

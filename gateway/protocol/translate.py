@@ -1,0 +1,165 @@
+"""Conversions between the 2026-07-28 front and the legacy upstream, both directions.
+
+- a front request becomes the legacy request sent upstream (envelope stripped,
+  the gateway's own progress token stamped);
+- a legacy result becomes a 2026 result (`resultType`, cache hints, serverInfo);
+- a legacy error becomes a 2026 error (retired codes translated);
+- a legacy server request becomes an `inputRequests` entry;
+- the upstream's `initialize` result becomes `server/discover`'s answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    LEGACY_RESOURCE_NOT_FOUND,
+    UpstreamRpcError,
+)
+from gateway.protocol.inbound import SERVER_INFO_KEY, FrontRequest
+from gateway.protocol.versions import front_supported
+
+#: Results that must carry `ttlMs` and `cacheScope` (spec §8).
+CACHEABLE = frozenset(
+    {
+        "server/discover",
+        "tools/list",
+        "prompts/list",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+    }
+)
+
+#: Server requests that become `inputRequests` entries.
+INPUT_METHODS = frozenset({"elicitation/create", "sampling/createMessage", "roots/list"})
+
+_MRTR_PARAMS = ("inputResponses", "requestState")
+
+
+@dataclass(frozen=True, slots=True)
+class CachePolicy:
+    ttl_ms: int = 0
+    scope: str = "private"
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamInfo:
+    """What a legacy server said about itself in `initialize`."""
+
+    protocol_version: str
+    capabilities: dict[str, Any]
+    server_info: dict[str, Any]
+    instructions: str | None
+
+
+def is_reserved_meta_key(key: str) -> bool:
+    """Keys under a prefix whose second label is `modelcontextprotocol` or `mcp`."""
+    prefix, slash, _ = key.partition("/")
+    if not slash:
+        return False
+    labels = prefix.split(".")
+    return len(labels) >= 2 and labels[1] in ("modelcontextprotocol", "mcp")
+
+
+def upstream_params(front: FrontRequest, progress_token: str | None) -> dict[str, Any]:
+    """The params of the legacy request for `front`.
+
+    Drops the 2026 envelope keys and the MRTR members; keeps everything else of
+    `_meta` (trace context, vendor keys); stamps the gateway's progress token so
+    the gateway can re-tokenise progress for whichever round is current.
+    """
+    params = {k: v for k, v in front.params.items() if k not in _MRTR_PARAMS and k != "_meta"}
+    meta = {
+        k: v
+        for k, v in front.params.get("_meta", {}).items()
+        if not is_reserved_meta_key(k) and k != "progressToken"
+    }
+    if progress_token is not None:
+        meta["progressToken"] = progress_token
+    if meta:
+        params["_meta"] = meta
+    return params
+
+
+def decorate_result(
+    method: str,
+    result: dict[str, Any],
+    *,
+    server_info: dict[str, Any] | None,
+    cache: CachePolicy,
+    cacheable: bool = True,
+) -> dict[str, Any]:
+    """A legacy result as a 2026 `complete` result."""
+    out = dict(result)
+    out["resultType"] = "complete"
+    if method in CACHEABLE and cacheable:
+        out.setdefault("ttlMs", cache.ttl_ms)
+        out.setdefault("cacheScope", cache.scope)
+    if method in CACHEABLE and not cacheable:
+        out["ttlMs"] = 0  # an MRTR retry's result MUST NOT be cached
+        out["cacheScope"] = "private"
+    meta = out.get("_meta")
+    meta = dict(meta) if isinstance(meta, dict) else {}
+    if server_info is not None:
+        meta.setdefault(SERVER_INFO_KEY, server_info)
+    if meta:
+        out["_meta"] = meta
+    return out
+
+
+def translate_error(error: dict[str, Any]) -> UpstreamRpcError:
+    """A legacy JSON-RPC error object as the error a 2026 client may receive.
+
+    -32002 (resource not found) is retired: it becomes -32602. Codes in the
+    spec-reserved band -32020..-32099 that 2026 does not define (e.g. -32042)
+    must not be emitted: they become -32603 with the original code in data.
+    """
+    code = error.get("code")
+    message = error.get("message")
+    data = error.get("data")
+    if not isinstance(code, int) or isinstance(code, bool):
+        return UpstreamRpcError(INTERNAL_ERROR, "Upstream sent a malformed error", None)
+    if not isinstance(message, str):
+        message = "Upstream error"
+    if code == LEGACY_RESOURCE_NOT_FOUND:
+        return UpstreamRpcError(INVALID_PARAMS, message, data)
+    if -32099 <= code <= -32020 and code not in (-32020, -32021, -32022):
+        return UpstreamRpcError(INTERNAL_ERROR, message, {"upstreamCode": code, "upstream": data})
+    return UpstreamRpcError(code, message, data)
+
+
+def input_request(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A legacy server request as a 2026 `inputRequests` value (no id, no task, no _meta)."""
+    if method == "roots/list":
+        return {"method": "roots/list"}
+    clean = {k: v for k, v in params.items() if k not in ("_meta", "task")}
+    if method == "elicitation/create" and clean.get("mode") == "url":
+        clean.pop("elicitationId", None)  # 2026 has no such field; the gateway keeps it
+    return {"method": method, "params": clean}
+
+
+def discover_result(info: UpstreamInfo, cache: CachePolicy) -> dict[str, Any]:
+    """`server/discover` for a legacy server, from its `initialize` result."""
+    capabilities = {
+        k: v
+        for k, v in info.capabilities.items()
+        if k in ("logging", "completions", "prompts", "resources", "tools", "experimental")
+    }
+    # Change notifications and resource subscriptions of a legacy server are not bridged
+    # to `subscriptions/listen`; advertise only what is delivered.
+    for name in ("prompts", "resources", "tools"):
+        if isinstance(capabilities.get(name), dict):
+            capabilities[name] = {
+                k: v for k, v in capabilities[name].items() if k not in ("listChanged", "subscribe")
+            }
+    result: dict[str, Any] = {
+        "supportedVersions": front_supported(),
+        "capabilities": capabilities,
+    }
+    if info.instructions:
+        result["instructions"] = info.instructions
+    return decorate_result("server/discover", result, server_info=info.server_info, cache=cache)

@@ -1,0 +1,94 @@
+"""The suspended-call record and the store interface every backend implements.
+
+A record names one parked legacy call: who owns its upstream stream, which
+round it waits in, what it asked, and the bindings a retry must match. It is
+written when a call suspends, claimed atomically when its retry arrives (a
+round resumes at most once), and deleted when the call ends. Plain requests
+never touch the store.
+
+The record is versioned JSON so that replicas of different versions can share a
+store; a reader refuses a version it does not know rather than guessing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Protocol
+
+from gateway.errors import StoreError
+
+RECORD_VERSION = 1
+
+PARKED = "parked"
+RESUMING = "resuming"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SuspendedCall:
+    call_id: str
+    round: int
+    status: str
+    owner: str
+    upstream: str
+    method: str
+    target: str | None
+    principal: str
+    digest: str
+    upstream_request_id: str | int
+    session_id: str | None
+    last_event_id: str | None
+    pending: list[dict[str, Any]]
+    journal: list[dict[str, Any]] = field(default_factory=list)
+    deadline_ms: int
+    created_ms: int
+    version: int = RECORD_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> SuspendedCall:
+        """Raises: StoreError when the record is unreadable or of an unknown version."""
+        try:
+            data = json.loads(text)
+            if data.get("version") != RECORD_VERSION:
+                raise StoreError(f"suspended-call record version {data.get('version')!r} is unknown")
+            return cls(**data)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise StoreError("unreadable suspended-call record") from exc
+
+    def claimed(self) -> SuspendedCall:
+        return replace(self, status=RESUMING)
+
+
+class SuspendedCallStore(Protocol):
+    """Backends: `MemoryStore` (one replica), Redis (a fleet)."""
+
+    async def park(self, record: SuspendedCall) -> None:
+        """Create or replace the record; it lapses at `record.deadline_ms`.
+
+        Raises: StoreError.
+        """
+        ...
+
+    async def get(self, call_id: str) -> SuspendedCall | None:
+        """The live record, or None. Raises: StoreError."""
+        ...
+
+    async def claim(self, call_id: str, round_: int) -> SuspendedCall | None:
+        """Atomically move a record parked at `round_` to resuming and return it.
+
+        Returns None when there is no such record, it waits in another round, or
+        the round was already claimed: each round resumes at most once.
+        Raises: StoreError.
+        """
+        ...
+
+    async def delete(self, call_id: str) -> None:
+        """Raises: StoreError."""
+        ...
+
+    async def ping(self) -> bool: ...
+
+    async def close(self) -> None: ...

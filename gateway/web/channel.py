@@ -1,0 +1,73 @@
+"""One client response: JSON unless something has to be streamed first.
+
+The spec lets a POST be answered with one JSON object or a per-request SSE
+stream. The channel answers JSON when the outcome is ready before anything
+else must be said, and commits to `text/event-stream` the moment a
+notification is relayed or the answer has been held for `keepalive_s`; then it
+sends comment keepalives until the final message, after which nothing follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from gateway.aio import cancel_and_wait, spawn
+from gateway.protocol import jsonrpc, sse
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache, no-transform",
+    "X-Accel-Buffering": "no",
+}
+
+
+class ResponseChannel:
+    def __init__(self, request: web.Request, *, keepalive_s: float) -> None:
+        self.request = request
+        self.keepalive_s = keepalive_s
+        self._stream: web.StreamResponse | None = None
+        self._lock = asyncio.Lock()
+        self._keepalive: asyncio.Task[None] | None = None
+
+    @property
+    def streaming(self) -> bool:
+        return self._stream is not None
+
+    def start_keepalive(self) -> None:
+        self._keepalive = spawn(self._keep_alive(), name="client-keepalive")
+
+    async def _keep_alive(self) -> None:
+        while True:
+            await asyncio.sleep(self.keepalive_s)
+            async with self._lock:
+                stream = await self._commit()
+                await stream.write(sse.KEEPALIVE)
+
+    async def _commit(self) -> web.StreamResponse:
+        if self._stream is None:
+            stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
+            await stream.prepare(self.request)
+            self._stream = stream
+        return self._stream
+
+    async def notify(self, message: dict[str, Any]) -> None:
+        """Relay a notification about this request (commits the response to SSE)."""
+        async with self._lock:
+            stream = await self._commit()
+            await stream.write(sse.encode(jsonrpc.dumps(message).decode()))
+
+    async def finish(self, message: dict[str, Any], status: int = 200) -> web.StreamResponse:
+        """Send the final JSON-RPC message; on a stream nothing may follow it."""
+        await cancel_and_wait(self._keepalive)
+        async with self._lock:
+            if self._stream is None:
+                return web.Response(body=jsonrpc.dumps(message), status=status, content_type="application/json")
+            await self._stream.write(sse.encode(jsonrpc.dumps(message).decode()))
+            await self._stream.write_eof()
+            return self._stream
+
+    async def close(self) -> None:
+        await cancel_and_wait(self._keepalive)

@@ -1,0 +1,135 @@
+"""Thin handlers: parse -> protocol / bridge / pool -> serialize.
+
+One `McpEndpoint` serves one upstream on its own path. Interruptible methods go
+to the bridge; `server/discover` is answered from the upstream's `initialize`;
+`subscriptions/listen` is acknowledged (legacy change notifications are not
+bridged, so nothing is honoured); every other method passes straight through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from gateway.bridge import Bridge
+from gateway.config import GatewayConfig, UpstreamConfig
+from gateway.errors import PayloadTooLarge, RpcError
+from gateway.protocol import inbound, jsonrpc, sse, state, translate
+from gateway.upstream.pool import SessionPool
+from gateway.web.channel import SSE_HEADERS, ResponseChannel
+
+log = structlog.get_logger("gateway.web")
+
+_SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole body, refused with 413 as soon as it passes `limit`.
+
+    Raises:
+        PayloadTooLarge
+    """
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
+    chunks, size = [], 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class McpEndpoint:
+    def __init__(
+        self, config: GatewayConfig, upstream: UpstreamConfig, bridge: Bridge, pools: dict[str, SessionPool]
+    ) -> None:
+        self.config = config
+        self.upstream = upstream
+        self.bridge = bridge
+        self._pools = pools  # filled when the app starts
+
+    @property
+    def pool(self) -> SessionPool:
+        return self._pools[self.upstream.name]
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        inbound.check_http(request.method, request.headers, allowed_origins=self.config.allowed_origins)
+        body = await read_body(request, self.config.limits.max_body_bytes)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        message = inbound.classify(jsonrpc.decode(body), headers, _raw_headers(request))
+        if isinstance(message, jsonrpc.Notification):
+            inbound.check_notification(headers)
+            return web.Response(status=202)
+        structlog.contextvars.bind_contextvars(rpc_method=message.method, upstream=self.upstream.name)
+        if message.method == "subscriptions/listen":
+            return await self._listen(request, message)
+        principal = state.principal_of(request.headers.get("Authorization"))
+        channel = ResponseChannel(request, keepalive_s=self.config.limits.keepalive_s)
+        started = time.monotonic()
+        outcome = "complete"
+        try:
+            if message.method in inbound.INTERRUPTIBLE:
+                channel.start_keepalive()
+                result = await self.bridge.handle(self.upstream, message, principal, channel.notify)
+                outcome = result.get("resultType", "complete")
+            elif message.method == "server/discover":
+                info = await self.pool.upstream_info()
+                result = translate.discover_result(info, self.upstream.cache)
+            else:
+                result = await self._pass_through(message)
+            reply, status = jsonrpc.result(message.id, result), 200
+        except RpcError as exc:
+            outcome = "error"
+            reply, status = jsonrpc.error(message.id, exc.error_object()), exc.status
+            log.info("request_failed", code=exc.error_object()["code"], error=exc.message)
+        finally:
+            await channel.close()
+        log.info(
+            "request_served",
+            status=status,
+            outcome=outcome,
+            principal=principal[:16],
+            duration_ms=round((time.monotonic() - started) * 1000, 1),
+        )
+        return await channel.finish(reply, status)
+
+    async def _pass_through(self, message: inbound.FrontRequest) -> dict[str, Any]:
+        params = translate.upstream_params(message, None)
+        reply = await self.pool.request(message.envelope.capabilities, message.method, params)
+        error = reply.get("error")
+        if isinstance(error, dict):
+            raise translate.translate_error(error)
+        result = reply.get("result")
+        info = self.pool.info
+        return translate.decorate_result(
+            message.method,
+            result if isinstance(result, dict) else {},
+            server_info=info.server_info if info else None,
+            cache=self.upstream.cache,
+        )
+
+    async def _listen(self, request: web.Request, message: inbound.FrontRequest) -> web.StreamResponse:
+        """Acknowledge a subscription that honours nothing, and hold it open until closed."""
+        stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        await stream.prepare(request)
+        ack = jsonrpc.notification(
+            "notifications/subscriptions/acknowledged",
+            {"_meta": {_SUBSCRIPTION_ID_KEY: message.id}, "notifications": {}},
+        )
+        await stream.write(sse.encode(jsonrpc.dumps(ack).decode()))
+        try:
+            while True:
+                await asyncio.sleep(self.config.limits.keepalive_s)
+                await stream.write(sse.KEEPALIVE)
+        except ConnectionResetError:
+            pass
+        return stream
+
+
+def _raw_headers(request: web.Request) -> list[tuple[str, str]]:
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers]

@@ -1,0 +1,56 @@
+"""Middlewares: request ids and the one place errors become HTTP responses.
+
+Order (stated once, in `gateway.app`): request id -> errors -> handler. A
+`GatewayError` becomes its mapped status and body; anything unexpected becomes
+a generic 500 whose details go only to the log, never a traceback on the wire.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import structlog
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from gateway.errors import HttpError, RpcError
+from gateway.protocol import jsonrpc
+
+log = structlog.get_logger("gateway.web")
+
+
+@web.middleware
+async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    incoming = request.headers.get("X-Request-Id", "")
+    request_id = incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else secrets.token_hex(8)
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(request_id=request_id)
+    response: web.StreamResponse = await handler(request)
+    if not response.prepared:
+        response.headers["X-Request-Id"] = request_id
+    return response
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except HttpError as exc:
+        log.info("request_refused", status=exc.http_status, reason=exc.detail, path=request.path)
+        if exc.http_status == 405:
+            return web.Response(status=405, headers=exc.headers)
+        body = jsonrpc.error(None, {"code": -32600, "message": exc.detail})
+        return web.Response(
+            status=exc.http_status, body=jsonrpc.dumps(body), content_type="application/json", headers=exc.headers
+        )
+    except RpcError as exc:
+        body = jsonrpc.error(None, exc.error_object())
+        return web.Response(status=exc.status, body=jsonrpc.dumps(body), content_type="application/json")
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("unhandled_error", path=request.path)
+        body = jsonrpc.error(None, {"code": -32603, "message": "Internal error"})
+        return web.Response(status=500, body=jsonrpc.dumps(body), content_type="application/json")
+

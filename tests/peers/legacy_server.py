@@ -1,0 +1,289 @@
+"""A legacy MCP server built with the official `mcp` 1.x SDK (run in the legacy venv).
+
+Every interactive tool blocks on an inline await, the way thousands of deployed
+servers do: `ctx.elicit(...)`, `ctx.session.create_message(...)` (sent on the
+standalone GET stream by mcp 1.x, no related request id) and
+`ctx.session.list_roots()` (likewise). Each tool body records that it ran under
+its `run_id`, so tests can prove a body ran exactly once; `journal` tells what
+happened to a run (answers seen, cancellation).
+
+    python legacy_server.py --port N [--event-store]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections import defaultdict
+
+import anyio
+import uvicorn
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.streamable_http import EventStore
+from mcp.types import SamplingMessage, TextContent
+from pydantic import BaseModel, Field
+
+RUNS: dict[str, int] = defaultdict(int)
+JOURNAL: dict[str, list[str]] = defaultdict(list)
+
+
+def ran(tool: str, run_id: str) -> None:
+    RUNS[f"{tool}:{run_id}"] += 1
+
+
+class Username(BaseModel):
+    username: str = Field(description="Your user name")
+
+
+class Profile(BaseModel):
+    color: str = Field(description="Favourite color")
+    age: int = Field(description="Age in years")
+
+
+class Confirm(BaseModel):
+    confirm: bool = Field(description="Go ahead?")
+
+
+class Topic(BaseModel):
+    topic: str = Field(description="A topic")
+
+
+class City(BaseModel):
+    city: str = Field(description="A city")
+
+
+def build(event_store: EventStore | None = None) -> FastMCP:
+    mcp = FastMCP("peers-legacy-py", event_store=event_store)
+
+    @mcp.tool(description="Echo the text back (no interaction).")
+    async def echo(text: str) -> str:
+        return text
+
+    @mcp.tool(description="How many times a tool body ran for a run id.")
+    async def runs(tool: str, run_id: str) -> str:
+        return str(RUNS.get(f"{tool}:{run_id}", 0))
+
+    @mcp.tool(description="What happened to a run: the answers its body saw, its cancellation.")
+    async def journal(run_id: str) -> str:
+        return ",".join(JOURNAL.get(run_id, []))
+
+    @mcp.tool(description="Ask the user's name (form elicitation), then greet.")
+    async def greet(ctx: Context, run_id: str = "") -> str:
+        ran("greet", run_id)
+        try:
+            answer = await ctx.elicit("What is your username?", Username)
+        except anyio.get_cancelled_exc_class():
+            JOURNAL[run_id].append("cancelled")
+            raise
+        JOURNAL[run_id].append(answer.action)
+        if answer.action != "accept":
+            return f"No greeting ({answer.action})"
+        return f"Hello, {answer.data.username}!"
+
+    @mcp.tool(description="Two elicitations in sequence (two rounds).")
+    async def register(ctx: Context, run_id: str = "") -> str:
+        ran("register", run_id)
+        first = await ctx.elicit("Choose a username", Username)
+        if first.action != "accept":
+            return f"Registration stopped ({first.action})"
+        second = await ctx.elicit(f"Tell us about {first.data.username}", Profile)
+        if second.action != "accept":
+            return f"Registration stopped ({second.action})"
+        return (
+            f"Registered {first.data.username} (age {second.data.age}) "
+            f"with favourite color {second.data.color}"
+        )
+
+    @mcp.tool(description="Elicit a confirmation; reports accept / decline / cancel.")
+    async def confirm_action(action: str, ctx: Context, run_id: str = "") -> str:
+        ran("confirm_action", run_id)
+        answer = await ctx.elicit(f"Really {action}?", Confirm)
+        if answer.action == "accept":
+            return f"{action}: {'confirmed' if answer.data.confirm else 'not confirmed'}"
+        return f"{action}: {answer.action}"
+
+    @mcp.tool(description="Side effect runs once, after the answer is in.")
+    async def increment_counter(ctx: Context, run_id: str = "") -> str:
+        ran("increment_counter", run_id)
+        answer = await ctx.elicit("Increment the counter?", Confirm)
+        if answer.action == "accept" and answer.data.confirm:
+            RUNS[f"counter:{run_id}"] += 1
+        return f"counter={RUNS[f'counter:{run_id}']}"
+
+    @mcp.tool(description="Sampling (request sent on the standalone GET stream by mcp 1.x).")
+    async def summarize(text: str, ctx: Context, run_id: str = "") -> str:
+        ran("summarize", run_id)
+        result = await ctx.session.create_message(
+            messages=[SamplingMessage(role="user", content=TextContent(type="text", text=f"Summarize: {text}"))],
+            max_tokens=50,
+        )
+        content = result.content
+        return f"Summary: {content.text if isinstance(content, TextContent) else content}"
+
+    @mcp.tool(description="Roots (request sent on the standalone GET stream by mcp 1.x).")
+    async def list_roots(ctx: Context, run_id: str = "") -> str:
+        ran("list_roots", run_id)
+        result = await ctx.session.list_roots()
+        return "Roots: " + ", ".join(f"{r.name}={r.uri}" for r in result.roots)
+
+    @mcp.tool(description="Elicit a topic, then sample a haiku about it (two rounds).")
+    async def elicit_then_sample(ctx: Context, run_id: str = "") -> str:
+        ran("elicit_then_sample", run_id)
+        topic = await ctx.elicit("Pick a topic", Topic)
+        if topic.action != "accept":
+            return f"No haiku ({topic.action})"
+        result = await ctx.session.create_message(
+            messages=[
+                SamplingMessage(role="user", content=TextContent(type="text", text=f"Haiku about {topic.data.topic}"))
+            ],
+            max_tokens=60,
+        )
+        content = result.content
+        return f"Haiku: {content.text if isinstance(content, TextContent) else content}"
+
+    @mcp.tool(description="Three questions at once (elicitation, sampling, roots): one round.")
+    async def concurrent(ctx: Context, run_id: str = "") -> str:
+        ran("concurrent", run_id)
+        answers: dict[str, str] = {}
+
+        async def ask_city() -> None:
+            answer = await ctx.elicit("Which city?", City)
+            answers["city"] = answer.data.city if answer.action == "accept" else answer.action
+
+        async def ask_model() -> None:
+            result = await ctx.session.create_message(
+                messages=[SamplingMessage(role="user", content=TextContent(type="text", text="Say hi"))],
+                max_tokens=10,
+            )
+            answers["model"] = result.content.text if isinstance(result.content, TextContent) else "?"
+
+        async def ask_roots() -> None:
+            result = await ctx.session.list_roots()
+            answers["roots"] = str(len(result.roots))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask_city)
+            tg.start_soon(ask_model)
+            tg.start_soon(ask_roots)
+        return f"city={answers['city']} model={answers['model']} roots={answers['roots']}"
+
+    @mcp.tool(description="Two form elicitations at once: one round, two keys.")
+    async def two_at_once(ctx: Context, run_id: str = "") -> str:
+        ran("two_at_once", run_id)
+        results: dict[str, str] = {}
+
+        async def ask(name: str, schema: type[BaseModel]) -> None:
+            answer = await ctx.elicit(f"Question {name}", schema)
+            results[name] = str(answer.data.model_dump() if answer.action == "accept" else answer.action)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask, "a", Username)
+            tg.start_soon(ask, "b", City)
+        return f"a={results['a']} b={results['b']}"
+
+    @mcp.tool(description="Progress notifications, then an elicitation, then more progress.")
+    async def progress_then_ask(ctx: Context, steps: int = 2, run_id: str = "") -> str:
+        ran("progress_then_ask", run_id)
+        for i in range(steps):
+            await ctx.report_progress(i + 1, steps * 2, f"before {i + 1}")
+        answer = await ctx.elicit("Continue?", Confirm)
+        for i in range(steps):
+            await ctx.report_progress(steps + i + 1, steps * 2, f"after {i + 1}")
+        return f"done ({answer.action})"
+
+    @mcp.tool(description="Sends `steps` progress notifications (no interaction).")
+    async def slow_progress(ctx: Context, steps: int = 3) -> str:
+        for i in range(steps):
+            await ctx.report_progress(i + 1, steps, f"step {i + 1}/{steps}")
+            await asyncio.sleep(0.01)
+        return f"done after {steps} steps"
+
+    @mcp.tool(description="Logs at several levels, then elicits.")
+    async def chatty(ctx: Context, run_id: str = "") -> str:
+        ran("chatty", run_id)
+        await ctx.debug("debug line")
+        await ctx.warning("warning line")
+        answer = await ctx.elicit("Ok?", Confirm)
+        return f"chatty {answer.action}"
+
+    @mcp.tool(description="URL-mode elicitation (2025-11-25).")
+    async def connect_account(ctx: Context, run_id: str = "") -> str:
+        ran("connect_account", run_id)
+        answer = await ctx.elicit_url("Connect your account", "https://example.com/connect?x=1", f"elic-{run_id}")
+        return f"connect: {answer.action}"
+
+    @mcp.tool(description="Holds until cancelled; records the cancellation (for abandonment tests).")
+    async def hold(ctx: Context, run_id: str = "") -> str:
+        ran("hold", run_id)
+        try:
+            answer = await ctx.elicit("Hold on?", Confirm)
+            JOURNAL[run_id].append(f"answer:{answer.action}")
+            await anyio.sleep(3600)
+        except anyio.get_cancelled_exc_class():
+            JOURNAL[run_id].append("cancelled")
+            raise
+        return "held"
+
+    @mcp.resource("profile://{user}", description="A profile whose reading asks for a field.")
+    async def profile(user: str, ctx: Context) -> str:
+        ran("profile", user)
+        answer = await ctx.elicit(f"Favourite colour of {user}?", Profile)
+        if answer.action != "accept":
+            return f"{user}: unknown"
+        return f"{user}: {answer.data.color}, {answer.data.age}"
+
+    @mcp.resource("static://hello", description="Plain text.")
+    def hello() -> str:
+        return "hello resource"
+
+    @mcp.prompt(description="An interview prompt that asks for a topic first.")
+    async def interview(ctx: Context, guest: str = "someone") -> str:
+        ran("interview", guest)
+        topic = await ctx.elicit(f"Topic for {guest}?", Topic)
+        chosen = topic.data.topic if topic.action == "accept" else "anything"
+        return f"Interview {guest} about {chosen}."
+
+    @mcp.prompt(description="A plain prompt.")
+    def plain(word: str = "x") -> str:
+        return f"Say {word}."
+
+    return mcp
+
+
+class MemoryEventStore(EventStore):
+    """Event ids on every SSE event, so a broken stream can be resumed (GET + Last-Event-ID)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, object]] = []
+
+    async def store_event(self, stream_id, message):  # type: ignore[no-untyped-def]
+        event_id = f"{stream_id}:{len(self.events)}"
+        self.events.append((event_id, stream_id, message))
+        return event_id
+
+    async def replay_events_after(self, last_event_id, send_callback):  # type: ignore[no-untyped-def]
+        index = next((i for i, e in enumerate(self.events) if e[0] == last_event_id), None)
+        if index is None:
+            return None
+        stream_id = self.events[index][1]
+        for event_id, sid, message in self.events[index + 1 :]:
+            if sid == stream_id and message is not None:
+                from mcp.server.streamable_http import EventMessage
+
+                await send_callback(EventMessage(message, event_id))
+        return stream_id
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--event-store", action="store_true")
+    args = parser.parse_args()
+    mcp = build(MemoryEventStore() if args.event_store else None)
+    app = mcp.streamable_http_app()
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
