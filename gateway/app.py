@@ -93,7 +93,7 @@ def build_app(config: GatewayConfig) -> web.Application:
 
     app.cleanup_ctx.append(resources)
     for upstream in config.upstreams:
-        app.router.add_route("*", upstream.path, McpEndpoint(config, upstream, bridge, pools))
+        app.router.add_route("*", upstream.path, McpEndpoint(config, upstream, bridge, pools).handle)
     app.router.add_get("/healthz", _healthz)
     return app
 

@@ -78,6 +78,7 @@ class LiveCall:
     target: str | None
     started: float = field(default_factory=time.monotonic)
     expiry: asyncio.Task[None] | None = None
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def id(self) -> str:
@@ -387,6 +388,7 @@ class Bridge:
 
     async def _cleanup(self, call: LiveCall, *, reuse: bool) -> None:
         self.calls.pop(call.id, None)
+        call.ended.set()
         await cancel_and_wait(call.pump)
         call.pool.release(call.session, reuse=reuse and call.inbox.empty())
         if call.machine.round:

@@ -90,6 +90,8 @@ def parse_key(text: str, where: str) -> bytes:
             f"{where}: a sealing key needs at least {MIN_KEY_BYTES} random bytes, "
             f"this one has {len(raw)}; {KEYGEN_HINT}"
         )
+    if len(set(raw)) < 8:
+        raise ConfigError(f"{where}: this key is a placeholder, not random bytes; {KEYGEN_HINT}")
     return raw
 
 

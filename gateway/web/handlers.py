@@ -57,7 +57,7 @@ class McpEndpoint:
     def pool(self) -> SessionPool:
         return self._pools[self.upstream.name]
 
-    async def __call__(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         inbound.check_http(request.method, request.headers, allowed_origins=self.config.allowed_origins)
         body = await read_body(request, self.config.limits.max_body_bytes)
         headers = {k.lower(): v for k, v in request.headers.items()}

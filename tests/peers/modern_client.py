@@ -156,6 +156,15 @@ async def serve() -> None:
             reply = await run(command)
         except MCPError as exc:
             reply = {"error": {"code": exc.code, "message": exc.message, "data": exc.data}}
+        except BaseExceptionGroup as group:
+            found = group.subgroup(lambda e: isinstance(e, MCPError))
+            if found is None:
+                reply = {"crash": f"{type(group).__name__}: {group}", "trace": traceback.format_exc()}
+            else:
+                exc = found.exceptions[0]
+                while isinstance(exc, BaseExceptionGroup):
+                    exc = exc.exceptions[0]
+                reply = {"error": {"code": exc.code, "message": exc.message, "data": exc.data}}
         except Exception as exc:  # report, keep serving
             reply = {"crash": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
         sys.stdout.write(json.dumps(reply) + "\n")
