@@ -23,6 +23,10 @@ RECORD_VERSION = 1
 PARKED = "parked"
 RESUMING = "resuming"
 
+#: How long a store keeps a record past its deadline, so the owner can still claim
+#: it to abandon the call; retries after the deadline are refused by the sealed expiry.
+GRACE_MS = 60_000
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SuspendedCall:
@@ -66,7 +70,7 @@ class SuspendedCallStore(Protocol):
     """Backends: `MemoryStore` (one replica), Redis (a fleet)."""
 
     async def park(self, record: SuspendedCall) -> None:
-        """Create or replace the record; it lapses at `record.deadline_ms`.
+        """Create or replace the record; it lapses `GRACE_MS` after `record.deadline_ms`.
 
         Raises: StoreError.
         """

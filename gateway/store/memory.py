@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from gateway.store.base import PARKED, SuspendedCall
+from gateway.store.base import GRACE_MS, PARKED, SuspendedCall
 
 
 def _now_ms() -> int:
@@ -21,7 +21,7 @@ class MemoryStore:
 
     def _live(self, call_id: str) -> SuspendedCall | None:
         record = self._records.get(call_id)
-        if record is not None and record.deadline_ms <= _now_ms():
+        if record is not None and record.deadline_ms + GRACE_MS <= _now_ms():
             del self._records[call_id]
             return None
         return record
