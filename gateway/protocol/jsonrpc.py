@@ -59,6 +59,14 @@ def _valid_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
+def id_of(obj: Any) -> RequestId | None:
+    """The id of a decoded request if it has a valid one (for error replies), else None."""
+    if isinstance(obj, dict) and _valid_id(obj.get("id")):
+        rid: RequestId = obj["id"]
+        return rid
+    return None
+
+
 def parse_message(obj: Any) -> Message:
     """Classify one decoded JSON-RPC message.
 

@@ -61,7 +61,13 @@ class McpEndpoint:
         inbound.check_http(request.method, request.headers, allowed_origins=self.config.allowed_origins)
         body = await read_body(request, self.config.limits.max_body_bytes)
         headers = {k.lower(): v for k, v in request.headers.items()}
-        message = inbound.classify(jsonrpc.decode(body), headers, _raw_headers(request))
+        decoded = jsonrpc.decode(body)
+        try:
+            message = inbound.classify(decoded, headers, _raw_headers(request))
+        except RpcError as exc:
+            log.info("request_rejected", code=exc.error_object()["code"], error=exc.message)
+            reply = jsonrpc.error(jsonrpc.id_of(decoded), exc.error_object())
+            return web.Response(body=jsonrpc.dumps(reply), status=exc.status, content_type="application/json")
         if isinstance(message, jsonrpc.Notification):
             inbound.check_notification(headers)
             return web.Response(status=202)
