@@ -1,0 +1,99 @@
+"""Conversions between the 2026 front and the legacy upstream."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.protocol import translate
+from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.inbound import Envelope, FrontRequest
+from gateway.protocol.versions import Version
+
+
+def front(params: dict) -> FrontRequest:
+    envelope = Envelope(Version.V2026_07_28, ClientCaps(), {}, None, None, None)
+    return FrontRequest(id=1, method="tools/call", params=params, envelope=envelope)
+
+
+def test_the_upstream_request_drops_the_envelope_and_mrtr_members_and_keeps_trace_context() -> None:
+    params = {
+        "name": "t",
+        "arguments": {"a": 1},
+        "inputResponses": {"k": {}},
+        "requestState": "s",
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "dev.mcp/x": 1,
+            "progressToken": "client",
+            "traceparent": "00-abc-def-01",
+            "com.example/tenant": "t1",
+        },
+    }
+    assert translate.upstream_params(front(params), "gw-1") == {
+        "name": "t",
+        "arguments": {"a": 1},
+        "_meta": {"traceparent": "00-abc-def-01", "com.example/tenant": "t1", "progressToken": "gw-1"},
+    }
+    assert translate.upstream_params(front({"name": "t"}), None) == {"name": "t"}
+
+
+@pytest.mark.parametrize(
+    ("legacy", "code", "data"),
+    [
+        ({"code": -32002, "message": "nope", "data": {"uri": "x"}}, -32602, {"uri": "x"}),
+        ({"code": -32042, "message": "url needed"}, -32603, {"upstreamCode": -32042, "upstream": None}),
+        ({"code": -32021, "message": "needs"}, -32021, None),
+        ({"code": -32601, "message": "no"}, -32601, None),
+        ({"code": 7, "message": "app"}, 7, None),
+        ({"code": "x"}, -32603, None),
+    ],
+)
+def test_legacy_error_codes_are_translated(legacy: dict, code: int, data) -> None:
+    error = translate.translate_error(legacy).error_object()
+    assert error["code"] == code
+    assert error.get("data") == data
+
+
+def test_results_gain_result_type_cache_hints_and_server_info() -> None:
+    info = {"name": "legacy", "version": "1"}
+    cache = translate.CachePolicy(ttl_ms=5000, scope="public")
+    listed = translate.decorate_result("tools/list", {"tools": []}, server_info=info, cache=cache)
+    assert listed == {
+        "tools": [],
+        "resultType": "complete",
+        "ttlMs": 5000,
+        "cacheScope": "public",
+        "_meta": {"io.modelcontextprotocol/serverInfo": info},
+    }
+    called = translate.decorate_result("tools/call", {"content": []}, server_info=None, cache=cache)
+    assert called == {"content": [], "resultType": "complete"}
+    retried = translate.decorate_result("resources/read", {"contents": []}, server_info=None, cache=cache, cacheable=False)
+    assert (retried["ttlMs"], retried["cacheScope"]) == (0, "private")
+
+
+def test_server_requests_become_input_requests() -> None:
+    url = {"mode": "url", "url": "https://x", "message": "m", "elicitationId": "e1", "_meta": {"a": 1}}
+    assert translate.input_request("elicitation/create", url) == {
+        "method": "elicitation/create",
+        "params": {"mode": "url", "url": "https://x", "message": "m"},
+    }
+    sampling = {"messages": [], "maxTokens": 5, "task": {"ttl": 1}, "_meta": {"progressToken": 1}}
+    assert translate.input_request("sampling/createMessage", sampling) == {
+        "method": "sampling/createMessage",
+        "params": {"messages": [], "maxTokens": 5},
+    }
+    assert translate.input_request("roots/list", {"_meta": {}}) == {"method": "roots/list"}
+
+
+def test_discover_advertises_only_what_is_bridged() -> None:
+    info = translate.UpstreamInfo(
+        protocol_version="2025-11-25",
+        capabilities={"tools": {"listChanged": True}, "resources": {"subscribe": True}, "tasks": {}, "logging": {}},
+        server_info={"name": "s", "version": "1"},
+        instructions="be nice",
+    )
+    result = translate.discover_result(info, translate.CachePolicy())
+    assert result["capabilities"] == {"tools": {}, "resources": {}, "logging": {}}
+    assert result["supportedVersions"] == ["2026-07-28"]
+    assert result["instructions"] == "be nice"
+    assert result["resultType"] == "complete" and result["ttlMs"] == 0

@@ -1,0 +1,65 @@
+"""The command line as a user runs it: keygen, check-config, and the quick-start serve."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+from gateway.protocol.state import parse_key
+from tests.conftest import drive
+from tests.peers.tooling import free_port, wait_for_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_keygen_prints_a_usable_key(capsys) -> None:
+    assert main(["keygen"]) == 0
+    assert len(parse_key(capsys.readouterr().out.strip(), "printed key")) == 32
+
+
+def test_check_config_accepts_the_example_and_names_errors(tmp_path: Path, capsys) -> None:
+    assert main(["check-config", str(ROOT / "config" / "example.yaml")]) == 0
+    assert "OK; upstreams: example (/mcp -> http://127.0.0.1:9000/mcp)" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("upstreams: [{name: x, url: 'ftp://nope'}]\n")
+    assert main(["check-config", str(bad)]) == 2
+    assert "upstreams[0].url" in capsys.readouterr().err
+
+
+def test_serve_needs_exactly_one_source(capsys) -> None:
+    assert main(["serve"]) == 2
+    assert "exactly one of --config FILE or --upstream URL" in capsys.readouterr().err
+
+
+@pytest.mark.peers
+async def test_quick_start_serve_bridges_a_legacy_server_and_stops_on_sigterm(legacy, modern) -> None:
+    port = free_port()
+    env = {**os.environ, "MRTR_GATEWAY_LOG_FORMAT": "json"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--upstream", legacy.url, "--port", str(port)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        await asyncio.to_thread(wait_for_port, port, proc)
+        reply = await drive(
+            modern,
+            {"op": "call_tool", "url": f"http://127.0.0.1:{port}/mcp", "name": "greet", "arguments": {}},
+        )
+        assert reply["rounds"] == [["elicit.username"]]
+        assert reply["result"]["content"][0]["text"] == "Hello, alice!"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.to_thread(proc.communicate, timeout=15)
+    assert proc.returncode == 0
+    assert '"event": "sealing_key_ephemeral"' in err
+    assert '"event": "call_completed"' in err
+    assert "requestState\":" not in err and "gw1." not in err  # never logged
