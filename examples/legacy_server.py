@@ -22,7 +22,9 @@ tickets = itertools.count(4711)
 
 
 class Priority(BaseModel):
-    priority: str = Field(description="low, normal or high", json_schema_extra={"enum": ["low", "normal", "high"]})
+    priority: str = Field(
+        description="low, normal or high", json_schema_extra={"enum": ["low", "normal", "high"]}
+    )
 
 
 class Confirm(BaseModel):
@@ -47,7 +49,11 @@ async def delete_ticket(number: int, ctx: Context) -> str:
 @mcp.tool(description="Summarise text with the client's model (sampling).")
 async def summarize(text: str, ctx: Context) -> str:
     result = await ctx.session.create_message(
-        messages=[SamplingMessage(role="user", content=TextContent(type="text", text=f"Summarise: {text}"))],
+        messages=[
+            SamplingMessage(
+                role="user", content=TextContent(type="text", text=f"Summarise: {text}")
+            )
+        ],
         max_tokens=100,
     )
     return result.content.text if isinstance(result.content, TextContent) else str(result.content)

@@ -39,7 +39,8 @@ def make_codec(config: GatewayConfig) -> StateCodec:
             "sealing_key_ephemeral",
             detail="no sealing key configured: a random key was generated for this process. "
             "requestState minted here is refused by any other replica and after a restart. "
-            "Set sealing.keys_file or MRTR_GATEWAY_SEALING_KEYS (generate with: mrtr-gateway keygen).",
+            "Set sealing.keys_file or MRTR_GATEWAY_SEALING_KEYS "
+            "(generate with: mrtr-gateway keygen).",
         )
         return AesGcmKeyRing.ephemeral()
     return AesGcmKeyRing(list(config.sealing.keys))
@@ -48,7 +49,9 @@ def make_codec(config: GatewayConfig) -> StateCodec:
 def make_store(config: GatewayConfig) -> SuspendedCallStore:
     if config.store.url.startswith("memory://"):
         return MemoryStore()
-    raise ConfigError(f"store.url: {config.store.url!r} is not supported by this build; use memory://")
+    raise ConfigError(
+        f"store.url: {config.store.url!r} is not supported by this build; use memory://"
+    )
 
 
 def build_app(config: GatewayConfig) -> web.Application:
@@ -93,7 +96,9 @@ def build_app(config: GatewayConfig) -> web.Application:
 
     app.cleanup_ctx.append(resources)
     for upstream in config.upstreams:
-        app.router.add_route("*", upstream.path, McpEndpoint(config, upstream, bridge, pools).handle)
+        app.router.add_route(
+            "*", upstream.path, McpEndpoint(config, upstream, bridge, pools).handle
+        )
     app.router.add_get("/healthz", _healthz)
     return app
 

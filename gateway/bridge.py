@@ -38,9 +38,9 @@ from gateway.errors import (
 )
 from gateway.protocol import jsonrpc, state, translate
 from gateway.protocol.call import (
+    FINAL_PHASES,
     Answer,
     Asked,
-    FINAL_PHASES,
     CallMachine,
     Finished,
     Phase,
@@ -133,7 +133,12 @@ class Bridge:
         return await self._resume(upstream, front, principal, digest, token, notify)
 
     async def _start(
-        self, upstream: UpstreamConfig, front: FrontRequest, principal: str, digest: str, notify: Notify
+        self,
+        upstream: UpstreamConfig,
+        front: FrontRequest,
+        principal: str,
+        digest: str,
+        notify: Notify,
     ) -> dict[str, Any]:
         pool = self.pools[upstream.name]
         session = await pool.acquire(front.envelope.capabilities)
@@ -149,7 +154,9 @@ class Bridge:
         inbox: Inbox = asyncio.Queue()
         session.attach(inbox)
         message = jsonrpc.request(
-            machine.upstream_id, front.method, translate.upstream_params(front, machine.progress_token)
+            machine.upstream_id,
+            front.method,
+            translate.upstream_params(front, machine.progress_token),
         )
         pump = spawn(session.pump(message, inbox), name=f"call-pump-{call_id}")
         call = LiveCall(
@@ -207,7 +214,11 @@ class Bridge:
             raise CallLost()
         self._fire(call, Trigger.RESUME)
         await cancel_and_wait(call.expiry)
-        log.info("call_resumed", round=claims.round, answered=sorted(set(responses) & set(machine.pending)))
+        log.info(
+            "call_resumed",
+            round=claims.round,
+            answered=sorted(set(responses) & set(machine.pending)),
+        )
         for answer in machine.deliver(responses):
             await self._send(call, answer)
         return await self._drive(call, front, notify)
@@ -222,7 +233,10 @@ class Bridge:
         except asyncio.CancelledError:
             # The client went away mid-round: cancellation on the 2026 wire.
             if call.machine.phase is Phase.RUNNING:
-                spawn(self._end(call, Trigger.CANCEL, "client disconnected"), name=f"call-cancel-{call.id}")
+                spawn(
+                    self._end(call, Trigger.CANCEL, "client disconnected"),
+                    name=f"call-cancel-{call.id}",
+                )
             raise
         except TimeoutError:
             await self._end(call, Trigger.FAIL, "hold timeout")
@@ -344,7 +358,9 @@ class Bridge:
                 expires_ms=deadline,
             ),
         )
-        call.expiry = spawn(self._expire_at(call, machine.round, deadline), name=f"call-expiry-{call.id}")
+        call.expiry = spawn(
+            self._expire_at(call, machine.round, deadline), name=f"call-expiry-{call.id}"
+        )
         log.info("call_suspended", round=machine.round, asked=sorted(machine.pending))
         return {
             "resultType": "input_required",

@@ -1,9 +1,9 @@
 """Command line: `serve`, `check-config`, `keygen`.
 
-    mrtr-gateway serve --config FILE
-    mrtr-gateway serve --upstream URL [--host H] [--port N] [--path /mcp]
-    mrtr-gateway check-config FILE
-    mrtr-gateway keygen
+mrtr-gateway serve --config FILE
+mrtr-gateway serve --upstream URL [--host H] [--port N] [--path /mcp]
+mrtr-gateway check-config FILE
+mrtr-gateway keygen
 """
 
 from __future__ import annotations
@@ -25,16 +25,21 @@ from gateway.protocol.state import generate_key
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mrtr-gateway",
-        description="Serve legacy MCP servers to MCP 2026-07-28 clients (Multi Round-Trip Requests).",
+        description="Serve legacy MCP servers to MCP 2026-07-28 clients "
+        "(Multi Round-Trip Requests).",
     )
     parser.add_argument("--version", action="version", version=f"mrtr-gateway {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gateway")
     serve.add_argument("--config", help="YAML configuration file")
-    serve.add_argument("--upstream", help="quick start: URL of one legacy MCP endpoint (no config file)")
+    serve.add_argument(
+        "--upstream", help="quick start: URL of one legacy MCP endpoint (no config file)"
+    )
     serve.add_argument("--host", help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default 8080)")
-    serve.add_argument("--path", default="/mcp", help="quick start: the gateway's MCP path (default /mcp)")
+    serve.add_argument(
+        "--path", default="/mcp", help="quick start: the gateway's MCP path (default /mcp)"
+    )
     serve.add_argument("--store", help="suspended-call store URL (default memory://)")
     serve.add_argument("--keys-file", help="file of sealing keys, one per line (first seals)")
     check = commands.add_parser("check-config", help="validate a YAML configuration file")
@@ -49,13 +54,19 @@ def _serve_config(args: argparse.Namespace) -> GatewayConfig:
     if args.config:
         config = load_config(args.config)
         overrides: dict[str, object] = {}
-        listen = {"host": args.host or config.listen.host, "port": args.port if args.port is not None else config.listen.port}
+        listen = {
+            "host": args.host or config.listen.host,
+            "port": args.port if args.port is not None else config.listen.port,
+        }
         overrides["listen"] = type(config.listen)(**listen)  # type: ignore[arg-type]
         from dataclasses import replace
 
         return replace(config, **overrides)  # type: ignore[arg-type]
     data: dict[str, object] = {
-        "listen": {"host": args.host or "127.0.0.1", "port": args.port if args.port is not None else 8080},
+        "listen": {
+            "host": args.host or "127.0.0.1",
+            "port": args.port if args.port is not None else 8080,
+        },
         "upstreams": [{"name": "default", "url": args.upstream, "path": args.path}],
     }
     if args.store:
@@ -75,7 +86,8 @@ async def _run(config: GatewayConfig) -> None:
     await site.start()
     for upstream in config.upstreams:
         print(
-            f"mrtr-gateway: http://{config.listen.host}:{config.listen.port}{upstream.path} -> {upstream.url}",
+            f"mrtr-gateway: http://{config.listen.host}:{config.listen.port}{upstream.path}"
+            f" -> {upstream.url}",
             file=sys.stderr,
             flush=True,
         )
@@ -100,7 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             names = ", ".join(f"{u.name} ({u.path} -> {u.url})" for u in config.upstreams)
             print(f"{args.file}: OK; upstreams: {names}")
             if config.sealing.ephemeral:
-                print("warning: no sealing key configured; an ephemeral key will be used (one replica only)")
+                print(
+                    "warning: no sealing key configured; "
+                    "an ephemeral key will be used (one replica only)"
+                )
             return 0
         config = _serve_config(args)
     except ConfigError as exc:

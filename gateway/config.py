@@ -100,7 +100,11 @@ class UpstreamConfig:
     resources: Mapping[str, TargetConfig] = field(default_factory=dict)
 
     def rules_for(self, method: str, target: str | None) -> tuple[KeyRule, ...]:
-        table = {"tools/call": self.tools, "prompts/get": self.prompts, "resources/read": self.resources}
+        table = {
+            "tools/call": self.tools,
+            "prompts/get": self.prompts,
+            "resources/read": self.resources,
+        }
         specific = table.get(method, {}).get(target or "")
         return (specific.inputs if specific else ()) + self.inputs
 
@@ -124,7 +128,9 @@ class _Section:
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise ConfigError(f"{path or 'the file'}: expected a mapping, got {type(data).__name__}")
+            raise ConfigError(
+                f"{path or 'the file'}: expected a mapping, got {type(data).__name__}"
+            )
         self.data: dict[str, Any] = data
         self.path = path
         self._seen: set[str] = set()
@@ -159,7 +165,8 @@ class _Section:
         unknown = sorted(set(self.data) - self._seen)
         if unknown:
             raise ConfigError(
-                f"{self.at(unknown[0])}: unknown key; check the spelling against the config reference"
+                f"{self.at(unknown[0])}: unknown key; "
+                "check the spelling against the config reference"
             )
 
 
@@ -187,7 +194,8 @@ def _key_rules(items: Any, path: str) -> tuple[KeyRule, ...]:
         method = rule.get("method", str, "") or None
         if method not in (None, "elicitation/create", "sampling/createMessage", "roots/list"):
             raise ConfigError(
-                f"{rule.at('method')}: must be elicitation/create, sampling/createMessage or roots/list"
+                f"{rule.at('method')}: must be elicitation/create, "
+                "sampling/createMessage or roots/list"
             )
         fields_ = rule.get("fields", list, [])
         if not all(isinstance(f, str) for f in fields_):
@@ -196,7 +204,9 @@ def _key_rules(items: Any, path: str) -> tuple[KeyRule, ...]:
         try:
             compiled = re.compile(pattern) if pattern else None
         except re.error as exc:
-            raise ConfigError(f"{rule.at('message')}: not a valid regular expression: {exc}") from exc
+            raise ConfigError(
+                f"{rule.at('message')}: not a valid regular expression: {exc}"
+            ) from exc
         rule.done()
         rules.append(
             KeyRule(key=key, method=method, fields=frozenset(fields_) or None, message=compiled)
@@ -220,10 +230,14 @@ def _upstream(data: Any, path: str, env: Mapping[str, str]) -> UpstreamConfig:
     sec = _Section(data, path)
     name = sec.get("name", str, "")
     if not _NAME.match(name):
-        raise ConfigError(f"{sec.at('name')}: a name of letters, digits, '.', '_' or '-' is required")
+        raise ConfigError(
+            f"{sec.at('name')}: a name of letters, digits, '.', '_' or '-' is required"
+        )
     url = sec.get("url", str, "")
     if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"{sec.at('url')}: an http:// or https:// URL of the legacy MCP endpoint is required")
+        raise ConfigError(
+            f"{sec.at('url')}: an http:// or https:// URL of the legacy MCP endpoint is required"
+        )
     route = sec.get("path", str, "/mcp")
     if not route.startswith("/"):
         raise ConfigError(f"{sec.at('path')}: must start with '/', e.g. /mcp")
@@ -277,11 +291,17 @@ def _sealing(sec: _Section, env: Mapping[str, str], base: Path) -> SealingConfig
         )
     keys: list[bytes] = []
     if env.get(ENV_KEYS):
-        keys = [parse_key(k, f"{ENV_KEYS} key #{i + 1}") for i, k in enumerate(env[ENV_KEYS].split(",")) if k.strip()]
+        keys = [
+            parse_key(k, f"{ENV_KEYS} key #{i + 1}")
+            for i, k in enumerate(env[ENV_KEYS].split(","))
+            if k.strip()
+        ]
     else:
         keys_file = env.get(ENV_KEYS_FILE) or sec.get("keys_file", str, "")
         if keys_file:
-            keys = load_keys_file(base / keys_file if not os.path.isabs(keys_file) else Path(keys_file))
+            keys = load_keys_file(
+                base / keys_file if not os.path.isabs(keys_file) else Path(keys_file)
+            )
     sec.get("keys_file", str, "")
     audience = sec.get("audience", str, "mrtr-gateway")
     sec.done()
@@ -299,13 +319,19 @@ def load_keys_file(path: Path) -> list[bytes]:
     except OSError as exc:
         raise ConfigError(f"sealing.keys_file: cannot read {path}: {exc.strerror}") from exc
     lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)]
-    keys = [parse_key(line, f"{path}:{n}") for n, line in lines if line and not line.startswith("#")]
+    keys = [
+        parse_key(line, f"{path}:{n}") for n, line in lines if line and not line.startswith("#")
+    ]
     if not keys:
-        raise ConfigError(f"sealing.keys_file: {path} holds no key; generate one with: mrtr-gateway keygen")
+        raise ConfigError(
+            f"sealing.keys_file: {path} holds no key; generate one with: mrtr-gateway keygen"
+        )
     return keys
 
 
-def parse_config(data: Any, *, env: Mapping[str, str] | None = None, base: Path | None = None) -> GatewayConfig:
+def parse_config(
+    data: Any, *, env: Mapping[str, str] | None = None, base: Path | None = None
+) -> GatewayConfig:
     """Build and validate the config tree from decoded YAML.
 
     Raises:
@@ -344,7 +370,9 @@ def parse_config(data: Any, *, env: Mapping[str, str] | None = None, base: Path 
     log_sec = root.section("logging")
     logging = LoggingConfig(
         level=(env.get("MRTR_GATEWAY_LOG_LEVEL") or log_sec.get("level", str, "info")).lower(),
-        format=(env.get("MRTR_GATEWAY_LOG_FORMAT") or log_sec.get("format", str, "console")).lower(),
+        format=(
+            env.get("MRTR_GATEWAY_LOG_FORMAT") or log_sec.get("format", str, "console")
+        ).lower(),
     )
     if logging.level not in ("debug", "info", "warning", "error"):
         raise ConfigError("logging.level: must be debug, info, warning or error")
@@ -353,7 +381,9 @@ def parse_config(data: Any, *, env: Mapping[str, str] | None = None, base: Path 
     log_sec.done()
     origins = root.get("allowed_origins", list, [])
     if not all(isinstance(o, str) for o in origins):
-        raise ConfigError("allowed_origins: expected a list of origins such as https://app.example.com")
+        raise ConfigError(
+            "allowed_origins: expected a list of origins such as https://app.example.com"
+        )
     replica_id = root.get("replica_id", str, "") or env.get("MRTR_GATEWAY_REPLICA_ID", "")
     items = root.get("upstreams", list, [])
     if not items:

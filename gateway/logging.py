@@ -11,7 +11,12 @@ import sys
 
 import structlog
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 def configure(level: str = "info", fmt: str = "console") -> None:
@@ -25,7 +30,9 @@ def configure(level: str = "info", fmt: str = "console") -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info if fmt == "json" else structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info
+            if fmt == "json"
+            else structlog.processors.StackInfoRenderer(),
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),

@@ -113,13 +113,24 @@ def default_headers(body: Any) -> dict[str, str]:
     if isinstance(body, dict) and isinstance(body.get("method"), str):
         headers["Mcp-Method"] = body["method"]
         params = body.get("params") or {}
-        name = params.get("name") if body["method"] in ("tools/call", "prompts/get") else params.get("uri")
+        name = (
+            params.get("name")
+            if body["method"] in ("tools/call", "prompts/get")
+            else params.get("uri")
+        )
         if isinstance(name, str) and name.isascii():
             headers["Mcp-Name"] = name
     return headers
 
 
-def rpc(method: str, params: dict[str, Any] | None = None, *, rid: Any = 1, caps: Any = None, **meta: Any) -> dict[str, Any]:
+def rpc(
+    method: str,
+    params: dict[str, Any] | None = None,
+    *,
+    rid: Any = 1,
+    caps: Any = None,
+    **meta: Any,
+) -> dict[str, Any]:
     """A well-formed 2026-07-28 request."""
     params = dict(params or {})
     envelope = {

@@ -6,7 +6,15 @@ import ast
 from pathlib import Path
 
 PROTOCOL = Path(__file__).resolve().parents[1] / "gateway" / "protocol"
-FORBIDDEN = {"aiohttp", "asyncio", "redis", "socket", "gateway.upstream", "gateway.store", "gateway.web"}
+FORBIDDEN = {
+    "aiohttp",
+    "asyncio",
+    "redis",
+    "socket",
+    "gateway.upstream",
+    "gateway.store",
+    "gateway.web",
+}
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -39,7 +39,9 @@ def test_serve_needs_exactly_one_source(capsys) -> None:
 
 
 @pytest.mark.peers
-async def test_quick_start_serve_bridges_a_legacy_server_and_stops_on_sigterm(legacy, modern) -> None:
+async def test_quick_start_serve_bridges_a_legacy_server_and_stops_on_sigterm(
+    legacy, modern
+) -> None:
     port = free_port()
     env = {**os.environ, "MRTR_GATEWAY_LOG_FORMAT": "json"}
     proc = subprocess.Popen(
@@ -52,7 +54,12 @@ async def test_quick_start_serve_bridges_a_legacy_server_and_stops_on_sigterm(le
         await asyncio.to_thread(wait_for_port, port, proc)
         reply = await drive(
             modern,
-            {"op": "call_tool", "url": f"http://127.0.0.1:{port}/mcp", "name": "greet", "arguments": {}},
+            {
+                "op": "call_tool",
+                "url": f"http://127.0.0.1:{port}/mcp",
+                "name": "greet",
+                "arguments": {},
+            },
         )
         assert reply["rounds"] == [["elicit.username"]]
         assert reply["result"]["content"][0]["text"] == "Hello, alice!"
@@ -62,4 +69,4 @@ async def test_quick_start_serve_bridges_a_legacy_server_and_stops_on_sigterm(le
     assert proc.returncode == 0
     assert '"event": "sealing_key_ephemeral"' in err
     assert '"event": "call_completed"' in err
-    assert "requestState\":" not in err and "gw1." not in err  # never logged
+    assert 'requestState":' not in err and "gw1." not in err  # never logged

@@ -31,11 +31,26 @@ def test_the_example_config_loads_as_is() -> None:
         ({"upstreams": [UP, {**UP}]}, r"upstreams\[1\].name: 'u' is used"),
         ({"upstreams": [{**UP, "timeout": 5}]}, r"upstreams\[0\].timeout: unknown key"),
         ({"upstreams": [UP], "listen": {"port": "80"}}, "listen.port: expected int, got str"),
-        ({"upstreams": [UP], "limits": {"max_rounds": 0}}, "limits.max_rounds: must be greater than 0"),
-        ({"upstreams": [UP], "sealing": {"keys": ["x"]}}, "sealing.keys: .* must not be written in the config"),
-        ({"upstreams": [{**UP, "headers": {"Authorization": "Bearer ${NOPE}"}}]}, r"headers.Authorization: environment variable NOPE"),
-        ({"upstreams": [{**UP, "tools": {"t": {"inputs": [{"key": "k", "method": "ping"}]}}}]}, r"tools.t.inputs\[0\].method"),
-        ({"upstreams": [{**UP, "tools": {"t": {"inputs": [{"key": "k", "message": "("}]}}}]}, "not a valid regular expression"),
+        (
+            {"upstreams": [UP], "limits": {"max_rounds": 0}},
+            "limits.max_rounds: must be greater than 0",
+        ),
+        (
+            {"upstreams": [UP], "sealing": {"keys": ["x"]}},
+            "sealing.keys: .* must not be written in the config",
+        ),
+        (
+            {"upstreams": [{**UP, "headers": {"Authorization": "Bearer ${NOPE}"}}]},
+            r"headers.Authorization: environment variable NOPE",
+        ),
+        (
+            {"upstreams": [{**UP, "tools": {"t": {"inputs": [{"key": "k", "method": "ping"}]}}}]},
+            r"tools.t.inputs\[0\].method",
+        ),
+        (
+            {"upstreams": [{**UP, "tools": {"t": {"inputs": [{"key": "k", "message": "("}]}}}]},
+            "not a valid regular expression",
+        ),
         ({"upstreams": [UP], "store": {"url": "postgres://x"}}, "store.url"),
         ({"upstreams": [UP], "logging": {"format": "xml"}}, "logging.format"),
     ],
@@ -57,7 +72,9 @@ def test_secrets_come_from_the_environment() -> None:
 
 def test_a_keys_file_is_read_relative_to_the_config(tmp_path: Path) -> None:
     (tmp_path / "keys").write_text(f"# current\n{generate_key()}\n\n# previous\n{generate_key()}\n")
-    (tmp_path / "gw.yaml").write_text("sealing: {keys_file: keys}\nupstreams: [{name: u, url: 'http://h/mcp'}]\n")
+    (tmp_path / "gw.yaml").write_text(
+        "sealing: {keys_file: keys}\nupstreams: [{name: u, url: 'http://h/mcp'}]\n"
+    )
     assert len(load_config(tmp_path / "gw.yaml", env={}).sealing.keys) == 2
     (tmp_path / "keys").write_text("short\n")
     with pytest.raises(ConfigError, match=r"keys:1: .*keygen"):

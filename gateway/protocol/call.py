@@ -71,11 +71,18 @@ class Pending:
         return translate.input_request(self.method, self.params)
 
     def to_record(self) -> dict[str, Any]:
-        return {"key": self.key, "id": self.upstream_id, "method": self.method, "params": self.params}
+        return {
+            "key": self.key,
+            "id": self.upstream_id,
+            "method": self.method,
+            "params": self.params,
+        }
 
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> Pending:
-        return cls(key=data["key"], upstream_id=data["id"], method=data["method"], params=data["params"])
+        return cls(
+            key=data["key"], upstream_id=data["id"], method=data["method"], params=data["params"]
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +210,10 @@ class CallMachine:
 
     def _notification(self, method: str, params: dict[str, Any]) -> list[Action]:
         if method == "notifications/progress":
-            if params.get("progressToken") != self.progress_token or self.ctx.progress_token is None:
+            if (
+                params.get("progressToken") != self.progress_token
+                or self.ctx.progress_token is None
+            ):
                 return []
             relayed = {k: v for k, v in params.items() if k != "_meta"}
             relayed["progressToken"] = self.ctx.progress_token
@@ -283,4 +293,3 @@ class CallMachine:
                 )
         self.pending.clear()
         return answers
-

@@ -47,7 +47,8 @@ class ClientCaps:
             elicitation_url=url,
             sampling=isinstance(sampling, dict),
             sampling_tools=isinstance(sampling, dict) and isinstance(sampling.get("tools"), dict),
-            sampling_context=isinstance(sampling, dict) and isinstance(sampling.get("context"), dict),
+            sampling_context=isinstance(sampling, dict)
+            and isinstance(sampling.get("context"), dict),
             roots=isinstance(value.get("roots"), dict),
         )
 

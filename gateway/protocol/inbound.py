@@ -252,9 +252,7 @@ def _envelope(version: Version, meta: dict[str, Any]) -> Envelope:
     if level is not None and level not in LOG_LEVELS:
         raise InvalidParams(f"{LOG_LEVEL_KEY} must be one of {', '.join(LOG_LEVELS)}")
     token = meta.get("progressToken")
-    if token is not None and (
-        isinstance(token, bool) or not isinstance(token, str | int)
-    ):
+    if token is not None and (isinstance(token, bool) or not isinstance(token, str | int)):
         raise InvalidParams("progressToken must be a string or an integer")
     return Envelope(
         protocol_version=version,

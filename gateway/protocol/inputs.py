@@ -20,7 +20,9 @@ _FORMATS = {
     "email": re.compile(r"^[^@\s]+@[^@\s]+$"),
     "uri": re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S*$"),
     "date": re.compile(r"^\d{4}-\d{2}-\d{2}$"),
-    "date-time": re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"),
+    "date-time": re.compile(
+        r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
+    ),
 }
 
 
@@ -52,7 +54,9 @@ def check_shape(key: str, method: str, answer: Any) -> None:
             raise InvalidParams(f"{where}.model must be a string")
         content = answer.get("content")
         blocks = content if isinstance(content, list) else [content]
-        if not blocks or not all(isinstance(b, dict) and isinstance(b.get("type"), str) for b in blocks):
+        if not blocks or not all(
+            isinstance(b, dict) and isinstance(b.get("type"), str) for b in blocks
+        ):
             raise InvalidParams(f"{where}.content must be a content block or a list of them")
     elif method == "roots/list":
         roots = answer.get("roots")

@@ -106,7 +106,8 @@ class AesGcmKeyRing:
         for index, secret in enumerate(keys):
             if not isinstance(secret, bytes) or len(secret) < MIN_KEY_BYTES:
                 raise ConfigError(
-                    f"sealing key #{index + 1} must be at least {MIN_KEY_BYTES} bytes; {KEYGEN_HINT}"
+                    f"sealing key #{index + 1} must be at least {MIN_KEY_BYTES} bytes; "
+                    f"{KEYGEN_HINT}"
                 )
             derived = HKDF(algorithm=SHA256(), length=32, salt=None, info=_HKDF_INFO).derive(secret)
             kid = hashlib.sha256(_KID_INFO + derived).digest()[:_KID_BYTES]

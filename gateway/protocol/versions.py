@@ -6,7 +6,7 @@ carry their envelope on every request, "legacy" ones negotiate with `initialize`
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, StrEnum
 
 
 class Era(Enum):
@@ -14,7 +14,7 @@ class Era(Enum):
     MODERN = "modern"
 
 
-class Version(str, Enum):
+class Version(StrEnum):
     V2024_11_05 = "2024-11-05"
     V2025_03_26 = "2025-03-26"
     V2025_06_18 = "2025-06-18"

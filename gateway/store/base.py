@@ -57,7 +57,9 @@ class SuspendedCall:
         try:
             data = json.loads(text)
             if data.get("version") != RECORD_VERSION:
-                raise StoreError(f"suspended-call record version {data.get('version')!r} is unknown")
+                raise StoreError(
+                    f"suspended-call record version {data.get('version')!r} is unknown"
+                )
             return cls(**data)
         except (ValueError, TypeError, AttributeError) as exc:
             raise StoreError("unreadable suspended-call record") from exc

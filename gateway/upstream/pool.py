@@ -88,7 +88,8 @@ class SessionPool:
                         await self._freed.wait_for(lambda: self._count < self.limits.max_sessions)
             except TimeoutError:
                 raise CapacityExceeded(
-                    f"all {self.limits.max_sessions} upstream sessions of {self.endpoint.name!r} are busy",
+                    f"all {self.limits.max_sessions} upstream sessions "
+                    f"of {self.endpoint.name!r} are busy",
                     reason="upstream_sessions",
                 ) from None
         self._count += 1
@@ -170,7 +171,9 @@ class SessionPool:
             self._shared[caps.key] = session
             return session
 
-    async def request(self, caps: ClientCaps, method: str, params: dict[str, object] | None) -> dict[str, object]:
+    async def request(
+        self, caps: ClientCaps, method: str, params: dict[str, object] | None
+    ) -> dict[str, object]:
         """A plain request on the shared session, retried once on a fresh session if it expired.
 
         Raises:
@@ -204,7 +207,7 @@ class SessionPool:
             await asyncio.sleep(min(30.0, self.limits.idle_timeout_s))
             now = time.monotonic()
             for idle in self._idle.values():
-                keep = []
+                keep: list[LegacySession] = []
                 for session in idle:
                     stale = now - session.last_used > self.limits.idle_timeout_s
                     if (stale and len(keep) >= self.limits.min_idle) or not session.alive:

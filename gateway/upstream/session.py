@@ -105,7 +105,10 @@ class LegacySession:
         params = {
             "protocolVersion": self.version.value,
             "capabilities": self.caps.legacy_declaration(self.version),
-            "clientInfo": {"name": self.endpoint.client_name, "version": self.endpoint.client_version},
+            "clientInfo": {
+                "name": self.endpoint.client_name,
+                "version": self.endpoint.client_version,
+            },
         }
         message: dict[str, Any] | None = None
         async with asyncio.timeout(self.endpoint.timeout_s):
@@ -125,9 +128,13 @@ class LegacySession:
         server_info = result.get("serverInfo")
         self.info = UpstreamInfo(
             protocol_version=negotiated.value,
-            capabilities=result.get("capabilities") if isinstance(result.get("capabilities"), dict) else {},
+            capabilities=result.get("capabilities")
+            if isinstance(result.get("capabilities"), dict)
+            else {},
             server_info=server_info if isinstance(server_info, dict) else {},
-            instructions=result.get("instructions") if isinstance(result.get("instructions"), str) else None,
+            instructions=result.get("instructions")
+            if isinstance(result.get("instructions"), str)
+            else None,
         )
         await self.send(jsonrpc.notification("notifications/initialized"))
         self.alive = True
@@ -198,7 +205,9 @@ class LegacySession:
                         self.alive = False
                         raise SessionExpired()
                     if resp.status >= 400:
-                        raise UpstreamError(f"upstream answered HTTP {resp.status} to a {_kind(message)}")
+                        raise UpstreamError(
+                            f"upstream answered HTTP {resp.status} to a {_kind(message)}"
+                        )
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamError(f"upstream unreachable: {exc}") from exc
         except TimeoutError as exc:
@@ -242,7 +251,10 @@ class LegacySession:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.endpoint.timeout_s)
         try:
             async with self.http.post(
-                self.endpoint.url, data=jsonrpc.dumps(message), headers=self._headers(), timeout=timeout
+                self.endpoint.url,
+                data=jsonrpc.dumps(message),
+                headers=self._headers(),
+                timeout=timeout,
             ) as resp:
                 self._capture_session(resp)
                 if resp.status == 404 and self.id is not None:
@@ -251,7 +263,9 @@ class LegacySession:
                 ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
                 if resp.status >= 400:
                     body = await resp.read()
-                    raise UpstreamError(f"upstream answered HTTP {resp.status}: {_error_text(body)}")
+                    raise UpstreamError(
+                        f"upstream answered HTTP {resp.status}: {_error_text(body)}"
+                    )
                 if ctype == "application/json":
                     yield _parse_json(await resp.read())
                     return
@@ -274,7 +288,9 @@ class LegacySession:
         async for item in self._resume(last_id, rid, retry_ms):
             yield item
 
-    async def _resume(self, last_id: str, rid: Any, retry_ms: int | None) -> AsyncIterator[dict[str, Any]]:
+    async def _resume(
+        self, last_id: str, rid: Any, retry_ms: int | None
+    ) -> AsyncIterator[dict[str, Any]]:
         """Continue a broken POST stream with GET + Last-Event-ID (2025-11-25 polling)."""
         for _attempt in range(_MAX_RESUME_ATTEMPTS):
             await asyncio.sleep((retry_ms or 0) / 1000)
@@ -282,12 +298,16 @@ class LegacySession:
             headers["Last-Event-ID"] = last_id
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.endpoint.timeout_s)
             try:
-                async with self.http.get(self.endpoint.url, headers=headers, timeout=timeout) as resp:
+                async with self.http.get(
+                    self.endpoint.url, headers=headers, timeout=timeout
+                ) as resp:
                     if resp.status == 404 and self.id is not None:
                         self.alive = False
                         raise SessionExpired()
                     if resp.status != 200:
-                        raise UpstreamError(f"upstream refused to resume the stream: HTTP {resp.status}")
+                        raise UpstreamError(
+                            f"upstream refused to resume the stream: HTTP {resp.status}"
+                        )
                     parser = sse.Parser()
                     async for chunk in resp.content.iter_any():
                         for event in parser.feed(chunk):
@@ -331,7 +351,9 @@ class LegacySession:
             delay = _RECONNECT_DELAY_S
             try:
                 timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.endpoint.timeout_s)
-                async with self.http.get(self.endpoint.url, headers=headers, timeout=timeout) as resp:
+                async with self.http.get(
+                    self.endpoint.url, headers=headers, timeout=timeout
+                ) as resp:
                     if resp.status == 405:
                         log.info("upstream_has_no_get_stream", upstream=self.endpoint.name)
                         return
@@ -340,7 +362,11 @@ class LegacySession:
                         log.info("upstream_session_gone", upstream=self.endpoint.name)
                         return
                     if resp.status != 200:
-                        log.warning("upstream_get_stream_refused", upstream=self.endpoint.name, status=resp.status)
+                        log.warning(
+                            "upstream_get_stream_refused",
+                            upstream=self.endpoint.name,
+                            status=resp.status,
+                        )
                     else:
                         parser = sse.Parser()
                         async for chunk in resp.content.iter_any():
@@ -349,7 +375,9 @@ class LegacySession:
                                     delay = event.retry / 1000
                                 for item in self._handle_event(event):
                                     self._route(item)
-                            self._get_last_event_id = parser.last_event_id or self._get_last_event_id
+                            self._get_last_event_id = (
+                                parser.last_event_id or self._get_last_event_id
+                            )
             except (aiohttp.ClientError, OSError) as exc:
                 log.info("upstream_get_stream_dropped", upstream=self.endpoint.name, error=str(exc))
             if not self._closing:
@@ -380,8 +408,12 @@ def orphan_answer(item: dict[str, Any]) -> dict[str, Any]:
     if method == "elicitation/create":
         return jsonrpc.result(rid, {"action": "cancel"})
     if method == "sampling/createMessage":
-        return jsonrpc.error(rid, {"code": -1, "message": "No client request is in flight to sample for"})
-    return jsonrpc.error(rid, {"code": -32601, "message": f"{method} is not available outside a client request"})
+        return jsonrpc.error(
+            rid, {"code": -1, "message": "No client request is in flight to sample for"}
+        )
+    return jsonrpc.error(
+        rid, {"code": -32601, "message": f"{method} is not available outside a client request"}
+    )
 
 
 def _kind(message: dict[str, Any]) -> str:

@@ -64,7 +64,9 @@ class ResponseChannel:
         await cancel_and_wait(self._keepalive)
         async with self._lock:
             if self._stream is None:
-                return web.Response(body=jsonrpc.dumps(message), status=status, content_type="application/json")
+                return web.Response(
+                    body=jsonrpc.dumps(message), status=status, content_type="application/json"
+                )
             await self._stream.write(sse.encode(jsonrpc.dumps(message).decode()))
             await self._stream.write_eof()
             return self._stream

@@ -46,7 +46,11 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 
 class McpEndpoint:
     def __init__(
-        self, config: GatewayConfig, upstream: UpstreamConfig, bridge: Bridge, pools: dict[str, SessionPool]
+        self,
+        config: GatewayConfig,
+        upstream: UpstreamConfig,
+        bridge: Bridge,
+        pools: dict[str, SessionPool],
     ) -> None:
         self.config = config
         self.upstream = upstream
@@ -58,7 +62,9 @@ class McpEndpoint:
         return self._pools[self.upstream.name]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        inbound.check_http(request.method, request.headers, allowed_origins=self.config.allowed_origins)
+        inbound.check_http(
+            request.method, request.headers, allowed_origins=self.config.allowed_origins
+        )
         body = await read_body(request, self.config.limits.max_body_bytes)
         headers = {k.lower(): v for k, v in request.headers.items()}
         decoded = jsonrpc.decode(body)
@@ -67,11 +73,15 @@ class McpEndpoint:
         except RpcError as exc:
             log.info("request_rejected", code=exc.error_object()["code"], error=exc.message)
             reply = jsonrpc.error(jsonrpc.id_of(decoded), exc.error_object())
-            return web.Response(body=jsonrpc.dumps(reply), status=exc.status, content_type="application/json")
+            return web.Response(
+                body=jsonrpc.dumps(reply), status=exc.status, content_type="application/json"
+            )
         if isinstance(message, jsonrpc.Notification):
             inbound.check_notification(headers)
             return web.Response(status=202)
-        structlog.contextvars.bind_contextvars(rpc_method=message.method, upstream=self.upstream.name)
+        structlog.contextvars.bind_contextvars(
+            rpc_method=message.method, upstream=self.upstream.name
+        )
         if message.method == "subscriptions/listen":
             return await self._listen(request, message)
         principal = state.principal_of(request.headers.get("Authorization"))
@@ -119,7 +129,9 @@ class McpEndpoint:
             cache=self.upstream.cache,
         )
 
-    async def _listen(self, request: web.Request, message: inbound.FrontRequest) -> web.StreamResponse:
+    async def _listen(
+        self, request: web.Request, message: inbound.FrontRequest
+    ) -> web.StreamResponse:
         """Acknowledge a subscription that honours nothing, and hold it open until closed."""
         stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
         await stream.prepare(request)

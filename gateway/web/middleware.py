@@ -22,7 +22,9 @@ log = structlog.get_logger("gateway.web")
 @web.middleware
 async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     incoming = request.headers.get("X-Request-Id", "")
-    request_id = incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else secrets.token_hex(8)
+    request_id = (
+        incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else secrets.token_hex(8)
+    )
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(request_id=request_id)
     response: web.StreamResponse = await handler(request)
@@ -42,15 +44,19 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             return web.Response(status=405, headers=exc.headers)
         body = jsonrpc.error(None, {"code": -32600, "message": exc.detail})
         return web.Response(
-            status=exc.http_status, body=jsonrpc.dumps(body), content_type="application/json", headers=exc.headers
+            status=exc.http_status,
+            body=jsonrpc.dumps(body),
+            content_type="application/json",
+            headers=exc.headers,
         )
     except RpcError as exc:
         body = jsonrpc.error(None, exc.error_object())
-        return web.Response(status=exc.status, body=jsonrpc.dumps(body), content_type="application/json")
+        return web.Response(
+            status=exc.status, body=jsonrpc.dumps(body), content_type="application/json"
+        )
     except web.HTTPException:
         raise
     except Exception:
         log.exception("unhandled_error", path=request.path)
         body = jsonrpc.error(None, {"code": -32603, "message": "Internal error"})
         return web.Response(status=500, body=jsonrpc.dumps(body), content_type="application/json")
-

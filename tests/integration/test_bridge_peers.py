@@ -40,15 +40,30 @@ CASES = [
         [["elicit.username"], ["elicit.age+color"]],
         "Registered alice (age 30) with favourite color green",
     ),
-    ("summarize", {"text": "the quick fox"}, [["sampling"]], "Summary: SAMPLED[Summarize: the quick fox]"),
+    (
+        "summarize",
+        {"text": "the quick fox"},
+        [["sampling"]],
+        "Summary: SAMPLED[Summarize: the quick fox]",
+    ),
     (
         "list_roots",
         {},
         [["roots"]],
         "Roots: root-a=file:///srv/peers-root-a, root-b=file:///srv/peers-root-b",
     ),
-    ("elicit_then_sample", {}, [["elicit.topic"], ["sampling"]], "Haiku: SAMPLED[Haiku about autumn]"),
-    ("concurrent", {}, [["elicit.city", "roots", "sampling"]], "city=Paris model=SAMPLED[Say hi] roots=2"),
+    (
+        "elicit_then_sample",
+        {},
+        [["elicit.topic"], ["sampling"]],
+        "Haiku: SAMPLED[Haiku about autumn]",
+    ),
+    (
+        "concurrent",
+        {},
+        [["elicit.city", "roots", "sampling"]],
+        "city=Paris model=SAMPLED[Say hi] roots=2",
+    ),
     (
         "two_at_once",
         {},
@@ -62,12 +77,22 @@ CASES = [
 
 @pytest.mark.parametrize(("tool", "arguments", "rounds", "text"), CASES, ids=[c[0] for c in CASES])
 async def test_modern_client_completes_legacy_tool_through_gateway(
-    gateway: Gateway, modern, tool: str, arguments: dict[str, Any], rounds: list[list[str]], text: str
+    gateway: Gateway,
+    modern,
+    tool: str,
+    arguments: dict[str, Any],
+    rounds: list[list[str]],
+    text: str,
 ) -> None:
     run_id = uuid.uuid4().hex
     reply = await drive(
         modern,
-        {"op": "call_tool", "url": gateway.url, "name": tool, "arguments": {**arguments, "run_id": run_id}},
+        {
+            "op": "call_tool",
+            "url": gateway.url,
+            "name": tool,
+            "arguments": {**arguments, "run_id": run_id},
+        },
     )
     assert reply["rounds"] == rounds
     assert text_of(reply) == text
@@ -108,7 +133,13 @@ async def test_url_elicitation_reaches_the_client_without_the_legacy_elicitation
     gateway: Gateway, modern
 ) -> None:
     reply = await drive(
-        modern, {"op": "call_tool", "url": gateway.url, "name": "connect_account", "arguments": {"run_id": "u1"}}
+        modern,
+        {
+            "op": "call_tool",
+            "url": gateway.url,
+            "name": "connect_account",
+            "arguments": {"run_id": "u1"},
+        },
     )
     (asked,) = reply["seen"]["elicitations"]
     assert asked["params"] == {
@@ -131,14 +162,23 @@ async def test_progress_is_relayed_under_each_rounds_own_token(gateway: Gateway,
         },
     )
     assert reply["rounds"] == [["elicit.confirm"]]
-    assert [p["message"] for p in reply["progress"]] == ["before 1", "before 2", "after 1", "after 2"]
+    assert [p["message"] for p in reply["progress"]] == [
+        "before 1",
+        "before 2",
+        "after 1",
+        "after 2",
+    ]
     assert [p["progress"] for p in reply["progress"]] == [1.0, 2.0, 3.0, 4.0]
     assert text_of(reply) == "done (accept)"
 
 
-async def test_an_eliciting_resource_template_is_read_through_the_gateway(gateway: Gateway, modern) -> None:
+async def test_an_eliciting_resource_template_is_read_through_the_gateway(
+    gateway: Gateway, modern
+) -> None:
     user = uuid.uuid4().hex[:8]
-    reply = await drive(modern, {"op": "read_resource", "url": gateway.url, "uri": f"profile://{user}"})
+    reply = await drive(
+        modern, {"op": "read_resource", "url": gateway.url, "uri": f"profile://{user}"}
+    )
     assert reply["rounds"] == [["elicit.age+color"]]
     assert text_of(reply) == f"{user}: green, 30"
     assert await body_runs(gateway, "profile", user) == 1
@@ -147,19 +187,35 @@ async def test_an_eliciting_resource_template_is_read_through_the_gateway(gatewa
 async def test_an_eliciting_prompt_is_got_through_the_gateway(gateway: Gateway, modern) -> None:
     guest = uuid.uuid4().hex[:8]
     reply = await drive(
-        modern, {"op": "get_prompt", "url": gateway.url, "name": "interview", "arguments": {"guest": guest}}
+        modern,
+        {
+            "op": "get_prompt",
+            "url": gateway.url,
+            "name": "interview",
+            "arguments": {"guest": guest},
+        },
     )
     assert reply["rounds"] == [["elicit.topic"]]
     assert text_of(reply) == f"Interview {guest} about autumn."
     assert await body_runs(gateway, "interview", guest) == 1
 
 
-async def test_log_messages_reach_only_a_client_that_asked_and_at_its_level(gateway: Gateway, modern) -> None:
-    quiet = await drive(modern, {"op": "call_tool", "url": gateway.url, "name": "chatty", "arguments": {}})
+async def test_log_messages_reach_only_a_client_that_asked_and_at_its_level(
+    gateway: Gateway, modern
+) -> None:
+    quiet = await drive(
+        modern, {"op": "call_tool", "url": gateway.url, "name": "chatty", "arguments": {}}
+    )
     assert quiet["logs"] == []
     loud = await drive(
         modern,
-        {"op": "call_tool", "url": gateway.url, "name": "chatty", "arguments": {}, "log_level": "warning"},
+        {
+            "op": "call_tool",
+            "url": gateway.url,
+            "name": "chatty",
+            "arguments": {},
+            "log_level": "warning",
+        },
     )
     assert [entry["level"] for entry in loud["logs"]] == ["warning"]
     assert text_of(loud) == "chatty accept"
@@ -194,7 +250,9 @@ async def test_plain_requests_pass_through_with_2026_decorations(gateway: Gatewa
     assert reply["rounds"] == [] and text_of(reply) == "hi"
 
 
-async def test_discover_describes_the_legacy_server_as_a_2026_server(gateway: Gateway, modern) -> None:
+async def test_discover_describes_the_legacy_server_as_a_2026_server(
+    gateway: Gateway, modern
+) -> None:
     reply = await drive(modern, {"op": "discover", "url": gateway.url})
     result = reply["result"]
     assert result["supportedVersions"] == ["2026-07-28"]

@@ -20,7 +20,9 @@ FROZEN = {"code": -32602, "message": InvalidRequestState.WIRE_MESSAGE}
 ALICE = {"elicit.username": {"action": "accept", "content": {"username": "alice"}}}
 
 
-def greet(run_id: str, *, rid: int = 1, state: str | None = None, answers: Any = None, **meta: Any) -> dict[str, Any]:
+def greet(
+    run_id: str, *, rid: int = 1, state: str | None = None, answers: Any = None, **meta: Any
+) -> dict[str, Any]:
     params: dict[str, Any] = {"name": "greet", "arguments": {"run_id": run_id}}
     if state is not None:
         params["requestState"] = state
@@ -72,7 +74,9 @@ async def test_two_simultaneous_retries_of_one_round_resume_it_once(gateway: Gat
         pytest.param(lambda s: "", id="empty"),
     ],
 )
-async def test_a_tampered_request_state_is_refused_without_using_up_the_round(gateway: Gateway, tamper) -> None:
+async def test_a_tampered_request_state_is_refused_without_using_up_the_round(
+    gateway: Gateway, tamper
+) -> None:
     run_id = uuid.uuid4().hex
     state = await first_round(gateway, run_id)
     status, reply, _ = await gateway.post(greet(run_id, rid=2, state=tamper(state), answers=ALICE))
@@ -85,10 +89,13 @@ async def test_a_request_state_presented_by_another_principal_is_refused(gateway
     run_id = uuid.uuid4().hex
     state = await first_round(gateway, run_id, Authorization="Bearer alice-token")
     for other in ({"Authorization": "Bearer mallory-token"}, {}):
-        status, reply, _ = await gateway.post(greet(run_id, rid=2, state=state, answers=ALICE), headers=other)
+        status, reply, _ = await gateway.post(
+            greet(run_id, rid=2, state=state, answers=ALICE), headers=other
+        )
         assert (status, reply["error"]) == (400, FROZEN)
     status, reply, _ = await gateway.post(
-        greet(run_id, rid=3, state=state, answers=ALICE), headers={"Authorization": "Bearer alice-token"}
+        greet(run_id, rid=3, state=state, answers=ALICE),
+        headers={"Authorization": "Bearer alice-token"},
     )
     assert status == 200 and "result" in reply
 
@@ -100,13 +107,20 @@ async def test_a_request_state_on_another_request_is_refused(gateway: Gateway) -
     assert (status, reply["error"]) == (400, FROZEN)
     other_tool = rpc(
         "tools/call",
-        {"name": "register", "arguments": {"run_id": run_id}, "requestState": state, "inputResponses": ALICE},
+        {
+            "name": "register",
+            "arguments": {"run_id": run_id},
+            "requestState": state,
+            "inputResponses": ALICE,
+        },
     )
     status, reply, _ = await gateway.post(other_tool)
     assert (status, reply["error"]) == (400, FROZEN)
 
 
-async def test_a_request_state_from_another_gateway_deployment_is_refused(gateway: Gateway, make_gateway) -> None:
+async def test_a_request_state_from_another_gateway_deployment_is_refused(
+    gateway: Gateway, make_gateway
+) -> None:
     other = await make_gateway(sealing={"audience": "another-deployment"})
     run_id = uuid.uuid4().hex
     state = await first_round(other, run_id)
@@ -117,13 +131,17 @@ async def test_a_request_state_from_another_gateway_deployment_is_refused(gatewa
 async def test_missing_answers_are_asked_for_again(gateway: Gateway) -> None:
     run_id = uuid.uuid4().hex
     state = await first_round(gateway, run_id)
-    status, reply, _ = await gateway.post(greet(run_id, rid=2, state=state, answers={"unrelated": {"x": 1}}))
+    status, reply, _ = await gateway.post(
+        greet(run_id, rid=2, state=state, answers={"unrelated": {"x": 1}})
+    )
     assert status == 200
     again = reply["result"]
     assert again["resultType"] == "input_required"
     assert list(again["inputRequests"]) == ["elicit.username"]
     assert again["requestState"] != state
-    status, reply, _ = await gateway.post(greet(run_id, rid=3, state=again["requestState"], answers=ALICE))
+    status, reply, _ = await gateway.post(
+        greet(run_id, rid=3, state=again["requestState"], answers=ALICE)
+    )
     assert status == 200 and reply["result"]["content"][0]["text"] == "Hello, alice!"
     assert await body_runs(gateway, "greet", run_id) == 1
 
@@ -138,7 +156,9 @@ async def test_missing_answers_are_asked_for_again(gateway: Gateway) -> None:
     ],
     ids=["bad-action", "nested-content", "not-an-object", "not-a-map"],
 )
-async def test_a_malformed_answer_is_minus_32602_and_loses_nothing(gateway: Gateway, answers: Any) -> None:
+async def test_a_malformed_answer_is_minus_32602_and_loses_nothing(
+    gateway: Gateway, answers: Any
+) -> None:
     run_id = uuid.uuid4().hex
     state = await first_round(gateway, run_id)
     status, reply, _ = await gateway.post(greet(run_id, rid=2, state=state, answers=answers))
@@ -174,7 +194,12 @@ async def test_a_round_cap_ends_the_call_with_an_error(make_gateway) -> None:
     state = reply["result"]["requestState"]
     retry = rpc(
         "tools/call",
-        {"name": "register", "arguments": {"run_id": run_id}, "requestState": state, "inputResponses": ALICE},
+        {
+            "name": "register",
+            "arguments": {"run_id": run_id},
+            "requestState": state,
+            "inputResponses": ALICE,
+        },
         rid=2,
     )
     status, reply, _ = await gateway.post(retry)
@@ -184,7 +209,9 @@ async def test_a_round_cap_ends_the_call_with_an_error(make_gateway) -> None:
 
 
 async def journal(gateway: Gateway, run_id: str) -> list[str]:
-    _, reply, _ = await gateway.post(rpc("tools/call", {"name": "journal", "arguments": {"run_id": run_id}}))
+    _, reply, _ = await gateway.post(
+        rpc("tools/call", {"name": "journal", "arguments": {"run_id": run_id}})
+    )
     text = reply["result"]["content"][0]["text"]
     return text.split(",") if text else []
 
@@ -197,10 +224,14 @@ async def until_journal(gateway: Gateway, run_id: str, entry: str) -> list[str]:
     return seen
 
 
-async def test_an_abandoned_call_is_released_and_cancelled_upstream_at_its_deadline(make_gateway) -> None:
+async def test_an_abandoned_call_is_released_and_cancelled_upstream_at_its_deadline(
+    make_gateway,
+) -> None:
     gateway = await make_gateway(limits={"suspension_ttl_s": 0.3})
     run_id = uuid.uuid4().hex
-    status, reply, _ = await gateway.post(rpc("tools/call", {"name": "hold", "arguments": {"run_id": run_id}}))
+    status, reply, _ = await gateway.post(
+        rpc("tools/call", {"name": "hold", "arguments": {"run_id": run_id}})
+    )
     state = reply["result"]["requestState"]
     (call,) = gateway.bridge.calls.values()
     async with asyncio.timeout(5):
@@ -208,7 +239,12 @@ async def test_an_abandoned_call_is_released_and_cancelled_upstream_at_its_deadl
     assert await until_journal(gateway, run_id, "cancelled") == ["answer:cancel", "cancelled"]
     retry = rpc(
         "tools/call",
-        {"name": "hold", "arguments": {"run_id": run_id}, "requestState": state, "inputResponses": {}},
+        {
+            "name": "hold",
+            "arguments": {"run_id": run_id},
+            "requestState": state,
+            "inputResponses": {},
+        },
         rid=2,
     )
     status, reply, _ = await gateway.post(retry)
@@ -216,9 +252,13 @@ async def test_an_abandoned_call_is_released_and_cancelled_upstream_at_its_deadl
     assert gateway.bridge.parked == 0
 
 
-async def test_a_client_that_disconnects_mid_round_cancels_the_upstream_call(gateway: Gateway) -> None:
+async def test_a_client_that_disconnects_mid_round_cancels_the_upstream_call(
+    gateway: Gateway,
+) -> None:
     run_id = uuid.uuid4().hex
-    status, reply, _ = await gateway.post(rpc("tools/call", {"name": "hold", "arguments": {"run_id": run_id}}))
+    status, reply, _ = await gateway.post(
+        rpc("tools/call", {"name": "hold", "arguments": {"run_id": run_id}})
+    )
     state = reply["result"]["requestState"]
     (call,) = gateway.bridge.calls.values()
     retry = rpc(
@@ -227,7 +267,9 @@ async def test_a_client_that_disconnects_mid_round_cancels_the_upstream_call(gat
             "name": "hold",
             "arguments": {"run_id": run_id},
             "requestState": state,
-            "inputResponses": {"elicit.confirm": {"action": "accept", "content": {"confirm": True}}},
+            "inputResponses": {
+                "elicit.confirm": {"action": "accept", "content": {"confirm": True}}
+            },
         },
         rid=2,
     )
@@ -248,7 +290,9 @@ async def test_a_client_that_disconnects_mid_round_cancels_the_upstream_call(gat
 async def test_relayed_notifications_switch_the_answer_to_sse(gateway: Gateway) -> None:
     run_id = uuid.uuid4().hex
     body = rpc(
-        "tools/call", {"name": "progress_then_ask", "arguments": {"steps": 2, "run_id": run_id}}, progressToken="p1"
+        "tools/call",
+        {"name": "progress_then_ask", "arguments": {"steps": 2, "run_id": run_id}},
+        progressToken="p1",
     )
     status, messages, resp = await gateway.post(body)
     assert status == 200 and resp.headers["Content-Type"] == "text/event-stream"
@@ -262,18 +306,25 @@ async def test_relayed_notifications_switch_the_answer_to_sse(gateway: Gateway) 
             "name": "progress_then_ask",
             "arguments": {"steps": 2, "run_id": run_id},
             "requestState": state,
-            "inputResponses": {"elicit.confirm": {"action": "accept", "content": {"confirm": True}}},
+            "inputResponses": {
+                "elicit.confirm": {"action": "accept", "content": {"confirm": True}}
+            },
         },
         rid=2,
         progressToken=7,
     )
     status, messages, _ = await gateway.post(retry)
     *notes, final = messages
-    assert [(n["params"]["progressToken"], n["params"]["message"]) for n in notes] == [(7, "after 1"), (7, "after 2")]
+    assert [(n["params"]["progressToken"], n["params"]["message"]) for n in notes] == [
+        (7, "after 1"),
+        (7, "after 2"),
+    ]
     assert final["id"] == 2 and final["result"]["resultType"] == "complete"
 
 
-async def test_a_round_without_a_progress_token_gets_no_progress_and_plain_json(gateway: Gateway) -> None:
+async def test_a_round_without_a_progress_token_gets_no_progress_and_plain_json(
+    gateway: Gateway,
+) -> None:
     body = rpc("tools/call", {"name": "progress_then_ask", "arguments": {"steps": 2}})
     status, reply, resp = await gateway.post(body)
     assert resp.headers["Content-Type"].startswith("application/json")

@@ -114,7 +114,11 @@ def build(event_store: EventStore | None = None) -> FastMCP:
     async def summarize(text: str, ctx: Context, run_id: str = "") -> str:
         ran("summarize", run_id)
         result = await ctx.session.create_message(
-            messages=[SamplingMessage(role="user", content=TextContent(type="text", text=f"Summarize: {text}"))],
+            messages=[
+                SamplingMessage(
+                    role="user", content=TextContent(type="text", text=f"Summarize: {text}")
+                )
+            ],
             max_tokens=50,
         )
         content = result.content
@@ -134,7 +138,10 @@ def build(event_store: EventStore | None = None) -> FastMCP:
             return f"No haiku ({topic.action})"
         result = await ctx.session.create_message(
             messages=[
-                SamplingMessage(role="user", content=TextContent(type="text", text=f"Haiku about {topic.data.topic}"))
+                SamplingMessage(
+                    role="user",
+                    content=TextContent(type="text", text=f"Haiku about {topic.data.topic}"),
+                )
             ],
             max_tokens=60,
         )
@@ -152,10 +159,14 @@ def build(event_store: EventStore | None = None) -> FastMCP:
 
         async def ask_model() -> None:
             result = await ctx.session.create_message(
-                messages=[SamplingMessage(role="user", content=TextContent(type="text", text="Say hi"))],
+                messages=[
+                    SamplingMessage(role="user", content=TextContent(type="text", text="Say hi"))
+                ],
                 max_tokens=10,
             )
-            answers["model"] = result.content.text if isinstance(result.content, TextContent) else "?"
+            answers["model"] = (
+                result.content.text if isinstance(result.content, TextContent) else "?"
+            )
 
         async def ask_roots() -> None:
             result = await ctx.session.list_roots()
@@ -174,7 +185,9 @@ def build(event_store: EventStore | None = None) -> FastMCP:
 
         async def ask(name: str, schema: type[BaseModel]) -> None:
             answer = await ctx.elicit(f"Question {name}", schema)
-            results[name] = str(answer.data.model_dump() if answer.action == "accept" else answer.action)
+            results[name] = str(
+                answer.data.model_dump() if answer.action == "accept" else answer.action
+            )
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(ask, "a", Username)
@@ -209,10 +222,14 @@ def build(event_store: EventStore | None = None) -> FastMCP:
     @mcp.tool(description="URL-mode elicitation (2025-11-25).")
     async def connect_account(ctx: Context, run_id: str = "") -> str:
         ran("connect_account", run_id)
-        answer = await ctx.elicit_url("Connect your account", "https://example.com/connect?x=1", f"elic-{run_id}")
+        answer = await ctx.elicit_url(
+            "Connect your account", "https://example.com/connect?x=1", f"elic-{run_id}"
+        )
         return f"connect: {answer.action}"
 
-    @mcp.tool(description="Holds until cancelled; records the cancellation (for abandonment tests).")
+    @mcp.tool(
+        description="Holds until cancelled; records the cancellation (for abandonment tests)."
+    )
     async def hold(ctx: Context, run_id: str = "") -> str:
         ran("hold", run_id)
         try:

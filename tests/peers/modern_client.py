@@ -70,10 +70,14 @@ async def run(command: dict[str, Any]) -> dict[str, Any]:
             return types.ElicitResult.model_validate(answers[ctx.request_id])
         if data.get("mode") == "url":
             return types.ElicitResult(action="accept")
-        return types.ElicitResult(action="accept", content=synthesise(data.get("requestedSchema") or {}))
+        return types.ElicitResult(
+            action="accept", content=synthesise(data.get("requestedSchema") or {})
+        )
 
     async def on_sample(ctx: ClientRequestContext, params: Any) -> Any:
-        text = " ".join(m.content.text for m in params.messages if isinstance(m.content, types.TextContent))
+        text = " ".join(
+            m.content.text for m in params.messages if isinstance(m.content, types.TextContent)
+        )
         seen["samplings"].append({"key": ctx.request_id, "text": text})
         return types.CreateMessageResult(
             role="assistant",
@@ -115,7 +119,11 @@ async def run(command: dict[str, Any]) -> dict[str, Any]:
             return {"result": dump(await session.list_tools())}
 
         async def send(responses: Any, state: str | None) -> Any:
-            common = {"input_responses": responses, "request_state": state, "allow_input_required": True}
+            common = {
+                "input_responses": responses,
+                "request_state": state,
+                "allow_input_required": True,
+            }
             if op == "call_tool":
                 return await session.call_tool(
                     command["name"],
@@ -124,7 +132,9 @@ async def run(command: dict[str, Any]) -> dict[str, Any]:
                     **common,
                 )
             if op == "get_prompt":
-                return await session.get_prompt(command["name"], command.get("arguments") or {}, **common)
+                return await session.get_prompt(
+                    command["name"], command.get("arguments") or {}, **common
+                )
             if op == "read_resource":
                 return await session.read_resource(command["uri"], **common)
             raise ValueError(f"unknown op {op}")
@@ -137,12 +147,20 @@ async def run(command: dict[str, Any]) -> dict[str, Any]:
             rounds.append(sorted(requests))
             responses: dict[str, Any] = {}
             for key, request in requests.items():
-                reply = await session.dispatch_input_request(ClientRequestContext(session=session, request_id=key), request)
+                reply = await session.dispatch_input_request(
+                    ClientRequestContext(session=session, request_id=key), request
+                )
                 if isinstance(reply, types.ErrorData):
                     return {"rounds": rounds, "refused": dump(reply)}
                 responses[key] = reply
             result = await send(responses, result.request_state)
-        return {"rounds": rounds, "result": dump(result), "progress": progress, "logs": logs, "seen": seen}
+        return {
+            "rounds": rounds,
+            "result": dump(result),
+            "progress": progress,
+            "logs": logs,
+            "seen": seen,
+        }
 
 
 async def serve() -> None:
@@ -159,7 +177,10 @@ async def serve() -> None:
         except BaseExceptionGroup as group:
             found = group.subgroup(lambda e: isinstance(e, MCPError))
             if found is None:
-                reply = {"crash": f"{type(group).__name__}: {group}", "trace": traceback.format_exc()}
+                reply = {
+                    "crash": f"{type(group).__name__}: {group}",
+                    "trace": traceback.format_exc(),
+                }
             else:
                 exc = found.exceptions[0]
                 while isinstance(exc, BaseExceptionGroup):

@@ -41,7 +41,15 @@ def ensure_venv(kind: str) -> Path:
         return python
     venv.EnvBuilder(with_pip=True, clear=True).create(home)
     done = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *PINS[kind]],
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            *PINS[kind],
+        ],
         capture_output=True,
         text=True,
     )
@@ -113,15 +121,21 @@ class ModernClient:
             self.proc.stdin.write(json.dumps(command) + "\n")
             self.proc.stdin.flush()
             box: list[str] = []
-            reader = threading.Thread(target=lambda: box.append(self.proc.stdout.readline()), daemon=True)
+            reader = threading.Thread(
+                target=lambda: box.append(self.proc.stdout.readline()), daemon=True
+            )
             reader.start()
             reader.join(timeout)
             if not box or not box[0]:
                 self.proc.kill()
-                raise RuntimeError(f"modern client gave no answer to {command.get('op')} within {timeout} s")
+                raise RuntimeError(
+                    f"modern client gave no answer to {command.get('op')} within {timeout} s"
+                )
             reply: dict[str, Any] = json.loads(box[0])
             if "crash" in reply:
-                raise RuntimeError(f"modern client crashed: {reply['crash']}\n{reply.get('trace', '')}")
+                raise RuntimeError(
+                    f"modern client crashed: {reply['crash']}\n{reply.get('trace', '')}"
+                )
             return reply
 
     def stop(self) -> None:

@@ -24,12 +24,18 @@ from gateway.protocol.keys import KeyRule
 EVERYTHING = ClientCaps(elicitation_form=True, elicitation_url=True, sampling=True, roots=True)
 USERNAME = {
     "message": "Name?",
-    "requestedSchema": {"type": "object", "properties": {"username": {"type": "string"}}, "required": ["username"]},
+    "requestedSchema": {
+        "type": "object",
+        "properties": {"username": {"type": "string"}},
+        "required": ["username"],
+    },
 }
 
 
 def machine(caps: ClientCaps = EVERYTHING, **kwargs) -> CallMachine:
-    m = CallMachine(call_id="c", method="tools/call", upstream_id=7, progress_token="gw-tok", **kwargs)
+    m = CallMachine(
+        call_id="c", method="tools/call", upstream_id=7, progress_token="gw-tok", **kwargs
+    )
     m.serve(RoundContext(caps=caps, progress_token="client-tok", log_level=None))
     return m
 
@@ -60,7 +66,9 @@ def test_no_trigger_leaves_a_final_phase() -> None:
 def test_a_server_question_is_parked_under_a_deterministic_key() -> None:
     m = machine()
     assert m.receive(elicit(0)) == [Asked("elicit.username")]
-    assert m.input_required() == {"elicit.username": {"method": "elicitation/create", "params": USERNAME}}
+    assert m.input_required() == {
+        "elicit.username": {"method": "elicitation/create", "params": USERNAME}
+    }
     again = machine()
     again.receive(elicit(99))
     assert list(again.pending) == ["elicit.username"]
@@ -75,7 +83,11 @@ def test_concurrent_questions_share_a_round_with_distinct_keys() -> None:
 
 
 def test_operator_rules_name_keys() -> None:
-    m = machine(rules=(KeyRule(key="user_name", method="elicitation/create", fields=frozenset({"username"})),))
+    m = machine(
+        rules=(
+            KeyRule(key="user_name", method="elicitation/create", fields=frozenset({"username"})),
+        )
+    )
     assert m.receive(elicit(0)) == [Asked("user_name")]
 
 
@@ -83,13 +95,23 @@ def test_answers_become_upstream_responses_and_unknown_keys_are_ignored() -> Non
     m = machine()
     m.receive(elicit(4))
     answers = m.deliver(
-        {"elicit.username": {"action": "accept", "content": {"username": "ann"}, "_meta": {"x": 1}}, "other": {}}
+        {
+            "elicit.username": {
+                "action": "accept",
+                "content": {"username": "ann"},
+                "_meta": {"x": 1},
+            },
+            "other": {},
+        }
     )
     assert answers == [Answer(4, result={"action": "accept", "content": {"username": "ann"}})]
     assert m.pending == {}
     assert m.journal == [
-        {"key": "elicit.username", "method": "elicitation/create",
-         "answer": {"action": "accept", "content": {"username": "ann"}, "_meta": {"x": 1}}}
+        {
+            "key": "elicit.username",
+            "method": "elicitation/create",
+            "answer": {"action": "accept", "content": {"username": "ann"}, "_meta": {"x": 1}},
+        }
     ]
 
 
@@ -98,7 +120,12 @@ def test_a_malformed_answer_delivers_nothing() -> None:
     m.receive(elicit(4))
     m.receive({"jsonrpc": "2.0", "id": 5, "method": "roots/list"})
     with pytest.raises(InvalidParams):
-        m.deliver({"elicit.username": {"action": "accept", "content": {"username": "a"}}, "roots": {"roots": "x"}})
+        m.deliver(
+            {
+                "elicit.username": {"action": "accept", "content": {"username": "a"}},
+                "roots": {"roots": "x"},
+            }
+        )
     assert set(m.pending) == {"elicit.username", "roots"}
 
 
@@ -107,12 +134,18 @@ def test_an_answer_that_misses_the_schema_stays_pending() -> None:
     m.receive(elicit(4))
     assert m.deliver({"elicit.username": {"action": "accept", "content": {}}}) == []
     assert list(m.pending) == ["elicit.username"]
-    assert m.deliver({"elicit.username": {"action": "decline"}}) == [Answer(4, result={"action": "decline"})]
+    assert m.deliver({"elicit.username": {"action": "decline"}}) == [
+        Answer(4, result={"action": "decline"})
+    ]
 
 
 def test_a_pre_supplied_answer_is_used_without_parking() -> None:
-    m = machine(presupplied={"elicit.username": {"action": "accept", "content": {"username": "zed"}}})
-    assert m.receive(elicit(3)) == [Answer(3, result={"action": "accept", "content": {"username": "zed"}})]
+    m = machine(
+        presupplied={"elicit.username": {"action": "accept", "content": {"username": "zed"}}}
+    )
+    assert m.receive(elicit(3)) == [
+        Answer(3, result={"action": "accept", "content": {"username": "zed"}})
+    ]
     assert m.pending == {}
     assert m.receive(elicit(4)) == [Asked("elicit.username")]  # used once only
 
@@ -123,26 +156,44 @@ def test_a_question_the_client_cannot_answer_is_refused() -> None:
     assert isinstance(actions[0], Answer) and actions[0].error is not None
     assert actions[1] == Refused({"elicitation": {"form": {}}})
     url = machine(caps=ClientCaps(elicitation_form=True))
-    assert url.receive(elicit(1, {"mode": "url", "url": "https://x", "message": "m", "elicitationId": "e"}))[1] == (
-        Refused({"elicitation": {"url": {}}})
-    )
+    assert url.receive(
+        elicit(1, {"mode": "url", "url": "https://x", "message": "m", "elicitationId": "e"})
+    )[1] == (Refused({"elicitation": {"url": {}}}))
 
 
 def test_progress_is_retokenised_for_the_current_round_or_dropped() -> None:
     m = machine()
-    note = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "gw-tok", "progress": 1}}
+    note = {
+        "jsonrpc": "2.0",
+        "method": "notifications/progress",
+        "params": {"progressToken": "gw-tok", "progress": 1},
+    }
     assert m.receive(note) == [
-        Relay({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "client-tok", "progress": 1}})
+        Relay(
+            {
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {"progressToken": "client-tok", "progress": 1},
+            }
+        )
     ]
     m.serve(RoundContext(caps=EVERYTHING, progress_token=None))
     assert m.receive(note) == []
-    stranger = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "other", "progress": 1}}
+    stranger = {
+        "jsonrpc": "2.0",
+        "method": "notifications/progress",
+        "params": {"progressToken": "other", "progress": 1},
+    }
     assert machine().receive(stranger) == []
 
 
 def test_log_messages_follow_the_rounds_level() -> None:
     m = machine()
-    msg = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}}
+    msg = {
+        "jsonrpc": "2.0",
+        "method": "notifications/message",
+        "params": {"level": "info", "data": "x"},
+    }
     assert m.receive(msg) == []
     m.serve(RoundContext(caps=EVERYTHING, log_level="info"))
     assert m.receive(msg) == [Relay(msg)]
@@ -161,7 +212,9 @@ def test_the_response_to_the_call_finishes_it_and_pings_are_answered() -> None:
     m = machine()
     assert m.receive({"jsonrpc": "2.0", "id": 1, "method": "ping"}) == [Answer(1, result={})]
     assert m.receive({"jsonrpc": "2.0", "id": 3, "result": {}}) == []  # not ours
-    assert m.receive({"jsonrpc": "2.0", "id": 7, "result": {"content": []}}) == [Finished(result={"content": []})]
+    assert m.receive({"jsonrpc": "2.0", "id": 7, "result": {"content": []}}) == [
+        Finished(result={"content": []})
+    ]
     err = {"code": -1, "message": "x"}
     assert machine().receive({"jsonrpc": "2.0", "id": 7, "error": err}) == [Finished(error=err)]
 
@@ -169,7 +222,14 @@ def test_the_response_to_the_call_finishes_it_and_pings_are_answered() -> None:
 def test_giving_up_releases_every_pending_question() -> None:
     m = machine()
     m.receive(elicit(1))
-    m.receive({"jsonrpc": "2.0", "id": 2, "method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 1}})
+    m.receive(
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "sampling/createMessage",
+            "params": {"messages": [], "maxTokens": 1},
+        }
+    )
     answers = m.abandon_answers()
     assert answers[0] == Answer(1, result={"action": "cancel"})
     assert answers[1].error is not None and answers[1].error["code"] == -1

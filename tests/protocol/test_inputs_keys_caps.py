@@ -18,7 +18,10 @@ SCHEMA = {
         "age": {"type": "integer", "minimum": 0, "maximum": 150},
         "ok": {"type": "boolean"},
         "color": {"type": "string", "enum": ["red", "blue"]},
-        "size": {"type": "string", "oneOf": [{"const": "s", "title": "S"}, {"const": "m", "title": "M"}]},
+        "size": {
+            "type": "string",
+            "oneOf": [{"const": "s", "title": "S"}, {"const": "m", "title": "M"}],
+        },
         "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}, "maxItems": 2},
         "mail": {"type": "string", "format": "email"},
     },
@@ -30,7 +33,18 @@ SCHEMA = {
     ("content", "fits"),
     [
         ({"name": "ann"}, True),
-        ({"name": "ann", "age": 3, "ok": False, "color": "red", "size": "m", "tags": ["a"], "mail": "a@b.c"}, True),
+        (
+            {
+                "name": "ann",
+                "age": 3,
+                "ok": False,
+                "color": "red",
+                "size": "m",
+                "tags": ["a"],
+                "mail": "a@b.c",
+            },
+            True,
+        ),
         ({}, False),
         ({"name": "a"}, False),
         ({"name": "ann", "age": 2.5}, False),
@@ -71,9 +85,15 @@ def test_malformed_answers_are_invalid_params(method: str, answer) -> None:
 
 
 def test_well_formed_answers_pass() -> None:
-    inputs.check_shape("k", "sampling/createMessage", {"role": "assistant", "model": "m", "content": [{"type": "text", "text": "x"}]})
+    inputs.check_shape(
+        "k",
+        "sampling/createMessage",
+        {"role": "assistant", "model": "m", "content": [{"type": "text", "text": "x"}]},
+    )
     inputs.check_shape("k", "roots/list", {"roots": [{"uri": "file:///a", "name": "a"}]})
-    inputs.check_shape("k", "elicitation/create", {"action": "accept", "content": {"tags": ["a"], "n": 1.5}})
+    inputs.check_shape(
+        "k", "elicitation/create", {"action": "accept", "content": {"tags": ["a"], "n": 1.5}}
+    )
 
 
 def test_default_keys_are_derived_from_the_request() -> None:
@@ -99,7 +119,9 @@ def test_rules_match_on_method_fields_and_message() -> None:
 
 
 def test_capabilities_are_read_declared_upstream_and_checked() -> None:
-    caps = ClientCaps.from_wire({"elicitation": {}, "sampling": {"tools": {}}, "roots": {"listChanged": True}})
+    caps = ClientCaps.from_wire(
+        {"elicitation": {}, "sampling": {"tools": {}}, "roots": {"listChanged": True}}
+    )
     assert caps == ClientCaps(elicitation_form=True, sampling=True, sampling_tools=True, roots=True)
     assert ClientCaps.from_key(caps.key) == caps
     assert caps.legacy_declaration(Version.V2025_11_25) == {
@@ -107,10 +129,19 @@ def test_capabilities_are_read_declared_upstream_and_checked() -> None:
         "sampling": {"tools": {}},
         "roots": {},
     }
-    assert caps.legacy_declaration(Version.V2025_06_18) == {"elicitation": {}, "sampling": {}, "roots": {}}
-    assert ClientCaps.from_wire({"elicitation": {"url": {}}}).legacy_declaration(Version.V2025_06_18) == {}
+    assert caps.legacy_declaration(Version.V2025_06_18) == {
+        "elicitation": {},
+        "sampling": {},
+        "roots": {},
+    }
+    assert (
+        ClientCaps.from_wire({"elicitation": {"url": {}}}).legacy_declaration(Version.V2025_06_18)
+        == {}
+    )
     assert caps.missing_for("elicitation/create", {"mode": "url"}) == {"elicitation": {"url": {}}}
-    assert caps.missing_for("sampling/createMessage", {"includeContext": "allServers"}) == {"sampling": {"context": {}}}
+    assert caps.missing_for("sampling/createMessage", {"includeContext": "allServers"}) == {
+        "sampling": {"context": {}}
+    }
     assert caps.missing_for("roots/list", {}) is None
     assert ClientCaps().key == "none"
     with pytest.raises(InvalidParams):

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from gateway.protocol import sse
 
-STREAM = b'id: a1\ndata:\n\nevent: message\nid: a2\ndata: {"x":1}\n\n: comment\nretry: 250\ndata: line1\ndata: line2\n\n'
+STREAM = (
+    b'id: a1\ndata:\n\nevent: message\nid: a2\ndata: {"x":1}\n\n'
+    b": comment\nretry: 250\ndata: line1\ndata: line2\n\n"
+)
 
 
 def test_events_survive_any_chunking() -> None:

@@ -17,8 +17,13 @@ NOW = 1_800_000_000_000
 
 def claims(**overrides) -> state.Claims:
     base = dict(
-        call="c1", round=1, principal="anonymous", digest="d1", audience="gw|up",
-        issued_ms=NOW, expires_ms=NOW + 600_000,
+        call="c1",
+        round=1,
+        principal="anonymous",
+        digest="d1",
+        audience="gw|up",
+        issued_ms=NOW,
+        expires_ms=NOW + 600_000,
     )
     base.update(overrides)
     return state.Claims(**base)
@@ -45,7 +50,9 @@ def test_a_sealed_state_opens_to_the_same_claims() -> None:
 
 
 def test_the_state_is_encrypted_not_merely_signed() -> None:
-    token = state.seal_claims(state.AesGcmKeyRing([KEY]), claims(principal="sha256:secret-principal"))
+    token = state.seal_claims(
+        state.AesGcmKeyRing([KEY]), claims(principal="sha256:secret-principal")
+    )
     raw = base64.urlsafe_b64decode(token[4:] + "==")
     assert b"secret-principal" not in raw and b"call" not in raw
 
@@ -121,7 +128,9 @@ def test_digest_binds_method_target_and_arguments_in_any_key_order() -> None:
     assert a == state.request_digest("tools/call", "greet", {"y": [1, 2], "x": 1})
     assert a != state.request_digest("tools/call", "greet", {"x": 2, "y": [1, 2]})
     assert a != state.request_digest("prompts/get", "greet", {"x": 1, "y": [1, 2]})
-    assert state.request_digest("tools/call", "t", None) == state.request_digest("tools/call", "t", {})
+    assert state.request_digest("tools/call", "t", None) == state.request_digest(
+        "tools/call", "t", {}
+    )
 
 
 def test_principal_is_a_hash_of_the_credentials_or_anonymous() -> None:
@@ -132,7 +141,9 @@ def test_principal_is_a_hash_of_the_credentials_or_anonymous() -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["short", "A" * 43, "0" * 64, "%%%not-base64%%%"], ids=["short", "zeros-b64", "zeros-hex", "garbage"]
+    "text",
+    ["short", "A" * 43, "0" * 64, "%%%not-base64%%%"],
+    ids=["short", "zeros-b64", "zeros-hex", "garbage"],
 )
 def test_weak_or_malformed_keys_are_refused_with_a_hint(text: str) -> None:
     with pytest.raises(ConfigError, match="mrtr-gateway keygen"):

@@ -32,7 +32,11 @@ def test_the_upstream_request_drops_the_envelope_and_mrtr_members_and_keeps_trac
     assert translate.upstream_params(front(params), "gw-1") == {
         "name": "t",
         "arguments": {"a": 1},
-        "_meta": {"traceparent": "00-abc-def-01", "com.example/tenant": "t1", "progressToken": "gw-1"},
+        "_meta": {
+            "traceparent": "00-abc-def-01",
+            "com.example/tenant": "t1",
+            "progressToken": "gw-1",
+        },
     }
     assert translate.upstream_params(front({"name": "t"}), None) == {"name": "t"}
 
@@ -41,7 +45,11 @@ def test_the_upstream_request_drops_the_envelope_and_mrtr_members_and_keeps_trac
     ("legacy", "code", "data"),
     [
         ({"code": -32002, "message": "nope", "data": {"uri": "x"}}, -32602, {"uri": "x"}),
-        ({"code": -32042, "message": "url needed"}, -32603, {"upstreamCode": -32042, "upstream": None}),
+        (
+            {"code": -32042, "message": "url needed"},
+            -32603,
+            {"upstreamCode": -32042, "upstream": None},
+        ),
         ({"code": -32021, "message": "needs"}, -32021, None),
         ({"code": -32601, "message": "no"}, -32601, None),
         ({"code": 7, "message": "app"}, 7, None),
@@ -67,12 +75,20 @@ def test_results_gain_result_type_cache_hints_and_server_info() -> None:
     }
     called = translate.decorate_result("tools/call", {"content": []}, server_info=None, cache=cache)
     assert called == {"content": [], "resultType": "complete"}
-    retried = translate.decorate_result("resources/read", {"contents": []}, server_info=None, cache=cache, cacheable=False)
+    retried = translate.decorate_result(
+        "resources/read", {"contents": []}, server_info=None, cache=cache, cacheable=False
+    )
     assert (retried["ttlMs"], retried["cacheScope"]) == (0, "private")
 
 
 def test_server_requests_become_input_requests() -> None:
-    url = {"mode": "url", "url": "https://x", "message": "m", "elicitationId": "e1", "_meta": {"a": 1}}
+    url = {
+        "mode": "url",
+        "url": "https://x",
+        "message": "m",
+        "elicitationId": "e1",
+        "_meta": {"a": 1},
+    }
     assert translate.input_request("elicitation/create", url) == {
         "method": "elicitation/create",
         "params": {"mode": "url", "url": "https://x", "message": "m"},
@@ -88,7 +104,12 @@ def test_server_requests_become_input_requests() -> None:
 def test_discover_advertises_only_what_is_bridged() -> None:
     info = translate.UpstreamInfo(
         protocol_version="2025-11-25",
-        capabilities={"tools": {"listChanged": True}, "resources": {"subscribe": True}, "tasks": {}, "logging": {}},
+        capabilities={
+            "tools": {"listChanged": True},
+            "resources": {"subscribe": True},
+            "tasks": {},
+            "logging": {},
+        },
         server_info={"name": "s", "version": "1"},
         instructions="be nice",
     )

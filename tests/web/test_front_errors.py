@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from multidict import CIMultiDict
 import pytest
+from multidict import CIMultiDict
 
 from tests.conftest import PROTOCOL, Gateway, default_headers, rpc
 
@@ -27,19 +27,61 @@ def without_meta(key: str) -> dict[str, Any]:
 ROWS: list[tuple[str, Any, dict[str, str], tuple[str, ...], int, int | None]] = [
     # (case, body, header overrides, headers dropped, HTTP status, JSON-RPC code)
     ("ok", rpc("tools/list"), {}, (), 200, None),
-    ("notification accepted", {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}}, {}, (), 202, None),
-    ("missing protocolVersion in _meta", without_meta("io.modelcontextprotocol/protocolVersion"), {}, (), 400, -32602),
-    ("missing clientCapabilities in _meta", without_meta("io.modelcontextprotocol/clientCapabilities"), {}, (), 400, -32602),
-    ("no _meta at all", {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}, {}, (), 400, -32602),
+    (
+        "notification accepted",
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}},
+        {},
+        (),
+        202,
+        None,
+    ),
+    (
+        "missing protocolVersion in _meta",
+        without_meta("io.modelcontextprotocol/protocolVersion"),
+        {},
+        (),
+        400,
+        -32602,
+    ),
+    (
+        "missing clientCapabilities in _meta",
+        without_meta("io.modelcontextprotocol/clientCapabilities"),
+        {},
+        (),
+        400,
+        -32602,
+    ),
+    (
+        "no _meta at all",
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+        {},
+        (),
+        400,
+        -32602,
+    ),
     ("capabilities not an object", rpc("tools/list", caps=["elicitation"]), {}, (), 400, -32602),
     ("version header missing", rpc("tools/list"), {}, ("MCP-Protocol-Version",), 400, -32020),
-    ("version header differs", rpc("tools/list"), {"MCP-Protocol-Version": "2025-11-25"}, (), 400, -32020),
+    (
+        "version header differs",
+        rpc("tools/list"),
+        {"MCP-Protocol-Version": "2025-11-25"},
+        (),
+        400,
+        -32020,
+    ),
     ("method header missing", rpc("tools/list"), {}, ("Mcp-Method",), 400, -32020),
     ("method header differs", rpc("tools/list"), {"Mcp-Method": "prompts/list"}, (), 400, -32020),
     ("name header missing", TOOL, {}, ("Mcp-Name",), 400, -32020),
     ("name header differs", TOOL, {"Mcp-Name": "greet"}, (), 400, -32020),
     ("name header bad sentinel", TOOL, {"Mcp-Name": "=?base64?***?="}, (), 400, -32020),
-    ("name header base64 sentinel decoded", TOOL, {"Mcp-Name": "=?base64?ZWNobw==?="}, (), 200, None),
+    (
+        "name header base64 sentinel decoded",
+        TOOL,
+        {"Mcp-Name": "=?base64?ZWNobw==?="},
+        (),
+        200,
+        None,
+    ),
     (
         "unsupported version",
         rpc("tools/list", **{"io.modelcontextprotocol/protocolVersion": "1900-01-01"}),
@@ -48,7 +90,19 @@ ROWS: list[tuple[str, Any, dict[str, str], tuple[str, ...], int, int | None]] = 
         400,
         -32022,
     ),
-    ("legacy initialize", {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}}, {}, (), 400, -32022),
+    (
+        "legacy initialize",
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25"},
+        },
+        {},
+        (),
+        400,
+        -32022,
+    ),
     ("unknown method", rpc("tools/frobnicate"), {}, (), 404, -32601),
     ("removed method ping", rpc("ping"), {}, (), 404, -32601),
     ("batch", [rpc("tools/list")], {"Mcp-Method": "tools/list"}, (), 400, -32600),
@@ -56,10 +110,31 @@ ROWS: list[tuple[str, Any, dict[str, str], tuple[str, ...], int, int | None]] = 
     ("wrong jsonrpc version", {**rpc("tools/list"), "jsonrpc": "1.0"}, {}, (), 400, -32600),
     ("null id", {**rpc("tools/list"), "id": None}, {}, (), 400, -32600),
     ("tool name missing", rpc("tools/call", {"arguments": {}}), {"Mcp-Name": "x"}, (), 400, -32020),
-    ("requestState not a string", rpc("tools/call", {"name": "echo", "requestState": 5}), {}, (), 400, -32602),
-    ("bad log level", rpc("tools/list", **{"io.modelcontextprotocol/logLevel": "loud"}), {}, (), 400, -32602),
+    (
+        "requestState not a string",
+        rpc("tools/call", {"name": "echo", "requestState": 5}),
+        {},
+        (),
+        400,
+        -32602,
+    ),
+    (
+        "bad log level",
+        rpc("tools/list", **{"io.modelcontextprotocol/logLevel": "loud"}),
+        {},
+        (),
+        400,
+        -32602,
+    ),
     ("parse error", b"{not json", {"Mcp-Method": "tools/list"}, (), 400, -32700),
-    ("accept lacks event-stream", rpc("tools/list"), {"Accept": "application/json"}, (), 406, -32600),
+    (
+        "accept lacks event-stream",
+        rpc("tools/list"),
+        {"Accept": "application/json"},
+        (),
+        406,
+        -32600,
+    ),
     ("content type not json", rpc("tools/list"), {"Content-Type": "text/plain"}, (), 415, -32600),
     ("foreign origin", rpc("tools/list"), {"Origin": "https://evil.example"}, (), 403, -32600),
 ]
@@ -69,7 +144,12 @@ ROWS: list[tuple[str, Any, dict[str, str], tuple[str, ...], int, int | None]] = 
     ("body", "headers", "drop", "status", "code"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS]
 )
 async def test_front_answers_each_row_with_its_status_and_code(
-    gateway: Gateway, body: Any, headers: dict[str, str], drop: tuple[str, ...], status: int, code: int | None
+    gateway: Gateway,
+    body: Any,
+    headers: dict[str, str],
+    drop: tuple[str, ...],
+    status: int,
+    code: int | None,
 ) -> None:
     got_status, reply, _ = await gateway.post(body, headers=headers, drop=drop)
     assert got_status == status, reply
@@ -103,10 +183,12 @@ async def test_a_body_over_the_limit_gets_413(make_gateway) -> None:
     big = rpc("tools/call", {"name": "echo", "arguments": {"text": "x" * 2048}})
     status, reply, _ = await gateway.post(big)
     assert status == 413
+
     # and without a Content-Length (chunked), the limit still holds
     async def chunks():
         for _ in range(4):
             yield b" " * 512
+
     send = default_headers(big)
     async with gateway.http.post(gateway.url, data=chunks(), headers=send) as resp:
         assert resp.status == 413
@@ -126,7 +208,9 @@ async def test_a_duplicated_routing_header_is_a_mismatch(gateway: Gateway) -> No
         assert (await resp.json())["error"]["code"] == -32020
 
 
-async def test_cacheable_results_carry_hints_and_every_result_a_result_type(gateway: Gateway) -> None:
+async def test_cacheable_results_carry_hints_and_every_result_a_result_type(
+    gateway: Gateway,
+) -> None:
     for method in ("tools/list", "prompts/list", "resources/list", "resources/templates/list"):
         status, reply, _ = await gateway.post(rpc(method))
         assert status == 200, (method, reply)
@@ -139,8 +223,11 @@ async def test_cacheable_results_carry_hints_and_every_result_a_result_type(gate
     assert reply["result"]["cacheScope"] == "private"
 
 
-async def test_an_upstream_application_error_passes_through_as_a_json_rpc_error(gateway: Gateway) -> None:
-    # mcp 1.x FastMCP answers an unknown resource with code 0; codes outside the spec's table keep 200.
+async def test_an_upstream_application_error_passes_through_as_a_json_rpc_error(
+    gateway: Gateway,
+) -> None:
+    # mcp 1.x FastMCP answers an unknown resource with code 0;
+    # codes outside the spec's table keep HTTP 200.
     status, reply, _ = await gateway.post(rpc("resources/read", {"uri": "static://nope"}))
     assert status == 200
     assert reply["error"] == {"code": 0, "message": "Unknown resource: static://nope"}
