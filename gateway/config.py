@@ -53,7 +53,7 @@ class LimitsConfig:
     max_parked_per_principal: int = 100
     suspension_ttl_s: float = 600.0
     hold_timeout_s: float = 300.0
-    coalesce_ms: int = 20
+    coalesce_ms: int = 10
     keepalive_s: float = 15.0
 
 
@@ -254,6 +254,7 @@ def _upstream(data: Any, path: str, env: Mapping[str, str]) -> UpstreamConfig:
         max_sessions=pool_sec.positive("max_sessions", int, 64),
         idle_timeout_s=pool_sec.positive("idle_timeout_s", float, 300.0),
         acquire_timeout_s=pool_sec.positive("acquire_timeout_s", float, 10.0),
+        max_requests=pool_sec.positive("max_requests", int, 10_000),
     )
     pool_sec.done()
     cache_sec = sec.section("cache")
@@ -355,7 +356,7 @@ def parse_config(
         max_parked_per_principal=lim.positive("max_parked_per_principal", int, 100),
         suspension_ttl_s=lim.positive("suspension_ttl_s", float, 600.0),
         hold_timeout_s=lim.positive("hold_timeout_s", float, 300.0),
-        coalesce_ms=lim.get("coalesce_ms", int, 20),
+        coalesce_ms=lim.get("coalesce_ms", int, 10),
         keepalive_s=lim.positive("keepalive_s", float, 15.0),
     )
     if not 0 <= limits.coalesce_ms <= 5000:

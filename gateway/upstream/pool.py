@@ -33,6 +33,9 @@ class PoolLimits:
     max_sessions: int = 64
     idle_timeout_s: float = 300.0
     acquire_timeout_s: float = 10.0
+    # Recycle a session after this many requests, so whatever a legacy server keeps
+    # per session stays bounded however long the gateway runs.
+    max_requests: int = 10_000
 
 
 class SessionPool:
@@ -117,7 +120,14 @@ class SessionPool:
         """Give a session back: to the idle list when clean, else close it."""
         session.detach()
         idle = self._idle[session.caps.key]
-        if reuse and session.alive and not self._closing and len(idle) < self.limits.max_sessions:
+        fresh = session.requests < self.limits.max_requests
+        if (
+            reuse
+            and fresh
+            and session.alive
+            and not self._closing
+            and len(idle) < self.limits.max_sessions
+        ):
             session.last_used = time.monotonic()
             idle.append(session)
             return
@@ -128,6 +138,7 @@ class SessionPool:
         spawn(self._close_and_notify(session), name=f"pool-close-{self.endpoint.name}")
 
     async def _close_and_notify(self, session: LegacySession) -> None:
+        await session.wait_quiet()
         await session.close()
         async with self._freed:
             self._freed.notify_all()
@@ -157,11 +168,11 @@ class SessionPool:
             UpstreamError, CapacityExceeded
         """
         session = self._shared.get(caps.key)
-        if session is not None and session.alive:
+        if session is not None and self._usable(session):
             return session
         async with self._shared_lock[caps.key]:
             session = self._shared.get(caps.key)
-            if session is not None and session.alive:
+            if session is not None and self._usable(session):
                 return session
             if session is not None:
                 del self._shared[caps.key]
@@ -170,6 +181,9 @@ class SessionPool:
             session = await self._open(caps)
             self._shared[caps.key] = session
             return session
+
+    def _usable(self, session: LegacySession) -> bool:
+        return session.alive and session.requests < self.limits.max_requests
 
     async def request(
         self, caps: ClientCaps, method: str, params: dict[str, object] | None

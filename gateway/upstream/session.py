@@ -86,6 +86,10 @@ class LegacySession:
         self.info: UpstreamInfo | None = None
         self.alive = False
         self.last_used = time.monotonic()
+        self.requests = 0  # requests sent on this session, for recycling
+        self._inflight = 0
+        self._quiet = asyncio.Event()
+        self._quiet.set()
         self._next_id = 0
         self._owner: Inbox | None = None
         self._on_orphan = on_orphan
@@ -248,6 +252,22 @@ class LegacySession:
     async def _post(self, message: dict[str, Any], rid: Any) -> AsyncIterator[dict[str, Any]]:
         """POST `message`; yield the messages of its answer until the response to `rid`."""
         self.last_used = time.monotonic()
+        self.requests += 1
+        self._inflight += 1
+        self._quiet.clear()
+        try:
+            async for item in self._exchange(message, rid):
+                yield item
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._quiet.set()
+
+    async def wait_quiet(self) -> None:
+        """Until no request is in flight on this session."""
+        await self._quiet.wait()
+
+    async def _exchange(self, message: dict[str, Any], rid: Any) -> AsyncIterator[dict[str, Any]]:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.endpoint.timeout_s)
         try:
             async with self.http.post(

@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import venv
@@ -87,7 +88,9 @@ class LegacyServer:
         args = [str(python), str(HERE / "legacy_server.py"), "--port", str(self.port)]
         if event_store:
             args.append("--event-store")
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # A file, not a pipe: nobody reads a pipe, and a full one would block the server.
+        self.log = tempfile.NamedTemporaryFile(prefix="legacy-server-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.log)
         wait_for_port(self.port, self.proc)
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
@@ -97,8 +100,8 @@ class LegacyServer:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-        if self.proc.stderr:
-            self.proc.stderr.close()
+        self.log.close()
+        os.unlink(self.log.name)
 
 
 class ModernClient:
