@@ -81,14 +81,17 @@ class LegacyClient:
             0,
         )
 
-    async def open(self) -> None:
+    async def open_with_elicitation(self) -> None:
+        await self.open({"elicitation": {"form": {}}})
+
+    async def open(self, capabilities: dict[str, Any] | None = None) -> None:
         init = {
             "jsonrpc": "2.0",
             "id": 0,
             "method": "initialize",
             "params": {
                 "protocolVersion": "2025-11-25",
-                "capabilities": {},
+                "capabilities": capabilities or {},
                 "clientInfo": {"name": "bench", "version": "0"},
             },
         }
@@ -114,6 +117,32 @@ class LegacyClient:
         async with self.http.post(self.url, json=body, headers=self.headers) as resp:
             reply = await read_reply(resp)
         assert reply["result"]["content"][0]["text"] == "hi", reply
+
+    async def greet(self) -> None:
+        """The legacy way: one POST whose SSE stream carries the question, answered by a second POST."""
+        self.rid += 1
+        call = {
+            "jsonrpc": "2.0",
+            "id": self.rid,
+            "method": "tools/call",
+            "params": {"name": "greet", "arguments": {}},
+        }
+        async with self.http.post(self.url, json=call, headers=self.headers) as resp:
+            async for line in resp.content:
+                if not line.startswith(b"data:") or not line[5:].strip():
+                    continue
+                message = json.loads(line[5:])
+                if message.get("method") == "elicitation/create":
+                    answer = {
+                        "jsonrpc": "2.0",
+                        "id": message["id"],
+                        "result": {"action": "accept", "content": {"username": "bench"}},
+                    }
+                    async with self.http.post(self.url, json=answer, headers=self.headers) as ack:
+                        await ack.read()
+                elif message.get("id") == self.rid:
+                    assert message["result"]["content"][0]["text"] == "Hello, bench!", message
+                    break
 
 
 async def modern_echo(http: aiohttp.ClientSession, url: str, rid: int) -> None:
@@ -259,6 +288,15 @@ async def main() -> None:
 
             return make
 
+        async def direct_greet(http: aiohttp.ClientSession) -> Callable[[int], Awaitable[None]]:
+            client = LegacyClient(http, legacy.url)
+            client.headers["Accept"] = ACCEPT
+            await client.open_with_elicitation()
+            return lambda _rid: client.greet()
+
+        legacy_rt = await measure(
+            "direct legacy client (inline, one stream)", args.workers, args.rounds, direct_greet
+        )
         bridged = await measure(
             "gateway + legacy server (inline ctx.elicit)",
             args.workers,
@@ -270,7 +308,8 @@ async def main() -> None:
         )
         print(
             f"  -> gateway+legacy/native: p50 {bridged['p50_ms'] / native_rt['p50_ms']:.2f}x, "
-            f"p99 {bridged['p99_ms'] / native_rt['p99_ms']:.2f}x, throughput {bridged['per_s'] / native_rt['per_s']:.2f}x"
+            f"p99 {bridged['p99_ms'] / native_rt['p99_ms']:.2f}x, throughput {bridged['per_s'] / native_rt['per_s']:.2f}x; "
+            f"gateway+legacy/direct legacy: p50 {bridged['p50_ms'] / legacy_rt['p50_ms']:.2f}x"
         )
     finally:
         for proc in (gateway, native):

@@ -405,7 +405,9 @@ class Bridge:
     async def _cleanup(self, call: LiveCall, *, reuse: bool) -> None:
         self.calls.pop(call.id, None)
         call.ended.set()
-        await cancel_and_wait(call.pump)
+        if not reuse:
+            await cancel_and_wait(call.pump)
+        # else: the pump is reading the end of the finished stream so its connection is reused
         call.pool.release(call.session, reuse=reuse and call.inbox.empty())
         if call.machine.round:
             try:

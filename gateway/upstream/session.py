@@ -40,6 +40,7 @@ VERSION_HEADER = "MCP-Protocol-Version"
 _ACCEPT = "application/json, text/event-stream"
 _RECONNECT_DELAY_S = 1.0
 _MAX_RESUME_ATTEMPTS = 5
+_DRAIN_S = 1.0
 
 
 class SessionExpired(UpstreamError):
@@ -226,13 +227,17 @@ class LegacySession:
             UpstreamError
         """
         rid = self.next_id()
+        response: dict[str, Any] | None = None
         async with asyncio.timeout(self.endpoint.timeout_s):
+            # Read to the end (not just to the response) so the connection is reused.
             async for item in self._post(jsonrpc.request(rid, method, params), rid):
                 if "method" in item:
                     self._orphan(item)
-                    continue
-                return item
-        raise UpstreamError(f"upstream closed {method} without a response")
+                else:
+                    response = item
+        if response is None:
+            raise UpstreamError(f"upstream closed {method} without a response")
+        return response
 
     # -- transport ---------------------------------------------------------------------
 
@@ -299,6 +304,7 @@ class LegacySession:
                         for item in self._handle_event(event):
                             yield item
                             if _is_response_to(item, rid):
+                                await _drain(resp)
                                 return
                 last_id = parser.last_event_id
         except (aiohttp.ClientError, OSError) as exc:
@@ -335,6 +341,7 @@ class LegacySession:
                             for item in self._handle_event(event):
                                 yield item
                                 if _is_response_to(item, rid):
+                                    await _drain(resp)
                                     return
                     last_id = parser.last_event_id or last_id
             except (aiohttp.ClientError, OSError) as exc:
@@ -434,6 +441,20 @@ def orphan_answer(item: dict[str, Any]) -> dict[str, Any]:
     return jsonrpc.error(
         rid, {"code": -32601, "message": f"{method} is not available outside a client request"}
     )
+
+
+async def _drain(resp: aiohttp.ClientResponse) -> None:
+    """Read what follows the response (normally just the end of the stream), briefly.
+
+    A stream left unread closes its keep-alive connection; the server SHOULD end the
+    stream after the response, so this usually returns at once.
+    """
+    try:
+        async with asyncio.timeout(_DRAIN_S):
+            async for _chunk in resp.content.iter_any():
+                pass
+    except TimeoutError:
+        pass
 
 
 def _kind(message: dict[str, Any]) -> str:
