@@ -49,7 +49,7 @@ from gateway.protocol.call import (
     RoundContext,
     Trigger,
 )
-from gateway.protocol.inbound import FrontRequest
+from gateway.protocol.inbound import SERVER_INFO_KEY, FrontRequest
 from gateway.store.base import PARKED, SuspendedCall, SuspendedCallStore
 from gateway.upstream.pool import SessionPool
 from gateway.upstream.session import Inbox, LegacySession, StreamEnd
@@ -219,16 +219,23 @@ class Bridge:
             round=claims.round,
             answered=sorted(set(responses) & set(machine.pending)),
         )
-        for answer in machine.deliver(responses):
-            await self._send(call, answer)
-        return await self._drive(call, front, notify)
+        return await self._drive(call, front, notify, machine.deliver(responses))
 
     # -- the read loop -----------------------------------------------------------------
 
-    async def _drive(self, call: LiveCall, front: FrontRequest, notify: Notify) -> dict[str, Any]:
+    async def _drive(
+        self,
+        call: LiveCall,
+        front: FrontRequest,
+        notify: Notify,
+        answers: list[Answer] | None = None,
+    ) -> dict[str, Any]:
+        """Deliver this round's answers and read until the call finishes or asks again."""
         call.machine.serve(_round_context(front))
         try:
             async with asyncio.timeout(self.limits.hold_timeout_s):
+                for answer in answers or []:
+                    await self._send(call, answer)
                 return await self._run(call, notify)
         except asyncio.CancelledError:
             # The client went away mid-round: cancellation on the 2026 wire.
@@ -243,6 +250,16 @@ class Bridge:
             raise UpstreamError(
                 f"the upstream did not answer within {self.limits.hold_timeout_s:g} s"
             ) from None
+        except UpstreamError as exc:
+            if call.machine.phase is Phase.RUNNING:
+                await self._end(call, Trigger.FAIL, type(exc).__name__)
+            if call.machine.round:
+                # It had already asked the client: say plainly that this call is gone.
+                raise CallLost(
+                    f"The upstream call was lost ({exc.message}); "
+                    "start the request again without requestState"
+                ) from exc
+            raise
         except GatewayError as exc:
             if call.machine.phase is Phase.RUNNING:
                 await self._end(call, Trigger.FAIL, type(exc).__name__)
@@ -362,11 +379,15 @@ class Bridge:
             self._expire_at(call, machine.round, deadline), name=f"call-expiry-{call.id}"
         )
         log.info("call_suspended", round=machine.round, asked=sorted(machine.pending))
-        return {
+        result: dict[str, Any] = {
             "resultType": "input_required",
             "inputRequests": machine.input_required(),
             "requestState": token,
         }
+        info = call.session.info
+        if info is not None:
+            result["_meta"] = {SERVER_INFO_KEY: info.server_info}
+        return result
 
     async def _expire_at(self, call: LiveCall, round_: int, deadline_ms: int) -> None:
         await asyncio.sleep(max(0.0, (deadline_ms - now_ms()) / 1000))

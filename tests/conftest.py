@@ -50,6 +50,8 @@ def gateway_config(upstream_url: str, **overrides: Any) -> GatewayConfig:
     for key, value in overrides.items():
         if key == "upstream":
             data["upstreams"][0].update(value)
+        elif key == "upstreams_extra":
+            data["upstreams"].extend(value)
         else:
             data[key] = value
     return parse_config(data, env={"MRTR_GATEWAY_SEALING_KEYS": TEST_KEY})
@@ -77,6 +79,7 @@ class Gateway:
         *,
         headers: dict[str, str] | None = None,
         drop: tuple[str, ...] = (),
+        url: str | None = None,
     ) -> tuple[int, Any, aiohttp.ClientResponse]:
         """POST a raw body with the headers a correct 2026 client would send (unless replaced)."""
         send = default_headers(body)
@@ -84,7 +87,7 @@ class Gateway:
         for name in drop:
             send.pop(name, None)
         data = body if isinstance(body, bytes) else aiohttp.payload.JsonPayload(body)
-        async with self.http.post(self.url, data=data, headers=send) as resp:
+        async with self.http.post(url or self.url, data=data, headers=send) as resp:
             raw = await resp.read()
             ctype = resp.headers.get("Content-Type", "")
             if ctype.startswith("text/event-stream"):

@@ -186,12 +186,41 @@ class LegacySession:
         `StreamEnd` is put.
         """
         rid = message["id"]
-        try:
-            async for item in self._post(message, rid):
-                await inbox.put(item)
-        except UpstreamError as exc:
-            self.alive = self.alive and not isinstance(exc, SessionExpired)
-            await inbox.put(StreamEnd(exc))
+        received = False
+        for attempt in (1, 2):
+            try:
+                async for item in self._post(message, rid):
+                    received = True
+                    await inbox.put(item)
+                return
+            except SessionExpired as exc:
+                # The server forgot the session before it saw this request (e.g. it
+                # restarted): nothing ran, so initialise afresh and send it again, once.
+                if received or attempt == 2:
+                    await inbox.put(StreamEnd(exc))
+                    return
+                log.info("upstream_session_expired", upstream=self.endpoint.name)
+                try:
+                    await self.reopen()
+                except (UpstreamError, TimeoutError) as reopen_error:
+                    error = reopen_error if isinstance(reopen_error, UpstreamError) else exc
+                    await inbox.put(StreamEnd(error))
+                    return
+            except UpstreamError as exc:
+                await inbox.put(StreamEnd(exc))
+                return
+
+    async def reopen(self) -> None:
+        """Initialise a new session in place of one the server no longer knows.
+
+        Raises:
+            UpstreamError, TimeoutError
+        """
+        await cancel_and_wait(self._get_task)
+        self.id = None
+        self.alive = False
+        self._get_last_event_id = None
+        await self.open()
 
     async def send(self, message: dict[str, Any]) -> None:
         """POST a response or notification; the server answers 202.

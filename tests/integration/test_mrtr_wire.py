@@ -37,6 +37,7 @@ async def first_round(gateway: Gateway, run_id: str, **headers: str) -> str:
     result = reply["result"]
     assert result["resultType"] == "input_required"
     assert list(result["inputRequests"]) == ["elicit.username"]
+    assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "peers-legacy-py"
     return str(result["requestState"])
 
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 RUNS: dict[str, int] = defaultdict(int)
 JOURNAL: dict[str, list[str]] = defaultdict(list)
+BACKGROUND: set[asyncio.Task[None]] = set()
 
 
 def ran(tool: str, run_id: str) -> None:
@@ -53,7 +54,9 @@ class City(BaseModel):
 
 
 def build(event_store: EventStore | None = None) -> FastMCP:
-    mcp = FastMCP("peers-legacy-py", event_store=event_store)
+    mcp = FastMCP(
+        "peers-legacy-py", event_store=event_store, retry_interval=50 if event_store else None
+    )
 
     @mcp.tool(description="Echo the text back (no interaction).")
     async def echo(text: str) -> str:
@@ -240,6 +243,39 @@ def build(event_store: EventStore | None = None) -> FastMCP:
             JOURNAL[run_id].append("cancelled")
             raise
         return "held"
+
+    @mcp.tool(
+        description="Progress, then the server closes the POST stream, then asks (needs --event-store)."
+    )
+    async def poll_then_ask(ctx: Context, run_id: str = "") -> str:
+        ran("poll_then_ask", run_id)
+        await ctx.report_progress(1, 2, "before the break")
+        await ctx.close_sse_stream()
+        answer = await ctx.elicit("Still there?", Confirm)
+        await ctx.report_progress(2, 2, "after the break")
+        return f"resumed: {answer.action}"
+
+    @mcp.tool(description="Returns at once; a moment later asks for roots outside any request.")
+    async def late_roots(ctx: Context, run_id: str = "") -> str:
+        session = ctx.session
+
+        async def ask_later() -> None:
+            await anyio.sleep(0.2)
+            try:
+                result = await session.list_roots()
+                JOURNAL[run_id].append(f"roots:{len(result.roots)}")
+            except Exception as exc:  # the gateway refuses: no client request is in flight
+                JOURNAL[run_id].append(
+                    f"roots:error {getattr(getattr(exc, 'error', None), 'code', '?')}"
+                )
+
+        BACKGROUND.add(asyncio.get_running_loop().create_task(ask_later()))
+        return "asked later"
+
+    @mcp.tool(description="Pings the client (the gateway answers), then returns.")
+    async def pinger(ctx: Context) -> str:
+        await ctx.session.send_ping()
+        return "pong received"
 
     @mcp.resource("profile://{user}", description="A profile whose reading asks for a field.")
     async def profile(user: str, ctx: Context) -> str:

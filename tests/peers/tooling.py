@@ -85,21 +85,33 @@ class LegacyServer:
     def __init__(self, *, event_store: bool = False) -> None:
         python = ensure_venv("legacy")
         self.port = free_port()
-        args = [str(python), str(HERE / "legacy_server.py"), "--port", str(self.port)]
+        self.args = [str(python), str(HERE / "legacy_server.py"), "--port", str(self.port)]
         if event_store:
-            args.append("--event-store")
+            self.args.append("--event-store")
         # A file, not a pipe: nobody reads a pipe, and a full one would block the server.
         self.log = tempfile.NamedTemporaryFile(prefix="legacy-server-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.log)
-        wait_for_port(self.port, self.proc)
+        self._start()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
-    def stop(self) -> None:
+    def _start(self) -> None:
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=self.log)
+        wait_for_port(self.port, self.proc)
+
+    def _terminate(self) -> None:
         self.proc.terminate()
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait(10)
+
+    def restart(self) -> None:
+        """A new server process on the same port: every session it knew is gone."""
+        self._terminate()
+        self._start()
+
+    def stop(self) -> None:
+        self._terminate()
         self.log.close()
         os.unlink(self.log.name)
 

@@ -1,0 +1,136 @@
+"""How the gateway copes with what real legacy servers do: streams closed mid-call,
+server requests outside any call, pings, restarts, several upstreams."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import Gateway, drive, rpc
+from tests.integration.test_bridge_peers import body_runs, text_of
+from tests.integration.test_mrtr_wire import ALICE, FROZEN, greet, until_journal
+from tests.peers.tooling import LegacyServer
+
+pytestmark = pytest.mark.peers
+
+
+@pytest.fixture(scope="module")
+def resumable() -> Iterator[LegacyServer]:
+    """An mcp 1.x server with an event store: SSE events carry ids, streams can be resumed."""
+    server = LegacyServer(event_store=True)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def restartable() -> Iterator[LegacyServer]:
+    server = LegacyServer()
+    yield server
+    server.stop()
+
+
+async def test_a_stream_the_server_closes_mid_call_is_resumed_with_last_event_id(
+    make_gateway, resumable: LegacyServer, modern
+) -> None:
+    gateway = await make_gateway(resumable.url)
+    run_id = uuid.uuid4().hex
+    reply = await drive(
+        modern,
+        {
+            "op": "call_tool",
+            "url": gateway.url,
+            "name": "poll_then_ask",
+            "arguments": {"run_id": run_id},
+            "progress": True,
+        },
+    )
+    assert reply["rounds"] == [["elicit.confirm"]]
+    assert text_of(reply) == "resumed: accept"
+    assert [p["message"] for p in reply["progress"]] == ["before the break", "after the break"]
+    assert await body_runs(gateway, "poll_then_ask", run_id) == 1
+
+
+async def test_a_server_request_outside_any_call_is_answered_upstream(gateway: Gateway) -> None:
+    run_id = uuid.uuid4().hex
+    status, reply, _ = await gateway.post(
+        rpc("tools/call", {"name": "late_roots", "arguments": {"run_id": run_id}})
+    )
+    assert reply["result"]["content"][0]["text"] == "asked later"
+    assert await until_journal(gateway, run_id, "roots:error -32601") == ["roots:error -32601"]
+
+
+async def test_server_pings_are_answered_by_the_gateway(gateway: Gateway, modern) -> None:
+    reply = await drive(
+        modern, {"op": "call_tool", "url": gateway.url, "name": "pinger", "arguments": {}}
+    )
+    assert reply["rounds"] == [] and text_of(reply) == "pong received"
+
+
+async def test_a_restarted_legacy_server_gets_fresh_sessions(
+    make_gateway, restartable: LegacyServer, modern
+) -> None:
+    gateway = await make_gateway(restartable.url)
+    first = await drive(
+        modern, {"op": "call_tool", "url": gateway.url, "name": "greet", "arguments": {}}
+    )
+    assert text_of(first) == "Hello, alice!"
+    await asyncio.to_thread(restartable.restart)
+    status, listed, _ = await gateway.post(rpc("tools/list"))
+    assert status == 200 and listed["result"]["tools"]
+    run_id = uuid.uuid4().hex
+    again = await drive(
+        modern,
+        {"op": "call_tool", "url": gateway.url, "name": "greet", "arguments": {"run_id": run_id}},
+    )
+    assert again["rounds"] == [["elicit.username"]] and text_of(again) == "Hello, alice!"
+    assert await body_runs(gateway, "greet", run_id) == 1
+
+
+async def test_a_call_parked_when_the_server_restarts_is_reported_lost(
+    make_gateway, restartable: LegacyServer
+) -> None:
+    gateway = await make_gateway(restartable.url)
+    run_id = uuid.uuid4().hex
+    status, reply, _ = await gateway.post(greet(run_id))
+    state = reply["result"]["requestState"]
+    await asyncio.to_thread(restartable.restart)
+    status, reply, _ = await gateway.post(greet(run_id, rid=2, state=state, answers=ALICE))
+    assert status == 502
+    assert reply["error"]["code"] == -32603
+    assert "start the request again" in reply["error"]["message"]
+    assert gateway.bridge.calls == {}
+
+
+async def test_each_upstream_is_served_on_its_own_path_with_its_own_states(
+    make_gateway, legacy: LegacyServer, resumable: LegacyServer
+) -> None:
+    gateway = await make_gateway(
+        legacy.url,
+        upstream={"path": "/a"},
+        upstreams_extra=[{"name": "other", "url": resumable.url, "path": "/b"}],
+    )
+    a, b = gateway.url.replace("/mcp", "/a"), gateway.url.replace("/mcp", "/b")
+    run_id = uuid.uuid4().hex
+    status, reply, _ = await gateway.post(greet(run_id), url=a)
+    state = reply["result"]["requestState"]
+    status, reply, _ = await gateway.post(greet(run_id, rid=2, state=state, answers=ALICE), url=b)
+    assert (status, reply["error"]) == (400, FROZEN)
+    status, reply, _ = await gateway.post(greet(run_id, rid=3, state=state, answers=ALICE), url=a)
+    assert reply["result"]["content"][0]["text"] == "Hello, alice!"
+    status, _, _ = await gateway.post(rpc("tools/list"))
+    assert status == 404  # /mcp is not configured here
+
+
+async def test_a_principal_with_too_many_parked_calls_gets_429(make_gateway) -> None:
+    gateway = await make_gateway(limits={"max_parked_per_principal": 2})
+    for i in range(2):
+        status, reply, _ = await gateway.post(greet(f"p{i}"), headers={"Authorization": "Bearer a"})
+        assert reply["result"]["resultType"] == "input_required"
+    status, reply, _ = await gateway.post(greet("p3"), headers={"Authorization": "Bearer a"})
+    assert status == 429 and reply["error"]["data"] == {"reason": "max_parked_per_principal"}
+    status, reply, _ = await gateway.post(greet("p4"), headers={"Authorization": "Bearer b"})
+    assert reply["result"]["resultType"] == "input_required"
+    assert gateway.bridge.parked == 3
