@@ -245,7 +245,7 @@ def build(event_store: EventStore | None = None) -> FastMCP:
         return "held"
 
     @mcp.tool(
-        description="Progress, then the server closes the POST stream, then asks (needs --event-store)."
+        description="Progress, then the server closes the POST stream, then asks (--event-store)."
     )
     async def poll_then_ask(ctx: Context, run_id: str = "") -> str:
         ran("poll_then_ask", run_id)
