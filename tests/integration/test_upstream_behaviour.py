@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import Gateway, drive, rpc
+from tests.conftest import Gateway, default_headers, drive, parse_sse_messages, rpc
 from tests.integration.test_bridge_peers import body_runs, text_of
 from tests.integration.test_mrtr_wire import ALICE, FROZEN, greet, until_journal
 from tests.peers.tooling import LegacyServer
@@ -134,3 +134,25 @@ async def test_a_principal_with_too_many_parked_calls_gets_429(make_gateway) -> 
     status, reply, _ = await gateway.post(greet("p4"), headers={"Authorization": "Bearer b"})
     assert reply["result"]["resultType"] == "input_required"
     assert gateway.bridge.parked == 3
+
+
+async def test_a_long_silent_round_is_held_open_with_sse_keepalives(make_gateway) -> None:
+    gateway = await make_gateway(limits={"keepalive_s": 0.1})
+    body = rpc("tools/call", {"name": "sleepy", "arguments": {"seconds": 0.5}})
+    async with gateway.http.post(gateway.url, json=body, headers=default_headers(body)) as resp:
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        raw = await resp.read()
+    assert raw.count(b": keepalive") >= 2
+    (final,) = parse_sse_messages(raw)
+    assert final["result"]["content"][0]["text"] == "slept 0.5"
+
+
+async def test_a_round_past_the_hold_timeout_fails_and_is_cancelled_upstream(make_gateway) -> None:
+    gateway = await make_gateway(limits={"hold_timeout_s": 0.3})
+    run_id = uuid.uuid4().hex
+    body = rpc("tools/call", {"name": "sleepy", "arguments": {"seconds": 30, "run_id": run_id}})
+    status, reply, _ = await gateway.post(body)
+    assert status == 502 and reply["error"]["code"] == -32603
+    assert "did not answer within 0.3 s" in reply["error"]["message"]
+    assert await until_journal(gateway, run_id, "cancelled") == ["cancelled"]
+    assert gateway.bridge.calls == {}

@@ -272,6 +272,16 @@ def build(event_store: EventStore | None = None) -> FastMCP:
         BACKGROUND.add(asyncio.get_running_loop().create_task(ask_later()))
         return "asked later"
 
+    @mcp.tool(description="Works silently for a while (no notifications), then returns.")
+    async def sleepy(seconds: float, run_id: str = "") -> str:
+        ran("sleepy", run_id)
+        try:
+            await anyio.sleep(seconds)
+        except anyio.get_cancelled_exc_class():
+            JOURNAL[run_id].append("cancelled")
+            raise
+        return f"slept {seconds}"
+
     @mcp.tool(description="Pings the client (the gateway answers), then returns.")
     async def pinger(ctx: Context) -> str:
         await ctx.session.send_ping()
