@@ -59,6 +59,15 @@ class Endpoint:
     client_version: str = "0.1.0"
 
 
+@dataclass(slots=True)
+class _Cursor:
+    """Where a call's stream stands: the last event id, the server's retry hint, done or not."""
+
+    last_id: str | None = None
+    retry_ms: int | None = None
+    answered: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class StreamEnd:
     """Put in an inbox when a call's POST stream ends without the call's response."""
@@ -235,9 +244,7 @@ class LegacySession:
                 ) as resp:
                     self._capture_session(resp)
                     await resp.read()
-                    if resp.status == 404 and self.id is not None:
-                        self.alive = False
-                        raise SessionExpired()
+                    self._check_status(resp)
                     if resp.status >= 400:
                         raise UpstreamError(
                             f"upstream answered HTTP {resp.status} to a {_kind(message)}"
@@ -303,6 +310,7 @@ class LegacySession:
 
     async def _exchange(self, message: dict[str, Any], rid: Any) -> AsyncIterator[dict[str, Any]]:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.endpoint.timeout_s)
+        cursor = _Cursor()
         try:
             async with self.http.post(
                 self.endpoint.url,
@@ -311,9 +319,7 @@ class LegacySession:
                 timeout=timeout,
             ) as resp:
                 self._capture_session(resp)
-                if resp.status == 404 and self.id is not None:
-                    self.alive = False
-                    raise SessionExpired()
+                self._check_status(resp)
                 ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
                 if resp.status >= 400:
                     body = await resp.read()
@@ -325,57 +331,63 @@ class LegacySession:
                     return
                 if ctype != "text/event-stream":
                     raise UpstreamError(f"upstream answered with Content-Type {ctype!r}")
-                parser = sse.Parser()
-                retry_ms: int | None = None
-                async for chunk in resp.content.iter_any():
-                    for event in parser.feed(chunk):
-                        retry_ms = event.retry if event.retry is not None else retry_ms
-                        for item in self._handle_event(event):
-                            yield item
-                            if _is_response_to(item, rid):
-                                await _drain(resp)
-                                return
-                last_id = parser.last_event_id
+                async for item in self._read_stream(resp, rid, cursor):
+                    yield item
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamError(f"upstream unreachable: {exc}") from exc
-        if last_id is None:
+        if cursor.answered:
+            return
+        if cursor.last_id is None:
             raise UpstreamError("upstream closed the stream before answering")
-        async for item in self._resume(last_id, rid, retry_ms):
+        async for item in self._resume(rid, cursor):
             yield item
 
-    async def _resume(
-        self, last_id: str, rid: Any, retry_ms: int | None
-    ) -> AsyncIterator[dict[str, Any]]:
+    async def _resume(self, rid: Any, cursor: _Cursor) -> AsyncIterator[dict[str, Any]]:
         """Continue a broken POST stream with GET + Last-Event-ID (2025-11-25 polling)."""
         for _attempt in range(_MAX_RESUME_ATTEMPTS):
-            await asyncio.sleep((retry_ms or 0) / 1000)
+            await asyncio.sleep((cursor.retry_ms or 0) / 1000)
             headers = self._headers(accept="text/event-stream")
-            headers["Last-Event-ID"] = last_id
+            headers["Last-Event-ID"] = cursor.last_id or ""
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.endpoint.timeout_s)
             try:
                 async with self.http.get(
                     self.endpoint.url, headers=headers, timeout=timeout
                 ) as resp:
-                    if resp.status == 404 and self.id is not None:
-                        self.alive = False
-                        raise SessionExpired()
+                    self._check_status(resp)
                     if resp.status != 200:
                         raise UpstreamError(
                             f"upstream refused to resume the stream: HTTP {resp.status}"
                         )
-                    parser = sse.Parser()
-                    async for chunk in resp.content.iter_any():
-                        for event in parser.feed(chunk):
-                            retry_ms = event.retry if event.retry is not None else retry_ms
-                            for item in self._handle_event(event):
-                                yield item
-                                if _is_response_to(item, rid):
-                                    await _drain(resp)
-                                    return
-                    last_id = parser.last_event_id or last_id
+                    async for item in self._read_stream(resp, rid, cursor):
+                        yield item
             except (aiohttp.ClientError, OSError) as exc:
                 raise UpstreamError(f"upstream unreachable while resuming: {exc}") from exc
+            if cursor.answered:
+                return
         raise UpstreamError("upstream stream could not be resumed")
+
+    def _check_status(self, resp: aiohttp.ClientResponse) -> None:
+        """Raises: SessionExpired on a 404 for a request that carried the session id."""
+        if resp.status == 404 and self.id is not None:
+            self.alive = False
+            raise SessionExpired()
+
+    async def _read_stream(
+        self, resp: aiohttp.ClientResponse, rid: Any, cursor: _Cursor
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield a stream's messages until the response to `rid`, keeping the resume cursor."""
+        parser = sse.Parser()
+        async for chunk in resp.content.iter_any():
+            for event in parser.feed(chunk):
+                if event.retry is not None:
+                    cursor.retry_ms = event.retry
+                for item in self._handle_event(event):
+                    yield item
+                    if _is_response_to(item, rid):
+                        cursor.answered = True
+                        await _drain(resp)
+                        return
+            cursor.last_id = parser.last_event_id or cursor.last_id
 
     def _handle_event(self, event: sse.Event) -> list[dict[str, Any]]:
         if event.event != "message" or not event.data:
