@@ -1,8 +1,8 @@
 """Wiring only: build the aiohttp application from a `GatewayConfig`.
 
 Middleware order: request id -> errors -> handler. Long-lived resources (the
-upstream HTTP client, session pools, the store, the bridge) open and close in
-one `cleanup_ctx` generator.
+upstream HTTP client, session pools, the store, the fleet, the bridge) open and
+close in one `cleanup_ctx` generator.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from aiohttp import web
 from gateway import __version__
 from gateway.bridge import Bridge
 from gateway.config import GatewayConfig
-from gateway.errors import ConfigError
+from gateway.fleet import Fleet
+from gateway.handoff import FleetHandoff
 from gateway.protocol.state import AesGcmKeyRing, StateCodec
 from gateway.store.base import SuspendedCallStore
 from gateway.store.memory import MemoryStore
+from gateway.store.redis import RedisStore, connect
 from gateway.upstream.pool import SessionPool
 from gateway.upstream.session import Endpoint
 from gateway.web.handlers import McpEndpoint
@@ -46,27 +48,32 @@ def make_codec(config: GatewayConfig) -> StateCodec:
     return AesGcmKeyRing(list(config.sealing.keys))
 
 
-def make_store(config: GatewayConfig) -> SuspendedCallStore:
-    if config.store.url.startswith("memory://"):
-        return MemoryStore()
-    raise ConfigError(
-        f"store.url: {config.store.url!r} is not supported by this build; use memory://"
-    )
-
-
 def build_app(config: GatewayConfig) -> web.Application:
     app = web.Application(
         middlewares=[request_id_middleware, error_middleware],
         client_max_size=config.limits.max_body_bytes + 1,
     )
     app[CONFIG] = config
-    store = make_store(config)
+    fleet: Fleet | None = None
+    store: SuspendedCallStore
+    if config.store.shared:
+        client = connect(config.store.url)
+        store = RedisStore(client, prefix=config.store.key_prefix)
+        fleet = Fleet(
+            client,
+            prefix=config.store.key_prefix,
+            replica_id=config.replica_id,
+            heartbeat_s=config.fleet.heartbeat_s,
+        )
+    else:
+        store = MemoryStore()
     app[STORE] = store
-    codec = make_codec(config)
     pools: dict[str, SessionPool] = {}
     app[POOLS] = pools
-    bridge = Bridge(config, store, codec, pools)
+    bridge = Bridge(config, store, make_codec(config), pools)
     app[BRIDGE] = bridge
+    handoff = FleetHandoff(bridge, fleet) if fleet is not None else None
+    bridge.handoff = handoff
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
@@ -81,6 +88,8 @@ def build_app(config: GatewayConfig) -> web.Application:
             pool = SessionPool(http, endpoint, upstream.pool)
             pool.start()
             pools[upstream.name] = pool
+        if fleet is not None and handoff is not None:
+            fleet.start(handoff.serve)
         log.info(
             "gateway_started",
             replica=config.replica_id,
@@ -89,6 +98,8 @@ def build_app(config: GatewayConfig) -> web.Application:
         )
         yield
         await bridge.close()
+        if fleet is not None:
+            await fleet.close()
         for pool in pools.values():
             await pool.close()
         await store.close()
@@ -96,12 +107,18 @@ def build_app(config: GatewayConfig) -> web.Application:
 
     app.cleanup_ctx.append(resources)
     for upstream in config.upstreams:
-        app.router.add_route(
-            "*", upstream.path, McpEndpoint(config, upstream, bridge, pools).handle
-        )
-    app.router.add_get("/healthz", _healthz)
+        endpoint_handler = McpEndpoint(config, upstream, bridge, pools).handle
+        app.router.add_route("*", upstream.path, endpoint_handler)
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"status": "alive"})
+
+    async def readyz(request: web.Request) -> web.Response:
+        store_ok = await store.ping()
+        ready = store_ok and not bridge.draining
+        body = {"ready": ready, "store": "ok" if store_ok else "unreachable", "draining": bridge.draining}
+        return web.json_response(body, status=200 if ready else 503)
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     return app
-
-
-async def _healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})

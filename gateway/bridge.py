@@ -10,6 +10,10 @@ resumes at most once), its answers go upstream, and reading continues. A call
 nobody resumes is abandoned at its deadline; a client that disconnects cancels
 its call upstream.
 
+Tools in `mode: replay` park nothing: the journal of answers rides in the sealed
+state and every retry runs the call afresh. A retry that reaches another replica
+than the call's owner is handed over by `gateway.handoff`.
+
 Protocol decisions live in `gateway.protocol.call.CallMachine`; this module only
 does the I/O around it.
 """
@@ -21,12 +25,12 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
 from gateway.aio import cancel_and_wait, spawn
-from gateway.config import GatewayConfig, UpstreamConfig
+from gateway.config import REPLAY, GatewayConfig, UpstreamConfig
 from gateway.errors import (
     CallLost,
     CapacityExceeded,
@@ -43,16 +47,18 @@ from gateway.protocol.call import (
     Asked,
     CallMachine,
     Finished,
+    Pending,
     Phase,
     Refused,
     Relay,
     RoundContext,
     Trigger,
+    check_answers,
 )
 from gateway.protocol.inbound import SERVER_INFO_KEY, FrontRequest
 from gateway.store.base import PARKED, SuspendedCall, SuspendedCallStore
 from gateway.upstream.pool import SessionPool
-from gateway.upstream.session import Inbox, LegacySession, StreamEnd
+from gateway.upstream.session import Inbox, LegacySession, StreamCursor, StreamEnd
 
 log = structlog.get_logger("gateway.bridge")
 
@@ -72,10 +78,12 @@ class LiveCall:
     pool: SessionPool
     session: LegacySession
     inbox: Inbox
-    pump: asyncio.Task[None]
+    cursor: StreamCursor
     principal: str
     digest: str
     target: str | None
+    stateless: bool = False
+    pump: asyncio.Task[None] | None = None
     started: float = field(default_factory=time.monotonic)
     expiry: asyncio.Task[None] | None = None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
@@ -101,6 +109,15 @@ class Bridge:
         self.calls: dict[str, LiveCall] = {}
         self.parked = 0
         self._parked_by_principal: Counter[str] = Counter()
+        self.draining = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+        # Set by gateway.handoff when the store is shared: (record, front, notify) -> result.
+        self.handoff: Handoff | None = None
+
+    @property
+    def replica_id(self) -> str:
+        return self.config.replica_id
 
     def _fire(self, call: LiveCall, trigger: Trigger) -> None:
         """Move the call's phase, keeping the parked-call counts in step."""
@@ -128,62 +145,31 @@ class Bridge:
         """
         digest = state.request_digest(front.method, front.target, front.params.get("arguments"))
         token = front.params.get("requestState")
+        responses = front.params.get("inputResponses") or {}
         if token is None:
-            return await self._start(upstream, front, principal, digest, notify)
-        return await self._resume(upstream, front, principal, digest, token, notify)
+            if self.draining:
+                raise CapacityExceeded(
+                    "this replica is draining; send the request again", reason="draining"
+                )
+            known = {key: [answer] for key, answer in responses.items()}
+            return await self.start(upstream, front, principal, digest, notify, known=known)
+        claims = self._open(upstream, token, principal, digest)
+        if claims.mode == REPLAY:
+            known = CallMachine.known_answers(claims.journal, responses)
+            return await self.start(
+                upstream, front, principal, digest, notify, known=known, round_=claims.round
+            )
+        record = await self._claim(upstream, claims, responses)
+        call = self.calls.get(record.call_id)
+        if call is not None:
+            return await self.resume(call, front, notify)
+        if self.handoff is None:
+            raise CallLost()
+        return await self.handoff.elsewhere(upstream, record, front, notify)
 
-    async def _start(
-        self,
-        upstream: UpstreamConfig,
-        front: FrontRequest,
-        principal: str,
-        digest: str,
-        notify: Notify,
-    ) -> dict[str, Any]:
-        pool = self.pools[upstream.name]
-        session = await pool.acquire(front.envelope.capabilities)
-        call_id = state.new_call_id()
-        machine = CallMachine(
-            call_id=call_id,
-            method=front.method,
-            upstream_id=session.next_id(),
-            progress_token=f"mrtr-{call_id}",
-            rules=upstream.rules_for(front.method, front.target),
-            presupplied=dict(front.params.get("inputResponses") or {}),
-        )
-        inbox: Inbox = asyncio.Queue()
-        session.attach(inbox)
-        message = jsonrpc.request(
-            machine.upstream_id,
-            front.method,
-            translate.upstream_params(front, machine.progress_token),
-        )
-        pump = spawn(session.pump(message, inbox), name=f"call-pump-{call_id}")
-        call = LiveCall(
-            machine=machine,
-            upstream=upstream,
-            pool=pool,
-            session=session,
-            inbox=inbox,
-            pump=pump,
-            principal=principal,
-            digest=digest,
-            target=front.target,
-        )
-        self.calls[call_id] = call
-        structlog.contextvars.bind_contextvars(call_id=call_id)
-        log.info("call_started", upstream=upstream.name, method=front.method, target=front.target)
-        return await self._drive(call, front, notify)
-
-    async def _resume(
-        self,
-        upstream: UpstreamConfig,
-        front: FrontRequest,
-        principal: str,
-        digest: str,
-        token: str,
-        notify: Notify,
-    ) -> dict[str, Any]:
+    def _open(
+        self, upstream: UpstreamConfig, token: str, principal: str, digest: str
+    ) -> state.Claims:
         try:
             claims = state.open_claims(
                 self.codec,
@@ -193,37 +179,128 @@ class Bridge:
                 digest=digest,
                 audience=self.audience(upstream),
             )
-            structlog.contextvars.bind_contextvars(call_id=claims.call, round=claims.round)
+        except InvalidRequestState as exc:
+            log.warning("request_state_refused", reason=exc.reason, upstream=upstream.name)
+            raise
+        structlog.contextvars.bind_contextvars(call_id=claims.call, round=claims.round)
+        return claims
+
+    async def _claim(
+        self, upstream: UpstreamConfig, claims: state.Claims, responses: Any
+    ) -> SuspendedCall:
+        """The parked record, claimed for this retry; bad answers are refused first.
+
+        Raises:
+            InvalidRequestState, InvalidParams, StoreError
+        """
+        try:
             record = await self.store.get(claims.call)
             if record is None:
                 raise InvalidRequestState("no live call (finished, expired or never parked)")
             if record.round != claims.round or record.status != PARKED:
                 raise InvalidRequestState("round already resumed (replay)")
-            call = self.calls.get(claims.call)
-            if call is None:
-                raise CallLost()
-            responses = front.params.get("inputResponses") or {}
-            call.machine.check(responses)  # bad input is refused before the round is used up
-            if await self.store.claim(claims.call, claims.round) is None:
+            check_answers([Pending.from_record(p) for p in record.pending], responses)
+            claimed = await self.store.claim(claims.call, claims.round)
+            if claimed is None:
                 raise InvalidRequestState("round already resumed (replay)")
         except InvalidRequestState as exc:
             log.warning("request_state_refused", reason=exc.reason, upstream=upstream.name)
             raise
+        return claimed
+
+    # -- starting and resuming ---------------------------------------------------------
+
+    async def start(
+        self,
+        upstream: UpstreamConfig,
+        front: FrontRequest,
+        principal: str,
+        digest: str,
+        notify: Notify,
+        *,
+        known: dict[str, list[Any]],
+        round_: int = 0,
+    ) -> dict[str, Any]:
+        """Run the legacy call from the beginning, answering `known` questions itself."""
+        pool = self.pools[upstream.name]
+        session = await pool.acquire(front.envelope.capabilities)
+        call_id = state.new_call_id()
+        machine = CallMachine(
+            call_id=call_id,
+            method=front.method,
+            upstream_id=session.next_id(),
+            progress_token=f"mrtr-{call_id}",
+            rules=upstream.rules_for(front.method, front.target),
+            presupplied=known,
+            round=round_,
+        )
+        message = jsonrpc.request(
+            machine.upstream_id,
+            front.method,
+            translate.upstream_params(front, machine.progress_token),
+        )
+        call = self.launch(upstream, pool, session, machine, principal, digest, front.target)
+        call.stateless = upstream.target(front.method, front.target).mode == REPLAY
+        call.pump = spawn(
+            session.pump(message, call.inbox, call.cursor), name=f"call-pump-{call_id}"
+        )
+        structlog.contextvars.bind_contextvars(call_id=call_id)
+        log.info(
+            "call_started",
+            upstream=upstream.name,
+            method=front.method,
+            target=front.target,
+            replayed_answers=sum(len(v) for v in known.values()),
+        )
+        return await self.drive(call, front, notify)
+
+    def launch(
+        self,
+        upstream: UpstreamConfig,
+        pool: SessionPool,
+        session: LegacySession,
+        machine: CallMachine,
+        principal: str,
+        digest: str,
+        target: str | None,
+        cursor: StreamCursor | None = None,
+    ) -> LiveCall:
+        """Register a call this replica now owns; the caller starts its pump."""
+        inbox: Inbox = asyncio.Queue()
+        session.attach(inbox)
+        call = LiveCall(
+            machine=machine,
+            upstream=upstream,
+            pool=pool,
+            session=session,
+            inbox=inbox,
+            cursor=cursor or StreamCursor(),
+            principal=principal,
+            digest=digest,
+            target=target,
+        )
+        self.calls[call.id] = call
+        self._idle.clear()
+        return call
+
+    async def resume(self, call: LiveCall, front: FrontRequest, notify: Notify) -> dict[str, Any]:
+        """Continue a call parked here, whose round this retry has claimed."""
         machine = call.machine
         if machine.phase is not Phase.SUSPENDED:  # it expired while this retry was claiming
             raise CallLost()
         self._fire(call, Trigger.RESUME)
         await cancel_and_wait(call.expiry)
+        responses = front.params.get("inputResponses") or {}
         log.info(
             "call_resumed",
-            round=claims.round,
+            round=machine.round,
             answered=sorted(set(responses) & set(machine.pending)),
         )
-        return await self._drive(call, front, notify, machine.deliver(responses))
+        return await self.drive(call, front, notify, machine.deliver(responses))
 
     # -- the read loop -----------------------------------------------------------------
 
-    async def _drive(
+    async def drive(
         self,
         call: LiveCall,
         front: FrontRequest,
@@ -307,11 +384,10 @@ class Bridge:
         )
         if finished.error is not None:
             raise translate.translate_error(finished.error)
-        info = call.session.info
         return translate.decorate_result(
             machine.method,
             finished.result or {},
-            server_info=info.server_info if info else None,
+            server_info=_server_info(call),
             cache=call.upstream.cache,
             cacheable=machine.round == 0,
         )
@@ -327,6 +403,8 @@ class Bridge:
                 status=400,
                 reason="max_rounds",
             )
+        if call.stateless:
+            return await self._suspend_stateless(call)
         if self.parked >= self.limits.max_parked_calls:
             await self._end(call, Trigger.FAIL, "gateway parked-call limit")
             raise CapacityExceeded(reason="max_parked_calls")
@@ -340,11 +418,49 @@ class Bridge:
         self._fire(call, Trigger.SUSPEND)
         issued = now_ms()
         deadline = issued + int(self.limits.suspension_ttl_s * 1000)
-        record = SuspendedCall(
+        try:
+            await self.store.park(self._record(call, issued, deadline))
+        except StoreError:
+            await self._end(call, Trigger.FAIL, "store unavailable")
+            raise
+        token = self._seal(call, issued, deadline, mode="park")
+        call.expiry = spawn(
+            self._expire_at(call, machine.round, deadline), name=f"call-expiry-{call.id}"
+        )
+        log.info("call_suspended", round=machine.round, asked=sorted(machine.pending))
+        return self._input_required(call, token)
+
+    async def _suspend_stateless(self, call: LiveCall) -> dict[str, Any]:
+        """Replay mode: nothing is parked; the journal goes into the sealed state."""
+        machine = call.machine
+        issued = now_ms()
+        deadline = issued + int(self.limits.suspension_ttl_s * 1000)
+        asked = sorted(machine.pending)
+        result_pending = machine.input_required()
+        self._fire(call, Trigger.SUSPEND)
+        token = self._seal(call, issued, deadline, mode=REPLAY)
+        # The questions are not answered: cancelling the call stops the server's handler
+        # where it waits, before anything after the question runs.
+        await self._end(call, Trigger.CANCEL, "replay-mode round", release_questions=False)
+        if len(token) > self.limits.max_state_bytes:
+            raise CapacityExceeded(
+                f"the answers of this call no longer fit in requestState "
+                f"({len(token)} > {self.limits.max_state_bytes} bytes)",
+                status=400,
+                reason="max_state_bytes",
+            )
+        log.info("call_suspended", round=machine.round, asked=asked, mode=REPLAY)
+        result = self._input_required(call, token)
+        result["inputRequests"] = result_pending
+        return result
+
+    def _record(self, call: LiveCall, issued: int, deadline: int) -> SuspendedCall:
+        machine = call.machine
+        return SuspendedCall(
             call_id=call.id,
             round=machine.round,
             status=PARKED,
-            owner=self.config.replica_id,
+            owner=self.replica_id,
             upstream=call.upstream.name,
             method=machine.method,
             target=call.target,
@@ -352,41 +468,40 @@ class Bridge:
             digest=call.digest,
             upstream_request_id=machine.upstream_id,
             session_id=call.session.id,
-            last_event_id=None,
+            protocol_version=call.session.version.value,
+            caps=call.session.caps.key,
+            last_event_id=call.cursor.last_id,
             pending=[p.to_record() for p in machine.pending.values()],
             journal=list(machine.journal),
             deadline_ms=deadline,
             created_ms=issued,
         )
-        try:
-            await self.store.park(record)
-        except StoreError:
-            await self._end(call, Trigger.FAIL, "store unavailable")
-            raise
-        token = state.seal_claims(
+
+    def _seal(self, call: LiveCall, issued: int, deadline: int, *, mode: str) -> str:
+        return state.seal_claims(
             self.codec,
             state.Claims(
                 call=call.id,
-                round=machine.round,
+                round=call.machine.round,
                 principal=call.principal,
                 digest=call.digest,
                 audience=self.audience(call.upstream),
                 issued_ms=issued,
                 expires_ms=deadline,
+                mode=mode,
+                journal=list(call.machine.journal) if mode == REPLAY else [],
             ),
         )
-        call.expiry = spawn(
-            self._expire_at(call, machine.round, deadline), name=f"call-expiry-{call.id}"
-        )
-        log.info("call_suspended", round=machine.round, asked=sorted(machine.pending))
+
+    def _input_required(self, call: LiveCall, token: str) -> dict[str, Any]:
         result: dict[str, Any] = {
             "resultType": "input_required",
-            "inputRequests": machine.input_required(),
+            "inputRequests": call.machine.input_required(),
             "requestState": token,
         }
-        info = call.session.info
+        info = _server_info(call)
         if info is not None:
-            result["_meta"] = {SERVER_INFO_KEY: info.server_info}
+            result["_meta"] = {SERVER_INFO_KEY: info}
         return result
 
     async def _expire_at(self, call: LiveCall, round_: int, deadline_ms: int) -> None:
@@ -403,7 +518,9 @@ class Bridge:
 
     # -- endings -----------------------------------------------------------------------
 
-    async def _end(self, call: LiveCall, trigger: Trigger, reason: str) -> None:
+    async def _end(
+        self, call: LiveCall, trigger: Trigger, reason: str, *, release_questions: bool = True
+    ) -> None:
         """Give the call up: release the server's questions, cancel the call upstream."""
         machine = call.machine
         if machine.phase in FINAL_PHASES:
@@ -414,7 +531,8 @@ class Bridge:
         cancelled = jsonrpc.notification(
             "notifications/cancelled", {"requestId": machine.upstream_id, "reason": reason}
         )
-        for message in [a.message() for a in machine.abandon_answers()] + [cancelled]:
+        answers = machine.abandon_answers() if release_questions else []
+        for message in [a.message() for a in answers] + [cancelled]:
             try:
                 await call.session.send(message)
             except UpstreamError as exc:
@@ -425,22 +543,48 @@ class Bridge:
 
     async def _cleanup(self, call: LiveCall, *, reuse: bool) -> None:
         self.calls.pop(call.id, None)
+        if not self.calls:
+            self._idle.set()
         call.ended.set()
         if not reuse:
             await cancel_and_wait(call.pump)
         # else: the pump is reading the end of the finished stream so its connection is reused
         call.pool.release(call.session, reuse=reuse and call.inbox.empty())
-        if call.machine.round:
+        if call.machine.round and not call.stateless:
             try:
                 await self.store.delete(call.id)
             except StoreError as exc:
                 log.warning("store_delete_failed", error=str(exc))
 
+    async def drain(self, timeout_s: float) -> None:
+        """Take no new calls; serve retries of the calls held here until they end or time runs out."""
+        self.draining = True
+        log.info("drain_started", calls=len(self.calls), timeout_s=timeout_s)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._idle.wait()
+            log.info("drain_finished")
+        except TimeoutError:
+            log.warning("drain_timeout", calls=len(self.calls))
+        await self.close()
+
     async def close(self) -> None:
         """Shut down: every live call is cancelled upstream."""
         for call in list(self.calls.values()):
-            if call.machine.phase in (Phase.RUNNING, Phase.SUSPENDED):
-                await self._end(call, Trigger.CANCEL, "gateway shutting down")
+            await self._end(call, Trigger.CANCEL, "gateway shutting down")
+
+
+class Handoff(Protocol):
+    """What to do with a retry whose call is not held here (see `gateway.handoff`)."""
+
+    async def elsewhere(
+        self, upstream: UpstreamConfig, record: SuspendedCall, front: FrontRequest, notify: Notify
+    ) -> dict[str, Any]: ...
+
+
+def _server_info(call: LiveCall) -> dict[str, Any] | None:
+    info = call.session.info or call.pool.info
+    return info.server_info if info is not None else None
 
 
 def _round_context(front: FrontRequest) -> RoundContext:

@@ -77,7 +77,7 @@ def _serve_config(args: argparse.Namespace) -> GatewayConfig:
 
 
 async def _run(config: GatewayConfig) -> None:
-    from gateway.app import build_app
+    from gateway.app import BRIDGE, build_app
 
     app = build_app(config)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
@@ -97,6 +97,8 @@ async def _run(config: GatewayConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
+        # Not ready any more, no new calls; retries of the calls held here still complete.
+        await app[BRIDGE].drain(config.fleet.drain_timeout_s)
     finally:
         await runner.cleanup()
 

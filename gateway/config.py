@@ -55,6 +55,7 @@ class LimitsConfig:
     hold_timeout_s: float = 300.0
     coalesce_ms: int = 10
     keepalive_s: float = 15.0
+    max_state_bytes: int = 16 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +71,17 @@ class SealingConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoreConfig:
     url: str = "memory://"
+    key_prefix: str = "mrtr:"
+
+    @property
+    def shared(self) -> bool:
+        return not self.url.startswith("memory://")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FleetConfig:
+    heartbeat_s: float = 1.0
+    drain_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,11 +90,24 @@ class LoggingConfig:
     format: str = "console"
 
 
+PARK = "park"
+REPLAY = "replay"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TargetConfig:
     """Per tool, prompt or resource settings."""
 
     inputs: tuple[KeyRule, ...] = ()
+    # replay_safe: if the replica holding a parked call dies, the call may be run again
+    # from its journal of answers (the body runs again: only for idempotent tools).
+    replay_safe: bool = False
+    # mode: park (the call waits in a store) or replay (nothing is parked: every retry
+    # re-runs the call, its answers journaled inside requestState).
+    mode: str = PARK
+
+
+_DEFAULT_TARGET = TargetConfig()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,14 +124,16 @@ class UpstreamConfig:
     prompts: Mapping[str, TargetConfig] = field(default_factory=dict)
     resources: Mapping[str, TargetConfig] = field(default_factory=dict)
 
-    def rules_for(self, method: str, target: str | None) -> tuple[KeyRule, ...]:
+    def target(self, method: str, target: str | None) -> TargetConfig:
         table = {
             "tools/call": self.tools,
             "prompts/get": self.prompts,
             "resources/read": self.resources,
         }
-        specific = table.get(method, {}).get(target or "")
-        return (specific.inputs if specific else ()) + self.inputs
+        return table.get(method, {}).get(target or "") or _DEFAULT_TARGET
+
+    def rules_for(self, method: str, target: str | None) -> tuple[KeyRule, ...]:
+        return self.target(method, target).inputs + self.inputs
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,6 +142,7 @@ class GatewayConfig:
     limits: LimitsConfig = LimitsConfig()
     sealing: SealingConfig = SealingConfig()
     store: StoreConfig = StoreConfig()
+    fleet: FleetConfig = FleetConfig()
     logging: LoggingConfig = LoggingConfig()
     allowed_origins: frozenset[str] = frozenset()
     replica_id: str = field(default_factory=lambda: "replica-" + secrets.token_hex(4))
@@ -221,8 +249,12 @@ def _targets(section: _Section) -> dict[str, TargetConfig]:
         target = _Section(body, section.at(name))
         inputs = _key_rules(target.data.get("inputs"), target.at("inputs"))
         target._seen.add("inputs")
+        mode = target.get("mode", str, PARK)
+        if mode not in (PARK, REPLAY):
+            raise ConfigError(f"{target.at('mode')}: must be park or replay")
+        replay_safe = target.get("replay_safe", bool, False)
         target.done()
-        targets[str(name)] = TargetConfig(inputs=inputs)
+        targets[str(name)] = TargetConfig(inputs=inputs, replay_safe=replay_safe, mode=mode)
     return targets
 
 
@@ -358,16 +390,42 @@ def parse_config(
         hold_timeout_s=lim.positive("hold_timeout_s", float, 300.0),
         coalesce_ms=lim.get("coalesce_ms", int, 10),
         keepalive_s=lim.positive("keepalive_s", float, 15.0),
+        max_state_bytes=lim.positive("max_state_bytes", int, 16 * 1024),
     )
     if not 0 <= limits.coalesce_ms <= 5000:
         raise ConfigError("limits.coalesce_ms: must be 0..5000 milliseconds")
     lim.done()
     sealing = _sealing(root.section("sealing"), env, base)
     store_sec = root.section("store")
-    store = StoreConfig(url=env.get(ENV_STORE_URL) or store_sec.get("url", str, "memory://"))
-    if not store.url.startswith(("memory://", "redis://", "rediss://", "unix://")):
-        raise ConfigError("store.url: use memory:// or a redis:// URL")
+    store = StoreConfig(
+        url=env.get(ENV_STORE_URL) or store_sec.get("url", str, "memory://"),
+        key_prefix=store_sec.get("key_prefix", str, "mrtr:"),
+    )
+    schemes = (
+        "memory://",
+        "redis://",
+        "rediss://",
+        "unix://",
+        "redis+sentinel://",
+        "redis+cluster://",
+    )
+    if not store.url.startswith(schemes):
+        raise ConfigError(
+            "store.url: use memory:// (one replica) or redis://host:port/db, "
+            "redis+sentinel://host:port/service, redis+cluster://host:port"
+        )
     store_sec.done()
+    if store.shared and sealing.ephemeral:
+        raise ConfigError(
+            "sealing: a shared store (Redis) needs a sealing key that every replica shares; "
+            f"set sealing.keys_file or {ENV_KEYS} (generate one with: mrtr-gateway keygen)"
+        )
+    fleet_sec = root.section("fleet")
+    fleet = FleetConfig(
+        heartbeat_s=fleet_sec.positive("heartbeat_s", float, 1.0),
+        drain_timeout_s=fleet_sec.positive("drain_timeout_s", float, 30.0),
+    )
+    fleet_sec.done()
     log_sec = root.section("logging")
     logging = LoggingConfig(
         level=(env.get("MRTR_GATEWAY_LOG_LEVEL") or log_sec.get("level", str, "info")).lower(),
@@ -401,6 +459,7 @@ def parse_config(
         limits=limits,
         sealing=sealing,
         store=store,
+        fleet=fleet,
         logging=logging,
         allowed_origins=frozenset(origins),
         upstreams=upstreams,

@@ -22,6 +22,7 @@ translated at the boundary (`raise UpstreamError(...) from exc`).
     │   ├── MissingClientCapability    -32021 / 400, data.requiredCapabilities
     │   ├── UnsupportedProtocolVersion -32022 / 400, data.supported / requested
     │   ├── UpstreamRpcError           the legacy server's own error, translated
+    │   ├── RelayedError               an error another replica answered with
     │   ├── CapacityExceeded           -32603 / 429 or 503, a bound was hit
     │   ├── CallLost                   -32603 / 502, a parked call cannot continue
     │   ├── UpstreamError              -32603 / 502, the legacy server failed us
@@ -202,6 +203,24 @@ class UpstreamRpcError(RpcError):
     @property
     def status(self) -> int:
         return STATUS_FOR_CODE.get(self._code, 200)
+
+    def error_object(self) -> dict[str, Any]:
+        error = super().error_object()
+        error["code"] = self._code
+        return error
+
+
+class RelayedError(RpcError):
+    """The error another replica produced for a forwarded retry, with its status."""
+
+    def __init__(self, error: dict[str, Any], status: int) -> None:
+        super().__init__(str(error.get("message", "Error")), error.get("data"))
+        self._code = int(error.get("code", INTERNAL_ERROR))
+        self._status = status
+
+    @property
+    def status(self) -> int:
+        return self._status
 
     def error_object(self) -> dict[str, Any]:
         error = super().error_object()

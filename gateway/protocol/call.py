@@ -11,6 +11,7 @@ and ends done, failed, expired or cancelled.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -147,7 +148,9 @@ class CallMachine:
     upstream_id: RequestId
     progress_token: str
     rules: tuple[keys.KeyRule, ...] = ()
-    presupplied: dict[str, Any] = field(default_factory=dict)
+    # Answers known before the question is asked: the client's pre-supplied ones, or a
+    # replayed call's journal. Per key, first in first out.
+    presupplied: dict[str, list[Any]] = field(default_factory=dict)
     phase: Phase = Phase.RUNNING
     round: int = 0  # suspensions so far; state minted at suspension n resumes round n
     pending: dict[str, Pending] = field(default_factory=dict)
@@ -200,8 +203,8 @@ class CallMachine:
             return [Answer(rid, error=refusal), Refused(required)]
         key = keys.assign_key(method, params, self.rules, self.pending)
         pending = Pending(key=key, upstream_id=rid, method=method, params=params)
-        if key in self.presupplied:
-            answer = self.presupplied.pop(key)
+        if self.presupplied.get(key):
+            answer = self.presupplied[key].pop(0)
             inputs.check_shape(key, method, answer)
             if self._fits(pending, answer):
                 return [self._answer(pending, answer)]
@@ -235,16 +238,8 @@ class CallMachine:
         return []
 
     def check(self, responses: Any) -> None:
-        """Check the answers to the pending questions without using any of them.
-
-        Raises:
-            InvalidParams: `inputResponses` or one of its answers is malformed.
-        """
-        if not isinstance(responses, dict):
-            raise InvalidParams("params.inputResponses must be an object")
-        for key, pending in self.pending.items():
-            if key in responses:
-                inputs.check_shape(key, pending.method, responses[key])
+        """Raises: InvalidParams when an answer to a pending question is malformed."""
+        check_answers(self.pending.values(), responses)
 
     def deliver(self, responses: dict[str, Any]) -> list[Answer]:
         """Turn the client's `inputResponses` into answers for the pending questions.
@@ -277,6 +272,18 @@ class CallMachine:
             return Answer(pending.upstream_id, result=result)
         return Answer(pending.upstream_id, result={k: v for k, v in answer.items() if k != "_meta"})
 
+    @staticmethod
+    def known_answers(
+        journal: list[dict[str, Any]], responses: dict[str, Any]
+    ) -> dict[str, list[Any]]:
+        """Answers in the order they were given: a journal, then this request's responses."""
+        known: dict[str, list[Any]] = {}
+        for entry in journal:
+            known.setdefault(entry["key"], []).append(entry["answer"])
+        for key, answer in responses.items():
+            known.setdefault(key, []).append(answer)
+        return known
+
     def input_required(self) -> dict[str, Any]:
         """The `inputRequests` of the `input_required` result for what is pending now."""
         return {key: p.input_request() for key, p in self.pending.items()}
@@ -293,3 +300,16 @@ class CallMachine:
                 )
         self.pending.clear()
         return answers
+
+
+def check_answers(pending: Iterable[Pending], responses: Any) -> None:
+    """Check the answers to `pending` questions without using any of them.
+
+    Raises:
+        InvalidParams: `inputResponses` or one of its answers is malformed.
+    """
+    if not isinstance(responses, dict):
+        raise InvalidParams("params.inputResponses must be an object")
+    for question in pending:
+        if question.key in responses:
+            inputs.check_shape(question.key, question.method, responses[question.key])

@@ -208,7 +208,7 @@ def classify(
     if message.method not in FRONT_METHODS:
         raise MethodNotFound(f"Method not found: {message.method}")
 
-    envelope = _envelope(version, meta)
+    envelope = read_envelope(version, meta)
     _check_params(message.method, message.params)
     return FrontRequest(
         id=message.id, method=message.method, params=message.params, envelope=envelope
@@ -242,7 +242,12 @@ def _check_mirrored_headers(
         raise HeaderMismatch(f"The Mcp-Name header does not match params.{field}")
 
 
-def _envelope(version: Version, meta: dict[str, Any]) -> Envelope:
+def read_envelope(version: Version, meta: dict[str, Any]) -> Envelope:
+    """The per-request fields of an already classified request's `_meta`.
+
+    Raises:
+        InvalidParams
+    """
     raw_caps = meta[CLIENT_CAPABILITIES_KEY]
     caps = ClientCaps.from_wire(raw_caps)
     info = meta.get(CLIENT_INFO_KEY)

@@ -160,6 +160,7 @@ class Claims:
     audience: str  # which gateway deployment and route minted it
     issued_ms: int
     expires_ms: int
+    mode: str = "park"  # park: the call waits in a store; replay: it is re-run from `journal`
     journal: list[dict[str, Any]] = field(default_factory=list)  # replay-mode answers
 
     def to_bytes(self) -> bytes:
@@ -174,6 +175,7 @@ _CLAIM_TYPES: dict[str, type | tuple[type, ...]] = {
     "audience": str,
     "issued_ms": int,
     "expires_ms": int,
+    "mode": str,
     "journal": list,
 }
 

@@ -41,7 +41,9 @@ class SuspendedCall:
     digest: str
     upstream_request_id: str | int
     session_id: str | None
-    last_event_id: str | None
+    protocol_version: str  # what the upstream session negotiated
+    caps: str  # the capability set the session declared (ClientCaps.key)
+    last_event_id: str | None  # of the call's stream: another replica resumes after it
     pending: list[dict[str, Any]]
     journal: list[dict[str, Any]] = field(default_factory=list)
     deadline_ms: int

@@ -22,6 +22,7 @@ from gateway.aio import cancel_and_wait, spawn
 from gateway.errors import CapacityExceeded, UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
+from gateway.protocol.versions import Version
 from gateway.upstream.session import Endpoint, LegacySession, SessionExpired
 
 log = structlog.get_logger("gateway.upstream")
@@ -114,6 +115,22 @@ class SessionPool:
         await self._reserve()
         session = await self._open(caps)
         self._refill(caps)
+        return session
+
+    async def adopt(self, caps: ClientCaps, session_id: str, version: Version) -> LegacySession:
+        """Take over a session another replica opened (its call continues here).
+
+        Raises:
+            SessionExpired: the upstream has forgotten it.
+            UpstreamError, CapacityExceeded
+        """
+        await self._reserve()
+        session = LegacySession(self.http, self.endpoint, caps)
+        try:
+            await session.adopt(session_id, version)
+        except UpstreamError:
+            self._count -= 1
+            raise
         return session
 
     def release(self, session: LegacySession, *, reuse: bool) -> None:

@@ -60,8 +60,12 @@ class Endpoint:
 
 
 @dataclass(slots=True)
-class _Cursor:
-    """Where a call's stream stands: the last event id, the server's retry hint, done or not."""
+class StreamCursor:
+    """Where a call's stream stands: the last event id, the server's retry hint, done or not.
+
+    The bridge keeps one per call; its `last_id` goes into the parked record so another
+    replica can take the call over with GET + Last-Event-ID.
+    """
 
     last_id: str | None = None
     retry_ms: int | None = None
@@ -126,7 +130,9 @@ class LegacySession:
         }
         message: dict[str, Any] | None = None
         async with asyncio.timeout(self.endpoint.timeout_s):
-            async for item in self._post(jsonrpc.request(rid, "initialize", params), rid):
+            async for item in self._post(
+                jsonrpc.request(rid, "initialize", params), rid, StreamCursor()
+            ):
                 message = item
         if message is None or "result" not in message:
             error = (message or {}).get("error") or {}
@@ -187,7 +193,7 @@ class LegacySession:
 
     # -- exchanges ---------------------------------------------------------------------
 
-    async def pump(self, message: dict[str, Any], inbox: Inbox) -> None:
+    async def pump(self, message: dict[str, Any], inbox: Inbox, cursor: StreamCursor) -> None:
         """POST a request and put everything the server says about it into `inbox`.
 
         Ends when the response to `message` has been put. A stream that breaks first
@@ -198,7 +204,7 @@ class LegacySession:
         received = False
         for attempt in (1, 2):
             try:
-                async for item in self._post(message, rid):
+                async for item in self._post(message, rid, cursor):
                     received = True
                     await inbox.put(item)
                 return
@@ -218,6 +224,40 @@ class LegacySession:
             except UpstreamError as exc:
                 await inbox.put(StreamEnd(exc))
                 return
+
+    async def pump_resumed(self, rid: Any, inbox: Inbox, cursor: StreamCursor) -> None:
+        """Continue another replica's call stream (GET + Last-Event-ID) into `inbox`."""
+        try:
+            async for item in self._resume(rid, cursor):
+                await inbox.put(item)
+        except UpstreamError as exc:
+            await inbox.put(StreamEnd(exc))
+
+    async def adopt(self, session_id: str, version: Version) -> None:
+        """Take over a session another replica initialised (no handshake).
+
+        Opens the standalone GET stream first, so a session the server has forgotten
+        is known at once.
+
+        Raises:
+            SessionExpired: the server no longer knows the session.
+            UpstreamError
+        """
+        self.id = session_id
+        self.version = version
+        headers = self._headers(accept="text/event-stream")
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.endpoint.timeout_s)
+        try:
+            resp = await self.http.get(self.endpoint.url, headers=headers, timeout=timeout)
+        except (aiohttp.ClientError, OSError) as exc:
+            raise UpstreamError(f"upstream unreachable: {exc}") from exc
+        if resp.status == 404:
+            resp.release()
+            raise SessionExpired()
+        self.alive = True
+        self._get_task = spawn(
+            self._standalone_stream(resp), name=f"upstream-get-{self.endpoint.name}"
+        )
 
     async def reopen(self) -> None:
         """Initialise a new session in place of one the server no longer knows.
@@ -266,7 +306,7 @@ class LegacySession:
         response: dict[str, Any] | None = None
         async with asyncio.timeout(self.endpoint.timeout_s):
             # Read to the end (not just to the response) so the connection is reused.
-            async for item in self._post(jsonrpc.request(rid, method, params), rid):
+            async for item in self._post(jsonrpc.request(rid, method, params), rid, StreamCursor()):
                 if "method" in item:
                     self._orphan(item)
                 else:
@@ -290,14 +330,16 @@ class LegacySession:
         if self.id is None and SESSION_HEADER in resp.headers:
             self.id = resp.headers[SESSION_HEADER]
 
-    async def _post(self, message: dict[str, Any], rid: Any) -> AsyncIterator[dict[str, Any]]:
+    async def _post(
+        self, message: dict[str, Any], rid: Any, cursor: StreamCursor
+    ) -> AsyncIterator[dict[str, Any]]:
         """POST `message`; yield the messages of its answer until the response to `rid`."""
         self.last_used = time.monotonic()
         self.requests += 1
         self._inflight += 1
         self._quiet.clear()
         try:
-            async for item in self._exchange(message, rid):
+            async for item in self._exchange(message, rid, cursor):
                 yield item
         finally:
             self._inflight -= 1
@@ -308,9 +350,10 @@ class LegacySession:
         """Until no request is in flight on this session."""
         await self._quiet.wait()
 
-    async def _exchange(self, message: dict[str, Any], rid: Any) -> AsyncIterator[dict[str, Any]]:
+    async def _exchange(
+        self, message: dict[str, Any], rid: Any, cursor: StreamCursor
+    ) -> AsyncIterator[dict[str, Any]]:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.endpoint.timeout_s)
-        cursor = _Cursor()
         try:
             async with self.http.post(
                 self.endpoint.url,
@@ -342,7 +385,7 @@ class LegacySession:
         async for item in self._resume(rid, cursor):
             yield item
 
-    async def _resume(self, rid: Any, cursor: _Cursor) -> AsyncIterator[dict[str, Any]]:
+    async def _resume(self, rid: Any, cursor: StreamCursor) -> AsyncIterator[dict[str, Any]]:
         """Continue a broken POST stream with GET + Last-Event-ID (2025-11-25 polling)."""
         for _attempt in range(_MAX_RESUME_ATTEMPTS):
             await asyncio.sleep((cursor.retry_ms or 0) / 1000)
@@ -373,7 +416,7 @@ class LegacySession:
             raise SessionExpired()
 
     async def _read_stream(
-        self, resp: aiohttp.ClientResponse, rid: Any, cursor: _Cursor
+        self, resp: aiohttp.ClientResponse, rid: Any, cursor: StreamCursor
     ) -> AsyncIterator[dict[str, Any]]:
         """Yield a stream's messages until the response to `rid`, keeping the resume cursor."""
         parser = sse.Parser()
@@ -410,18 +453,22 @@ class LegacySession:
         except UpstreamError as exc:
             log.warning("upstream_answer_failed", upstream=self.endpoint.name, error=str(exc))
 
-    async def _standalone_stream(self) -> None:
+    async def _standalone_stream(self, first: aiohttp.ClientResponse | None = None) -> None:
         """Hold the GET stream open for the session's life; reconnect when it drops."""
         while not self._closing:
-            headers = self._headers(accept="text/event-stream")
-            if self._get_last_event_id is not None:
-                headers["Last-Event-ID"] = self._get_last_event_id
             delay = _RECONNECT_DELAY_S
             try:
-                timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.endpoint.timeout_s)
-                async with self.http.get(
-                    self.endpoint.url, headers=headers, timeout=timeout
-                ) as resp:
+                if first is None:
+                    headers = self._headers(accept="text/event-stream")
+                    if self._get_last_event_id is not None:
+                        headers["Last-Event-ID"] = self._get_last_event_id
+                    timeout = aiohttp.ClientTimeout(
+                        total=None, sock_connect=self.endpoint.timeout_s
+                    )
+                    resp = await self.http.get(self.endpoint.url, headers=headers, timeout=timeout)
+                else:
+                    resp, first = first, None
+                async with resp:
                     if resp.status == 405:
                         log.info("upstream_has_no_get_stream", upstream=self.endpoint.name)
                         return

@@ -141,7 +141,7 @@ def test_an_answer_that_misses_the_schema_stays_pending() -> None:
 
 def test_a_pre_supplied_answer_is_used_without_parking() -> None:
     m = machine(
-        presupplied={"elicit.username": {"action": "accept", "content": {"username": "zed"}}}
+        presupplied={"elicit.username": [{"action": "accept", "content": {"username": "zed"}}]}
     )
     assert m.receive(elicit(3)) == [
         Answer(3, result={"action": "accept", "content": {"username": "zed"}})

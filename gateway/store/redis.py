@@ -1,0 +1,153 @@
+"""The suspended-call store on Redis, shared by every replica of a fleet.
+
+Keys are hash-tagged by call id (`<prefix>{<call>}:rec`), so one call's keys share a
+cluster slot. A record lives until `GRACE_MS` after its deadline (PX). The claim
+is one Lua script: it moves a record parked at the given round to resuming and
+returns it, or returns nothing; two replicas can never both resume a round.
+
+URLs: `redis://[:password@]host:port/db`, `rediss://...` (TLS), `unix:///path?db=0`,
+`redis+sentinel://host:port[,host:port]/service[/db]`, `redis+cluster://host:port`.
+Every redis-py error becomes `StoreError` here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.sentinel import Sentinel
+from redis.exceptions import RedisError
+
+from gateway.errors import ConfigError, StoreError
+from gateway.store.base import GRACE_MS, PARKED, RESUMING, SuspendedCall
+
+T = TypeVar("T")
+
+# A record is a hash: the immutable JSON, and the round and status a claim checks.
+# KEYS[1] record; ARGV round, parked, resuming. A record parked at that round becomes
+# resuming and its JSON is returned; anything else returns false.
+_CLAIM = """
+local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'json')
+if not v[3] then return false end
+if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) then return false end
+redis.call('HSET', KEYS[1], 'status', ARGV[3])
+return v[3]
+"""
+
+RedisClient = aioredis.Redis | RedisCluster
+
+
+def connect(url: str, *, timeout_s: float = 2.0) -> RedisClient:
+    """A client for `url` (standalone, Sentinel or Cluster); connections open lazily.
+
+    Raises:
+        ConfigError: the URL is not one of the supported forms.
+    """
+    common: dict[str, Any] = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "health_check_interval": 5,
+        "retry_on_timeout": False,
+    }
+    parts = urlsplit(url)
+    if parts.scheme in ("redis", "rediss", "unix"):
+        client: aioredis.Redis = aioredis.from_url(url, **common)
+        return client
+    if parts.scheme == "redis+cluster":
+        return RedisCluster.from_url(url.replace("redis+cluster://", "redis://", 1), **common)
+    if parts.scheme == "redis+sentinel":
+        hosts = []
+        for item in parts.netloc.rsplit("@", 1)[-1].split(","):
+            host, _, port = item.partition(":")
+            hosts.append((host, int(port or 26379)))
+        path = [p for p in parts.path.split("/") if p]
+        if not path:
+            raise ConfigError(
+                "store.url: a Sentinel URL needs the service name: redis+sentinel://h:26379/mymaster/0"
+            )
+        db = int(path[1]) if len(path) > 1 else 0
+        sentinel = Sentinel(hosts, sentinel_kwargs={"socket_timeout": timeout_s}, **common)  # type: ignore[no-untyped-call]
+        master: aioredis.Redis = sentinel.master_for(path[0], db=db, password=parts.password)
+        return master
+    raise ConfigError(f"store.url: unsupported scheme {parts.scheme!r}")
+
+
+class RedisStore:
+    def __init__(self, client: RedisClient, *, prefix: str = "mrtr:") -> None:
+        self.client = client
+        self.prefix = prefix
+        self._claim = client.register_script(_CLAIM)
+        self.errors = 0
+
+    def key(self, call_id: str) -> str:
+        return f"{self.prefix}{{{call_id}}}:rec"
+
+    async def _run(self, op: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await op()
+        except (RedisError, OSError) as exc:
+            self.errors += 1
+            raise StoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
+
+    async def park(self, record: SuspendedCall) -> None:
+        ttl_ms = max(1, record.deadline_ms + GRACE_MS - int(time.time() * 1000))
+        key = self.key(record.call_id)
+
+        async def write() -> None:
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.delete(key)
+                pipe.hset(
+                    key,
+                    mapping={
+                        "json": record.to_json(),
+                        "round": record.round,
+                        "status": record.status,
+                    },
+                )
+                pipe.pexpire(key, ttl_ms)
+                await pipe.execute()
+
+        await self._run(write)
+
+    async def get(self, call_id: str) -> SuspendedCall | None:
+        raw, status = await self._run(
+            lambda: self.client.hmget(self.key(call_id), ["json", "status"])
+        )
+        if raw is None:
+            return None
+        record = SuspendedCall.from_json(raw)
+        return record.claimed() if status in (RESUMING, RESUMING.encode()) else record
+
+    async def claim(self, call_id: str, round_: int) -> SuspendedCall | None:
+        raw = await self._run(
+            lambda: self._claim(keys=[self.key(call_id)], args=[round_, PARKED, RESUMING])
+        )
+        if not raw:
+            return None
+        return SuspendedCall.from_json(raw).claimed()
+
+    async def delete(self, call_id: str) -> None:
+        await self._run(lambda: self.client.delete(self.key(call_id)))
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self.client.ping())
+        except (RedisError, OSError):
+            return False
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+@asynccontextmanager
+async def redis_store(url: str, prefix: str) -> AsyncIterator[RedisStore]:
+    store = RedisStore(connect(url), prefix=prefix)
+    try:
+        yield store
+    finally:
+        await store.close()
