@@ -116,7 +116,11 @@ def build_app(config: GatewayConfig) -> web.Application:
     async def readyz(request: web.Request) -> web.Response:
         store_ok = await store.ping()
         ready = store_ok and not bridge.draining
-        body = {"ready": ready, "store": "ok" if store_ok else "unreachable", "draining": bridge.draining}
+        body = {
+            "ready": ready,
+            "store": "ok" if store_ok else "unreachable",
+            "draining": bridge.draining,
+        }
         return web.json_response(body, status=200 if ready else 503)
 
     app.router.add_get("/healthz", healthz)

@@ -557,7 +557,7 @@ class Bridge:
                 log.warning("store_delete_failed", error=str(exc))
 
     async def drain(self, timeout_s: float) -> None:
-        """Take no new calls; serve retries of the calls held here until they end or time runs out."""
+        """No new calls; retries of the calls held here are served until they end or time is up."""
         self.draining = True
         log.info("drain_started", calls=len(self.calls), timeout_s=timeout_s)
         try:

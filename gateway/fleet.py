@@ -100,13 +100,21 @@ class Fleet:
             spawn(handler(message), name=f"fleet-forwarded-{message.get('op')}")
 
     async def alive(self, replica_id: str) -> bool:
-        """Whether `replica_id` has beaten its heart within the last two heartbeats.
+        """Whether `replica_id` is alive: its heartbeat key exists now, or reappears
+        within two more heartbeats (a restarted Redis has lost every key until the
+        replicas beat again, and a live owner must not be taken for dead).
 
         Raises:
             StoreError
         """
+        loop = asyncio.get_running_loop()
+        patience = loop.time() + 2.5 * self.heartbeat_s
         try:
-            return bool(await self.client.exists(self.replica_key(replica_id)))
+            while not await self.client.exists(self.replica_key(replica_id)):
+                if loop.time() > patience:
+                    return False
+                await asyncio.sleep(self.heartbeat_s / 4)
+            return True
         except (RedisError, OSError) as exc:
             raise StoreError(f"Redis: {exc}") from exc
 

@@ -20,7 +20,9 @@ from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
+from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
 from gateway.errors import ConfigError, StoreError
@@ -52,7 +54,9 @@ def connect(url: str, *, timeout_s: float = 2.0) -> RedisClient:
         "socket_timeout": timeout_s,
         "socket_connect_timeout": timeout_s,
         "health_check_interval": 5,
-        "retry_on_timeout": False,
+        # Fail fast: a request waiting on a dead Redis helps nobody; one quick retry
+        # covers a dropped pooled connection.
+        "retry": Retry(ExponentialBackoff(cap=0.1, base=0.01), 1),
     }
     parts = urlsplit(url)
     if parts.scheme in ("redis", "rediss", "unix"):

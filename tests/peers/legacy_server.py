@@ -207,6 +207,16 @@ def build(event_store: EventStore | None = None) -> FastMCP:
             await ctx.report_progress(steps + i + 1, steps * 2, f"after {i + 1}")
         return f"done ({answer.action})"
 
+    @mcp.tool(description="The same as progress_then_ask, under another name.")
+    async def chatty_progress(ctx: Context, steps: int = 2, run_id: str = "") -> str:
+        ran("chatty_progress", run_id)
+        for i in range(steps):
+            await ctx.report_progress(i + 1, steps * 2, f"before {i + 1}")
+        answer = await ctx.elicit("Continue?", Confirm)
+        for i in range(steps):
+            await ctx.report_progress(steps + i + 1, steps * 2, f"after {i + 1}")
+        return f"done ({answer.action})"
+
     @mcp.tool(description="Sends `steps` progress notifications (no interaction).")
     async def slow_progress(ctx: Context, steps: int = 3) -> str:
         for i in range(steps):

@@ -167,3 +167,94 @@ class ModernClient:
 if __name__ == "__main__":
     for name in PINS:
         print(name, ensure_venv(name), file=sys.stderr)
+
+
+class RedisServer:
+    """A real `redis-server` on a free loopback port, persisting nothing; killable, restartable."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.log = tempfile.NamedTemporaryFile(prefix="redis-", suffix=".log", delete=False)
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_for_port(self.port, self.proc)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.kill()
+        self.log.close()
+        os.unlink(self.log.name)
+
+
+class GatewayProcess:
+    """`mrtr-gateway serve --config FILE` as a separate process."""
+
+    def __init__(self, config_file: Path, env: dict[str, str], name: str) -> None:
+        self.port = free_port()
+        self.name = name
+        self.log = tempfile.NamedTemporaryFile(
+            prefix=f"gateway-{name}-", suffix=".log", delete=False
+        )
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gateway",
+                "serve",
+                "--config",
+                str(config_file),
+                "--port",
+                str(self.port),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self.log,
+            env={
+                **os.environ,
+                **env,
+                "MRTR_GATEWAY_REPLICA_ID": name,
+                "MRTR_GATEWAY_LOG_FORMAT": "json",
+            },
+        )
+        wait_for_port(self.port, self.proc)
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def logs(self) -> str:
+        return Path(self.log.name).read_text()
+
+    def kill9(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
+        os.unlink(self.log.name)

@@ -1,0 +1,361 @@
+"""Many replicas on Redis, as separate processes behind a round-robin balancer.
+
+A real `redis-server`, three `mrtr-gateway serve` processes sharing it and one sealing
+key, mcp 1.x legacy servers (one without SSE event ids, one with an event store), and
+the mcp 2.x client pinned to 2026-07-28 going through the balancer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import redis.asyncio as aioredis
+import yaml
+from aiohttp.test_utils import TestServer
+
+from gateway.protocol.state import generate_key
+from tests.conftest import default_headers, drive, parse_sse_messages, rpc
+from tests.integration.test_bridge_peers import CASES, text_of
+from tests.peers.balancer import RoundRobin
+from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer
+
+pytestmark = pytest.mark.peers
+
+ALICE = {"elicit.username": {"action": "accept", "content": {"username": "alice"}}}
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def resumable() -> Iterator[LegacyServer]:
+    server = LegacyServer(event_store=True)
+    yield server
+    server.stop()
+
+
+class Fleet:
+    def __init__(
+        self, replicas: list[GatewayProcess], balancer: RoundRobin, lb: TestServer, prefix: str
+    ) -> None:
+        self.replicas = replicas
+        self.balancer = balancer
+        self.lb = lb
+        self.prefix = prefix
+        self.http = aiohttp.ClientSession()
+
+    def url(self, path: str = "/mcp") -> str:
+        return str(self.lb.make_url(path))
+
+    async def post(self, url: str, body: dict[str, Any], **headers: str) -> tuple[int, Any]:
+        send = {**default_headers(body), **headers}
+        async with self.http.post(url, json=body, headers=send) as resp:
+            raw = await resp.read()
+            if resp.headers.get("Content-Type", "").startswith("text/event-stream"):
+                return resp.status, parse_sse_messages(raw)[-1]
+            return resp.status, json.loads(raw)
+
+
+@pytest.fixture
+async def fleet(
+    tmp_path: Path, redis_server: RedisServer, legacy: LegacyServer, resumable: LegacyServer
+) -> AsyncIterator[Fleet]:
+    prefix = f"t{uuid.uuid4().hex[:8]}:"
+    config = {
+        "store": {"url": redis_server.url, "key_prefix": prefix},
+        "fleet": {"heartbeat_s": 0.2, "drain_timeout_s": 20},
+        "sealing": {"audience": "fleet-test"},
+        "upstreams": [
+            {
+                "name": "plain",
+                "url": legacy.url,
+                "path": "/mcp",
+                "tools": {
+                    "register": {"replay_safe": True},
+                    "progress_then_ask": {"mode": "replay"},
+                },
+            },
+            {"name": "resumable", "url": resumable.url, "path": "/resumable"},
+        ],
+    }
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key()}
+    replicas = await asyncio.gather(
+        *(asyncio.to_thread(GatewayProcess, path, env, f"replica-{i}") for i in range(3))
+    )
+    balancer = RoundRobin([r.base for r in replicas])
+    lb = TestServer(balancer.app(), host="127.0.0.1")
+    await lb.start_server()
+    fleet = Fleet(list(replicas), balancer, lb, prefix)
+    yield fleet
+    await fleet.http.close()
+    await lb.close()
+    await asyncio.gather(*(asyncio.to_thread(r.stop) for r in replicas))
+
+
+async def body_runs(
+    fleet: Fleet, tool: str, run_id: str, path: str = "/mcp", via: GatewayProcess | None = None
+) -> int:
+    url = via.base + path if via is not None else fleet.url(path)
+    status, reply = await fleet.post(
+        url, rpc("tools/call", {"name": "runs", "arguments": {"tool": tool, "run_id": run_id}})
+    )
+    return int(reply["result"]["content"][0]["text"])
+
+
+async def until_dead(fleet: Fleet, redis_url: str, replica: GatewayProcess) -> None:
+    """Wait until the fleet sees the replica gone (its heartbeat key expired), bounded."""
+    client = aioredis.from_url(redis_url)
+    try:
+        async with asyncio.timeout(10):
+            while await client.exists(f"{fleet.prefix}replica:{replica.name}"):
+                await asyncio.sleep(0.05)
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize(("tool", "arguments", "rounds", "text"), CASES, ids=[c[0] for c in CASES])
+async def test_every_interactive_tool_completes_with_rounds_on_different_replicas(
+    fleet: Fleet, modern, tool: str, arguments: dict[str, Any], rounds: list[list[str]], text: str
+) -> None:
+    run_id = uuid.uuid4().hex
+    before = len(fleet.balancer.served)
+    reply = await drive(
+        modern,
+        {
+            "op": "call_tool",
+            "url": fleet.url(),
+            "name": tool,
+            "arguments": {**arguments, "run_id": run_id},
+        },
+    )
+    assert reply["rounds"] == rounds
+    assert text_of(reply) == text
+    served = [s for s in fleet.balancer.served[before:] if s.method == "tools/call"]
+    assert len(served) == len(rounds) + 1
+    assert all(a.backend != b.backend for a, b in zip(served, served[1:], strict=False))
+    assert sum(1 for s in served if s.resumed) == len(rounds)
+    assert await body_runs(fleet, tool, run_id) == 1
+
+
+async def test_a_cross_replica_retry_is_served_by_the_owner_and_relays_notifications(
+    fleet: Fleet,
+) -> None:
+    run_id = uuid.uuid4().hex
+    owner, other = fleet.replicas[0], fleet.replicas[1]
+    call = {"name": "chatty_progress", "arguments": {"steps": 2, "run_id": run_id}}
+    status, first = await fleet.post(
+        owner.base + "/mcp", rpc("tools/call", call, progressToken="a")
+    )
+    state = first["result"]["requestState"]
+    retry = rpc(
+        "tools/call",
+        {
+            **call,
+            "requestState": state,
+            "inputResponses": {
+                "elicit.confirm": {"action": "accept", "content": {"confirm": True}}
+            },
+        },
+        rid=2,
+        progressToken="b",
+    )
+    body = json.dumps(retry)
+    async with fleet.http.post(
+        other.base + "/mcp", data=body, headers=default_headers(retry)
+    ) as resp:
+        messages = parse_sse_messages(await resp.read())
+    *notes, final = messages
+    assert [(n["params"]["progressToken"], n["params"]["message"]) for n in notes] == [
+        ("b", "after 1"),
+        ("b", "after 2"),
+    ]
+    assert final["result"]["content"][0]["text"] == "done (accept)"
+    assert '"event": "retry_forwarded"' in other.logs()
+    assert await body_runs(fleet, "chatty_progress", run_id) == 1
+
+
+async def test_owner_killed_takeover_continues_the_call_where_the_upstream_allows(
+    fleet: Fleet, redis_server: RedisServer
+) -> None:
+    run_id = uuid.uuid4().hex
+    owner, survivor = fleet.replicas[0], fleet.replicas[1]
+    greet = {"name": "greet", "arguments": {"run_id": run_id}}
+    status, first = await fleet.post(owner.base + "/resumable", rpc("tools/call", greet))
+    state = first["result"]["requestState"]
+    owner.kill9()
+    await until_dead(fleet, redis_server.url, owner)
+    retry = rpc("tools/call", {**greet, "requestState": state, "inputResponses": ALICE}, rid=2)
+    status, reply = await fleet.post(survivor.base + "/resumable", retry)
+    assert status == 200, reply
+    assert reply["result"]["content"][0]["text"] == "Hello, alice!"
+    assert '"event": "call_taken_over"' in survivor.logs()
+    assert await body_runs(fleet, "greet", run_id, "/resumable", via=survivor) == 1
+
+
+async def test_owner_killed_a_replay_safe_tool_completes_by_replay(
+    fleet: Fleet, redis_server: RedisServer
+) -> None:
+    run_id = uuid.uuid4().hex
+    owner, survivor = fleet.replicas[0], fleet.replicas[2]
+    register = {"name": "register", "arguments": {"run_id": run_id}}
+    status, first = await fleet.post(owner.base + "/mcp", rpc("tools/call", register))
+    status, second = await fleet.post(
+        owner.base + "/mcp",
+        rpc(
+            "tools/call",
+            {**register, "requestState": first["result"]["requestState"], "inputResponses": ALICE},
+            rid=2,
+        ),
+    )
+    assert list(second["result"]["inputRequests"]) == ["elicit.age+color"]
+    owner.kill9()
+    await until_dead(fleet, redis_server.url, owner)
+    profile = {"elicit.age+color": {"action": "accept", "content": {"age": 41, "color": "teal"}}}
+    retry = rpc(
+        "tools/call",
+        {**register, "requestState": second["result"]["requestState"], "inputResponses": profile},
+        rid=3,
+    )
+    status, reply = await fleet.post(survivor.base + "/mcp", retry)
+    assert status == 200, reply
+    # The first answer came from the journal: the client was not asked again.
+    assert (
+        reply["result"]["content"][0]["text"]
+        == "Registered alice (age 41) with favourite color teal"
+    )
+    assert '"event": "call_replayed"' in survivor.logs()
+    assert await body_runs(fleet, "register", run_id, via=survivor) == 2  # replay-safe: ran again
+
+
+async def test_owner_killed_any_other_tool_gets_a_clear_error_and_never_runs_twice(
+    fleet: Fleet, redis_server: RedisServer
+) -> None:
+    run_id = uuid.uuid4().hex
+    owner, survivor = fleet.replicas[1], fleet.replicas[2]
+    greet = {"name": "greet", "arguments": {"run_id": run_id}}
+    status, first = await fleet.post(owner.base + "/mcp", rpc("tools/call", greet))
+    owner.kill9()
+    await until_dead(fleet, redis_server.url, owner)
+    retry = rpc(
+        "tools/call",
+        {**greet, "requestState": first["result"]["requestState"], "inputResponses": ALICE},
+        rid=2,
+    )
+    status, reply = await fleet.post(survivor.base + "/mcp", retry)
+    assert status == 502
+    assert reply["error"]["code"] == -32603
+    assert "start the request again" in reply["error"]["message"]
+    status, again = await fleet.post(survivor.base + "/mcp", retry)
+    assert again["error"]["message"] == "Invalid or expired requestState"  # the record is gone
+    assert await body_runs(fleet, "greet", run_id, via=survivor) == 1
+
+
+async def test_replay_mode_needs_no_store_and_survives_any_replica(
+    fleet: Fleet, modern, redis_server: RedisServer
+) -> None:
+    run_id = uuid.uuid4().hex
+    reply = await drive(
+        modern,
+        {
+            "op": "call_tool",
+            "url": fleet.url(),
+            "name": "progress_then_ask",
+            "arguments": {"steps": 1, "run_id": run_id},
+            "progress": True,
+        },
+    )
+    assert reply["rounds"] == [["elicit.confirm"]]
+    assert text_of(reply) == "done (accept)"
+    # the second run answered the question from the journal sealed in requestState
+    assert [p["message"] for p in reply["progress"]] == ["before 1", "before 1", "after 1"]
+    assert await body_runs(fleet, "progress_then_ask", run_id) == 2  # one run per round, by design
+    client = aioredis.from_url(redis_server.url)
+    try:
+        assert await client.keys(f"{fleet.prefix}{{*}}:rec") == []
+    finally:
+        await client.aclose()
+
+
+async def test_redis_down_plain_requests_work_suspensions_fail_clearly_and_recover(
+    fleet: Fleet, redis_server: RedisServer
+) -> None:
+    redis_server.kill()
+    try:
+        status, listed = await fleet.post(fleet.url(), rpc("tools/list"))
+        assert status == 200 and listed["result"]["tools"]
+        status, echoed = await fleet.post(
+            fleet.url(), rpc("tools/call", {"name": "echo", "arguments": {"text": "up"}})
+        )
+        assert echoed["result"]["content"][0]["text"] == "up"
+        run_id = uuid.uuid4().hex
+        status, reply = await fleet.post(
+            fleet.url(), rpc("tools/call", {"name": "greet", "arguments": {"run_id": run_id}})
+        )
+        assert status == 503 and reply["error"]["code"] == -32603
+        async with fleet.http.get(fleet.replicas[0].base + "/readyz") as resp:
+            assert resp.status == 503 and (await resp.json())["store"] == "unreachable"
+    finally:
+        await asyncio.to_thread(redis_server.start)
+    status, journal = await fleet.post(
+        fleet.url(), rpc("tools/call", {"name": "journal", "arguments": {"run_id": run_id}})
+    )
+    assert journal["result"]["content"][0]["text"] == "cancel"  # its upstream call was released
+    status, first = await fleet.post(
+        fleet.url(), rpc("tools/call", {"name": "greet", "arguments": {"run_id": "after"}})
+    )
+    assert first["result"]["resultType"] == "input_required"
+    retry = rpc(
+        "tools/call",
+        {
+            "name": "greet",
+            "arguments": {"run_id": "after"},
+            "requestState": first["result"]["requestState"],
+            "inputResponses": ALICE,
+        },
+        rid=2,
+    )
+    status, reply = await fleet.post(fleet.url(), retry)
+    assert reply.get("result", {}).get("content", [{}])[0].get("text") == "Hello, alice!", reply
+
+
+async def test_sigterm_drains_parked_calls_whose_retries_still_complete(fleet: Fleet) -> None:
+    draining, other = fleet.replicas[0], fleet.replicas[1]
+    firsts = []
+    for i in range(2):
+        greet = {"name": "greet", "arguments": {"run_id": f"drain-{i}"}}
+        status, first = await fleet.post(draining.base + "/mcp", rpc("tools/call", greet))
+        firsts.append((greet, first["result"]["requestState"]))
+    draining.proc.send_signal(signal.SIGTERM)
+    async with asyncio.timeout(5):
+        while True:
+            async with fleet.http.get(draining.base + "/readyz") as resp:
+                if resp.status == 503 and (await resp.json())["draining"]:
+                    break
+    status, refused = await fleet.post(
+        draining.base + "/mcp", rpc("tools/call", {"name": "greet", "arguments": {}})
+    )
+    assert status == 503 and refused["error"]["data"] == {"reason": "draining"}
+    for index, (greet, state) in enumerate(firsts):
+        target = (
+            draining if index == 0 else other
+        )  # directly, and forwarded through another replica
+        retry = rpc("tools/call", {**greet, "requestState": state, "inputResponses": ALICE}, rid=9)
+        status, reply = await fleet.post(target.base + "/mcp", retry)
+        assert reply["result"]["content"][0]["text"] == "Hello, alice!"
+    code = await asyncio.to_thread(draining.proc.wait, 15)
+    assert code == 0
+    assert '"event": "drain_finished"' in draining.logs()
