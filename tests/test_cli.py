@@ -70,3 +70,11 @@ async def test_quick_start_serve_bridges_a_legacy_server_and_stops_on_sigterm(
     assert '"event": "sealing_key_ephemeral"' in err
     assert '"event": "call_completed"' in err
     assert 'requestState":' not in err and "gw1." not in err  # never logged
+
+
+def test_a_redis_store_without_a_shared_key_refuses_to_start(capsys) -> None:
+    assert (
+        main(["serve", "--upstream", "http://127.0.0.1:1/mcp", "--store", "redis://127.0.0.1:1/0"])
+        == 2
+    )
+    assert "every replica shares" in capsys.readouterr().err

@@ -99,8 +99,11 @@ class RedisStore:
             raise StoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
 
     async def park(self, record: SuspendedCall) -> None:
-        ttl_ms = max(1, record.deadline_ms + GRACE_MS - int(time.time() * 1000))
+        ttl_ms = record.deadline_ms + GRACE_MS - int(time.time() * 1000)
         key = self.key(record.call_id)
+        if ttl_ms <= 0:  # lapsed already: there is nothing to keep
+            await self._run(lambda: self.client.delete(key))
+            return
 
         async def write() -> None:
             async with self.client.pipeline(transaction=True) as pipe:

@@ -1,0 +1,145 @@
+"""Both store backends behave the same: a round is claimed at most once, records lapse."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.errors import ConfigError, StoreError
+from gateway.store.base import GRACE_MS, PARKED, RESUMING, SuspendedCall
+from gateway.store.memory import MemoryStore
+from gateway.store.redis import RedisStore, connect
+from tests.peers.tooling import RedisServer
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request, redis_server: RedisServer) -> AsyncIterator[MemoryStore | RedisStore]:
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    backend = RedisStore(connect(redis_server.url), prefix=f"t{uuid.uuid4().hex[:6]}:")
+    yield backend
+    await backend.close()
+
+
+def record(call_id: str = "c1", round_: int = 1, deadline_in_ms: int = 60_000) -> SuspendedCall:
+    now = int(time.time() * 1000)
+    return SuspendedCall(
+        call_id=call_id,
+        round=round_,
+        status=PARKED,
+        owner="replica-a",
+        upstream="legacy",
+        method="tools/call",
+        target="greet",
+        principal="anonymous",
+        digest="d",
+        upstream_request_id=3,
+        session_id="s1",
+        protocol_version="2025-11-25",
+        caps="ef",
+        last_event_id="e1",
+        pending=[{"key": "elicit.username", "id": 0, "method": "elicitation/create", "params": {}}],
+        journal=[],
+        deadline_ms=now + deadline_in_ms,
+        created_ms=now,
+    )
+
+
+async def test_a_parked_round_is_claimed_once(store) -> None:
+    await store.park(record())
+    got = await store.get("c1")
+    assert got is not None and got.status == PARKED and got.pending[0]["key"] == "elicit.username"
+    assert got.journal == [] and got.last_event_id == "e1"
+    claimed = await store.claim("c1", 1)
+    assert claimed is not None and claimed.status == RESUMING
+    assert await store.claim("c1", 1) is None
+    assert (await store.get("c1")).status == RESUMING
+
+
+async def test_a_claim_for_another_round_or_call_gets_nothing(store) -> None:
+    await store.park(record(round_=2))
+    assert await store.claim("c1", 1) is None
+    assert await store.claim("nope", 2) is None
+    assert await store.claim("c1", 2) is not None
+
+
+async def test_simultaneous_claims_have_one_winner(store) -> None:
+    await store.park(record())
+    results = await asyncio.gather(*(store.claim("c1", 1) for _ in range(10)))
+    assert sum(r is not None for r in results) == 1
+
+
+async def test_parking_again_replaces_the_record_for_the_next_round(store) -> None:
+    await store.park(record())
+    await store.claim("c1", 1)
+    await store.park(record(round_=2))
+    assert (await store.get("c1")).status == PARKED
+    assert await store.claim("c1", 2) is not None
+
+
+async def test_delete_forgets_and_records_lapse_after_their_grace(store) -> None:
+    await store.park(record())
+    await store.delete("c1")
+    assert await store.get("c1") is None
+    await store.park(record("gone", deadline_in_ms=-GRACE_MS - 1))
+    assert await store.get("gone") is None
+    assert await store.ping()
+
+
+async def test_redis_records_carry_a_ttl_past_the_deadline(redis_server: RedisServer) -> None:
+    backend = RedisStore(connect(redis_server.url), prefix="ttl:")
+    try:
+        await backend.park(record(deadline_in_ms=10_000))
+        client = aioredis.from_url(redis_server.url)
+        ttl = await client.pttl(backend.key("c1"))
+        await client.aclose()
+        assert 10_000 + GRACE_MS - 2_000 < ttl <= 10_000 + GRACE_MS
+        assert backend.key("c1") == "ttl:{c1}:rec"  # hash-tagged: one slot per call
+    finally:
+        await backend.close()
+
+
+async def test_an_unknown_record_version_is_a_store_error_not_a_guess(
+    redis_server: RedisServer,
+) -> None:
+    backend = RedisStore(connect(redis_server.url), prefix="v:")
+    client = aioredis.from_url(redis_server.url)
+    try:
+        await client.hset(
+            backend.key("c9"), mapping={"json": '{"version": 99}', "round": 1, "status": PARKED}
+        )
+        with pytest.raises(StoreError, match="version 99"):
+            await backend.get("c9")
+    finally:
+        await client.aclose()
+        await backend.close()
+
+
+async def test_an_unreachable_redis_is_a_store_error() -> None:
+    backend = RedisStore(connect("redis://127.0.0.1:1/0", timeout_s=0.5))
+    with pytest.raises(StoreError):
+        await backend.get("c1")
+    assert not await backend.ping()
+    await backend.close()
+
+
+def test_store_urls_name_their_forms() -> None:
+    assert connect("redis+sentinel://h1:26379,h2:26380/mymaster/2") is not None
+    assert connect("unix:///tmp/redis.sock?db=1") is not None
+    with pytest.raises(ConfigError, match="service name"):
+        connect("redis+sentinel://h1:26379")
+    with pytest.raises(ConfigError, match="unsupported scheme"):
+        connect("memcached://h")
