@@ -101,14 +101,14 @@ class Fleet:
 
     async def alive(self, replica_id: str) -> bool:
         """Whether `replica_id` is alive: its heartbeat key exists now, or reappears
-        within two more heartbeats (a restarted Redis has lost every key until the
+        within one and a half heartbeats (a restarted Redis has lost every key until the
         replicas beat again, and a live owner must not be taken for dead).
 
         Raises:
             StoreError
         """
         loop = asyncio.get_running_loop()
-        patience = loop.time() + 2.5 * self.heartbeat_s
+        patience = loop.time() + 1.5 * self.heartbeat_s
         try:
             while not await self.client.exists(self.replica_key(replica_id)):
                 if loop.time() > patience:
