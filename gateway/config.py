@@ -145,6 +145,15 @@ class GatewayConfig:
     fleet: FleetConfig = FleetConfig()
     logging: LoggingConfig = LoggingConfig()
     allowed_origins: frozenset[str] = frozenset()
+    allowed_hosts: frozenset[str] = frozenset()
+
+    @property
+    def loopback(self) -> bool:
+        """Listening on loopback only: then only loopback Host and Origin values are served."""
+        return self.listen.host in ("127.0.0.1", "localhost", "::1") or self.listen.host.startswith(
+            "127."
+        )
+
     replica_id: str = field(default_factory=lambda: "replica-" + secrets.token_hex(4))
     upstreams: tuple[UpstreamConfig, ...] = ()
 
@@ -443,6 +452,9 @@ def parse_config(
         raise ConfigError(
             "allowed_origins: expected a list of origins such as https://app.example.com"
         )
+    hosts = root.get("allowed_hosts", list, [])
+    if not all(isinstance(h, str) for h in hosts):
+        raise ConfigError("allowed_hosts: expected a list of host names such as mcp.example.com")
     replica_id = root.get("replica_id", str, "") or env.get("MRTR_GATEWAY_REPLICA_ID", "")
     items = root.get("upstreams", list, [])
     if not items:
@@ -462,6 +474,7 @@ def parse_config(
         fleet=fleet,
         logging=logging,
         allowed_origins=frozenset(origins),
+        allowed_hosts=frozenset(h.lower() for h in hosts),
         upstreams=upstreams,
         **kwargs,
     )

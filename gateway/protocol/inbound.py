@@ -15,6 +15,7 @@ import base64
 import binascii
 import re
 from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,11 +100,51 @@ class FrontRequest:
         return value if isinstance(value, str) else None
 
 
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+
+def _host_name(host: str) -> str:
+    """`Host` header without its port: `[::1]:80` -> `[::1]`, `a.b:80` -> `a.b`."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+@dataclass(frozen=True, slots=True)
+class OriginPolicy:
+    """Which `Host` and `Origin` values are served (DNS-rebinding and CSRF protection).
+
+    A gateway listening on loopback serves only loopback `Host` names and loopback
+    origins (plus anything listed), so a web page cannot reach it by rebinding a
+    name to 127.0.0.1. Elsewhere `hosts`, when set, lists the served names, and a
+    browser `Origin` must be listed in `origins`.
+    """
+
+    origins: frozenset[str] = frozenset()
+    hosts: frozenset[str] = frozenset()
+    loopback_only: bool = False
+
+    def check(self, headers: Mapping[str, str]) -> None:
+        """Raises: ForbiddenOrigin."""
+        host = headers.get("host")
+        if host is not None:
+            name = _host_name(host)
+            listed = name in self.hosts
+            if (self.hosts and not listed) or (
+                self.loopback_only and not listed and name not in LOOPBACK_NAMES
+            ):
+                raise ForbiddenOrigin(f"Host {host!r} is not served here")
+        origin = headers.get("origin")
+        if origin is None or origin in self.origins:
+            return
+        if self.loopback_only and _host_name(urlsplit(origin).netloc) in LOOPBACK_NAMES:
+            return
+        raise ForbiddenOrigin(f"Origin {origin!r} is not allowed")
+
+
 def check_http(
-    method: str,
-    headers: Mapping[str, str],
-    *,
-    allowed_origins: frozenset[str] = frozenset(),
+    method: str, headers: Mapping[str, str], *, policy: OriginPolicy = OriginPolicy()
 ) -> None:
     """HTTP-level refusals, decided before the body is read.
 
@@ -112,9 +153,7 @@ def check_http(
     """
     if method != "POST":
         raise MethodNotAllowed()
-    origin = headers.get("origin")
-    if origin is not None and origin not in allowed_origins:
-        raise ForbiddenOrigin(f"Origin {origin!r} is not allowed")
+    policy.check(headers)
     accept = headers.get("accept", "")
     media = {part.split(";")[0].strip().lower() for part in accept.split(",")}
     json_ok = bool(media & {"application/json", "application/*", "*/*"})

@@ -56,15 +56,18 @@ class McpEndpoint:
         self.upstream = upstream
         self.bridge = bridge
         self._pools = pools  # filled when the app starts
+        self.policy = inbound.OriginPolicy(
+            origins=config.allowed_origins,
+            hosts=config.allowed_hosts,
+            loopback_only=config.loopback,
+        )
 
     @property
     def pool(self) -> SessionPool:
         return self._pools[self.upstream.name]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        inbound.check_http(
-            request.method, request.headers, allowed_origins=self.config.allowed_origins
-        )
+        inbound.check_http(request.method, request.headers, policy=self.policy)
         body = await read_body(request, self.config.limits.max_body_bytes)
         headers = {k.lower(): v for k, v in request.headers.items()}
         decoded = jsonrpc.decode(body)

@@ -1,0 +1,93 @@
+"""The front door's pure parts: Host/Origin policy, header values, notifications."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import ForbiddenOrigin, HeaderMismatch, NotAcceptable, UnsupportedMediaType
+from gateway.protocol import inbound
+
+OK = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+LOOPBACK = inbound.OriginPolicy(loopback_only=True, origins=frozenset({"https://app.example"}))
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"host": "127.0.0.1:8080"},
+        {"host": "localhost:8080", "origin": "http://localhost:8080"},
+        {"host": "[::1]:9000", "origin": "http://[::1]:9000"},
+        {"host": "localhost", "origin": "https://app.example"},
+        {},
+    ],
+)
+def test_a_loopback_gateway_serves_loopback_hosts_and_origins(headers: dict) -> None:
+    inbound.check_http("POST", {**OK, **headers}, policy=LOOPBACK)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"host": "evil.example.com", "origin": "http://evil.example.com"},
+        {"host": "evil.example.com"},
+        {"host": "localhost:8080", "origin": "http://evil.example.com"},
+        {"host": "127.0.0.1.evil.example"},
+    ],
+)
+def test_a_loopback_gateway_refuses_rebinding(headers: dict) -> None:
+    with pytest.raises(ForbiddenOrigin):
+        inbound.check_http("POST", {**OK, **headers}, policy=LOOPBACK)
+
+
+def test_a_public_gateway_checks_listed_hosts_and_origins() -> None:
+    public = inbound.OriginPolicy(hosts=frozenset({"mcp.example.com"}))
+    inbound.check_http("POST", {**OK, "host": "mcp.example.com:443"}, policy=public)
+    with pytest.raises(ForbiddenOrigin):
+        inbound.check_http("POST", {**OK, "host": "other.example.com"}, policy=public)
+    with pytest.raises(ForbiddenOrigin):
+        inbound.check_http(
+            "POST", {**OK, "host": "mcp.example.com", "origin": "https://x"}, policy=public
+        )
+    anyhost = inbound.OriginPolicy()
+    inbound.check_http("POST", {**OK, "host": "whatever"}, policy=anyhost)
+
+
+def test_accept_and_content_type_are_checked() -> None:
+    with pytest.raises(NotAcceptable):
+        inbound.check_http("POST", {**OK, "accept": "text/event-stream"})
+    with pytest.raises(UnsupportedMediaType):
+        inbound.check_http("POST", {**OK, "content-type": "text/json"})
+    inbound.check_http(
+        "POST", {**OK, "accept": "*/*", "content-type": "application/json; charset=utf-8"}
+    )
+
+
+def test_header_values_decode_the_base64_sentinel_strictly() -> None:
+    assert inbound.decode_header_value("=?base64?w6liYw==?=") == "ébc"
+    assert inbound.decode_header_value("plain") == "plain"
+    assert inbound.decode_header_value("=?base64?***?=") is None
+    assert inbound.decode_header_value("=?base64?/w==?=") is None  # not UTF-8
+    assert (
+        inbound.duplicated_routing_header([("Mcp-Method", "a"), ("mcp-method", "a")])
+        == "mcp-method"
+    )
+
+
+def test_a_non_ascii_name_header_is_a_mismatch() -> None:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "é",
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    }
+    headers = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "é"}
+    with pytest.raises(HeaderMismatch):
+        inbound.classify(body, headers, [])
+    headers["mcp-name"] = "=?base64?w6k=?="
+    assert inbound.classify(body, headers, []).target == "é"
