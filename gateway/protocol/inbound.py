@@ -15,9 +15,9 @@ import base64
 import binascii
 import re
 from collections.abc import Iterable, Mapping
-from urllib.parse import urlsplit
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from gateway.errors import (
     ForbiddenOrigin,
