@@ -63,9 +63,10 @@ FRONT_METHODS = frozenset(
         "resources/templates/list",
         "resources/read",
         "completion/complete",
-        "subscriptions/listen",
     }
 )
+# `subscriptions/listen` is absent on purpose: legacy change notifications are not
+# bridged and discover advertises no listChanged/subscribe, so -32601 is the truthful answer.
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -218,8 +219,11 @@ def classify(
     if isinstance(message, jsonrpc.Response):
         raise InvalidRequest("Clients must not POST JSON-RPC responses")
     if message.method == "initialize":
-        # A handshake-era client: name what is served (spec: modern-only servers SHOULD).
-        raise UnsupportedProtocolVersion(message.params.get("protocolVersion"), front_supported())
+        # Removed at 2026-07-28 (404 -32601); name what is served, as modern-only servers SHOULD.
+        raise MethodNotFound(
+            "Method not found: initialize (this server speaks 2026-07-28 only)",
+            {"supported": front_supported()},
+        )
 
     duplicate = duplicated_routing_header(raw_headers)
     if duplicate is not None:

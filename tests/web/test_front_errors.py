@@ -100,9 +100,20 @@ ROWS: list[tuple[str, Any, dict[str, str], tuple[str, ...], int, int | None]] = 
         },
         {},
         (),
-        400,
-        -32022,
+        404,
+        -32601,
     ),
+    ("removed initialize", rpc("initialize"), {}, (), 404, -32601),
+    ("removed logging/setLevel", rpc("logging/setLevel", {"level": "info"}), {}, (), 404, -32601),
+    (
+        "removed resources/subscribe",
+        rpc("resources/subscribe", {"uri": "x://y"}),
+        {},
+        (),
+        404,
+        -32601,
+    ),
+    ("subscriptions/listen: nothing to deliver", rpc("subscriptions/listen"), {}, (), 404, -32601),
     ("unknown method", rpc("tools/frobnicate"), {}, (), 404, -32601),
     ("removed method ping", rpc("ping"), {}, (), 404, -32601),
     ("batch", [rpc("tools/list")], {"Mcp-Method": "tools/list"}, (), 400, -32600),
@@ -231,19 +242,3 @@ async def test_an_upstream_application_error_passes_through_as_a_json_rpc_error(
     status, reply, _ = await gateway.post(rpc("resources/read", {"uri": "static://nope"}))
     assert status == 200
     assert reply["error"] == {"code": 0, "message": "Unknown resource: static://nope"}
-
-
-async def test_subscriptions_listen_is_acknowledged_on_sse(gateway: Gateway) -> None:
-    body = rpc("subscriptions/listen", {"notifications": {"toolsListChanged": True}}, rid=9)
-    send = default_headers(body)
-    async with gateway.http.post(gateway.url, json=body, headers=send) as resp:
-        assert resp.headers["Content-Type"] == "text/event-stream"
-        line = b""
-        while not line.startswith(b"data:"):
-            line = await resp.content.readline()
-        import json
-
-        ack = json.loads(line[5:])
-    assert ack["method"] == "notifications/subscriptions/acknowledged"
-    assert ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 9
-    assert ack["params"]["notifications"] == {}
