@@ -274,7 +274,7 @@ def _upstream(data: Any, path: str, env: Mapping[str, str]) -> UpstreamConfig:
         raise ConfigError(
             f"{sec.at('name')}: a name of letters, digits, '.', '_' or '-' is required"
         )
-    url = sec.get("url", str, "")
+    url = _expand_env(sec.get("url", str, ""), sec.at("url"), env)
     if not url.startswith(("http://", "https://")):
         raise ConfigError(
             f"{sec.at('url')}: an http:// or https:// URL of the legacy MCP endpoint is required"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -105,6 +106,7 @@ class LegacySession:
         self._quiet = asyncio.Event()
         self._quiet.set()
         self._next_id = 0
+        self._id_prefix = secrets.token_hex(4)
         self._owner: Inbox | None = None
         self._on_orphan = on_orphan
         self._get_task: asyncio.Task[None] | None = None
@@ -186,8 +188,10 @@ class LegacySession:
     def detach(self) -> None:
         self._owner = None
 
-    def next_id(self) -> int:
-        rid = self._next_id
+    def next_id(self) -> str:
+        """A request id unique to this session and, thanks to the random prefix, beyond it:
+        servers that key stored SSE events by request id never mix two sessions' calls."""
+        rid = f"{self._id_prefix}-{self._next_id}"
         self._next_id += 1
         return rid
 

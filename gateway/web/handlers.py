@@ -1,14 +1,12 @@
 """Thin handlers: parse -> protocol / bridge / pool -> serialize.
 
 One `McpEndpoint` serves one upstream on its own path. Interruptible methods go
-to the bridge; `server/discover` is answered from the upstream's `initialize`;
-`subscriptions/listen` is acknowledged (legacy change notifications are not
-bridged, so nothing is honoured); every other method passes straight through.
+to the bridge after their `Mcp-Param-*` headers are checked; `server/discover` is
+answered from the upstream's `initialize`; every other method passes straight through.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -18,13 +16,13 @@ from aiohttp import web
 from gateway.bridge import Bridge
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import PayloadTooLarge, RpcError
-from gateway.protocol import inbound, jsonrpc, sse, state, translate
+from gateway.protocol import inbound, jsonrpc, params, state, translate
+from gateway.protocol.capabilities import ClientCaps
 from gateway.upstream.pool import SessionPool
-from gateway.web.channel import SSE_HEADERS, ResponseChannel
+from gateway.web.channel import ResponseChannel
+from gateway.web.tool_headers import ToolHeaders
 
 log = structlog.get_logger("gateway.web")
-
-_SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
@@ -56,6 +54,7 @@ class McpEndpoint:
         self.upstream = upstream
         self.bridge = bridge
         self._pools = pools  # filled when the app starts
+        self.tool_headers = ToolHeaders(self._list_tools)
         self.policy = inbound.OriginPolicy(
             origins=config.allowed_origins,
             hosts=config.allowed_hosts,
@@ -85,13 +84,14 @@ class McpEndpoint:
         structlog.contextvars.bind_contextvars(
             rpc_method=message.method, upstream=self.upstream.name
         )
-        if message.method == "subscriptions/listen":
-            return await self._listen(request, message)
         principal = state.principal_of(request.headers.get("Authorization"))
         channel = ResponseChannel(request, keepalive_s=self.config.limits.keepalive_s)
         started = time.monotonic()
         outcome = "complete"
         try:
+            if message.method == "tools/call":
+                declared = await self.tool_headers.for_tool(message.target)
+                params.check_param_headers(declared, message.params.get("arguments"), headers)
             if message.method in inbound.INTERRUPTIBLE:
                 channel.start_keepalive()
                 result = await self.bridge.handle(self.upstream, message, principal, channel.notify)
@@ -118,38 +118,34 @@ class McpEndpoint:
         return await channel.finish(reply, status)
 
     async def _pass_through(self, message: inbound.FrontRequest) -> dict[str, Any]:
-        params = translate.upstream_params(message, None)
-        reply = await self.pool.request(message.envelope.capabilities, message.method, params)
-        error = reply.get("error")
-        if isinstance(error, dict):
-            raise translate.translate_error(error)
-        result = reply.get("result")
+        result = await self._request(
+            message.envelope.capabilities,
+            message.method,
+            translate.upstream_params(message, None),
+        )
+        if message.method == "tools/list":
+            self.tool_headers.learn(result)
         info = self.pool.info
         return translate.decorate_result(
             message.method,
-            result if isinstance(result, dict) else {},
+            result,
             server_info=info.server_info if info else None,
             cache=self.upstream.cache,
         )
 
-    async def _listen(
-        self, request: web.Request, message: inbound.FrontRequest
-    ) -> web.StreamResponse:
-        """Acknowledge a subscription that honours nothing, and hold it open until closed."""
-        stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
-        await stream.prepare(request)
-        ack = jsonrpc.notification(
-            "notifications/subscriptions/acknowledged",
-            {"_meta": {_SUBSCRIPTION_ID_KEY: message.id}, "notifications": {}},
-        )
-        await stream.write(sse.encode(jsonrpc.dumps(ack).decode()))
-        try:
-            while True:
-                await asyncio.sleep(self.config.limits.keepalive_s)
-                await stream.write(sse.KEEPALIVE)
-        except ConnectionResetError:
-            pass
-        return stream
+    async def _request(
+        self, caps: ClientCaps, method: str, upstream_params: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A plain upstream request's result. Raises: RpcError (translated upstream errors)."""
+        reply = await self.pool.request(caps, method, upstream_params)
+        error = reply.get("error")
+        if isinstance(error, dict):
+            raise translate.translate_error(error)
+        result = reply.get("result")
+        return result if isinstance(result, dict) else {}
+
+    async def _list_tools(self, cursor: str | None) -> dict[str, Any]:
+        return await self._request(ClientCaps(), "tools/list", {"cursor": cursor} if cursor else {})
 
 
 def _raw_headers(request: web.Request) -> list[tuple[str, str]]:

@@ -201,7 +201,7 @@ async def test_owner_killed_takeover_continues_the_call_where_the_upstream_allow
     retry = rpc("tools/call", {**greet, "requestState": state, "inputResponses": ALICE}, rid=2)
     status, reply = await fleet.post(survivor.base + "/resumable", retry)
     assert status == 200, reply
-    assert reply["result"]["content"][0]["text"] == "Hello, alice!"
+    assert reply["result"].get("content", [{}])[0].get("text") == "Hello, alice!", reply
     assert '"event": "call_taken_over"' in survivor.logs()
     assert await body_runs(fleet, "greet", run_id, "/resumable", via=survivor) == 1
 

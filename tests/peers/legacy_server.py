@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections import defaultdict
+from typing import Annotated
 
 import anyio
 import uvicorn
@@ -291,6 +292,12 @@ def build(event_store: EventStore | None = None) -> FastMCP:
             JOURNAL[run_id].append("cancelled")
             raise
         return f"slept {seconds}"
+
+    @mcp.tool(description="Takes a region that 2026 clients mirror into Mcp-Param-Region.")
+    async def regional(
+        region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})], count: int = 1
+    ) -> str:
+        return f"{region} x{count}"
 
     @mcp.tool(description="Pings the client (the gateway answers), then returns.")
     async def pinger(ctx: Context) -> str:

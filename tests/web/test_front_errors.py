@@ -242,3 +242,26 @@ async def test_an_upstream_application_error_passes_through_as_a_json_rpc_error(
     status, reply, _ = await gateway.post(rpc("resources/read", {"uri": "static://nope"}))
     assert status == 200
     assert reply["error"] == {"code": 0, "message": "Unknown resource: static://nope"}
+
+
+@pytest.mark.parametrize(
+    ("region", "header", "status"),
+    [
+        ("eu-west", "eu-west", 200),
+        ("Hello", "=?base64?SGVsbG8=?=", 200),
+        ("eu-west", "us-east", 400),
+        ("Hello", "=?base64?SGVsbG8?=", 400),
+        ("eu-west", None, 400),
+    ],
+)
+async def test_mcp_param_headers_are_checked_against_the_tools_schema(
+    gateway: Gateway, region: str, header: str | None, status: int
+) -> None:
+    body = rpc("tools/call", {"name": "regional", "arguments": {"region": region, "count": 2}})
+    headers = {} if header is None else {"Mcp-Param-Region": header}
+    got, reply, _ = await gateway.post(body, headers=headers)
+    assert got == status, reply
+    if status == 200:
+        assert reply["result"]["content"][0]["text"] == f"{region} x2"
+    else:
+        assert reply["error"]["code"] == -32020 and reply["id"] == 1

@@ -1,0 +1,64 @@
+"""Which tools of an upstream mirror arguments into `Mcp-Param-*` headers.
+
+Learnt from the upstream's `tools/list` (fetched on first need and every
+`refresh_s`, and from every listing that passes through). Validation fails open:
+if the listing cannot be had, the request is served and the gap logged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from gateway.errors import RpcError
+from gateway.protocol.params import declared_headers
+
+log = structlog.get_logger("gateway.web")
+
+Fetch = Callable[[str | None], Awaitable[dict[str, Any]]]
+_MAX_PAGES = 100
+
+
+class ToolHeaders:
+    def __init__(self, fetch: Fetch, *, refresh_s: float = 300.0) -> None:
+        self._fetch = fetch
+        self._refresh_s = refresh_s
+        self._declared: dict[str, dict[str, str]] = {}
+        self._loaded_at: float | None = None
+
+    def learn(self, listing: dict[str, Any]) -> None:
+        """Take in one page of a `tools/list` result."""
+        for tool in listing.get("tools") or []:
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                declared = declared_headers(tool.get("inputSchema"))
+                if declared:
+                    self._declared[tool["name"]] = declared
+                else:
+                    self._declared.pop(tool["name"], None)
+
+    async def for_tool(self, name: str | None) -> dict[str, str]:
+        stale = self._loaded_at is None or time.monotonic() - self._loaded_at > self._refresh_s
+        if stale:
+            await self._reload()
+        return self._declared.get(name or "", {})
+
+    async def _reload(self) -> None:
+        self._loaded_at = time.monotonic()
+        cursor: str | None = None
+        try:
+            declared: dict[str, dict[str, str]] = {}
+            self._declared, previous = declared, self._declared
+            for _ in range(_MAX_PAGES):
+                page = await self._fetch(cursor)
+                self.learn(page)
+                cursor = page.get("nextCursor")
+                if not isinstance(cursor, str):
+                    return
+        except RpcError as exc:
+            self._declared = previous
+            log.warning(
+                "tool_headers_unknown", error=exc.message, detail="Mcp-Param-* not validated"
+            )
