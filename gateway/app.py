@@ -18,8 +18,9 @@ from gateway.bridge import Bridge
 from gateway.config import GatewayConfig
 from gateway.fleet import Fleet
 from gateway.handoff import FleetHandoff
+from gateway.observability import Metrics
 from gateway.protocol.state import AesGcmKeyRing, StateCodec
-from gateway.store.base import SuspendedCallStore
+from gateway.store.base import SuspendedCallStore, TimedStore
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore, connect
 from gateway.upstream.pool import SessionPool
@@ -67,10 +68,12 @@ def build_app(config: GatewayConfig) -> web.Application:
         )
     else:
         store = MemoryStore()
+    metrics = Metrics()
+    store = TimedStore(store, metrics)
     app[STORE] = store
     pools: dict[str, SessionPool] = {}
     app[POOLS] = pools
-    bridge = Bridge(config, store, make_codec(config), pools)
+    bridge = Bridge(config, store, make_codec(config), pools, metrics)
     app[BRIDGE] = bridge
     handoff = FleetHandoff(bridge, fleet) if fleet is not None else None
     bridge.handoff = handoff
@@ -85,9 +88,15 @@ def build_app(config: GatewayConfig) -> web.Application:
                 timeout_s=upstream.timeout_s,
                 client_version=__version__,
             )
-            pool = SessionPool(http, endpoint, upstream.pool)
+            pool = SessionPool(
+                http,
+                endpoint,
+                upstream.pool,
+                on_error=metrics.upstream_errors.labels(upstream.name).inc,
+            )
             pool.start()
             pools[upstream.name] = pool
+        metrics.bind(bridge, pools)
         if fleet is not None and handoff is not None:
             fleet.start(handoff.serve)
         log.info(
@@ -115,14 +124,20 @@ def build_app(config: GatewayConfig) -> web.Application:
 
     async def readyz(request: web.Request) -> web.Response:
         store_ok = await store.ping()
-        ready = store_ok and not bridge.draining
+        upstreams = {name: await pool.check() for name, pool in pools.items()}
+        ready = store_ok and all(upstreams.values()) and not bridge.draining
         body = {
             "ready": ready,
             "store": "ok" if store_ok else "unreachable",
+            "upstreams": {name: "ok" if ok else "unreachable" for name, ok in upstreams.items()},
             "draining": bridge.draining,
         }
         return web.json_response(body, status=200 if ready else 503)
 
+    async def prometheus(request: web.Request) -> web.Response:
+        return web.Response(body=metrics.render(), content_type="text/plain", charset="utf-8")
+
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", prometheus)
     return app

@@ -40,6 +40,7 @@ from gateway.errors import (
     StoreError,
     UpstreamError,
 )
+from gateway.observability import Metrics
 from gateway.protocol import jsonrpc, state, translate
 from gateway.protocol.call import (
     FINAL_PHASES,
@@ -100,7 +101,9 @@ class Bridge:
         store: SuspendedCallStore,
         codec: state.StateCodec,
         pools: dict[str, SessionPool],
+        metrics: Metrics | None = None,
     ) -> None:
+        self.metrics = metrics or Metrics()
         self.config = config
         self.limits = config.limits
         self.store = store
@@ -181,6 +184,7 @@ class Bridge:
             )
         except InvalidRequestState as exc:
             log.warning("request_state_refused", reason=exc.reason, upstream=upstream.name)
+            self.metrics.state_refusals.labels(exc.reason).inc()
             raise
         structlog.contextvars.bind_contextvars(call_id=claims.call, round=claims.round)
         return claims
@@ -205,6 +209,7 @@ class Bridge:
                 raise InvalidRequestState("round already resumed (replay)")
         except InvalidRequestState as exc:
             log.warning("request_state_refused", reason=exc.reason, upstream=upstream.name)
+            self.metrics.state_refusals.labels(exc.reason).inc()
             raise
         return claimed
 
@@ -285,6 +290,15 @@ class Bridge:
 
     async def resume(self, call: LiveCall, front: FrontRequest, notify: Notify) -> dict[str, Any]:
         """Continue a call parked here, whose round this retry has claimed."""
+        started = time.perf_counter()
+        try:
+            return await self._resume(call, front, notify)
+        finally:
+            self.metrics.resume_seconds.labels(call.upstream.name).observe(
+                time.perf_counter() - started
+            )
+
+    async def _resume(self, call: LiveCall, front: FrontRequest, notify: Notify) -> dict[str, Any]:
         machine = call.machine
         if machine.phase is not Phase.SUSPENDED:  # it expired while this retry was claiming
             raise CallLost()
@@ -308,6 +322,24 @@ class Bridge:
         answers: list[Answer] | None = None,
     ) -> dict[str, Any]:
         """Deliver this round's answers and read until the call finishes or asks again."""
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            result = await self._drive(call, front, notify, answers)
+            outcome = str(result.get("resultType", "complete"))
+            return result
+        finally:
+            self.metrics.round_seconds.labels(call.upstream.name, outcome).observe(
+                time.perf_counter() - started
+            )
+
+    async def _drive(
+        self,
+        call: LiveCall,
+        front: FrontRequest,
+        notify: Notify,
+        answers: list[Answer] | None,
+    ) -> dict[str, Any]:
         call.machine.serve(_round_context(front))
         try:
             async with asyncio.timeout(self.limits.hold_timeout_s):
@@ -376,6 +408,8 @@ class Bridge:
         machine = call.machine
         self._fire(call, Trigger.COMPLETE)
         await self._cleanup(call, reuse=True)
+        self.metrics.call_endings.labels(machine.phase.value).inc()
+        self.metrics.rounds_per_call.observe(machine.round)
         log.info(
             "call_completed",
             rounds=machine.round,
@@ -539,6 +573,8 @@ class Bridge:
                 log.info("upstream_cancel_failed", error=str(exc))
                 break
         await self._cleanup(call, reuse=False)
+        if release_questions:  # a replay-mode round ends its run by design, not the call
+            self.metrics.call_endings.labels(machine.phase.value).inc()
         log.info(f"call_{machine.phase.value}", reason=reason, rounds=machine.round)
 
     async def _cleanup(self, call: LiveCall, *, reuse: bool) -> None:

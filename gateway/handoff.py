@@ -16,6 +16,7 @@ Owning side: `serve` handles what other replicas push into this replica's inbox.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import structlog
@@ -87,6 +88,13 @@ class FleetHandoff:
             },
         )
         log.info("retry_forwarded", owner=record.owner)
+        started = time.perf_counter()
+        try:
+            return await self._relay(record, reply, notify)
+        finally:
+            self.bridge.metrics.forward_seconds.observe(time.perf_counter() - started)
+
+    async def _relay(self, record: SuspendedCall, reply: str, notify: Notify) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self.bridge.limits.hold_timeout_s + 5
         try:

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.errors import StoreError
+
+if TYPE_CHECKING:
+    from gateway.observability import Metrics
 
 RECORD_VERSION = 1
 
@@ -100,3 +103,33 @@ class SuspendedCallStore(Protocol):
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...
+
+
+class TimedStore:
+    """A store whose every operation is timed and counted (see `gateway.observability`)."""
+
+    def __init__(self, inner: SuspendedCallStore, metrics: Metrics) -> None:
+        self.inner = inner
+        self.metrics = metrics
+
+    async def park(self, record: SuspendedCall) -> None:
+        async with self.metrics.timed_store("park"):
+            await self.inner.park(record)
+
+    async def get(self, call_id: str) -> SuspendedCall | None:
+        async with self.metrics.timed_store("get"):
+            return await self.inner.get(call_id)
+
+    async def claim(self, call_id: str, round_: int) -> SuspendedCall | None:
+        async with self.metrics.timed_store("claim"):
+            return await self.inner.claim(call_id, round_)
+
+    async def delete(self, call_id: str) -> None:
+        async with self.metrics.timed_store("delete"):
+            await self.inner.delete(call_id)
+
+    async def ping(self) -> bool:
+        return await self.inner.ping()
+
+    async def close(self) -> None:
+        await self.inner.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -40,10 +41,19 @@ class PoolLimits:
 
 
 class SessionPool:
-    def __init__(self, http: aiohttp.ClientSession, endpoint: Endpoint, limits: PoolLimits) -> None:
+    def __init__(
+        self,
+        http: aiohttp.ClientSession,
+        endpoint: Endpoint,
+        limits: PoolLimits,
+        *,
+        on_error: Callable[[], None] | None = None,
+    ) -> None:
         self.http = http
         self.endpoint = endpoint
         self.limits = limits
+        self._on_error = on_error
+        self.reachable = False  # the last attempt to open a session succeeded
         self._idle: dict[str, list[LegacySession]] = defaultdict(list)
         self._shared: dict[str, LegacySession] = {}
         self._shared_lock: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -54,12 +64,39 @@ class SessionPool:
         self.info: UpstreamInfo | None = None
         self.errors = 0
 
+    def _failed(self) -> None:
+        self.errors += 1
+        self.reachable = False
+        if self._on_error is not None:
+            self._on_error()
+
     @property
     def size(self) -> int:
         return self._count
 
     def start(self) -> None:
         self._reaper = spawn(self._reap(), name=f"pool-reaper-{self.endpoint.name}")
+        spawn(self._warm_up(), name=f"pool-warm-up-{self.endpoint.name}")
+
+    async def _warm_up(self) -> None:
+        """Open the shared session at start, so readiness reflects the upstream at once."""
+        try:
+            await self.shared(ClientCaps())
+        except (UpstreamError, CapacityExceeded) as exc:
+            log.warning(
+                "upstream_unreachable_at_start", upstream=self.endpoint.name, error=exc.message
+            )
+
+    async def check(self) -> bool:
+        """Readiness: reachable now, or re-tried once (bounded) if it was not."""
+        if self.reachable:
+            return True
+        try:
+            async with asyncio.timeout(2):
+                await self.shared(ClientCaps())
+        except (UpstreamError, CapacityExceeded, TimeoutError):
+            return False
+        return self.reachable
 
     async def close(self) -> None:
         self._closing = True
@@ -73,8 +110,10 @@ class SessionPool:
         session = LegacySession(self.http, self.endpoint, caps)
         try:
             self.info = await session.open()
+            self.reachable = True
         except (UpstreamError, TimeoutError) as exc:
-            self.errors += 1
+            self._failed()
+            self.reachable = False
             self._count -= 1
             await session.close()
             if isinstance(exc, TimeoutError):
@@ -219,10 +258,10 @@ class SessionPool:
                     raise
                 log.info("upstream_session_expired", upstream=self.endpoint.name)
             except TimeoutError as exc:
-                self.errors += 1
+                self._failed()
                 raise UpstreamError(f"upstream did not answer {method} in time") from exc
             except UpstreamError:
-                self.errors += 1
+                self._failed()
                 raise
         raise AssertionError("unreachable")
 

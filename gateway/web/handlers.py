@@ -108,12 +108,16 @@ class McpEndpoint:
             log.info("request_failed", code=exc.error_object()["code"], error=exc.message)
         finally:
             await channel.close()
+        elapsed = time.monotonic() - started
+        metrics = self.bridge.metrics
+        metrics.requests.labels(message.method, outcome).inc()
+        metrics.request_seconds.labels(message.method).observe(elapsed)
         log.info(
             "request_served",
             status=status,
             outcome=outcome,
             principal=principal[:16],
-            duration_ms=round((time.monotonic() - started) * 1000, 1),
+            duration_ms=round(elapsed * 1000, 1),
         )
         return await channel.finish(reply, status)
 
@@ -137,7 +141,13 @@ class McpEndpoint:
         self, caps: ClientCaps, method: str, upstream_params: dict[str, Any]
     ) -> dict[str, Any]:
         """A plain upstream request's result. Raises: RpcError (translated upstream errors)."""
-        reply = await self.pool.request(caps, method, upstream_params)
+        started = time.perf_counter()
+        try:
+            reply = await self.pool.request(caps, method, upstream_params)
+        finally:
+            self.bridge.metrics.upstream_seconds.labels(self.upstream.name, method).observe(
+                time.perf_counter() - started
+            )
         error = reply.get("error")
         if isinstance(error, dict):
             raise translate.translate_error(error)

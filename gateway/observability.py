@@ -1,0 +1,136 @@
+"""Prometheus metrics: one registry per application, exposed at `/metrics`.
+
+Every name starts with `mrtr_`. What an operator watches at 3 a.m.: requests by
+method and outcome, latency of the whole request, of upstream exchanges, of
+rounds, of resumes and of cross-replica forwards, parked calls now, rounds per
+call, requestState refusals by reason, expiries, upstream sessions and errors,
+store latency and errors. Labels are bounded: methods come from the fixed set
+of MCP methods, upstreams from the config, reasons from the code.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+if TYPE_CHECKING:
+    from gateway.bridge import Bridge
+    from gateway.upstream.pool import SessionPool
+
+_FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_SLOW = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 600.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "mrtr_requests",
+            "Client requests by JSON-RPC method and outcome",
+            ["method", "outcome"],
+            registry=r,
+        )
+        self.request_seconds = Histogram(
+            "mrtr_request_duration_seconds",
+            "Whole client request",
+            ["method"],
+            buckets=_SLOW,
+            registry=r,
+        )
+        self.upstream_seconds = Histogram(
+            "mrtr_upstream_duration_seconds",
+            "Plain upstream exchanges (request to response)",
+            ["upstream", "method"],
+            buckets=_FAST,
+            registry=r,
+        )
+        self.round_seconds = Histogram(
+            "mrtr_round_duration_seconds",
+            "One round of an interruptible call: from the client request to input_required or the result",
+            ["upstream", "outcome"],
+            buckets=_SLOW,
+            registry=r,
+        )
+        self.resume_seconds = Histogram(
+            "mrtr_resume_duration_seconds",
+            "A retry that resumed a parked call: from arrival to its outcome",
+            ["upstream"],
+            buckets=_SLOW,
+            registry=r,
+        )
+        self.forward_seconds = Histogram(
+            "mrtr_forward_duration_seconds",
+            "A retry forwarded to the replica owning its call",
+            buckets=_SLOW,
+            registry=r,
+        )
+        self.parked = Gauge(
+            "mrtr_parked_calls", "Calls waiting for a client's answers on this replica", registry=r
+        )
+        self.live = Gauge(
+            "mrtr_live_calls", "Calls whose upstream stream this replica holds", registry=r
+        )
+        self.rounds_per_call = Histogram(
+            "mrtr_rounds_per_call",
+            "Rounds a finished call needed",
+            buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16),
+            registry=r,
+        )
+        self.state_refusals = Counter(
+            "mrtr_request_state_refusals", "requestState refused, by reason", ["reason"], registry=r
+        )
+        self.call_endings = Counter(
+            "mrtr_call_endings",
+            "Calls ended, by how (done, failed, expired, cancelled)",
+            ["phase"],
+            registry=r,
+        )
+        self.upstream_sessions = Gauge(
+            "mrtr_upstream_sessions", "Open upstream sessions", ["upstream"], registry=r
+        )
+        self.upstream_errors = Counter(
+            "mrtr_upstream_errors",
+            "Upstream failures (unreachable, protocol)",
+            ["upstream"],
+            registry=r,
+        )
+        self.store_seconds = Histogram(
+            "mrtr_store_duration_seconds",
+            "Suspended-call store operations",
+            ["op"],
+            buckets=_FAST,
+            registry=r,
+        )
+        self.store_errors = Counter(
+            "mrtr_store_errors", "Failed store operations", ["op"], registry=r
+        )
+
+    def bind(self, bridge: Bridge, pools: dict[str, SessionPool]) -> None:
+        """Gauges read at scrape time from the live objects (no bookkeeping on the hot path)."""
+        self.parked.set_function(lambda: float(bridge.parked))
+        self.live.set_function(lambda: float(len(bridge.calls)))
+        for name in list(pools):
+            self.upstream_sessions.labels(name).set_function(_size_of(pools, name))
+
+    @asynccontextmanager
+    async def timed_store(self, op: str) -> AsyncIterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        except Exception:
+            self.store_errors.labels(op).inc()
+            raise
+        finally:
+            self.store_seconds.labels(op).observe(time.perf_counter() - started)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _size_of(pools: dict[str, SessionPool], name: str) -> Callable[[], float]:
+    return lambda: float(pools[name].size) if name in pools else 0.0
