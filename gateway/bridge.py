@@ -247,7 +247,7 @@ class Bridge:
         call = self.launch(upstream, pool, session, machine, principal, digest, front.target)
         call.stateless = upstream.target(front.method, front.target).mode == REPLAY
         call.pump = spawn(
-            session.pump(message, call.inbox, call.cursor), name=f"call-pump-{call_id}"
+            session.pump(message, call.inbox, call.cursor, front.trace), name=f"call-pump-{call_id}"
         )
         structlog.contextvars.bind_contextvars(call_id=call_id)
         log.info(

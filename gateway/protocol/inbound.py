@@ -15,7 +15,7 @@ import base64
 import binascii
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -92,13 +92,24 @@ class FrontRequest:
     method: str
     params: dict[str, Any]
     envelope: Envelope
+    # W3C trace context (traceparent, tracestate, baggage) from `_meta` or the HTTP headers
+    trace: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def target(self) -> str | None:
         """The tool or prompt name, or the resource URI, of an interruptible request."""
-        field = NAME_FIELD.get(self.method)
-        value = self.params.get(field) if field else None
+        member = NAME_FIELD.get(self.method)
+        value = self.params.get(member) if member else None
         return value if isinstance(value, str) else None
+
+
+TRACE_KEYS = ("traceparent", "tracestate", "baggage")
+
+
+def trace_context(meta: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, str]:
+    """Trace context for the upstream: `_meta`'s own keys first, else the HTTP headers'."""
+    trace = {k: v for k in TRACE_KEYS if isinstance(v := meta.get(k), str)}
+    return trace or {k: headers[k] for k in TRACE_KEYS if k in headers}
 
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
@@ -254,7 +265,11 @@ def classify(
     envelope = read_envelope(version, meta)
     _check_params(message.method, message.params)
     return FrontRequest(
-        id=message.id, method=message.method, params=message.params, envelope=envelope
+        id=message.id,
+        method=message.method,
+        params=message.params,
+        envelope=envelope,
+        trace=trace_context(meta, headers),
     )
 
 
@@ -273,16 +288,16 @@ def _check_mirrored_headers(
         raise HeaderMismatch("The Mcp-Method header is required")
     if method_header != message.method:
         raise HeaderMismatch("The Mcp-Method header does not match the body's method")
-    field = NAME_FIELD.get(message.method)
-    if field is None:
+    member = NAME_FIELD.get(message.method)
+    if member is None:
         return
     raw = headers.get(NAME_HEADER)
     if raw is None:
         raise HeaderMismatch(f"The Mcp-Name header is required for {message.method}")
     if not _VISIBLE_ASCII.fullmatch(raw):
         raise HeaderMismatch("The Mcp-Name header has invalid characters")
-    if decode_header_value(raw) != message.params.get(field):
-        raise HeaderMismatch(f"The Mcp-Name header does not match params.{field}")
+    if decode_header_value(raw) != message.params.get(member):
+        raise HeaderMismatch(f"The Mcp-Name header does not match params.{member}")
 
 
 def read_envelope(version: Version, meta: dict[str, Any]) -> Envelope:
@@ -313,11 +328,11 @@ def read_envelope(version: Version, meta: dict[str, Any]) -> Envelope:
 
 
 def _check_params(method: str, params: dict[str, Any]) -> None:
-    field = NAME_FIELD.get(method)
-    if field is None:
+    member = NAME_FIELD.get(method)
+    if member is None:
         return
-    if not isinstance(params.get(field), str) or not params[field]:
-        raise InvalidParams(f"params.{field} must be a non-empty string")
+    if not isinstance(params.get(member), str) or not params[member]:
+        raise InvalidParams(f"params.{member} must be a non-empty string")
     if method != "resources/read" and "arguments" in params:
         arguments = params["arguments"]
         if arguments is not None and not isinstance(arguments, dict):

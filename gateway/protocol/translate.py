@@ -78,6 +78,8 @@ def upstream_params(front: FrontRequest, progress_token: str | None) -> dict[str
         for k, v in front.params.get("_meta", {}).items()
         if not is_reserved_meta_key(k) and k != "progressToken"
     }
+    for key, value in front.trace.items():
+        meta.setdefault(key, value)  # trace context travels in _meta, the MCP convention
     if progress_token is not None:
         meta["progressToken"] = progress_token
     if meta:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -242,7 +242,11 @@ class SessionPool:
         return session.alive and session.requests < self.limits.max_requests
 
     async def request(
-        self, caps: ClientCaps, method: str, params: dict[str, object] | None
+        self,
+        caps: ClientCaps,
+        method: str,
+        params: dict[str, object] | None,
+        headers: Mapping[str, str] | None = None,
     ) -> dict[str, object]:
         """A plain request on the shared session, retried once on a fresh session if it expired.
 
@@ -252,7 +256,7 @@ class SessionPool:
         for attempt in (1, 2):
             session = await self.shared(caps)
             try:
-                return await session.request(method, params)
+                return await session.request(method, params, headers)
             except SessionExpired:
                 if attempt == 2:
                     raise

@@ -20,7 +20,7 @@ import asyncio
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,7 +197,13 @@ class LegacySession:
 
     # -- exchanges ---------------------------------------------------------------------
 
-    async def pump(self, message: dict[str, Any], inbox: Inbox, cursor: StreamCursor) -> None:
+    async def pump(
+        self,
+        message: dict[str, Any],
+        inbox: Inbox,
+        cursor: StreamCursor,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         """POST a request and put everything the server says about it into `inbox`.
 
         Ends when the response to `message` has been put. A stream that breaks first
@@ -208,7 +214,7 @@ class LegacySession:
         received = False
         for attempt in (1, 2):
             try:
-                async for item in self._post(message, rid, cursor):
+                async for item in self._post(message, rid, cursor, headers):
                     received = True
                     await inbox.put(item)
                 return
@@ -298,7 +304,12 @@ class LegacySession:
         except TimeoutError as exc:
             raise UpstreamError("upstream timed out") from exc
 
-    async def request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
         """One request and its response, for methods that never ask the client anything.
 
         Server requests arriving meanwhile are answered by the orphan policy.
@@ -310,7 +321,8 @@ class LegacySession:
         response: dict[str, Any] | None = None
         async with asyncio.timeout(self.endpoint.timeout_s):
             # Read to the end (not just to the response) so the connection is reused.
-            async for item in self._post(jsonrpc.request(rid, method, params), rid, StreamCursor()):
+            request = jsonrpc.request(rid, method, params)
+            async for item in self._post(request, rid, StreamCursor(), headers):
                 if "method" in item:
                     self._orphan(item)
                 else:
@@ -335,7 +347,11 @@ class LegacySession:
             self.id = resp.headers[SESSION_HEADER]
 
     async def _post(
-        self, message: dict[str, Any], rid: Any, cursor: StreamCursor
+        self,
+        message: dict[str, Any],
+        rid: Any,
+        cursor: StreamCursor,
+        headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """POST `message`; yield the messages of its answer until the response to `rid`."""
         self.last_used = time.monotonic()
@@ -343,7 +359,7 @@ class LegacySession:
         self._inflight += 1
         self._quiet.clear()
         try:
-            async for item in self._exchange(message, rid, cursor):
+            async for item in self._exchange(message, rid, cursor, headers):
                 yield item
         finally:
             self._inflight -= 1
@@ -355,14 +371,18 @@ class LegacySession:
         await self._quiet.wait()
 
     async def _exchange(
-        self, message: dict[str, Any], rid: Any, cursor: StreamCursor
+        self,
+        message: dict[str, Any],
+        rid: Any,
+        cursor: StreamCursor,
+        extra: Mapping[str, str] | None,
     ) -> AsyncIterator[dict[str, Any]]:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.endpoint.timeout_s)
         try:
             async with self.http.post(
                 self.endpoint.url,
                 data=jsonrpc.dumps(message),
-                headers=self._headers(),
+                headers={**self._headers(), **(extra or {})},
                 timeout=timeout,
             ) as resp:
                 self._capture_session(resp)

@@ -8,6 +8,7 @@ answered from the upstream's `initialize`; every other method passes straight th
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -126,6 +127,7 @@ class McpEndpoint:
             message.envelope.capabilities,
             message.method,
             translate.upstream_params(message, None),
+            message.trace,
         )
         if message.method == "tools/list":
             self.tool_headers.learn(result)
@@ -138,12 +140,16 @@ class McpEndpoint:
         )
 
     async def _request(
-        self, caps: ClientCaps, method: str, upstream_params: dict[str, Any]
+        self,
+        caps: ClientCaps,
+        method: str,
+        upstream_params: dict[str, Any],
+        trace: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """A plain upstream request's result. Raises: RpcError (translated upstream errors)."""
         started = time.perf_counter()
         try:
-            reply = await self.pool.request(caps, method, upstream_params)
+            reply = await self.pool.request(caps, method, upstream_params, trace)
         finally:
             self.bridge.metrics.upstream_seconds.labels(self.upstream.name, method).observe(
                 time.perf_counter() - started

@@ -299,6 +299,14 @@ def build(event_store: EventStore | None = None) -> FastMCP:
     ) -> str:
         return f"{region} x{count}"
 
+    @mcp.tool(description="Reports the trace context it received in _meta and in HTTP headers.")
+    async def traced(ctx: Context) -> str:
+        meta = ctx.request_context.meta
+        in_meta = (meta.model_extra or {}).get("traceparent") if meta is not None else None
+        request = ctx.request_context.request
+        in_header = request.headers.get("traceparent") if request is not None else None
+        return f"meta={in_meta} header={in_header}"
+
     @mcp.tool(description="Pings the client (the gateway answers), then returns.")
     async def pinger(ctx: Context) -> str:
         await ctx.session.send_ping()

@@ -1,0 +1,136 @@
+"""What an operator sees: metrics moving during a real MRTR call, logs that explain, probes."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+import structlog
+
+from tests.conftest import Gateway, rpc
+from tests.integration.test_mrtr_wire import ALICE, greet
+
+pytestmark = pytest.mark.peers
+
+
+async def scrape(gateway: Gateway) -> dict[str, float]:
+    async with gateway.http.get(gateway.url.replace("/mcp", "/metrics")) as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    samples = {}
+    for line in text.splitlines():
+        match = re.match(r"^([a-z_]+(?:\{[^}]*\})?) ([0-9.e+-]+)$", line)
+        if match:
+            samples[match.group(1)] = float(match.group(2))
+    return samples
+
+
+async def test_metrics_follow_a_real_mrtr_call(gateway: Gateway) -> None:
+    run_id = uuid.uuid4().hex
+    before = await scrape(gateway)
+    assert before["mrtr_parked_calls"] == 0
+    status, first, _ = await gateway.post(greet(run_id))
+    parked = await scrape(gateway)
+    assert parked["mrtr_parked_calls"] == 1
+    key = 'mrtr_round_duration_seconds_count{outcome="input_required",upstream="legacy"}'
+    assert parked[key] == before.get(key, 0) + 1
+    state = first["result"]["requestState"]
+    status, done, _ = await gateway.post(greet(run_id, rid=2, state=state, answers=ALICE))
+    assert done["result"]["content"][0]["text"] == "Hello, alice!"
+    after = await scrape(gateway)
+    assert after["mrtr_parked_calls"] == 0
+    assert after['mrtr_round_duration_seconds_count{outcome="complete",upstream="legacy"}'] >= 1
+    assert after['mrtr_resume_duration_seconds_count{upstream="legacy"}'] == 1
+    assert (
+        after["mrtr_rounds_per_call_count"] >= 1
+        and after['mrtr_rounds_per_call_bucket{le="1.0"}'] >= 1
+    )
+    assert after['mrtr_requests_total{method="tools/call",outcome="complete"}'] >= 1
+    assert after['mrtr_store_duration_seconds_count{op="claim"}'] >= 1
+    assert after['mrtr_upstream_sessions{upstream="legacy"}'] >= 1
+    status, again, _ = await gateway.post(greet(run_id, rid=3, state=state, answers=ALICE))
+    refused = await scrape(gateway)
+    assert (
+        refused[
+            'mrtr_request_state_refusals_total{reason="no live call (finished, expired or never parked)"}'
+        ]
+        == 1
+    )
+
+
+async def test_logs_explain_each_request_and_round_and_never_carry_secrets(
+    gateway: Gateway,
+) -> None:
+    run_id = uuid.uuid4().hex
+    with structlog.testing.capture_logs(
+        processors=[structlog.contextvars.merge_contextvars]
+    ) as logs:
+        status, first, _ = await gateway.post(
+            greet(run_id), headers={"Authorization": "Bearer s3cret-token"}
+        )
+        state = first["result"]["requestState"]
+        await gateway.post(
+            greet(run_id, rid=2, state=state, answers=ALICE),
+            headers={"Authorization": "Bearer s3cret-token"},
+        )
+    events = [entry["event"] for entry in logs]
+    for expected in (
+        "call_started",
+        "call_suspended",
+        "call_resumed",
+        "call_completed",
+        "request_served",
+    ):
+        assert expected in events
+    served = [entry for entry in logs if entry["event"] == "request_served"]
+    assert [entry["outcome"] for entry in served] == ["input_required", "complete"]
+    for entry in served:
+        assert {
+            "status",
+            "duration_ms",
+            "principal",
+            "rpc_method",
+            "upstream",
+            "request_id",
+            "call_id",
+        } <= set(entry)
+        assert entry["principal"].startswith("sha256:")
+    suspended = next(entry for entry in logs if entry["event"] == "call_suspended")
+    assert suspended["round"] == 1 and suspended["asked"] == ["elicit.username"]
+    everything = repr(logs)
+    assert state not in everything and "gw1." not in everything and "s3cret" not in everything
+
+
+async def test_probes_tell_the_truth(gateway: Gateway, make_gateway) -> None:
+    async with gateway.http.get(gateway.url.replace("/mcp", "/healthz")) as resp:
+        assert resp.status == 200
+    async with gateway.http.get(gateway.url.replace("/mcp", "/readyz")) as resp:
+        assert resp.status == 200
+        assert (await resp.json())["upstreams"] == {"legacy": "ok"}
+    dead = await make_gateway("http://127.0.0.1:9/mcp")
+    async with dead.http.get(dead.url.replace("/mcp", "/readyz")) as resp:
+        assert resp.status == 503
+        body = await resp.json()
+    assert body["upstreams"] == {"legacy": "unreachable"} and body["store"] == "ok"
+    status, reply, _ = await dead.post(rpc("tools/list"))
+    assert status == 502 and reply["error"]["code"] == -32603
+
+
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize(
+    ("meta", "headers"),
+    [({"traceparent": TRACE}, {}), ({}, {"traceparent": TRACE})],
+    ids=["from-meta", "from-header"],
+)
+async def test_trace_context_reaches_the_upstream(
+    gateway: Gateway, meta: dict, headers: dict
+) -> None:
+    status, reply, _ = await gateway.post(
+        rpc("tools/call", {"name": "traced", "arguments": {}}, **meta), headers=headers
+    )
+    text = reply["result"]["content"][0]["text"]
+    assert f"meta={TRACE}" in text
+    assert f"header={TRACE}" in text  # and as the W3C HTTP header
