@@ -53,7 +53,6 @@ async def test_metrics_follow_a_real_mrtr_call(gateway: Gateway) -> None:
     refused = await scrape(gateway)
     reason = "no live call (finished, expired or never parked)"
     assert refused[f'mrtr_request_state_refusals_total{{reason="{reason}"}}'] == 1
-    )
 
 
 async def test_logs_explain_each_request_and_round_and_never_carry_secrets(
