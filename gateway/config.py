@@ -207,6 +207,11 @@ class _Section:
             )
 
 
+def _override(env: Mapping[str, str], name: str, configured: str) -> str:
+    """The environment's value when set, else the file's (read first, so it counts as known)."""
+    return env.get(name) or configured
+
+
 def _expand_env(value: str, where: str, env: Mapping[str, str]) -> str:
     def sub(match: re.Match[str]) -> str:
         name = match.group(1)
@@ -339,7 +344,7 @@ def _sealing(sec: _Section, env: Mapping[str, str], base: Path) -> SealingConfig
             if k.strip()
         ]
     else:
-        keys_file = env.get(ENV_KEYS_FILE) or sec.get("keys_file", str, "")
+        keys_file = _override(env, ENV_KEYS_FILE, sec.get("keys_file", str, ""))
         if keys_file:
             keys = load_keys_file(
                 base / keys_file if not os.path.isabs(keys_file) else Path(keys_file)
@@ -407,7 +412,7 @@ def parse_config(
     sealing = _sealing(root.section("sealing"), env, base)
     store_sec = root.section("store")
     store = StoreConfig(
-        url=env.get(ENV_STORE_URL) or store_sec.get("url", str, "memory://"),
+        url=_override(env, ENV_STORE_URL, store_sec.get("url", str, "memory://")),
         key_prefix=store_sec.get("key_prefix", str, "mrtr:"),
     )
     schemes = (
@@ -437,9 +442,9 @@ def parse_config(
     fleet_sec.done()
     log_sec = root.section("logging")
     logging = LoggingConfig(
-        level=(env.get("MRTR_GATEWAY_LOG_LEVEL") or log_sec.get("level", str, "info")).lower(),
+        level=_override(env, "MRTR_GATEWAY_LOG_LEVEL", log_sec.get("level", str, "info")).lower(),
         format=(
-            env.get("MRTR_GATEWAY_LOG_FORMAT") or log_sec.get("format", str, "console")
+            _override(env, "MRTR_GATEWAY_LOG_FORMAT", log_sec.get("format", str, "console"))
         ).lower(),
     )
     if logging.level not in ("debug", "info", "warning", "error"):
