@@ -90,7 +90,11 @@ def test_unreadable_or_invalid_yaml_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_environment_overrides_replace_keys_that_the_file_also_sets() -> None:
-    data = {"upstreams": [UP], "logging": {"format": "console", "level": "info"}, "store": {"url": "memory://"}}
+    data = {
+        "upstreams": [UP],
+        "logging": {"format": "console", "level": "info"},
+        "store": {"url": "memory://"},
+    }
     config = parse_config(
         data, env={"MRTR_GATEWAY_LOG_FORMAT": "json", "MRTR_GATEWAY_LOG_LEVEL": "warning"}
     )

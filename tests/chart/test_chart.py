@@ -1,0 +1,185 @@
+"""The Helm chart, rendered offline with Helm's own engine (helm-python-sdk), linted strictly,
+and every manifest validated against the Kubernetes schemas (kubernetes-validate --strict)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gateway.config import parse_config
+from gateway.protocol.state import generate_key
+
+helm = pytest.importorskip("helm_python", reason="pip install helm-python-sdk (the chart extra)")
+kubernetes_validate = pytest.importorskip("kubernetes_validate")
+
+CHART = str(Path(__file__).resolve().parents[2] / "charts" / "mrtr-gateway")
+KUBE = "1.30"
+FLEET = {
+    "replicaCount": 3,
+    "redis": {"url": "redis://redis.data.svc:6379/0"},
+    "sealing": {"existingSecret": "mrtr-keys"},
+}
+
+
+def render(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Rendered manifests by kind (and name for repeated kinds)."""
+    rendered = helm.Chart.load(CHART).render(values, name="rel", namespace="gw")
+    manifests: dict[str, dict[str, Any]] = {}
+    for path, text in rendered.items():
+        if path.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                key = (
+                    doc["kind"]
+                    if doc["kind"] not in manifests
+                    else f"{doc['kind']}/{doc['metadata']['name']}"
+                )
+                manifests[key] = doc
+    return manifests
+
+
+def gateway_config(manifests: dict[str, dict[str, Any]], env: dict[str, str]) -> Any:
+    return parse_config(yaml.safe_load(manifests["ConfigMap"]["data"]["config.yaml"]), env=env)
+
+
+def container(manifests: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return manifests["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_default_values_render_a_secure_single_replica() -> None:
+    m = render({})
+    assert {"Deployment", "Service", "ConfigMap", "ServiceAccount"} <= set(m)
+    assert not {"Secret", "PodDisruptionBudget", "HorizontalPodAutoscaler"} & set(m)
+    pod = m["Deployment"]["spec"]["template"]["spec"]
+    c = container(m)
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["image"] == "ghcr.io/mrtr-gateway/mrtr-gateway:0.1.0"
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    assert pod["terminationGracePeriodSeconds"] == 75
+    assert (
+        pod["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"][
+            "app.kubernetes.io/instance"
+        ]
+        == "rel"
+    )
+    assert [e["name"] for e in c["env"]] == ["MRTR_GATEWAY_REPLICA_ID"]
+    config = gateway_config(m, env={})
+    assert config.listen.host == "0.0.0.0" and config.fleet.drain_timeout_s == 60
+    assert config.store.url == "memory://" and config.sealing.ephemeral
+
+
+def test_the_config_checksum_rolls_the_pods_when_the_config_changes() -> None:
+    annotation = "checksum/config"
+    a = render({})["Deployment"]["spec"]["template"]["metadata"]["annotations"][annotation]
+    b = render({"config": {"upstreams": [{"name": "x", "url": "http://other/mcp"}]}})
+    assert b["Deployment"]["spec"]["template"]["metadata"]["annotations"][annotation] != a
+
+
+def test_a_three_replica_redis_fleet_renders_with_shared_keys_and_a_budget() -> None:
+    m = render(FLEET)
+    assert m["Deployment"]["spec"]["replicas"] == 3
+    env = {e["name"]: e for e in container(m)["env"]}
+    assert env["MRTR_GATEWAY_STORE_URL"]["value"] == "redis://redis.data.svc:6379/0"
+    assert env["MRTR_GATEWAY_SEALING_KEYS_FILE"]["value"] == "/etc/mrtr-gateway/keys/keys"
+    assert env["MRTR_GATEWAY_REPLICA_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    volumes = {v["name"]: v for v in m["Deployment"]["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["keys"]["secret"]["secretName"] == "mrtr-keys"
+    assert m["PodDisruptionBudget"]["spec"]["minAvailable"] == 1
+    assert "Secret" not in m  # keys come from the existing Secret, never from values
+    key = generate_key()
+    config = gateway_config(
+        m,
+        env={
+            "MRTR_GATEWAY_STORE_URL": env["MRTR_GATEWAY_STORE_URL"]["value"],
+            "MRTR_GATEWAY_SEALING_KEYS": key,
+        },
+    )
+    assert config.store.shared and not config.sealing.ephemeral
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"replicaCount": 3}, "replicaCount > 1 (or autoscaling) needs a shared Redis store"),
+        ({"autoscaling": {"enabled": True}}, "needs a shared Redis store"),
+        ({"redis": {"url": "redis://r:6379/0"}}, "needs a sealing key every replica shares"),
+    ],
+)
+def test_configurations_that_cannot_work_are_refused_at_render_time(
+    values: dict, message: str
+) -> None:
+    with pytest.raises(helm.HelmError, match=re.escape(message)):
+        render(values)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"replicaCount": 0},
+        {"redis": {"url": "http://nope"}},
+        {"config": {"upstreams": [], "store": {}}},
+        {"typo": 1},
+    ],
+)
+def test_the_values_schema_refuses_bad_values(values: dict) -> None:
+    with pytest.raises(helm.HelmError):
+        render(values)
+
+
+EVERYTHING = {
+    **FLEET,
+    "redis": {"enabled": True},
+    "sealing": {"keys": [generate_key()]},
+    "autoscaling": {"enabled": True},
+    "serviceMonitor": {"enabled": True},
+    "networkPolicy": {
+        "enabled": True,
+        "ingressFrom": [{"podSelector": {"matchLabels": {"role": "client"}}}],
+    },
+}
+
+
+def test_optional_parts_render_when_enabled() -> None:
+    m = render(EVERYTHING)
+    assert {
+        "HorizontalPodAutoscaler",
+        "ServiceMonitor",
+        "NetworkPolicy",
+        "Secret",
+        "PodDisruptionBudget",
+    } <= set(m)
+    assert "replicas" not in m["Deployment"]["spec"]  # the autoscaler owns it
+    assert any(k.startswith("Deployment/") and k.endswith("-redis") for k in m)
+    env = {e["name"]: e for e in container(m)["env"]}
+    assert env["MRTR_GATEWAY_STORE_URL"]["value"] == "redis://rel-mrtr-gateway-redis:6379/0"
+
+
+def test_the_chart_lints_strictly() -> None:
+    for values in ({}, FLEET, EVERYTHING):
+        report = helm.lint(CHART, values, strict=True)
+        assert report["errors"] == [], report
+        assert all(m["severity"] <= 1 for m in report["messages"]), report  # INFO at most
+
+
+@pytest.mark.parametrize(
+    "values", [{}, FLEET, EVERYTHING], ids=["default", "three-replica-redis", "everything"]
+)
+def test_every_rendered_manifest_passes_kubernetes_validate_strict(values: dict) -> None:
+    unchecked = []
+    for key, manifest in render(values).items():
+        try:
+            kubernetes_validate.validate(manifest, KUBE, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            unchecked.append(manifest["kind"])  # CRDs have no bundled schema
+    assert set(unchecked) <= {"ServiceMonitor"}
