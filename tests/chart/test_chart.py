@@ -177,7 +177,7 @@ def test_the_chart_lints_strictly() -> None:
 )
 def test_every_rendered_manifest_passes_kubernetes_validate_strict(values: dict) -> None:
     unchecked = []
-    for key, manifest in render(values).items():
+    for manifest in render(values).values():
         try:
             kubernetes_validate.validate(manifest, KUBE, strict=True)
         except kubernetes_validate.SchemaNotFoundError:
