@@ -11,6 +11,7 @@ scored check failed.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -32,7 +33,8 @@ def main() -> int:
     }
     verdicts: dict[str, tuple[int, int, int]] = {}
     for checks_file in sorted(results.glob("*/checks.json")):
-        scenario = checks_file.parent.name.removeprefix("server-").rsplit("-20", 1)[0]
+        # <role>-<scenario>-<ISO timestamp with dashes>Z
+        scenario = re.sub(r"-\d{4}-\d{2}-\d{2}T[\d-]+Z$", "", checks_file.parent.name).removeprefix("server-")
         checks = json.loads(checks_file.read_text())
         verdicts[scenario] = (
             sum(c["status"] == "SUCCESS" for c in checks),
@@ -52,12 +54,14 @@ def main() -> int:
             f"  {'✓' if f == 0 else '✗'} {name}: {p} passed, {f} failed{f', {w} warnings' if w else ''}"
         )
     print("Run but not scored:")
+    failing_reasons = set()
     for name, entry in sorted(unscored.items()):
         p, f, _ = verdicts.get(name, (0, 0, 0))
-        note = "" if f == 0 else f"  -- {WHY.get(entry.get('reason', ''), entry.get('reason', ''))}"
-        print(
-            f"  {'✓' if f == 0 else '✗'} {name} ({entry.get('reason')}): {p} passed, {f} failed{note}"
-        )
+        if f:
+            failing_reasons.add(entry.get("reason", ""))
+        print(f"  {'✓' if f == 0 else '✗'} {name} ({entry.get('reason')}): {p} passed, {f} failed")
+    for reason in sorted(failing_reasons):
+        print(f"  why the failing '{reason}' scenarios fail here: {WHY.get(reason, reason)}")
     print(f"\nTotal: {passed} passed, {failed} failed (scored scenarios; {warnings} warnings)")
     return 1 if failed else 0
 
