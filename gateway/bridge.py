@@ -24,7 +24,6 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import structlog
@@ -40,6 +39,14 @@ from gateway.errors import (
     StoreError,
     UpstreamError,
 )
+from gateway.live import (
+    LiveCall,
+    input_required_result,
+    parked_record,
+    round_context,
+    sealed_state,
+    server_info,
+)
 from gateway.observability import Metrics
 from gateway.protocol import jsonrpc, state, translate
 from gateway.protocol.call import (
@@ -52,11 +59,10 @@ from gateway.protocol.call import (
     Phase,
     Refused,
     Relay,
-    RoundContext,
     Trigger,
     check_answers,
 )
-from gateway.protocol.inbound import SERVER_INFO_KEY, FrontRequest
+from gateway.protocol.inbound import FrontRequest
 from gateway.store.base import PARKED, SuspendedCall, SuspendedCallStore
 from gateway.upstream.pool import SessionPool
 from gateway.upstream.session import Inbox, LegacySession, StreamCursor, StreamEnd
@@ -68,30 +74,6 @@ Notify = Callable[[dict[str, Any]], Awaitable[None]]
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass(eq=False)
-class LiveCall:
-    """A call whose upstream stream lives in this process."""
-
-    machine: CallMachine
-    upstream: UpstreamConfig
-    pool: SessionPool
-    session: LegacySession
-    inbox: Inbox
-    cursor: StreamCursor
-    principal: str
-    digest: str
-    target: str | None
-    stateless: bool = False
-    pump: asyncio.Task[None] | None = None
-    started: float = field(default_factory=time.monotonic)
-    expiry: asyncio.Task[None] | None = None
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def id(self) -> str:
-        return self.machine.call_id
 
 
 class Bridge:
@@ -340,7 +322,7 @@ class Bridge:
         notify: Notify,
         answers: list[Answer] | None,
     ) -> dict[str, Any]:
-        call.machine.serve(_round_context(front))
+        call.machine.serve(round_context(front))
         try:
             async with asyncio.timeout(self.limits.hold_timeout_s):
                 for answer in answers or []:
@@ -421,7 +403,7 @@ class Bridge:
         return translate.decorate_result(
             machine.method,
             finished.result or {},
-            server_info=_server_info(call),
+            server_info=server_info(call),
             cache=call.upstream.cache,
             cacheable=machine.round == 0,
         )
@@ -453,16 +435,18 @@ class Bridge:
         issued = now_ms()
         deadline = issued + int(self.limits.suspension_ttl_s * 1000)
         try:
-            await self.store.park(self._record(call, issued, deadline))
+            await self.store.park(parked_record(call, self.replica_id, issued, deadline))
         except StoreError:
             await self._end(call, Trigger.FAIL, "store unavailable")
             raise
-        token = self._seal(call, issued, deadline, mode="park")
+        token = sealed_state(
+            self.codec, call, self.audience(call.upstream), issued, deadline, mode="park"
+        )
         call.expiry = spawn(
             self._expire_at(call, machine.round, deadline), name=f"call-expiry-{call.id}"
         )
         log.info("call_suspended", round=machine.round, asked=sorted(machine.pending))
-        return self._input_required(call, token)
+        return input_required_result(call, token)
 
     async def _suspend_stateless(self, call: LiveCall) -> dict[str, Any]:
         """Replay mode: nothing is parked; the journal goes into the sealed state."""
@@ -472,7 +456,9 @@ class Bridge:
         asked = sorted(machine.pending)
         result_pending = machine.input_required()
         self._fire(call, Trigger.SUSPEND)
-        token = self._seal(call, issued, deadline, mode=REPLAY)
+        token = sealed_state(
+            self.codec, call, self.audience(call.upstream), issued, deadline, mode=REPLAY
+        )
         # The questions are not answered: cancelling the call stops the server's handler
         # where it waits, before anything after the question runs.
         await self._end(call, Trigger.CANCEL, "replay-mode round", release_questions=False)
@@ -484,58 +470,8 @@ class Bridge:
                 reason="max_state_bytes",
             )
         log.info("call_suspended", round=machine.round, asked=asked, mode=REPLAY)
-        result = self._input_required(call, token)
+        result = input_required_result(call, token)
         result["inputRequests"] = result_pending
-        return result
-
-    def _record(self, call: LiveCall, issued: int, deadline: int) -> SuspendedCall:
-        machine = call.machine
-        return SuspendedCall(
-            call_id=call.id,
-            round=machine.round,
-            status=PARKED,
-            owner=self.replica_id,
-            upstream=call.upstream.name,
-            method=machine.method,
-            target=call.target,
-            principal=call.principal,
-            digest=call.digest,
-            upstream_request_id=machine.upstream_id,
-            session_id=call.session.id,
-            protocol_version=call.session.version.value,
-            caps=call.session.caps.key,
-            last_event_id=call.cursor.last_id,
-            pending=[p.to_record() for p in machine.pending.values()],
-            journal=list(machine.journal),
-            deadline_ms=deadline,
-            created_ms=issued,
-        )
-
-    def _seal(self, call: LiveCall, issued: int, deadline: int, *, mode: str) -> str:
-        return state.seal_claims(
-            self.codec,
-            state.Claims(
-                call=call.id,
-                round=call.machine.round,
-                principal=call.principal,
-                digest=call.digest,
-                audience=self.audience(call.upstream),
-                issued_ms=issued,
-                expires_ms=deadline,
-                mode=mode,
-                journal=list(call.machine.journal) if mode == REPLAY else [],
-            ),
-        )
-
-    def _input_required(self, call: LiveCall, token: str) -> dict[str, Any]:
-        result: dict[str, Any] = {
-            "resultType": "input_required",
-            "inputRequests": call.machine.input_required(),
-            "requestState": token,
-        }
-        info = _server_info(call)
-        if info is not None:
-            result["_meta"] = {SERVER_INFO_KEY: info}
         return result
 
     async def _expire_at(self, call: LiveCall, round_: int, deadline_ms: int) -> None:
@@ -616,17 +552,3 @@ class Handoff(Protocol):
     async def elsewhere(
         self, upstream: UpstreamConfig, record: SuspendedCall, front: FrontRequest, notify: Notify
     ) -> dict[str, Any]: ...
-
-
-def _server_info(call: LiveCall) -> dict[str, Any] | None:
-    info = call.session.info or call.pool.info
-    return info.server_info if info is not None else None
-
-
-def _round_context(front: FrontRequest) -> RoundContext:
-    envelope = front.envelope
-    return RoundContext(
-        caps=envelope.capabilities,
-        progress_token=envelope.progress_token,
-        log_level=envelope.log_level,
-    )

@@ -22,10 +22,11 @@ from typing import Any
 import structlog
 
 from gateway.aio import spawn
-from gateway.bridge import Bridge, LiveCall, Notify
+from gateway.bridge import Bridge, Notify
 from gateway.config import UpstreamConfig
 from gateway.errors import CallLost, RelayedError, RpcError, StoreError, UpstreamError
 from gateway.fleet import Fleet
+from gateway.live import LiveCall
 from gateway.protocol.call import CallMachine, Pending, Phase
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope

@@ -198,9 +198,7 @@ def build(event_store: EventStore | None = None) -> FastMCP:
             tg.start_soon(ask, "b", City)
         return f"a={results['a']} b={results['b']}"
 
-    @mcp.tool(description="Progress notifications, then an elicitation, then more progress.")
-    async def progress_then_ask(ctx: Context, steps: int = 2, run_id: str = "") -> str:
-        ran("progress_then_ask", run_id)
+    async def progress_around_a_question(ctx: Context, steps: int) -> str:
         for i in range(steps):
             await ctx.report_progress(i + 1, steps * 2, f"before {i + 1}")
         answer = await ctx.elicit("Continue?", Confirm)
@@ -208,15 +206,15 @@ def build(event_store: EventStore | None = None) -> FastMCP:
             await ctx.report_progress(steps + i + 1, steps * 2, f"after {i + 1}")
         return f"done ({answer.action})"
 
+    @mcp.tool(description="Progress notifications, then an elicitation, then more progress.")
+    async def progress_then_ask(ctx: Context, steps: int = 2, run_id: str = "") -> str:
+        ran("progress_then_ask", run_id)
+        return await progress_around_a_question(ctx, steps)
+
     @mcp.tool(description="The same as progress_then_ask, under another name.")
     async def chatty_progress(ctx: Context, steps: int = 2, run_id: str = "") -> str:
         ran("chatty_progress", run_id)
-        for i in range(steps):
-            await ctx.report_progress(i + 1, steps * 2, f"before {i + 1}")
-        answer = await ctx.elicit("Continue?", Confirm)
-        for i in range(steps):
-            await ctx.report_progress(steps + i + 1, steps * 2, f"after {i + 1}")
-        return f"done ({answer.action})"
+        return await progress_around_a_question(ctx, steps)
 
     @mcp.tool(description="Sends `steps` progress notifications (no interaction).")
     async def slow_progress(ctx: Context, steps: int = 3) -> str:
