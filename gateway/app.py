@@ -8,6 +8,7 @@ close in one `cleanup_ctx` generator.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import structlog
@@ -34,6 +35,16 @@ CONFIG = web.AppKey("config", GatewayConfig)
 BRIDGE = web.AppKey("bridge", Bridge)
 POOLS = web.AppKey("pools", dict[str, SessionPool])
 STORE = web.AppKey("store", SuspendedCallStore)
+
+
+def redact(url: str) -> str:
+    """A URL fit for a log: no credentials, no query."""
+    parts = urlsplit(url)
+    if not parts.netloc:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def make_codec(config: GatewayConfig) -> StateCodec:
@@ -102,8 +113,8 @@ def build_app(config: GatewayConfig) -> web.Application:
         log.info(
             "gateway_started",
             replica=config.replica_id,
-            upstreams={u.path: u.url for u in config.upstreams},
-            store=config.store.url.split("@")[-1],
+            upstreams={u.path: redact(u.url) for u in config.upstreams},
+            store=redact(config.store.url),
         )
         yield
         await bridge.close()

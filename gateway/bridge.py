@@ -38,6 +38,7 @@ from gateway.errors import (
     MissingClientCapability,
     StoreError,
     UpstreamError,
+    UpstreamTimeout,
 )
 from gateway.live import (
     LiveCall,
@@ -70,6 +71,9 @@ from gateway.upstream.session import Inbox, LegacySession, StreamCursor, StreamE
 log = structlog.get_logger("gateway.bridge")
 
 Notify = Callable[[dict[str, Any]], Awaitable[None]]
+
+#: How long a parked call whose round another request claimed may wait to be resumed.
+CLAIM_GRACE_S = 30.0
 
 
 def now_ms() -> int:
@@ -111,6 +115,8 @@ class Bridge:
         if before is Phase.SUSPENDED:
             self.parked -= 1
             self._parked_by_principal[call.principal] -= 1
+            if self._parked_by_principal[call.principal] <= 0:
+                del self._parked_by_principal[call.principal]
         if after is Phase.SUSPENDED:
             self.parked += 1
             self._parked_by_principal[call.principal] += 1
@@ -329,8 +335,9 @@ class Bridge:
                     await self._send(call, answer)
                 return await self._run(call, notify)
         except asyncio.CancelledError:
-            # The client went away mid-round: cancellation on the 2026 wire.
-            if call.machine.phase is Phase.RUNNING:
+            # The client went away mid-round: cancellation on the 2026 wire. A call caught
+            # suspending (its state never reached the client) can never be resumed either.
+            if call.machine.phase not in FINAL_PHASES:
                 spawn(
                     self._end(call, Trigger.CANCEL, "client disconnected"),
                     name=f"call-cancel-{call.id}",
@@ -338,7 +345,7 @@ class Bridge:
             raise
         except TimeoutError:
             await self._end(call, Trigger.FAIL, "hold timeout")
-            raise UpstreamError(
+            raise UpstreamTimeout(
                 f"the upstream did not answer within {self.limits.hold_timeout_s:g} s"
             ) from None
         except UpstreamError as exc:
@@ -389,7 +396,7 @@ class Bridge:
     async def _finish(self, call: LiveCall, finished: Finished) -> dict[str, Any]:
         machine = call.machine
         self._fire(call, Trigger.COMPLETE)
-        await self._cleanup(call, reuse=True)
+        await asyncio.shield(spawn(self._cleanup(call, reuse=True), name=f"call-done-{call.id}"))
         self.metrics.call_endings.labels(machine.phase.value).inc()
         self.metrics.rounds_per_call.observe(machine.round)
         log.info(
@@ -480,7 +487,13 @@ class Bridge:
             return
         try:
             if await self.store.claim(call.id, round_) is None:
-                return  # a retry claimed the round first; it owns the call now
+                # A retry claimed the round first and normally resumes it at once (which
+                # cancels this task). If nothing has resumed it after a grace period, the
+                # claimer failed on the way (e.g. its client left, or a forward was lost).
+                await asyncio.sleep(min(self.limits.hold_timeout_s, CLAIM_GRACE_S))
+                if call.machine.phase is not Phase.SUSPENDED or call.machine.round != round_:
+                    return
+                log.warning("claimed_round_never_resumed", round=round_)
         except StoreError as exc:
             log.warning("store_claim_failed", error=str(exc))  # the deadline passed regardless
         if call.machine.phase is Phase.SUSPENDED:
@@ -496,37 +509,60 @@ class Bridge:
         if machine.phase in FINAL_PHASES:
             return
         self._fire(call, trigger)
-        if call.expiry is not asyncio.current_task():
-            await cancel_and_wait(call.expiry)
-        cancelled = jsonrpc.notification(
-            "notifications/cancelled", {"requestId": machine.upstream_id, "reason": reason}
+        expiry = call.expiry if call.expiry is not asyncio.current_task() else None
+        # The ending runs in a task of its own: a client request cancelled meanwhile must
+        # not leave the call half-ended (registered, holding its session and its reader).
+        ending = spawn(
+            self._wind_up(call, reason, release_questions, expiry), name=f"call-end-{call.id}"
         )
-        answers = machine.abandon_answers() if release_questions else []
-        for message in [a.message() for a in answers] + [cancelled]:
-            try:
-                await call.session.send(message)
-            except UpstreamError as exc:
-                log.info("upstream_cancel_failed", error=str(exc))
-                break
-        await self._cleanup(call, reuse=False)
+        await asyncio.shield(ending)
+
+    async def _wind_up(
+        self,
+        call: LiveCall,
+        reason: str,
+        release_questions: bool,
+        expiry: asyncio.Task[None] | None,
+    ) -> None:
+        machine = call.machine
+        try:
+            await cancel_and_wait(expiry)
+            cancelled = jsonrpc.notification(
+                "notifications/cancelled", {"requestId": machine.upstream_id, "reason": reason}
+            )
+            answers = machine.abandon_answers() if release_questions else []
+            for message in [a.message() for a in answers] + [cancelled]:
+                try:
+                    await call.session.send(message)
+                except UpstreamError as exc:
+                    log.info("upstream_cancel_failed", error=str(exc))
+                    break
+        finally:
+            await self._cleanup(call, reuse=False)
         if release_questions:  # a replay-mode round ends its run by design, not the call
             self.metrics.call_endings.labels(machine.phase.value).inc()
         log.info(f"call_{machine.phase.value}", reason=reason, rounds=machine.round)
 
     async def _cleanup(self, call: LiveCall, *, reuse: bool) -> None:
+        """Forget the call and give its session back; nothing before the release awaits.
+
+        `call.ended` is set once everything is done, the store record included.
+        """
         self.calls.pop(call.id, None)
-        if not self.calls:
-            self._idle.set()
-        call.ended.set()
-        if not reuse:
-            await cancel_and_wait(call.pump)
-        # else: the pump is reading the end of the finished stream so its connection is reused
         call.pool.release(call.session, reuse=reuse and call.inbox.empty())
-        if call.machine.round and not call.stateless:
-            try:
-                await self.store.delete(call.id)
-            except StoreError as exc:
-                log.warning("store_delete_failed", error=str(exc))
+        try:
+            if not reuse:
+                await cancel_and_wait(call.pump)
+            # else: the pump reads the end of the finished stream so its connection is reused
+            if call.machine.round and not call.stateless:
+                try:
+                    await self.store.delete(call.id)
+                except StoreError as exc:
+                    log.warning("store_delete_failed", error=str(exc))
+        finally:
+            if not self.calls:
+                self._idle.set()
+            call.ended.set()
 
     async def drain(self, timeout_s: float) -> None:
         """No new calls; retries of the calls held here are served until they end or time is up."""

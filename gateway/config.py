@@ -50,7 +50,7 @@ class LimitsConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     max_rounds: int = 16
     max_parked_calls: int = 10_000
-    max_parked_per_principal: int = 100
+    max_parked_per_principal: int = 16
     suspension_ttl_s: float = 600.0
     hold_timeout_s: float = 300.0
     coalesce_ms: int = 10
@@ -399,7 +399,7 @@ def parse_config(
         max_body_bytes=lim.positive("max_body_bytes", int, 4 * 1024 * 1024),
         max_rounds=lim.positive("max_rounds", int, 16),
         max_parked_calls=lim.positive("max_parked_calls", int, 10_000),
-        max_parked_per_principal=lim.positive("max_parked_per_principal", int, 100),
+        max_parked_per_principal=lim.positive("max_parked_per_principal", int, 16),
         suspension_ttl_s=lim.positive("suspension_ttl_s", float, 600.0),
         hold_timeout_s=lim.positive("hold_timeout_s", float, 300.0),
         coalesce_ms=lim.get("coalesce_ms", int, 10),

@@ -26,11 +26,13 @@ translated at the boundary (`raise UpstreamError(...) from exc`).
     │   ├── CapacityExceeded           -32603 / 429 or 503, a bound was hit
     │   ├── CallLost                   -32603 / 502, a parked call cannot continue
     │   ├── UpstreamError              -32603 / 502, the legacy server failed us
+    │   │   └── UpstreamTimeout        -32603 / 502, a round outlived hold_timeout_s
     │   └── StoreError                 -32603 / 503, the suspended-call store failed
     └── ConfigError                    startup only; never reaches the wire
 
 Security failures (`InvalidRequestState`) keep their reason for the log; the wire
-always gets the same message.
+always gets the same message. Errors whose detail names internals (`UpstreamError`,
+`StoreError`, `CallLost`) send their generic message; the detail is logged.
 """
 
 from __future__ import annotations
@@ -113,6 +115,9 @@ class RpcError(GatewayError):
 
     code: ClassVar[int] = INTERNAL_ERROR
     default_message: ClassVar[str] = "Internal error"
+    # False for errors whose detail names internals (hosts, store errors, upstream bodies):
+    # the wire gets `default_message`, the log gets `message`.
+    public_detail: ClassVar[bool] = True
 
     def __init__(self, message: str | None = None, data: Any = None) -> None:
         self.message = message or self.default_message
@@ -124,7 +129,8 @@ class RpcError(GatewayError):
         return STATUS_FOR_CODE.get(self.code, self.http_status)
 
     def error_object(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        message = self.message if self.public_detail else self.default_message
+        error: dict[str, Any] = {"code": self.code, "message": message}
         if self.data is not None:
             error["data"] = self.data
         return error
@@ -248,6 +254,7 @@ class CallLost(RpcError):
 
     http_status = 502
     default_message = "The suspended call was lost; start the request again without requestState"
+    public_detail = False
 
 
 class UpstreamError(RpcError):
@@ -255,6 +262,14 @@ class UpstreamError(RpcError):
 
     http_status = 502
     default_message = "The upstream MCP server failed"
+    public_detail = False
+
+
+class UpstreamTimeout(UpstreamError):
+    """The legacy server took longer than the gateway waits for one round."""
+
+    default_message = "The upstream MCP server did not answer in time"
+    public_detail = True
 
 
 class StoreError(RpcError):
@@ -262,3 +277,4 @@ class StoreError(RpcError):
 
     http_status = 503
     default_message = "The gateway's call store is unavailable"
+    public_detail = False

@@ -106,10 +106,24 @@ class FrontRequest:
 TRACE_KEYS = ("traceparent", "tracestate", "baggage")
 
 
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+_TRACE_VALUE = re.compile(r"^[\x20-\x7e]{1,512}$")
+
+
+def _valid_trace(key: str, value: Any) -> bool:
+    if not isinstance(value, str) or not _TRACE_VALUE.fullmatch(value):
+        return False
+    return key != "traceparent" or bool(_TRACEPARENT.fullmatch(value))
+
+
 def trace_context(meta: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, str]:
-    """Trace context for the upstream: `_meta`'s own keys first, else the HTTP headers'."""
-    trace = {k: v for k in TRACE_KEYS if isinstance(v := meta.get(k), str)}
-    return trace or {k: headers[k] for k in TRACE_KEYS if k in headers}
+    """Trace context for the upstream: `_meta`'s own keys first, else the HTTP headers'.
+
+    Values that are not valid W3C trace context are dropped (as a tracer would): they
+    must never reach an upstream header.
+    """
+    trace = {k: meta[k] for k in TRACE_KEYS if _valid_trace(k, meta.get(k))}
+    return trace or {k: headers[k] for k in TRACE_KEYS if _valid_trace(k, headers.get(k))}
 
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
@@ -192,10 +206,11 @@ def decode_header_value(value: str | None) -> str | None:
 
 
 def duplicated_routing_header(raw_headers: Iterable[tuple[str, str]]) -> str | None:
+    """A routing or `Mcp-Param-*` header sent twice (first- and last-copy readers disagree)."""
     seen: set[str] = set()
     for name, _ in raw_headers:
         lower = name.lower()
-        if lower in ROUTING_HEADERS:
+        if lower in ROUTING_HEADERS or lower.startswith("mcp-param-"):
             if lower in seen:
                 return lower
             seen.add(lower)

@@ -73,10 +73,11 @@ def check_param_headers(
             raise HeaderMismatch(f"The {name} header does not match arguments.{prop}")
 
 
+_INTEGER = re.compile(r"^-?[0-9]+$")
+
+
 def _same_number(header: str, value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int):
+    """Integers compare as numbers (`07` is 7), written plainly: no sign, space or `_`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not _INTEGER.fullmatch(header):
         return False
-    try:
-        return int(header) == value
-    except ValueError:
-        return False
+    return int(header) == value

@@ -19,7 +19,7 @@ from gateway.errors import (
     LEGACY_RESOURCE_NOT_FOUND,
     UpstreamRpcError,
 )
-from gateway.protocol.inbound import SERVER_INFO_KEY, FrontRequest
+from gateway.protocol.inbound import SERVER_INFO_KEY, TRACE_KEYS, FrontRequest
 from gateway.protocol.versions import front_supported
 
 #: Results that must carry `ttlMs` and `cacheScope` (spec §8).
@@ -76,7 +76,7 @@ def upstream_params(front: FrontRequest, progress_token: str | None) -> dict[str
     meta = {
         k: v
         for k, v in front.params.get("_meta", {}).items()
-        if not is_reserved_meta_key(k) and k != "progressToken"
+        if not is_reserved_meta_key(k) and k != "progressToken" and k not in TRACE_KEYS
     }
     for key, value in front.trace.items():
         meta.setdefault(key, value)  # trace context travels in _meta, the MCP convention

@@ -111,11 +111,13 @@ class SessionPool:
         try:
             self.info = await session.open()
             self.reachable = True
-        except (UpstreamError, TimeoutError) as exc:
-            self._failed()
-            self.reachable = False
+        except BaseException as exc:
+            # Whatever stopped it (a failure, or the caller's cancellation), the slot is
+            # given back and the half-open session closed, in a task of its own.
             self._count -= 1
-            await session.close()
+            spawn(session.close(), name=f"pool-close-{self.endpoint.name}")
+            if isinstance(exc, UpstreamError | TimeoutError):
+                self._failed()
             if isinstance(exc, TimeoutError):
                 raise UpstreamError("upstream did not answer initialize in time") from exc
             raise
@@ -167,8 +169,9 @@ class SessionPool:
         session = LegacySession(self.http, self.endpoint, caps)
         try:
             await session.adopt(session_id, version)
-        except UpstreamError:
+        except BaseException:
             self._count -= 1
+            spawn(session.close(), name=f"pool-close-{self.endpoint.name}")
             raise
         return session
 
@@ -280,6 +283,11 @@ class SessionPool:
         while True:
             await asyncio.sleep(min(30.0, self.limits.idle_timeout_s))
             now = time.monotonic()
+            for key, shared in list(self._shared.items()):
+                # Shared sessions of rarely seen capability sets go too (not the default one).
+                if key != ClientCaps().key and now - shared.last_used > self.limits.idle_timeout_s:
+                    del self._shared[key]
+                    self._forget(shared)
             for idle in self._idle.values():
                 keep: list[LegacySession] = []
                 for session in idle:

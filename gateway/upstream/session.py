@@ -40,7 +40,7 @@ SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
 _ACCEPT = "application/json, text/event-stream"
 _RECONNECT_DELAY_S = 1.0
-_MAX_RESUME_ATTEMPTS = 5
+_MAX_RESUME_ATTEMPTS = 6
 _DRAIN_S = 1.0
 
 
@@ -71,6 +71,7 @@ class StreamCursor:
     last_id: str | None = None
     retry_ms: int | None = None
     answered: bool = False
+    accepted: bool = False  # the server took the request (2xx): it may already be running
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,17 +212,16 @@ class LegacySession:
         `StreamEnd` is put.
         """
         rid = message["id"]
-        received = False
         for attempt in (1, 2):
             try:
                 async for item in self._post(message, rid, cursor, headers):
-                    received = True
                     await inbox.put(item)
                 return
             except SessionExpired as exc:
-                # The server forgot the session before it saw this request (e.g. it
+                # The server refused the POST itself for an unknown session (e.g. it
                 # restarted): nothing ran, so initialise afresh and send it again, once.
-                if received or attempt == 2:
+                # Once it took the request, a lost session is a lost call: never re-sent.
+                if cursor.accepted or attempt == 2:
                     await inbox.put(StreamEnd(exc))
                     return
                 log.info("upstream_session_expired", upstream=self.endpoint.name)
@@ -259,7 +259,7 @@ class LegacySession:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.endpoint.timeout_s)
         try:
             resp = await self.http.get(self.endpoint.url, headers=headers, timeout=timeout)
-        except (aiohttp.ClientError, OSError) as exc:
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise UpstreamError(f"upstream unreachable: {exc}") from exc
         if resp.status == 404:
             resp.release()
@@ -299,7 +299,7 @@ class LegacySession:
                         raise UpstreamError(
                             f"upstream answered HTTP {resp.status} to a {_kind(message)}"
                         )
-        except (aiohttp.ClientError, OSError) as exc:
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise UpstreamError(f"upstream unreachable: {exc}") from exc
         except TimeoutError as exc:
             raise UpstreamError("upstream timed out") from exc
@@ -387,6 +387,7 @@ class LegacySession:
             ) as resp:
                 self._capture_session(resp)
                 self._check_status(resp)
+                cursor.accepted = resp.status < 400
                 ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
                 if resp.status >= 400:
                     body = await resp.read()
@@ -400,7 +401,7 @@ class LegacySession:
                     raise UpstreamError(f"upstream answered with Content-Type {ctype!r}")
                 async for item in self._read_stream(resp, rid, cursor):
                     yield item
-        except (aiohttp.ClientError, OSError) as exc:
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise UpstreamError(f"upstream unreachable: {exc}") from exc
         if cursor.answered:
             return
@@ -410,9 +411,14 @@ class LegacySession:
             yield item
 
     async def _resume(self, rid: Any, cursor: StreamCursor) -> AsyncIterator[dict[str, Any]]:
-        """Continue a broken POST stream with GET + Last-Event-ID (2025-11-25 polling)."""
-        for _attempt in range(_MAX_RESUME_ATTEMPTS):
-            await asyncio.sleep((cursor.retry_ms or 0) / 1000)
+        """Continue a broken POST stream with GET + Last-Event-ID (2025-11-25 polling).
+
+        A connection that cannot be made is tried again with a growing delay (a server
+        restarting, a blip), up to `_MAX_RESUME_ATTEMPTS`; a 404 means the session is gone.
+        """
+        delay = (cursor.retry_ms or 0) / 1000
+        for attempt in range(_MAX_RESUME_ATTEMPTS):
+            await asyncio.sleep(delay)
             headers = self._headers(accept="text/event-stream")
             headers["Last-Event-ID"] = cursor.last_id or ""
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.endpoint.timeout_s)
@@ -427,10 +433,14 @@ class LegacySession:
                         )
                     async for item in self._read_stream(resp, rid, cursor):
                         yield item
-            except (aiohttp.ClientError, OSError) as exc:
-                raise UpstreamError(f"upstream unreachable while resuming: {exc}") from exc
+            except (aiohttp.ClientConnectionError, OSError) as exc:
+                if attempt + 1 == _MAX_RESUME_ATTEMPTS:
+                    raise UpstreamError(f"upstream unreachable while resuming: {exc}") from exc
+            except (aiohttp.ClientError, ValueError) as exc:
+                raise UpstreamError(f"upstream failed while resuming: {exc}") from exc
             if cursor.answered:
                 return
+            delay = max(delay * 2, 0.2)
         raise UpstreamError("upstream stream could not be resumed")
 
     def _check_status(self, resp: aiohttp.ClientResponse) -> None:
@@ -517,7 +527,7 @@ class LegacySession:
                             self._get_last_event_id = (
                                 parser.last_event_id or self._get_last_event_id
                             )
-            except (aiohttp.ClientError, OSError) as exc:
+            except (aiohttp.ClientError, OSError, ValueError) as exc:
                 log.info("upstream_get_stream_dropped", upstream=self.endpoint.name, error=str(exc))
             if not self._closing:
                 await asyncio.sleep(delay)

@@ -106,7 +106,12 @@ class McpEndpoint:
         except RpcError as exc:
             outcome = "error"
             reply, status = jsonrpc.error(message.id, exc.error_object()), exc.status
-            log.info("request_failed", code=exc.error_object()["code"], error=exc.message)
+            log.info(
+                "request_failed",
+                code=exc.error_object()["code"],
+                error=exc.message,
+                kind=type(exc).__name__,
+            )
         finally:
             await channel.close()
         elapsed = time.monotonic() - started

@@ -46,19 +46,18 @@ class ToolHeaders:
         return self._declared.get(name or "", {})
 
     async def _reload(self) -> None:
+        """Fetch the whole listing aside and swap it in: validation never sees a half map."""
         self._loaded_at = time.monotonic()
+        fresh = ToolHeaders(self._fetch, refresh_s=self._refresh_s)
         cursor: str | None = None
         try:
-            declared: dict[str, dict[str, str]] = {}
-            self._declared, previous = declared, self._declared
             for _ in range(_MAX_PAGES):
                 page = await self._fetch(cursor)
-                self.learn(page)
+                fresh.learn(page)
                 cursor = page.get("nextCursor")
                 if not isinstance(cursor, str):
-                    return
+                    break
         except RpcError as exc:
-            self._declared = previous
-            log.warning(
-                "tool_headers_unknown", error=exc.message, detail="Mcp-Param-* not validated"
-            )
+            log.warning("tool_headers_unknown", error=exc.message, detail="Mcp-Param-* unchecked")
+            return
+        self._declared = fresh._declared

@@ -34,7 +34,9 @@ def main() -> int:
     verdicts: dict[str, tuple[int, int, int]] = {}
     for checks_file in sorted(results.glob("*/checks.json")):
         # <role>-<scenario>-<ISO timestamp with dashes>Z
-        scenario = re.sub(r"-\d{4}-\d{2}-\d{2}T[\d-]+Z$", "", checks_file.parent.name).removeprefix("server-")
+        scenario = re.sub(r"-\d{4}-\d{2}-\d{2}T[\d-]+Z$", "", checks_file.parent.name).removeprefix(
+            "server-"
+        )
         checks = json.loads(checks_file.read_text())
         verdicts[scenario] = (
             sum(c["status"] == "SUCCESS" for c in checks),

@@ -264,6 +264,15 @@ def build(event_store: EventStore | None = None) -> FastMCP:
         await ctx.report_progress(2, 2, "after the break")
         return f"resumed: {answer.action}"
 
+    @mcp.tool(
+        description="Closes its stream at once (after the priming event), then works a while."
+    )
+    async def close_then_work(ctx: Context, seconds: float = 1.0, run_id: str = "") -> str:
+        ran("close_then_work", run_id)
+        await ctx.close_sse_stream()
+        await anyio.sleep(seconds)
+        return "worked"
+
     @mcp.tool(description="Returns at once; a moment later asks for roots outside any request.")
     async def late_roots(ctx: Context, run_id: str = "") -> str:
         session = ctx.session

@@ -60,3 +60,13 @@ def test_matching_headers_pass(arguments: dict, headers: dict) -> None:
 def test_missing_malformed_or_different_headers_are_refused(arguments: dict, headers: dict) -> None:
     with pytest.raises(HeaderMismatch):
         check_param_headers(DECLARED, arguments, headers)
+
+
+@pytest.mark.parametrize("header", ["+7", "1_000", " 7", "7.0", "0x7"])
+def test_integers_must_be_written_plainly(header: str) -> None:
+    with pytest.raises(HeaderMismatch):
+        check_param_headers(
+            {"count": "Count"},
+            {"count": 7 if header != "1_000" else 1000},
+            {"mcp-param-count": header},
+        )

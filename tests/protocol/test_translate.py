@@ -6,13 +6,17 @@ import pytest
 
 from gateway.protocol import translate
 from gateway.protocol.capabilities import ClientCaps
-from gateway.protocol.inbound import Envelope, FrontRequest
+from gateway.protocol.inbound import Envelope, FrontRequest, trace_context
 from gateway.protocol.versions import Version
 
 
 def front(params: dict) -> FrontRequest:
     envelope = Envelope(Version.V2026_07_28, ClientCaps(), {}, None, None, None)
-    return FrontRequest(id=1, method="tools/call", params=params, envelope=envelope)
+    trace = trace_context(params.get("_meta", {}), {})
+    return FrontRequest(id=1, method="tools/call", params=params, envelope=envelope, trace=trace)
+
+
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 def test_the_upstream_request_drops_the_envelope_and_mrtr_members_and_keeps_trace_context() -> None:
@@ -25,7 +29,8 @@ def test_the_upstream_request_drops_the_envelope_and_mrtr_members_and_keeps_trac
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "dev.mcp/x": 1,
             "progressToken": "client",
-            "traceparent": "00-abc-def-01",
+            "traceparent": TRACE,
+            "tracestate": "bad\nvalue",
             "com.example/tenant": "t1",
         },
     }
@@ -33,7 +38,8 @@ def test_the_upstream_request_drops_the_envelope_and_mrtr_members_and_keeps_trac
         "name": "t",
         "arguments": {"a": 1},
         "_meta": {
-            "traceparent": "00-abc-def-01",
+            "traceparent": TRACE,
+            "tracestate": "bad\nvalue",
             "com.example/tenant": "t1",
             "progressToken": "gw-1",
         },
