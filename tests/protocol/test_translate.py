@@ -39,7 +39,6 @@ def test_the_upstream_request_drops_the_envelope_and_mrtr_members_and_keeps_trac
         "arguments": {"a": 1},
         "_meta": {
             "traceparent": TRACE,
-            "tracestate": "bad\nvalue",
             "com.example/tenant": "t1",
             "progressToken": "gw-1",
         },
