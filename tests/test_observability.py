@@ -70,6 +70,8 @@ async def test_logs_explain_each_request_and_round_and_never_carry_secrets(
             greet(run_id, rid=2, state=state, answers=ALICE),
             headers={"Authorization": "Bearer s3cret-token"},
         )
+        await gateway.post(greet(run_id, rid=3, state=state + "x", answers=ALICE))  # refused
+        await gateway.post(greet(run_id, rid=4, state=state, answers={"elicit.username": 5}))  # bad
     events = [entry["event"] for entry in logs]
     for expected in (
         "call_started",
@@ -80,7 +82,13 @@ async def test_logs_explain_each_request_and_round_and_never_carry_secrets(
     ):
         assert expected in events
     served = [entry for entry in logs if entry["event"] == "request_served"]
-    assert [entry["outcome"] for entry in served] == ["input_required", "complete"]
+    assert [entry["outcome"] for entry in served] == [
+        "input_required",
+        "complete",
+        "error",
+        "error",
+    ]
+    assert "request_state_refused" in events
     for entry in served:
         assert {
             "status",

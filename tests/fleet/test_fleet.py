@@ -306,6 +306,7 @@ async def test_redis_down_plain_requests_work_suspensions_fail_clearly_and_recov
             fleet.url(), rpc("tools/call", {"name": "greet", "arguments": {"run_id": run_id}})
         )
         assert status == 503 and reply["error"]["code"] == -32603
+        assert "127.0.0.1" not in reply["error"]["message"]  # no internals on the wire
         async with fleet.http.get(fleet.replicas[0].base + "/readyz") as resp:
             assert resp.status == 503 and (await resp.json())["store"] == "unreachable"
     finally:
