@@ -48,7 +48,6 @@ HEADER_MISMATCH = -32020
 MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
 UNSUPPORTED_PROTOCOL_VERSION = -32022
 LEGACY_RESOURCE_NOT_FOUND = -32002
-LEGACY_URL_ELICITATION_REQUIRED = -32042
 
 #: HTTP status for a JSON-RPC error code on the 2026-07-28 front (spec §6.5).
 #: Codes not listed (upstream application errors, -32603) are sent with 200.

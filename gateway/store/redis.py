@@ -13,8 +13,7 @@ Every redis-py error becomes `StoreError` here.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -86,7 +85,6 @@ class RedisStore:
         self.client = client
         self.prefix = prefix
         self._claim = client.register_script(_CLAIM)
-        self.errors = 0
 
     def key(self, call_id: str) -> str:
         return f"{self.prefix}{{{call_id}}}:rec"
@@ -95,7 +93,6 @@ class RedisStore:
         try:
             return await op()
         except (RedisError, OSError) as exc:
-            self.errors += 1
             raise StoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
 
     async def park(self, record: SuspendedCall) -> None:
@@ -149,12 +146,3 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.client.aclose()
-
-
-@asynccontextmanager
-async def redis_store(url: str, prefix: str) -> AsyncIterator[RedisStore]:
-    store = RedisStore(connect(url), prefix=prefix)
-    try:
-        yield store
-    finally:
-        await store.close()

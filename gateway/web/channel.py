@@ -32,10 +32,6 @@ class ResponseChannel:
         self._lock = asyncio.Lock()
         self._keepalive: asyncio.Task[None] | None = None
 
-    @property
-    def streaming(self) -> bool:
-        return self._stream is not None
-
     def start_keepalive(self) -> None:
         self._keepalive = spawn(self._keep_alive(), name="client-keepalive")
 
