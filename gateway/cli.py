@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from gateway import __version__
+from gateway.aio import spawn
 from gateway.config import GatewayConfig, load_config, parse_config
 from gateway.errors import ConfigError
 from gateway.protocol.state import generate_key
@@ -91,14 +92,29 @@ async def _run(config: GatewayConfig) -> None:
             file=sys.stderr,
             flush=True,
         )
-    stop = asyncio.Event()
+    signals = asyncio.Queue[int]()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, signals.put_nowait, sig)
     try:
-        await stop.wait()
+        await signals.get()
         # Not ready any more, no new calls; retries of the calls held here still complete.
-        await app[BRIDGE].drain(config.fleet.drain_timeout_s)
+        # A second signal (Ctrl-C again) stops at once, cancelling what is left upstream.
+        bridge = app[BRIDGE]
+        if bridge.calls:
+            print(
+                f"mrtr-gateway: draining {len(bridge.calls)} call(s) for up to "
+                f"{config.fleet.drain_timeout_s:g} s; signal again to stop now",
+                file=sys.stderr,
+                flush=True,
+            )
+        drain = spawn(bridge.drain(config.fleet.drain_timeout_s), name="drain")
+        again = spawn(signals.get(), name="second-signal")
+        await asyncio.wait({drain, again}, return_when=asyncio.FIRST_COMPLETED)
+        again.cancel()
+        if not drain.done():
+            drain.cancel()
+            await bridge.close()
     finally:
         await runner.cleanup()
 

@@ -78,3 +78,34 @@ def test_a_redis_store_without_a_shared_key_refuses_to_start(capsys) -> None:
         == 2
     )
     assert "every replica shares" in capsys.readouterr().err
+
+
+@pytest.mark.peers
+async def test_a_second_signal_ends_a_drain_at_once(legacy) -> None:
+    import aiohttp
+
+    from tests.conftest import default_headers
+    from tests.integration.test_mrtr_wire import greet
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--upstream", legacy.url, "--port", str(port)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "MRTR_GATEWAY_LOG_FORMAT": "json"},
+    )
+    await asyncio.to_thread(wait_for_port, port, proc)
+    body = greet("drain-twice")
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"http://127.0.0.1:{port}/mcp", json=body, headers=default_headers(body)
+        ) as resp:
+            assert (await resp.json())["result"]["resultType"] == "input_required"
+    proc.send_signal(signal.SIGTERM)  # drains: the parked call could still be resumed for 30 s
+    line = await asyncio.to_thread(proc.stderr.readline)
+    while "draining 1 call(s)" not in line:
+        line = await asyncio.to_thread(proc.stderr.readline)
+    proc.send_signal(signal.SIGTERM)
+    _, err = await asyncio.to_thread(proc.communicate, timeout=10)
+    assert proc.returncode == 0
+    assert '"event": "call_cancelled"' in err and "gateway shutting down" in err
