@@ -49,7 +49,7 @@ from gateway.live import (
     server_info,
 )
 from gateway.observability import Metrics
-from gateway.protocol import jsonrpc, state, translate
+from gateway.protocol import jsonrpc, keys, state, translate
 from gateway.protocol.call import (
     FINAL_PHASES,
     Answer,
@@ -406,6 +406,9 @@ class Bridge:
             duration_ms=round((time.monotonic() - call.started) * 1000),
         )
         if finished.error is not None:
+            urls = translate.url_elicitations(finished.error)
+            if urls is not None:
+                return self._url_round(call, urls)
             raise translate.translate_error(finished.error)
         return translate.decorate_result(
             machine.method,
@@ -414,6 +417,42 @@ class Bridge:
             cache=call.upstream.cache,
             cacheable=machine.round == 0,
         )
+
+    def _url_round(self, call: LiveCall, urls: list[dict[str, Any]]) -> dict[str, Any]:
+        """A legacy `-32042` (visit these URLs, then try again) as an `input_required` round.
+
+        The tool did not run; nothing is parked. The retry runs the request again, as the
+        legacy client would have, with the answers so far journaled in the sealed state.
+        """
+        machine = call.machine
+        if not machine.ctx.caps.elicitation_url:
+            raise MissingClientCapability({"elicitation": {"url": {}}})
+        if machine.round >= self.limits.max_rounds:
+            raise CapacityExceeded(
+                f"the call needed more than {self.limits.max_rounds} rounds",
+                status=400,
+                reason="max_rounds",
+            )
+        requests: dict[str, Any] = {}
+        for params in urls:
+            key = keys.assign_key("elicitation/create", params, machine.rules, requests)
+            requests[key] = {"method": "elicitation/create", "params": params}
+        issued = now_ms()
+        claims = state.Claims(
+            call=call.id,
+            round=machine.round + 1,
+            principal=call.principal,
+            digest=call.digest,
+            audience=self.audience(call.upstream),
+            issued_ms=issued,
+            expires_ms=issued + int(self.limits.suspension_ttl_s * 1000),
+            mode=REPLAY,
+            journal=list(machine.journal),
+        )
+        log.info("call_needs_url_elicitation", asked=sorted(requests))
+        result = input_required_result(call, state.seal_claims(self.codec, claims))
+        result["inputRequests"] = requests
+        return result
 
     # -- suspension --------------------------------------------------------------------
 

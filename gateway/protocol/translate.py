@@ -134,6 +134,29 @@ def translate_error(error: dict[str, Any]) -> UpstreamRpcError:
     return UpstreamRpcError(code, message, data)
 
 
+URL_ELICITATION_REQUIRED = -32042
+
+
+def url_elicitations(error: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The URL elicitations of a legacy `-32042` error, as 2026 params, or None.
+
+    2025-11-25 servers refuse a request until the user has visited some URLs; 2026 has
+    no such error (MUST NOT emit), so the gateway asks them as a round instead.
+    """
+    if error.get("code") != URL_ELICITATION_REQUIRED or not isinstance(error.get("data"), dict):
+        return None
+    items = error["data"].get("elicitations")
+    if not isinstance(items, list) or not items:
+        return None
+    urls = []
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("url"), str):
+            return None
+        message = item.get("message") if isinstance(item.get("message"), str) else ""
+        urls.append({"mode": "url", "message": message, "url": item["url"]})
+    return urls
+
+
 def input_request(method: str, params: dict[str, Any]) -> dict[str, Any]:
     """A legacy server request as a 2026 `inputRequests` value (no id, no task, no _meta)."""
     if method == "roots/list":

@@ -330,3 +330,52 @@ async def test_a_round_without_a_progress_token_gets_no_progress_and_plain_json(
     status, reply, resp = await gateway.post(body)
     assert resp.headers["Content-Type"].startswith("application/json")
     assert reply["result"]["resultType"] == "input_required"
+
+
+async def test_a_legacy_url_elicitation_required_error_becomes_a_round(gateway: Gateway) -> None:
+    run_id = uuid.uuid4().hex
+    call = {"name": "needs_connection", "arguments": {"run_id": run_id}}
+    status, reply, _ = await gateway.post(rpc("tools/call", call))
+    assert status == 200, reply
+    result = reply["result"]
+    assert result["resultType"] == "input_required"
+    assert result["inputRequests"] == {
+        "elicit.url": {
+            "method": "elicitation/create",
+            "params": {
+                "mode": "url",
+                "message": "Connect your account first",
+                "url": f"https://example.com/connect/{run_id}",
+            },
+        }
+    }
+    await gateway.post(
+        rpc("tools/call", {"name": "connect", "arguments": {"run_id": run_id}})
+    )  # the user's visit
+    retry = rpc(
+        "tools/call",
+        {
+            **call,
+            "requestState": result["requestState"],
+            "inputResponses": {"elicit.url": {"action": "accept"}},
+        },
+        rid=2,
+    )
+    status, reply, _ = await gateway.post(retry)
+    assert reply["result"]["content"][0]["text"] == f"connected {run_id}"
+    assert (
+        await body_runs(gateway, "needs_connection", run_id) == 2
+    )  # it refused, then ran: as the legacy flow
+
+
+async def test_a_url_elicitation_required_error_needs_the_url_capability(gateway: Gateway) -> None:
+    call = {"name": "needs_connection", "arguments": {"run_id": uuid.uuid4().hex}}
+    status, reply, _ = await gateway.post(
+        rpc("tools/call", call, caps={"elicitation": {"form": {}}})
+    )
+    assert status == 400
+    assert reply["error"] == {
+        "code": -32021,
+        "message": reply["error"]["message"],
+        "data": {"requiredCapabilities": {"elicitation": {"url": {}}}},
+    }

@@ -21,12 +21,14 @@ import anyio
 import uvicorn
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.streamable_http import EventStore
-from mcp.types import SamplingMessage, TextContent
+from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp.types import ElicitRequestURLParams, SamplingMessage, TextContent
 from pydantic import BaseModel, Field
 
 RUNS: dict[str, int] = defaultdict(int)
 JOURNAL: dict[str, list[str]] = defaultdict(list)
 BACKGROUND: set[asyncio.Task[None]] = set()
+CONNECTED: set[str] = set()
 
 
 def ran(tool: str, run_id: str) -> None:
@@ -272,6 +274,27 @@ def build(event_store: EventStore | None = None) -> FastMCP:
         await ctx.close_sse_stream()
         await anyio.sleep(seconds)
         return "worked"
+
+    @mcp.tool(description="Refuses with -32042 (visit a URL first) until `connect` was called.")
+    async def needs_connection(run_id: str = "") -> str:
+        ran("needs_connection", run_id)
+        if run_id not in CONNECTED:
+            raise UrlElicitationRequiredError(
+                [
+                    ElicitRequestURLParams(
+                        mode="url",
+                        message="Connect your account first",
+                        url=f"https://example.com/connect/{run_id}",
+                        elicitationId=f"conn-{run_id}",
+                    )
+                ]
+            )
+        return f"connected {run_id}"
+
+    @mcp.tool(description="Completes the out-of-band URL flow of needs_connection.")
+    async def connect(run_id: str) -> str:
+        CONNECTED.add(run_id)
+        return "ok"
 
     @mcp.tool(description="Returns at once; a moment later asks for roots outside any request.")
     async def late_roots(ctx: Context, run_id: str = "") -> str:

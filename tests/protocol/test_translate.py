@@ -123,3 +123,23 @@ def test_discover_advertises_only_what_is_bridged() -> None:
     assert result["supportedVersions"] == ["2026-07-28"]
     assert result["instructions"] == "be nice"
     assert result["resultType"] == "complete" and result["ttlMs"] == 0
+
+
+def test_a_url_elicitation_required_error_yields_its_urls_without_ids() -> None:
+    error = {
+        "code": -32042,
+        "message": "URL elicitation required",
+        "data": {
+            "elicitations": [
+                {"mode": "url", "elicitationId": "e1", "url": "https://x/y", "message": "Go"}
+            ]
+        },
+    }
+    assert translate.url_elicitations(error) == [
+        {"mode": "url", "message": "Go", "url": "https://x/y"}
+    ]
+    assert translate.url_elicitations({"code": -32042, "message": "x"}) is None
+    assert (
+        translate.url_elicitations({"code": -32042, "data": {"elicitations": [{"url": 5}]}}) is None
+    )
+    assert translate.url_elicitations({"code": -32602, "data": {"elicitations": []}}) is None
