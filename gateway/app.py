@@ -15,17 +15,20 @@ import structlog
 from aiohttp import web
 
 from gateway import __version__
-from gateway.bridge import Bridge
-from gateway.config import GatewayConfig
-from gateway.fleet import Fleet
-from gateway.handoff import FleetHandoff
+from gateway.calls.bridge import Bridge
+from gateway.clock import SystemClock
+from gateway.config import GatewayConfig, UpstreamConfig
+from gateway.fleet.redis_bus import RedisBus
 from gateway.observability import Metrics
+from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.state import AesGcmKeyRing, StateCodec
 from gateway.store.base import SuspendedCallStore, TimedStore
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore, connect
-from gateway.upstream.pool import SessionPool
-from gateway.upstream.session import Endpoint
+from gateway.upstream.http.session import HttpSession
+from gateway.upstream.http.wire import Endpoint
+from gateway.upstream.pool import SessionFactory, SessionPool
+from gateway.upstream.port import UpstreamPool
 from gateway.web.handlers import McpEndpoint
 from gateway.web.middleware import error_middleware, request_id_middleware
 
@@ -33,7 +36,7 @@ log = structlog.get_logger("gateway")
 
 CONFIG = web.AppKey("config", GatewayConfig)
 BRIDGE = web.AppKey("bridge", Bridge)
-POOLS = web.AppKey("pools", dict[str, SessionPool])
+POOLS = web.AppKey("pools", dict[str, UpstreamPool])
 STORE = web.AppKey("store", SuspendedCallStore)
 
 
@@ -60,56 +63,73 @@ def make_codec(config: GatewayConfig) -> StateCodec:
     return AesGcmKeyRing(list(config.sealing.keys))
 
 
+def http_sessions(http: aiohttp.ClientSession, upstream: UpstreamConfig) -> SessionFactory:
+    """Sessions toward a Streamable HTTP upstream."""
+    endpoint = Endpoint(
+        name=upstream.name,
+        url=upstream.url,
+        headers=dict(upstream.headers),
+        timeout_s=upstream.timeout_s,
+        client_version=__version__,
+    )
+
+    def new_session(caps: ClientCaps) -> HttpSession:
+        return HttpSession(http, endpoint, caps)
+
+    return new_session
+
+
 def build_app(config: GatewayConfig) -> web.Application:
     app = web.Application(
         middlewares=[request_id_middleware, error_middleware],
         client_max_size=config.limits.max_body_bytes + 1,
     )
     app[CONFIG] = config
-    fleet: Fleet | None = None
+    clock = SystemClock()
+    bus: RedisBus | None = None
     store: SuspendedCallStore
     if config.store.shared:
         client = connect(config.store.url)
-        store = RedisStore(client, prefix=config.store.key_prefix)
-        fleet = Fleet(
+        store = RedisStore(client, prefix=config.store.key_prefix, clock=clock)
+        bus = RedisBus(
             client,
             prefix=config.store.key_prefix,
             replica_id=config.replica_id,
             heartbeat_s=config.fleet.heartbeat_s,
+            clock=clock,
         )
     else:
-        store = MemoryStore()
+        store = MemoryStore(clock)
     metrics = Metrics()
     store = TimedStore(store, metrics)
     app[STORE] = store
-    pools: dict[str, SessionPool] = {}
+    pools: dict[str, UpstreamPool] = {}
     app[POOLS] = pools
-    bridge = Bridge(config, store, make_codec(config), pools, metrics)
+    bridge = Bridge(
+        config,
+        store=store,
+        codec=make_codec(config),
+        pools=pools,
+        metrics=metrics,
+        clock=clock,
+        bus=bus,
+    )
     app[BRIDGE] = bridge
-    handoff = FleetHandoff(bridge, fleet) if fleet is not None else None
-    bridge.handoff = handoff
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         for upstream in config.upstreams:
-            endpoint = Endpoint(
-                name=upstream.name,
-                url=upstream.url,
-                headers=dict(upstream.headers),
-                timeout_s=upstream.timeout_s,
-                client_version=__version__,
-            )
             pool = SessionPool(
-                http,
-                endpoint,
+                upstream.name,
+                http_sessions(http, upstream),
                 upstream.pool,
                 on_error=metrics.upstream_errors.labels(upstream.name).inc,
             )
             pool.start()
             pools[upstream.name] = pool
-        metrics.bind(bridge, pools)
-        if fleet is not None and handoff is not None:
-            fleet.start(handoff.serve)
+        metrics.bind(parked=lambda: bridge.parked, live=lambda: len(bridge.calls), pools=pools)
+        if bus is not None:
+            bus.start(bridge.serve_forwarded)
         log.info(
             "gateway_started",
             replica=config.replica_id,
@@ -118,10 +138,10 @@ def build_app(config: GatewayConfig) -> web.Application:
         )
         yield
         await bridge.close()
-        if fleet is not None:
-            await fleet.close()
-        for pool in pools.values():
-            await pool.close()
+        if bus is not None:
+            await bus.close()
+        for each in pools.values():
+            await each.close()
         await store.close()
         await http.close()
 

@@ -23,7 +23,14 @@ translated at the boundary (`raise UpstreamError(...) from exc`).
     │   ├── UnsupportedProtocolVersion -32022 / 400, data.supported / requested
     │   ├── UpstreamRpcError           the legacy server's own error, translated
     │   ├── RelayedError               an error another replica answered with
-    │   ├── CapacityExceeded           -32603 / 429 or 503, a bound was hit
+    │   ├── LimitExceeded              -32603, data.reason names the bound
+    │   │   ├── CapacityExceeded       503, busy now: retry later
+    │   │   │   ├── Draining           503, this replica is shutting down
+    │   │   │   ├── GatewayFull        503, max_parked_calls
+    │   │   │   └── SessionsBusy       503, every upstream session busy
+    │   │   ├── PrincipalBusy          429, max_parked_per_principal
+    │   │   ├── TooManyRounds          502, max_rounds
+    │   │   └── StateTooLarge          502, max_state_bytes
     │   ├── CallLost                   -32603 / 502, a parked call cannot continue
     │   ├── UpstreamError              -32603 / 502, the legacy server failed us
     │   │   └── UpstreamTimeout        -32603 / 502, a round outlived hold_timeout_s
@@ -233,19 +240,59 @@ class RelayedError(RpcError):
         return error
 
 
-class CapacityExceeded(RpcError):
-    """A configured bound was reached (parked calls, rounds, sessions)."""
+class LimitExceeded(RpcError):
+    """A configured bound was reached; `data.reason` names it (the config key, mostly)."""
+
+    reason: ClassVar[str] = ""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message, {"reason": self.reason} if self.reason else None)
+
+
+class CapacityExceeded(LimitExceeded):
+    """The gateway is too busy right now; the same request may succeed later."""
 
     http_status = 503
     default_message = "The gateway is at capacity; retry later"
 
-    def __init__(self, message: str | None = None, *, status: int = 503, reason: str = "") -> None:
-        super().__init__(message, {"reason": reason} if reason else None)
-        self._status = status
 
-    @property
-    def status(self) -> int:
-        return self._status
+class Draining(CapacityExceeded):
+    reason = "draining"
+    default_message = "This replica is draining; send the request again"
+
+
+class GatewayFull(CapacityExceeded):
+    reason = "max_parked_calls"
+    default_message = "Too many calls are waiting for input on this replica; retry later"
+
+
+class SessionsBusy(CapacityExceeded):
+    reason = "upstream_sessions"
+    default_message = "Every upstream session is busy; retry later"
+
+
+class PrincipalBusy(LimitExceeded):
+    """This caller has too many calls waiting for input; others are still served."""
+
+    http_status = 429
+    reason = "max_parked_per_principal"
+    default_message = "Too many calls of this caller are waiting for input"
+
+
+class TooManyRounds(LimitExceeded):
+    """The upstream kept asking past `limits.max_rounds`; retrying the same call cannot help."""
+
+    http_status = 502
+    reason = "max_rounds"
+    default_message = "The call needed more rounds than the gateway allows"
+
+
+class StateTooLarge(LimitExceeded):
+    """A replay-mode journal outgrew `limits.max_state_bytes`."""
+
+    http_status = 502
+    reason = "max_state_bytes"
+    default_message = "The answers of this call no longer fit in requestState"
 
 
 class CallLost(RpcError):

@@ -11,15 +11,16 @@ of MCP methods, upstreams from the config, reasons from the code.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-if TYPE_CHECKING:
-    from gateway.bridge import Bridge
-    from gateway.upstream.pool import SessionPool
+
+class Sized(Protocol):
+    @property
+    def size(self) -> int: ...
 
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _SLOW = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 600.0)
@@ -110,10 +111,12 @@ class Metrics:
             "mrtr_store_errors", "Failed store operations", ["op"], registry=r
         )
 
-    def bind(self, bridge: Bridge, pools: dict[str, SessionPool]) -> None:
+    def bind(
+        self, *, parked: Callable[[], int], live: Callable[[], int], pools: Mapping[str, Sized]
+    ) -> None:
         """Gauges read at scrape time from the live objects (no bookkeeping on the hot path)."""
-        self.parked.set_function(lambda: float(bridge.parked))
-        self.live.set_function(lambda: float(len(bridge.calls)))
+        self.parked.set_function(lambda: float(parked()))
+        self.live.set_function(lambda: float(live()))
         for name in list(pools):
             self.upstream_sessions.labels(name).set_function(_size_of(pools, name))
 
@@ -132,5 +135,5 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def _size_of(pools: dict[str, SessionPool], name: str) -> Callable[[], float]:
+def _size_of(pools: Mapping[str, Sized], name: str) -> Callable[[], float]:
     return lambda: float(pools[name].size) if name in pools else 0.0

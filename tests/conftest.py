@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from gateway.app import BRIDGE, build_app
-from gateway.bridge import Bridge
+from gateway.calls.bridge import Bridge
 from gateway.config import GatewayConfig, parse_config
 from gateway.protocol.state import generate_key
 from tests.peers.tooling import LegacyServer, ModernClient

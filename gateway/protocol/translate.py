@@ -17,10 +17,11 @@ from gateway.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     LEGACY_RESOURCE_NOT_FOUND,
+    UpstreamError,
     UpstreamRpcError,
 )
 from gateway.protocol.inbound import SERVER_INFO_KEY, TRACE_KEYS, FrontRequest
-from gateway.protocol.versions import front_supported
+from gateway.protocol.versions import UPSTREAM_VERSIONS, Version, front_supported
 
 #: Results that must carry `ttlMs` and `cacheScope` (spec §8).
 CACHEABLE = frozenset(
@@ -54,6 +55,34 @@ class UpstreamInfo:
     capabilities: dict[str, Any]
     server_info: dict[str, Any]
     instructions: str | None
+
+
+def upstream_info(message: dict[str, Any] | None) -> UpstreamInfo:
+    """What the legacy server's answer to `initialize` says about it.
+
+    Raises:
+        UpstreamError: it refused, or negotiated a version the gateway does not speak.
+    """
+    if message is None or not isinstance(message.get("result"), dict):
+        error = (message or {}).get("error") or {}
+        reason = error.get("message", "no result") if isinstance(error, dict) else "no result"
+        raise UpstreamError(f"initialize was refused: {reason}")
+    result = message["result"]
+    negotiated = Version.parse(result.get("protocolVersion"))
+    if negotiated is None or negotiated not in UPSTREAM_VERSIONS:
+        raise UpstreamError(
+            f"upstream negotiated protocol version {result.get('protocolVersion')!r}, "
+            "which the gateway does not speak"
+        )
+    capabilities = result.get("capabilities")
+    server_info = result.get("serverInfo")
+    instructions = result.get("instructions")
+    return UpstreamInfo(
+        protocol_version=negotiated.value,
+        capabilities=capabilities if isinstance(capabilities, dict) else {},
+        server_info=server_info if isinstance(server_info, dict) else {},
+        instructions=instructions if isinstance(instructions, str) else None,
+    )
 
 
 def is_reserved_meta_key(key: str) -> bool:

@@ -6,22 +6,18 @@ claim is atomic because nothing here awaits between the check and the update.
 
 from __future__ import annotations
 
-import time
-
+from gateway.clock import Clock, SystemClock
 from gateway.store.base import GRACE_MS, PARKED, SuspendedCall
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class MemoryStore:
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock or SystemClock()
         self._records: dict[str, SuspendedCall] = {}
 
     def _live(self, call_id: str) -> SuspendedCall | None:
         record = self._records.get(call_id)
-        if record is not None and record.deadline_ms + GRACE_MS <= _now_ms():
+        if record is not None and record.deadline_ms + GRACE_MS <= self.clock.wall_ms():
             del self._records[call_id]
             return None
         return record

@@ -12,7 +12,6 @@ Every redis-py error becomes `StoreError` here.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -24,6 +23,7 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
+from gateway.clock import Clock, SystemClock
 from gateway.errors import ConfigError, StoreError
 from gateway.store.base import GRACE_MS, PARKED, RESUMING, SuspendedCall
 
@@ -81,8 +81,11 @@ def connect(url: str, *, timeout_s: float = 2.0) -> RedisClient:
 
 
 class RedisStore:
-    def __init__(self, client: RedisClient, *, prefix: str = "mrtr:") -> None:
+    def __init__(
+        self, client: RedisClient, *, prefix: str = "mrtr:", clock: Clock | None = None
+    ) -> None:
         self.client = client
+        self.clock = clock or SystemClock()
         self.prefix = prefix
         self._claim = client.register_script(_CLAIM)
 
@@ -96,7 +99,7 @@ class RedisStore:
             raise StoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
 
     async def park(self, record: SuspendedCall) -> None:
-        ttl_ms = record.deadline_ms + GRACE_MS - int(time.time() * 1000)
+        ttl_ms = record.deadline_ms + GRACE_MS - self.clock.wall_ms()
         key = self.key(record.call_id)
         if ttl_ms <= 0:  # lapsed already: there is nothing to keep
             await self._run(lambda: self.client.delete(key))

@@ -1,4 +1,4 @@
-"""Pooled, pre-initialised legacy sessions per declared-capability set.
+"""Pooled, pre-initialised legacy sessions per declared-capability set; the `UpstreamPool`.
 
 Interruptible calls (`tools/call`, `prompts/get`, `resources/read`) own a session
 exclusively while in flight, so every server request on it belongs to that
@@ -6,6 +6,9 @@ call. Plain requests share one session per capability set. After an idle
 session is taken, the pool opens a replacement in the background, so owning a
 session costs the caller no handshake. Sessions idle past `idle_timeout_s` are
 closed (keeping `min_idle`); the total is bounded by `max_sessions`.
+
+The pool does not know the transport: it makes sessions with the factory it is
+given (Streamable HTTP today), and needs only what `PooledSession` lists.
 """
 
 from __future__ import annotations
@@ -15,16 +18,16 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol, cast
 
-import aiohttp
 import structlog
 
 from gateway.aio import cancel_and_wait, spawn
-from gateway.errors import CapacityExceeded, UpstreamError
+from gateway.errors import CapacityExceeded, SessionsBusy, UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import Version
-from gateway.upstream.session import Endpoint, LegacySession, SessionExpired
+from gateway.upstream.port import Inbox, SessionExpired, UpstreamSession
 
 log = structlog.get_logger("gateway.upstream")
 
@@ -40,22 +43,51 @@ class PoolLimits:
     max_requests: int = 10_000
 
 
+class PooledSession(UpstreamSession, Protocol):
+    """What the pool needs of a session beyond the port."""
+
+    requests: int
+    last_used: float
+
+    @property
+    def alive(self) -> bool: ...
+
+    async def open(self) -> UpstreamInfo: ...
+
+    async def adopt(self, session_id: str, version: Version) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def wait_quiet(self) -> None: ...
+
+    def attach(self, inbox: Inbox) -> None: ...
+
+    def detach(self) -> None: ...
+
+    async def request(
+        self, method: str, params: dict[str, Any] | None, headers: Mapping[str, str] | None = None
+    ) -> dict[str, Any]: ...
+
+
+SessionFactory = Callable[[ClientCaps], PooledSession]
+
+
 class SessionPool:
     def __init__(
         self,
-        http: aiohttp.ClientSession,
-        endpoint: Endpoint,
+        name: str,
+        new_session: SessionFactory,
         limits: PoolLimits,
         *,
         on_error: Callable[[], None] | None = None,
     ) -> None:
-        self.http = http
-        self.endpoint = endpoint
+        self.name = name
+        self.new_session = new_session
         self.limits = limits
         self._on_error = on_error
         self.reachable = False  # the last attempt to open a session succeeded
-        self._idle: dict[str, list[LegacySession]] = defaultdict(list)
-        self._shared: dict[str, LegacySession] = {}
+        self._idle: dict[str, list[PooledSession]] = defaultdict(list)
+        self._shared: dict[str, PooledSession] = {}
         self._shared_lock: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._count = 0
         self._freed = asyncio.Condition()
@@ -75,8 +107,8 @@ class SessionPool:
         return self._count
 
     def start(self) -> None:
-        self._reaper = spawn(self._reap(), name=f"pool-reaper-{self.endpoint.name}")
-        spawn(self._warm_up(), name=f"pool-warm-up-{self.endpoint.name}")
+        self._reaper = spawn(self._reap(), name=f"pool-reaper-{self.name}")
+        spawn(self._warm_up(), name=f"pool-warm-up-{self.name}")
 
     async def _warm_up(self) -> None:
         """Open the shared session at start, so readiness reflects the upstream at once."""
@@ -84,7 +116,7 @@ class SessionPool:
             await self.shared(ClientCaps())
         except (UpstreamError, CapacityExceeded) as exc:
             log.warning(
-                "upstream_unreachable_at_start", upstream=self.endpoint.name, error=exc.message
+                "upstream_unreachable_at_start", upstream=self.name, error=exc.message
             )
 
     async def check(self) -> bool:
@@ -106,8 +138,8 @@ class SessionPool:
         self._shared.clear()
         await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
 
-    async def _open(self, caps: ClientCaps) -> LegacySession:
-        session = LegacySession(self.http, self.endpoint, caps)
+    async def _open(self, caps: ClientCaps) -> PooledSession:
+        session = self.new_session(caps)
         try:
             self.info = await session.open()
             self.reachable = True
@@ -115,13 +147,13 @@ class SessionPool:
             # Whatever stopped it (a failure, or the caller's cancellation), the slot is
             # given back and the half-open session closed, in a task of its own.
             self._count -= 1
-            spawn(session.close(), name=f"pool-close-{self.endpoint.name}")
+            spawn(session.close(), name=f"pool-close-{self.name}")
             if isinstance(exc, UpstreamError | TimeoutError):
                 self._failed()
             if isinstance(exc, TimeoutError):
                 raise UpstreamError("upstream did not answer initialize in time") from exc
             raise
-        log.debug("upstream_session_opened", upstream=self.endpoint.name, caps=caps.key)
+        log.debug("upstream_session_opened", upstream=self.name, caps=caps.key)
         return session
 
     async def _reserve(self) -> None:
@@ -132,14 +164,13 @@ class SessionPool:
                     async with self._freed:
                         await self._freed.wait_for(lambda: self._count < self.limits.max_sessions)
             except TimeoutError:
-                raise CapacityExceeded(
+                raise SessionsBusy(
                     f"all {self.limits.max_sessions} upstream sessions "
-                    f"of {self.endpoint.name!r} are busy",
-                    reason="upstream_sessions",
+                    f"of {self.name!r} are busy"
                 ) from None
         self._count += 1
 
-    async def acquire(self, caps: ClientCaps) -> LegacySession:
+    async def acquire(self, caps: ClientCaps) -> PooledSession:
         """An initialised session owned by the caller until `release`.
 
         Raises:
@@ -158,7 +189,7 @@ class SessionPool:
         self._refill(caps)
         return session
 
-    async def adopt(self, caps: ClientCaps, session_id: str, version: Version) -> LegacySession:
+    async def adopt(self, caps: ClientCaps, session_id: str, version: Version) -> PooledSession:
         """Take over a session another replica opened (its call continues here).
 
         Raises:
@@ -166,17 +197,18 @@ class SessionPool:
             UpstreamError, CapacityExceeded
         """
         await self._reserve()
-        session = LegacySession(self.http, self.endpoint, caps)
+        session = self.new_session(caps)
         try:
             await session.adopt(session_id, version)
         except BaseException:
             self._count -= 1
-            spawn(session.close(), name=f"pool-close-{self.endpoint.name}")
+            spawn(session.close(), name=f"pool-close-{self.name}")
             raise
         return session
 
-    def release(self, session: LegacySession, *, reuse: bool) -> None:
+    def release(self, given: UpstreamSession, *, reuse: bool) -> None:
         """Give a session back: to the idle list when clean, else close it."""
+        session = cast(PooledSession, given)  # every session given back was made here
         session.detach()
         idle = self._idle[session.caps.key]
         fresh = session.requests < self.limits.max_requests
@@ -192,11 +224,11 @@ class SessionPool:
             return
         self._forget(session)
 
-    def _forget(self, session: LegacySession) -> None:
+    def _forget(self, session: PooledSession) -> None:
         self._count -= 1
-        spawn(self._close_and_notify(session), name=f"pool-close-{self.endpoint.name}")
+        spawn(self._close_and_notify(session), name=f"pool-close-{self.name}")
 
-    async def _close_and_notify(self, session: LegacySession) -> None:
+    async def _close_and_notify(self, session: PooledSession) -> None:
         await session.wait_quiet()
         await session.close()
         async with self._freed:
@@ -204,7 +236,7 @@ class SessionPool:
 
     def _refill(self, caps: ClientCaps) -> None:
         if len(self._idle[caps.key]) < self.limits.min_idle and not self._closing:
-            spawn(self._prewarm(caps), name=f"pool-prewarm-{self.endpoint.name}")
+            spawn(self._prewarm(caps), name=f"pool-prewarm-{self.name}")
 
     async def _prewarm(self, caps: ClientCaps) -> None:
         if self._count >= self.limits.max_sessions:
@@ -213,14 +245,14 @@ class SessionPool:
         try:
             session = await self._open(caps)
         except UpstreamError as exc:
-            log.warning("upstream_prewarm_failed", upstream=self.endpoint.name, error=str(exc))
+            log.warning("upstream_prewarm_failed", upstream=self.name, error=str(exc))
             return
         if self._closing:
             self._forget(session)
         else:
             self._idle[caps.key].append(session)
 
-    async def shared(self, caps: ClientCaps) -> LegacySession:
+    async def shared(self, caps: ClientCaps) -> PooledSession:
         """The session plain requests of this capability set share.
 
         Raises:
@@ -241,7 +273,7 @@ class SessionPool:
             self._shared[caps.key] = session
             return session
 
-    def _usable(self, session: LegacySession) -> bool:
+    def _usable(self, session: PooledSession) -> bool:
         return session.alive and session.requests < self.limits.max_requests
 
     async def request(
@@ -263,7 +295,7 @@ class SessionPool:
             except SessionExpired:
                 if attempt == 2:
                     raise
-                log.info("upstream_session_expired", upstream=self.endpoint.name)
+                log.info("upstream_session_expired", upstream=self.name)
             except TimeoutError as exc:
                 self._failed()
                 raise UpstreamError(f"upstream did not answer {method} in time") from exc
@@ -289,7 +321,7 @@ class SessionPool:
                     del self._shared[key]
                     self._forget(shared)
             for idle in self._idle.values():
-                keep: list[LegacySession] = []
+                keep: list[PooledSession] = []
                 for session in idle:
                     stale = now - session.last_used > self.limits.idle_timeout_s
                     if (stale and len(keep) >= self.limits.min_idle) or not session.alive:

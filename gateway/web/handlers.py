@@ -14,13 +14,14 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from gateway.bridge import Bridge
+from gateway.calls.bridge import Bridge
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import PayloadTooLarge, RpcError
 from gateway.protocol import inbound, jsonrpc, params, state, translate
 from gateway.protocol.capabilities import ClientCaps
-from gateway.upstream.pool import SessionPool
+from gateway.upstream.port import UpstreamPool
 from gateway.web.channel import ResponseChannel
+from gateway.web.middleware import rpc_error_reply
 from gateway.web.tool_headers import ToolHeaders
 
 log = structlog.get_logger("gateway.web")
@@ -49,7 +50,7 @@ class McpEndpoint:
         config: GatewayConfig,
         upstream: UpstreamConfig,
         bridge: Bridge,
-        pools: dict[str, SessionPool],
+        pools: dict[str, UpstreamPool],
     ) -> None:
         self.config = config
         self.upstream = upstream
@@ -63,7 +64,7 @@ class McpEndpoint:
         )
 
     @property
-    def pool(self) -> SessionPool:
+    def pool(self) -> UpstreamPool:
         return self._pools[self.upstream.name]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -75,9 +76,9 @@ class McpEndpoint:
             message = inbound.classify(decoded, headers, _raw_headers(request))
         except RpcError as exc:
             log.info("request_rejected", code=exc.error_object()["code"], error=exc.message)
-            reply = jsonrpc.error(jsonrpc.id_of(decoded), exc.error_object())
+            reply, status = rpc_error_reply(exc, jsonrpc.id_of(decoded))
             return web.Response(
-                body=jsonrpc.dumps(reply), status=exc.status, content_type="application/json"
+                body=jsonrpc.dumps(reply), status=status, content_type="application/json"
             )
         if isinstance(message, jsonrpc.Notification):
             inbound.check_notification(headers)
@@ -105,7 +106,7 @@ class McpEndpoint:
             reply, status = jsonrpc.result(message.id, result), 200
         except RpcError as exc:
             outcome = "error"
-            reply, status = jsonrpc.error(message.id, exc.error_object()), exc.status
+            reply, status = rpc_error_reply(exc, message.id)
             log.info(
                 "request_failed",
                 code=exc.error_object()["code"],

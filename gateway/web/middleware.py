@@ -8,6 +8,7 @@ a generic 500 whose details go only to the log, never a traceback on the wire.
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -15,8 +16,17 @@ from aiohttp.typedefs import Handler
 
 from gateway.errors import HttpError, RpcError
 from gateway.protocol import jsonrpc
+from gateway.protocol.jsonrpc import RequestId
 
 log = structlog.get_logger("gateway.web")
+
+
+def rpc_error_reply(exc: RpcError, rid: RequestId | None) -> tuple[dict[str, Any], int]:
+    """The JSON-RPC error message and HTTP status answering `exc`: the one mapping.
+
+    The error's class carries both (`RpcError.error_object`, `RpcError.status`).
+    """
+    return jsonrpc.error(rid, exc.error_object()), exc.status
 
 
 @web.middleware
@@ -50,9 +60,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             headers=exc.headers,
         )
     except RpcError as exc:
-        body = jsonrpc.error(None, exc.error_object())
+        body, status = rpc_error_reply(exc, None)
         return web.Response(
-            status=exc.status, body=jsonrpc.dumps(body), content_type="application/json"
+            status=status, body=jsonrpc.dumps(body), content_type="application/json"
         )
     except web.HTTPException:
         raise

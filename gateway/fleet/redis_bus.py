@@ -6,36 +6,45 @@ Each replica reads its own inbox list `<prefix>inbox:<id>` (BLPOP); a retry that
 on another replica is pushed there, and the owner answers on a per-request reply list
 that the receiving replica reads. Every wait is bounded; reply lists expire.
 
-This module moves messages; what they mean is `gateway.bridge`'s business.
+This module moves opaque payloads; what they mean is `gateway.calls`' business
+(`gateway.calls.messages`). It implements `gateway.calls.routing.Bus`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import time
+import secrets
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
 from redis.exceptions import RedisError
 
+from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
+from gateway.clock import Clock
 from gateway.errors import StoreError
 from gateway.store.redis import RedisClient
 
 log = structlog.get_logger("gateway.fleet")
 
-Handler = Callable[[dict[str, Any]], Coroutine[Any, Any, None]]
+Handler = Callable[[str], Coroutine[Any, Any, None]]
 _REPLY_TTL_MS = 120_000
 _POLL_S = 1.0
 
 
-class Fleet:
+class RedisBus:
     def __init__(
-        self, client: RedisClient, *, prefix: str, replica_id: str, heartbeat_s: float
+        self,
+        client: RedisClient,
+        *,
+        prefix: str,
+        replica_id: str,
+        heartbeat_s: float,
+        clock: Clock,
     ) -> None:
         self.client = client
+        self.clock = clock
         self.prefix = prefix
         self.replica_id = replica_id
         self.heartbeat_s = heartbeat_s
@@ -49,7 +58,7 @@ class Fleet:
         return f"{self.prefix}inbox:{replica_id}"
 
     def new_reply_key(self) -> str:
-        return f"{self.prefix}reply:{self.replica_id}:{time.monotonic_ns()}"
+        return f"{self.prefix}reply:{self.replica_id}:{secrets.token_hex(8)}"
 
     def start(self, handler: Handler) -> None:
         self._tasks = [
@@ -70,7 +79,7 @@ class Fleet:
         while True:
             try:
                 await self.client.set(
-                    self.replica_key(self.replica_id), str(time.time()), px=ttl_ms
+                    self.replica_key(self.replica_id), str(self.clock.wall_ms()), px=ttl_ms
                 )
                 if not self.healthy:
                     log.info("fleet_joined", replica=self.replica_id)
@@ -79,7 +88,7 @@ class Fleet:
                 if self.healthy:
                     log.warning("fleet_heartbeat_failed", error=str(exc))
                 self.healthy = False
-            await asyncio.sleep(self.heartbeat_s)
+            await clocks.sleep(self.clock, self.heartbeat_s)
 
     async def _inbox(self, handler: Handler) -> None:
         key = self.inbox_key(self.replica_id)
@@ -88,16 +97,10 @@ class Fleet:
                 popped = await self.client.blpop([key], timeout=_POLL_S)
             except (RedisError, OSError) as exc:
                 log.warning("fleet_inbox_failed", error=str(exc))
-                await asyncio.sleep(_POLL_S)
+                await clocks.sleep(self.clock, _POLL_S)
                 continue
-            if popped is None:
-                continue
-            try:
-                message = json.loads(popped[1])
-            except ValueError:
-                log.warning("fleet_inbox_bad_message")
-                continue
-            spawn(handler(message), name=f"fleet-forwarded-{message.get('op')}")
+            if popped is not None:
+                spawn(handler(_text(popped[1])), name="fleet-forwarded")
 
     async def alive(self, replica_id: str) -> bool:
         """Whether `replica_id` is alive: its heartbeat key exists now, or reappears
@@ -107,41 +110,41 @@ class Fleet:
         Raises:
             StoreError
         """
-        loop = asyncio.get_running_loop()
-        patience = loop.time() + 1.5 * self.heartbeat_s
+        patience = self.clock.monotonic() + 1.5 * self.heartbeat_s
         try:
             while not await self.client.exists(self.replica_key(replica_id)):
-                if loop.time() > patience:
+                if self.clock.monotonic() > patience:
                     return False
-                await asyncio.sleep(self.heartbeat_s / 4)
+                await clocks.sleep(self.clock, self.heartbeat_s / 4)
             return True
         except (RedisError, OSError) as exc:
             raise StoreError(f"Redis: {exc}") from exc
 
-    async def send(self, replica_id: str, message: dict[str, Any]) -> None:
-        """Push `message` into a replica's inbox. Raises: StoreError."""
-        await self._push(self.inbox_key(replica_id), message)
+    async def send(self, replica_id: str, payload: str) -> None:
+        """Push `payload` into a replica's inbox. Raises: StoreError."""
+        await self._push(self.inbox_key(replica_id), payload)
 
-    async def reply(self, key: str, message: dict[str, Any]) -> None:
+    async def reply(self, key: str, payload: str) -> None:
         """Push one reply event for a forwarded request. Raises: StoreError."""
-        await self._push(key, message)
+        await self._push(key, payload)
 
-    async def _push(self, key: str, message: dict[str, Any]) -> None:
+    async def _push(self, key: str, payload: str) -> None:
         try:
             async with self.client.pipeline(transaction=False) as pipe:
-                pipe.rpush(key, json.dumps(message, separators=(",", ":")))
+                pipe.rpush(key, payload)
                 pipe.pexpire(key, _REPLY_TTL_MS)
                 await pipe.execute()
         except (RedisError, OSError) as exc:
             raise StoreError(f"Redis: {exc}") from exc
 
-    async def receive(self, key: str, timeout_s: float = _POLL_S) -> dict[str, Any] | None:
-        """The next reply event on `key`, or None after `timeout_s`. Raises: StoreError."""
+    async def receive(self, key: str) -> str | None:
+        """The next reply event on `key`, or None after a second. Raises: StoreError."""
         try:
-            popped = await self.client.blpop([key], timeout=timeout_s)
+            popped = await self.client.blpop([key], timeout=_POLL_S)
         except (RedisError, OSError) as exc:
             raise StoreError(f"Redis: {exc}") from exc
-        if popped is None:
-            return None
-        message: dict[str, Any] = json.loads(popped[1])
-        return message
+        return None if popped is None else _text(popped[1])
+
+
+def _text(raw: str | bytes) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw

@@ -1,48 +1,87 @@
-"""Retries that reach a replica other than their call's owner, and calls whose owner died.
+"""Retries whose call this replica does not hold, and the owning side of a forward.
 
-Receiving side, in this order:
+Receiving side (`elsewhere`), in this order:
 1. the owner is alive: forward the retry to its inbox and relay what comes back
    (notifications, then the next `input_required` or the final result);
 2. the owner is gone and the upstream gave SSE event ids: take the call over
-   (adopt the upstream session, GET + Last-Event-ID, deliver the answers, continue);
+   (adopt the upstream session, resume its stream, deliver the answers, continue);
 3. the owner is gone and the operator marked the tool `replay_safe`: run the call
    again, answering its questions from the journal kept in the record;
 4. otherwise: a clear error that the call was lost and may be started again.
 A tool that is not replay-safe never runs a second time.
 
-Owning side: `serve` handles what other replicas push into this replica's inbox.
+Owning side (`serve`): what other replicas push into this replica's inbox. The
+replicas talk through a `Bus` (Redis lists in production, `gateway.fleet`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
 from gateway.aio import spawn
-from gateway.bridge import Bridge, Notify
-from gateway.config import UpstreamConfig
+from gateway.calls import messages
+from gateway.calls.live import Registry
+from gateway.calls.runner import Notify, Runner
+from gateway.clock import Clock
+from gateway.config import LimitsConfig, UpstreamConfig
 from gateway.errors import CallLost, RelayedError, RpcError, StoreError, UpstreamError
-from gateway.fleet import Fleet
-from gateway.live import LiveCall
+from gateway.observability import Metrics
 from gateway.protocol.call import CallMachine, Pending, Phase
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope
 from gateway.protocol.versions import Version
-from gateway.store.base import SuspendedCall
-from gateway.upstream.session import SessionExpired, StreamCursor
+from gateway.store.base import SuspendedCall, SuspendedCallStore
+from gateway.upstream.port import SessionExpired, StreamCursor
 
-log = structlog.get_logger("gateway.handoff")
+log = structlog.get_logger("gateway.calls")
 
 LOST = "the replica that held this call stopped; start the request again without requestState"
+#: How long a receiving replica waits for a forwarded round beyond the owner's hold timeout.
+FORWARD_SLACK_S = 5.0
 
 
-class FleetHandoff:
-    def __init__(self, bridge: Bridge, fleet: Fleet) -> None:
-        self.bridge = bridge
-        self.fleet = fleet
+class Bus(Protocol):
+    """How replicas reach each other. Every method may raise StoreError."""
+
+    replica_id: str
+
+    def new_reply_key(self) -> str: ...
+
+    async def alive(self, replica_id: str) -> bool: ...
+
+    async def send(self, replica_id: str, payload: str) -> None:
+        """Into `replica_id`'s inbox."""
+        ...
+
+    async def reply(self, key: str, payload: str) -> None: ...
+
+    async def receive(self, key: str) -> str | None:
+        """The next reply on `key`, or None after a short wait."""
+        ...
+
+
+class Routing:
+    def __init__(
+        self,
+        *,
+        bus: Bus,
+        runner: Runner,
+        registry: Registry,
+        store: SuspendedCallStore,
+        clock: Clock,
+        limits: LimitsConfig,
+        metrics: Metrics,
+    ) -> None:
+        self.bus = bus
+        self.runner = runner
+        self.registry = registry
+        self.store = store
+        self.clock = clock
+        self.limits = limits
+        self.metrics = metrics
         self._served: dict[str, asyncio.Task[Any]] = {}
 
     # -- receiving side ----------------------------------------------------------------
@@ -50,7 +89,12 @@ class FleetHandoff:
     async def elsewhere(
         self, upstream: UpstreamConfig, record: SuspendedCall, front: FrontRequest, notify: Notify
     ) -> dict[str, Any]:
-        if record.owner != self.bridge.replica_id and await self.fleet.alive(record.owner):
+        """Serve a claimed retry whose call this replica does not hold.
+
+        Raises:
+            RpcError: CallLost when neither the owner, takeover nor replay can serve it.
+        """
+        if record.owner != self.bus.replica_id and await self.bus.alive(record.owner):
             return await self._forward(record, front, notify)
         log.warning("call_owner_lost", owner=record.owner, round=record.round)
         if record.session_id and record.last_event_id:
@@ -62,7 +106,7 @@ class FleetHandoff:
         if upstream.target(record.method, record.target).replay_safe:
             responses = front.params.get("inputResponses") or {}
             log.info("call_replayed", journal=len(record.journal))
-            return await self.bridge.start(
+            return await self.runner.start(
                 upstream,
                 front,
                 record.principal,
@@ -76,52 +120,51 @@ class FleetHandoff:
     async def _forward(
         self, record: SuspendedCall, front: FrontRequest, notify: Notify
     ) -> dict[str, Any]:
-        reply = self.fleet.new_reply_key()
-        request = {"id": front.id, "method": front.method, "params": front.params}
-        await self.fleet.send(
-            record.owner,
-            {
-                "op": "resume",
-                "call": record.call_id,
-                "round": record.round,
-                "request": request,
-                "reply": reply,
-            },
+        reply = self.bus.new_reply_key()
+        resume = messages.Resume(
+            call=record.call_id,
+            round=record.round,
+            request_id=front.id,
+            method=front.method,
+            params=front.params,
+            reply=reply,
         )
+        await self.bus.send(record.owner, messages.encode(resume))
         log.info("retry_forwarded", owner=record.owner)
-        started = time.perf_counter()
+        started = self.clock.monotonic()
         try:
             return await self._relay(record, reply, notify)
         finally:
-            self.bridge.metrics.forward_seconds.observe(time.perf_counter() - started)
+            self.metrics.forward_seconds.observe(self.clock.monotonic() - started)
 
     async def _relay(self, record: SuspendedCall, reply: str, notify: Notify) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.bridge.limits.hold_timeout_s + 5
+        give_up = self.clock.monotonic() + self.limits.hold_timeout_s + FORWARD_SLACK_S
         try:
             while True:
-                event = await self.fleet.receive(reply)
-                if event is None:
-                    if not await self.fleet.alive(record.owner):
+                payload = await self.bus.receive(reply)
+                if payload is None:
+                    if not await self.bus.alive(record.owner):
                         raise CallLost(f"The call was lost while resuming: {LOST}")
-                    if loop.time() > give_up:
+                    if self.clock.monotonic() > give_up:
                         raise UpstreamError("the replica holding this call did not answer in time")
                     continue
-                if "notify" in event:
-                    await notify(event["notify"])
-                elif "result" in event:
-                    result: dict[str, Any] = event["result"]
-                    return result
+                event = messages.decode(payload)
+                if isinstance(event, messages.Notify):
+                    await notify(event.notification)
+                elif isinstance(event, messages.Outcome):
+                    return event.result
+                elif isinstance(event, messages.Failure):
+                    raise RelayedError(event.error, event.status)
                 else:
-                    raise RelayedError(event["error"], int(event["status"]))
+                    raise UpstreamError(f"unexpected fleet reply {type(event).__name__}")
         except asyncio.CancelledError:
-            cancel = {"op": "cancel", "call": record.call_id, "reply": reply}
+            cancel = messages.Cancel(call=record.call_id, reply=reply)
             spawn(self._send_quietly(record.owner, cancel), name="fleet-cancel")
             raise
 
-    async def _send_quietly(self, owner: str, message: dict[str, Any]) -> None:
+    async def _send_quietly(self, owner: str, message: messages.Message) -> None:
         try:
-            await self.fleet.send(owner, message)
+            await self.bus.send(owner, messages.encode(message))
         except StoreError as exc:
             log.warning("fleet_cancel_failed", error=str(exc))
 
@@ -134,8 +177,7 @@ class FleetHandoff:
             SessionExpired: the upstream forgot the session; nothing was sent.
         """
         assert record.session_id is not None
-        bridge = self.bridge
-        pool = bridge.pools[upstream.name]
+        pool = self.runner.pools[upstream.name]
         session = await pool.adopt(
             ClientCaps.from_key(record.caps), record.session_id, Version(record.protocol_version)
         )
@@ -151,7 +193,7 @@ class FleetHandoff:
             journal=list(record.journal),
         )
         cursor = StreamCursor(last_id=record.last_event_id)
-        call: LiveCall = bridge.launch(
+        call = self.runner.launch(
             upstream, pool, session, machine, record.principal, record.digest, record.target, cursor
         )
         call.pump = spawn(
@@ -160,68 +202,71 @@ class FleetHandoff:
         )
         log.info("call_taken_over", previous_owner=record.owner, round=record.round)
         answers = machine.deliver(front.params.get("inputResponses") or {})
-        return await bridge.drive(call, front, notify, answers)
+        return await self.runner.drive(call, front, notify, answers)
 
     async def _forget(self, record: SuspendedCall) -> None:
         try:
-            await self.bridge.store.delete(record.call_id)
+            await self.store.delete(record.call_id)
         except StoreError as exc:
             log.warning("store_delete_failed", error=str(exc))
 
     # -- owning side -------------------------------------------------------------------
 
-    async def serve(self, message: dict[str, Any]) -> None:
+    async def serve(self, payload: str) -> None:
         """Handle one message another replica pushed into this replica's inbox."""
-        reply = str(message.get("reply", ""))
-        if message.get("op") == "cancel":
-            task = self._served.pop(reply, None)
+        try:
+            message = messages.decode(payload)
+        except ValueError as exc:
+            log.warning("fleet_bad_message", error=str(exc))
+            return
+        if isinstance(message, messages.Cancel):
+            task = self._served.pop(message.reply, None)
             if task is not None:
                 task.cancel()  # the client went away at the receiving replica
             return
-        if message.get("op") != "resume":
-            log.warning("fleet_unknown_message", op=message.get("op"))
+        if not isinstance(message, messages.Resume):
+            log.warning("fleet_unexpected_message", kind=type(message).__name__)
             return
         current = asyncio.current_task()
         assert current is not None
-        self._served[reply] = current
+        self._served[message.reply] = current
+        reply = message.reply
         try:
-            result = await self._serve_resume(message, reply)
-            await self.fleet.reply(reply, {"result": result})
+            result = await self._serve_resume(message)
+            await self.bus.reply(reply, messages.encode(messages.Outcome(result)))
         except RpcError as exc:
-            await self._reply_quietly(reply, {"error": exc.error_object(), "status": exc.status})
+            failure = messages.Failure(exc.error_object(), exc.status)
+            await self._reply_quietly(reply, failure)
         except asyncio.CancelledError:
             log.info("forwarded_retry_cancelled")
         finally:
             self._served.pop(reply, None)
 
-    async def _serve_resume(self, message: dict[str, Any], reply: str) -> dict[str, Any]:
-        request = message["request"]
-        params = request["params"]
-        meta = params["_meta"]
+    async def _serve_resume(self, message: messages.Resume) -> dict[str, Any]:
+        meta = message.params.get("_meta") or {}
         version = Version.parse(meta.get(PROTOCOL_VERSION_KEY))
-        assert version is not None
+        if version is None:
+            raise CallLost("a forwarded retry without a protocol version")
         front = FrontRequest(
-            id=request["id"],
-            method=request["method"],
-            params=params,
+            id=message.request_id,
+            method=message.method,
+            params=message.params,
             envelope=read_envelope(version, meta),
         )
-        call = self.bridge.calls.get(message["call"])
-        if (
-            call is None
-            or call.machine.phase is not Phase.SUSPENDED
-            or call.machine.round != message["round"]
-        ):
+        call = self.registry.get(message.call)
+        if call is None or call.phase is not Phase.SUSPENDED or call.machine.round != message.round:
             raise CallLost()
         structlog.contextvars.bind_contextvars(call_id=call.id, round=call.machine.round)
+        reply = message.reply
 
         async def notify(notification: dict[str, Any]) -> None:
-            await self.fleet.reply(reply, {"notify": notification})
+            await self.bus.reply(reply, messages.encode(messages.Notify(notification)))
 
-        return await self.bridge.resume(call, front, notify)
+        return await self.runner.resume(call, front, notify)
 
-    async def _reply_quietly(self, reply: str, message: dict[str, Any]) -> None:
+    async def _reply_quietly(self, reply: str, message: messages.Message) -> None:
         try:
-            await self.fleet.reply(reply, message)
+            await self.bus.reply(reply, messages.encode(message))
         except StoreError as exc:
             log.warning("fleet_reply_failed", error=str(exc))
+

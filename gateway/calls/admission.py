@@ -1,0 +1,96 @@
+"""A retry's way in: the `requestState` security boundary, in one place.
+
+`open` verifies the sealed state against this request (AEAD, key, expiry,
+principal, request digest, audience) and `claim` takes the round from the store
+atomically, after checking the answers' shapes so a malformed retry uses
+nothing up. Every refusal is the same frozen error on the wire; its reason goes
+to the log and the refusal counter only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import structlog
+
+from gateway.clock import Clock
+from gateway.config import UpstreamConfig
+from gateway.errors import InvalidRequestState
+from gateway.observability import Metrics
+from gateway.protocol import state
+from gateway.protocol.call import Pending, check_answers
+from gateway.store.base import PARKED, SuspendedCall, SuspendedCallStore
+
+log = structlog.get_logger("gateway.calls")
+
+
+class Admission:
+    def __init__(
+        self,
+        *,
+        codec: state.StateCodec,
+        store: SuspendedCallStore,
+        clock: Clock,
+        metrics: Metrics,
+        audience: str,
+    ) -> None:
+        self.codec = codec
+        self.store = store
+        self.clock = clock
+        self.metrics = metrics
+        self._audience = audience
+
+    def audience(self, upstream: UpstreamConfig) -> str:
+        """What every state minted for `upstream` is bound to."""
+        return f"{self._audience}|{upstream.name}"
+
+    @contextmanager
+    def _refusals(self, upstream: UpstreamConfig) -> Iterator[None]:
+        try:
+            yield
+        except InvalidRequestState as exc:
+            log.warning("request_state_refused", reason=exc.reason, upstream=upstream.name)
+            self.metrics.state_refusals.labels(exc.reason).inc()
+            raise
+
+    def open(
+        self, upstream: UpstreamConfig, token: Any, principal: str, digest: str
+    ) -> state.Claims:
+        """The verified claims of a retry's `requestState`.
+
+        Raises:
+            InvalidRequestState
+        """
+        with self._refusals(upstream):
+            claims = state.open_claims(
+                self.codec,
+                token,
+                now_ms=self.clock.wall_ms(),
+                principal=principal,
+                digest=digest,
+                audience=self.audience(upstream),
+            )
+        structlog.contextvars.bind_contextvars(call_id=claims.call, round=claims.round)
+        return claims
+
+    async def claim(
+        self, upstream: UpstreamConfig, claims: state.Claims, responses: Any
+    ) -> SuspendedCall:
+        """The parked record, claimed for this retry; bad answers are refused first.
+
+        Raises:
+            InvalidRequestState, InvalidParams, StoreError
+        """
+        with self._refusals(upstream):
+            record = await self.store.get(claims.call)
+            if record is None:
+                raise InvalidRequestState("no live call (finished, expired or never parked)")
+            if record.round != claims.round or record.status != PARKED:
+                raise InvalidRequestState("round already resumed (replay)")
+            check_answers([Pending.from_record(p) for p in record.pending], responses)
+            claimed = await self.store.claim(claims.call, claims.round)
+            if claimed is None:
+                raise InvalidRequestState("round already resumed (replay)")
+        return claimed

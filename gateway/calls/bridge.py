@@ -1,0 +1,151 @@
+"""The entry of the call core: an interruptible client request in, its 2026 result out.
+
+A request without `requestState` starts a call (unless this replica is
+draining). A retry is admitted (state opened, round claimed) and resumed here
+when this replica holds the call, or routed to its owner, taken over or replayed
+when another did. A replay-mode retry starts its call afresh with the journal.
+`Bridge` also drains and closes the replica's calls; it wires the parts and holds
+no logic of its own beyond that dispatch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from gateway import clock as clocks
+from gateway.calls.admission import Admission
+from gateway.calls.endings import Endings
+from gateway.calls.live import Registry
+from gateway.calls.routing import Bus, Routing
+from gateway.calls.runner import Notify, Runner
+from gateway.calls.suspension import Suspender
+from gateway.clock import Clock, SystemClock
+from gateway.config import REPLAY, GatewayConfig, UpstreamConfig
+from gateway.errors import CallLost, Draining
+from gateway.observability import Metrics
+from gateway.protocol import state
+from gateway.protocol.call import CallMachine, Trigger
+from gateway.protocol.inbound import FrontRequest
+from gateway.store.base import SuspendedCallStore
+from gateway.upstream.port import UpstreamPool
+
+log = structlog.get_logger("gateway.calls")
+
+
+class Bridge:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        store: SuspendedCallStore,
+        codec: state.StateCodec,
+        pools: dict[str, UpstreamPool],
+        metrics: Metrics | None = None,
+        clock: Clock | None = None,
+        bus: Bus | None = None,
+    ) -> None:
+        self.config = config
+        self.limits = config.limits
+        self.store = store
+        self.pools = pools
+        self.metrics = metrics or Metrics()
+        self.clock = clock or SystemClock()
+        self.draining = False
+        self.calls = Registry()
+        self.admission = Admission(
+            codec=codec,
+            store=store,
+            clock=self.clock,
+            metrics=self.metrics,
+            audience=config.sealing.audience,
+        )
+        self.endings = Endings(self.calls, store, self.metrics)
+        suspender = Suspender(
+            registry=self.calls,
+            store=store,
+            admission=self.admission,
+            endings=self.endings,
+            clock=self.clock,
+            limits=self.limits,
+            replica_id=config.replica_id,
+        )
+        self.runner = Runner(
+            registry=self.calls,
+            pools=pools,
+            suspender=suspender,
+            endings=self.endings,
+            clock=self.clock,
+            limits=self.limits,
+            metrics=self.metrics,
+        )
+        self.routing = (
+            Routing(
+                bus=bus,
+                runner=self.runner,
+                registry=self.calls,
+                store=store,
+                clock=self.clock,
+                limits=self.limits,
+                metrics=self.metrics,
+            )
+            if bus is not None
+            else None
+        )
+
+    @property
+    def parked(self) -> int:
+        return self.calls.parked
+
+    async def handle(
+        self, upstream: UpstreamConfig, front: FrontRequest, principal: str, notify: Notify
+    ) -> dict[str, Any]:
+        """Serve one interruptible request; return its 2026 result.
+
+        Raises:
+            RpcError: every failure, with its wire mapping.
+        """
+        digest = state.request_digest(front.method, front.target, front.params.get("arguments"))
+        token = front.params.get("requestState")
+        responses = front.params.get("inputResponses") or {}
+        if token is None:
+            if self.draining:
+                raise Draining()
+            known = {key: [answer] for key, answer in responses.items()}
+            return await self.runner.start(upstream, front, principal, digest, notify, known=known)
+        claims = self.admission.open(upstream, token, principal, digest)
+        if claims.mode == REPLAY:
+            known = CallMachine.known_answers(claims.journal, responses)
+            return await self.runner.start(
+                upstream, front, principal, digest, notify, known=known, round_=claims.round
+            )
+        record = await self.admission.claim(upstream, claims, responses)
+        call = self.calls.get(record.call_id)
+        if call is not None:
+            return await self.runner.resume(call, front, notify)
+        if self.routing is None:
+            raise CallLost()
+        return await self.routing.elsewhere(upstream, record, front, notify)
+
+    async def serve_forwarded(self, payload: str) -> None:
+        """A message another replica pushed into this replica's inbox."""
+        if self.routing is not None:
+            await self.routing.serve(payload)
+
+    async def drain(self, timeout_s: float) -> None:
+        """No new calls; retries of the calls held here are served until they end or time is up."""
+        self.draining = True
+        log.info("drain_started", calls=len(self.calls), timeout_s=timeout_s)
+        try:
+            async with clocks.timeout(self.clock, timeout_s):
+                await self.calls.idle.wait()
+            log.info("drain_finished")
+        except TimeoutError:
+            log.warning("drain_timeout", calls=len(self.calls))
+        await self.close()
+
+    async def close(self) -> None:
+        """Shut down: every live call is cancelled upstream."""
+        for call in list(self.calls.values()):
+            await self.endings.end(call, Trigger.CANCEL, "gateway shutting down")

@@ -1,0 +1,106 @@
+"""Every way a call ends, and what is owed when it does.
+
+A call that completes gives its session back for reuse. A call given up
+(failed, expired, cancelled, or a replay-mode round that stops its run) first
+answers the server's open questions (elicitation `cancel`, others an error), then
+cancels the call upstream (`notifications/cancelled`), closes its session and
+forgets its store record. An ending runs in a task of its own, shielded: a
+client request cancelled meanwhile never leaves a call half-ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from gateway.aio import cancel_and_wait, spawn
+from gateway.calls.live import LiveCall, Registry
+from gateway.errors import StoreError, UpstreamError
+from gateway.observability import Metrics
+from gateway.protocol import jsonrpc
+from gateway.protocol.call import FINAL_PHASES, Trigger
+from gateway.store.base import SuspendedCallStore
+
+log = structlog.get_logger("gateway.calls")
+
+
+class Endings:
+    def __init__(self, registry: Registry, store: SuspendedCallStore, metrics: Metrics) -> None:
+        self.registry = registry
+        self.store = store
+        self.metrics = metrics
+
+    async def complete(self, call: LiveCall) -> None:
+        """The upstream answered the call: DONE, and its session goes back for reuse."""
+        self.registry.fire(call, Trigger.COMPLETE)
+        await asyncio.shield(spawn(self._cleanup(call, reuse=True), name=f"call-done-{call.id}"))
+        self.metrics.call_endings.labels(call.phase.value).inc()
+        self.metrics.rounds_per_call.observe(call.machine.round)
+
+    async def end(
+        self, call: LiveCall, trigger: Trigger, reason: str, *, release_questions: bool = True
+    ) -> None:
+        """Give the call up: release the server's questions, cancel the call upstream.
+
+        Does nothing for a call that has ended already.
+        """
+        if call.phase in FINAL_PHASES:
+            return
+        self.registry.fire(call, trigger)
+        expiry = call.expiry if call.expiry is not asyncio.current_task() else None
+        ending = spawn(
+            self._wind_up(call, reason, release_questions, expiry), name=f"call-end-{call.id}"
+        )
+        await asyncio.shield(ending)
+
+    def end_soon(self, call: LiveCall, trigger: Trigger, reason: str) -> None:
+        """`end`, from a task that is being cancelled and must not wait for it."""
+        if call.phase not in FINAL_PHASES:
+            spawn(self.end(call, trigger, reason), name=f"call-cancel-{call.id}")
+
+    async def _wind_up(
+        self,
+        call: LiveCall,
+        reason: str,
+        release_questions: bool,
+        expiry: asyncio.Task[None] | None,
+    ) -> None:
+        machine = call.machine
+        try:
+            await cancel_and_wait(expiry)
+            cancelled = jsonrpc.notification(
+                "notifications/cancelled", {"requestId": machine.upstream_id, "reason": reason}
+            )
+            answers = machine.abandon_answers() if release_questions else []
+            for message in [a.message() for a in answers] + [cancelled]:
+                try:
+                    await call.session.send(message)
+                except UpstreamError as exc:
+                    log.info("upstream_cancel_failed", error=str(exc))
+                    break
+        finally:
+            await self._cleanup(call, reuse=False)
+        if release_questions:  # a replay-mode round ends its run by design, not the call
+            self.metrics.call_endings.labels(machine.phase.value).inc()
+        log.info(f"call_{machine.phase.value}", reason=reason, rounds=machine.round)
+
+    async def _cleanup(self, call: LiveCall, *, reuse: bool) -> None:
+        """Forget the call and give its session back; nothing before the release awaits.
+
+        `call.ended` is set once everything is done, the store record included.
+        """
+        self.registry.remove(call)
+        call.pool.release(call.session, reuse=reuse and call.inbox.empty())
+        try:
+            if not reuse:
+                await cancel_and_wait(call.pump)
+            # else: the pump reads the end of the finished stream so its connection is reused
+            if call.machine.round and not call.stateless:
+                try:
+                    await self.store.delete(call.id)
+                except StoreError as exc:
+                    log.warning("store_delete_failed", error=str(exc))
+        finally:
+            self.registry.settled()
+            call.ended.set()

@@ -1,0 +1,104 @@
+"""A call held by this replica, and the registry of them.
+
+`LiveCall` ties a `CallMachine` to the upstream session and stream it owns.
+`Registry` knows every live call and how many are parked, in total and per
+principal; `fire` is the one place a call's phase changes, so the counts can
+never drift from the phases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from gateway.config import UpstreamConfig
+from gateway.protocol.call import CallMachine, Phase, Trigger
+from gateway.upstream.port import Inbox, StreamCursor, UpstreamPool, UpstreamSession
+
+
+@dataclass(eq=False)
+class LiveCall:
+    """A call whose upstream stream lives in this process."""
+
+    machine: CallMachine
+    upstream: UpstreamConfig
+    pool: UpstreamPool
+    session: UpstreamSession
+    inbox: Inbox
+    cursor: StreamCursor
+    principal: str
+    digest: str
+    target: str | None
+    started: float  # on the core's clock
+    stateless: bool = False  # replay mode: nothing parked, the journal rides in requestState
+    pump: asyncio.Task[None] | None = None
+    expiry: asyncio.Task[None] | None = None
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def id(self) -> str:
+        return self.machine.call_id
+
+    @property
+    def phase(self) -> Phase:
+        return self.machine.phase
+
+
+class Registry(Mapping[str, LiveCall]):
+    """The live calls of this replica by id; a read-only mapping to everyone else."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, LiveCall] = {}
+        self.parked = 0
+        self._parked_by: Counter[str] = Counter()
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def __getitem__(self, call_id: str) -> LiveCall:
+        return self._calls[call_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._calls)
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def add(self, call: LiveCall) -> None:
+        self._calls[call.id] = call
+        self.idle.clear()
+
+    def remove(self, call: LiveCall) -> None:
+        """Forget the call; `settled` once its ending is complete."""
+        self._calls.pop(call.id, None)
+
+    def settled(self) -> None:
+        """An ending is complete: with no call left, the replica is idle (drain waits on it)."""
+        if not self._calls:
+            self.idle.set()
+
+    def parked_for(self, principal: str) -> int:
+        return self._parked_by[principal]
+
+    @property
+    def principals_parked(self) -> dict[str, int]:
+        return dict(self._parked_by)
+
+    def fire(self, call: LiveCall, trigger: Trigger) -> Phase:
+        """Move the call's phase, keeping the parked-call counts in step.
+
+        Raises:
+            IllegalTransition: the machine has no such transition (a gateway bug).
+        """
+        before = call.machine.phase
+        after = call.machine.fire(trigger)
+        if before is Phase.SUSPENDED:
+            self.parked -= 1
+            self._parked_by[call.principal] -= 1
+            if self._parked_by[call.principal] <= 0:
+                del self._parked_by[call.principal]
+        if after is Phase.SUSPENDED:
+            self.parked += 1
+            self._parked_by[call.principal] += 1
+        return after

@@ -1,0 +1,82 @@
+"""What replicas say to each other about calls, and the one codec for it.
+
+To a call's owner (its inbox): `Resume` a claimed round with this request,
+`Cancel` the resume its client left. Back on the per-request reply list:
+`Notify` (a notification to relay), then `Outcome` (the result) or `Failure`
+(the error and its HTTP status). On the wire each is one JSON object with an
+`op`; `decode` refuses anything else with `ValueError`, so a message from a
+replica of another version is refused, never half-read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from gateway.protocol.jsonrpc import RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    call: str
+    round: int
+    request_id: RequestId
+    method: str
+    params: dict[str, Any]
+    reply: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    call: str
+    reply: str
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    notification: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    error: dict[str, Any]
+    status: int
+
+
+Message = Resume | Cancel | Notify | Outcome | Failure
+
+_OPS: dict[str, type[Message]] = {
+    "resume": Resume,
+    "cancel": Cancel,
+    "notify": Notify,
+    "outcome": Outcome,
+    "failure": Failure,
+}
+_NAMES = {kind: op for op, kind in _OPS.items()}
+
+
+def encode(message: Message) -> str:
+    return json.dumps({"op": _NAMES[type(message)], **asdict(message)}, separators=(",", ":"))
+
+
+def decode(text: str | bytes) -> Message:
+    """Raises: ValueError when the text is not one message of a known kind and shape."""
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("a fleet message must be a JSON object")
+    kind = _OPS.get(data.pop("op", None))
+    if kind is None:
+        raise ValueError("unknown fleet message")
+    names = {f.name for f in fields(kind)}
+    if set(data) != names:
+        raise ValueError(f"a {kind.__name__} message has the fields {sorted(names)}")
+    try:
+        return kind(**data)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from exc

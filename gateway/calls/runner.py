@@ -1,0 +1,288 @@
+"""Running a call on an upstream session: start, resume, and the read loop.
+
+A call takes a session of its own from the pool, sends the legacy request, and
+reads what the server says in the order it says it. The sans-IO `CallMachine`
+decides what each message means; this module does the I/O it asks for: relay a
+notification to the client, answer the server, wait a short coalescing window
+after a question for its siblings, hand the call to `Suspender` when the window
+closes, finish it when the server answers. Every round is bounded by
+`limits.hold_timeout_s`; a client that goes away cancels its call upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from gateway import clock as clocks
+from gateway.aio import cancel_and_wait, spawn
+from gateway.calls.endings import Endings
+from gateway.calls.live import LiveCall, Registry
+from gateway.calls.suspension import Suspender, server_info
+from gateway.clock import Clock
+from gateway.config import REPLAY, LimitsConfig, UpstreamConfig
+from gateway.errors import (
+    CallLost,
+    GatewayError,
+    MissingClientCapability,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from gateway.observability import Metrics
+from gateway.protocol import jsonrpc, state, translate
+from gateway.protocol.call import (
+    Answer,
+    Asked,
+    CallMachine,
+    Finished,
+    Phase,
+    Refused,
+    Relay,
+    RoundContext,
+    Trigger,
+)
+from gateway.protocol.inbound import FrontRequest
+from gateway.upstream.port import StreamCursor, StreamEnd, UpstreamPool, UpstreamSession
+
+log = structlog.get_logger("gateway.calls")
+
+Notify = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Runner:
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        pools: dict[str, UpstreamPool],
+        suspender: Suspender,
+        endings: Endings,
+        clock: Clock,
+        limits: LimitsConfig,
+        metrics: Metrics,
+    ) -> None:
+        self.registry = registry
+        self.pools = pools
+        self.suspender = suspender
+        self.endings = endings
+        self.clock = clock
+        self.limits = limits
+        self.metrics = metrics
+
+    async def start(
+        self,
+        upstream: UpstreamConfig,
+        front: FrontRequest,
+        principal: str,
+        digest: str,
+        notify: Notify,
+        *,
+        known: dict[str, list[Any]],
+        round_: int = 0,
+    ) -> dict[str, Any]:
+        """Run the legacy call from the beginning, answering `known` questions itself."""
+        pool = self.pools[upstream.name]
+        session = await pool.acquire(front.envelope.capabilities)
+        call_id = state.new_call_id()
+        machine = CallMachine(
+            call_id=call_id,
+            method=front.method,
+            upstream_id=session.next_id(),
+            progress_token=f"mrtr-{call_id}",
+            rules=upstream.rules_for(front.method, front.target),
+            presupplied=known,
+            round=round_,
+        )
+        message = jsonrpc.request(
+            machine.upstream_id,
+            front.method,
+            translate.upstream_params(front, machine.progress_token),
+        )
+        call = self.launch(upstream, pool, session, machine, principal, digest, front.target)
+        call.stateless = upstream.target(front.method, front.target).mode == REPLAY
+        call.pump = spawn(
+            session.pump(message, call.inbox, call.cursor, front.trace), name=f"call-pump-{call_id}"
+        )
+        structlog.contextvars.bind_contextvars(call_id=call_id)
+        log.info(
+            "call_started",
+            upstream=upstream.name,
+            method=front.method,
+            target=front.target,
+            replayed_answers=sum(len(v) for v in known.values()),
+        )
+        return await self.drive(call, front, notify)
+
+    def launch(
+        self,
+        upstream: UpstreamConfig,
+        pool: UpstreamPool,
+        session: UpstreamSession,
+        machine: CallMachine,
+        principal: str,
+        digest: str,
+        target: str | None,
+        cursor: StreamCursor | None = None,
+    ) -> LiveCall:
+        """Register a call this replica now owns; the caller starts its pump."""
+        call = LiveCall(
+            machine=machine,
+            upstream=upstream,
+            pool=pool,
+            session=session,
+            inbox=asyncio.Queue(),
+            cursor=cursor or StreamCursor(),
+            principal=principal,
+            digest=digest,
+            target=target,
+            started=self.clock.monotonic(),
+        )
+        session.attach(call.inbox)
+        self.registry.add(call)
+        return call
+
+    async def resume(self, call: LiveCall, front: FrontRequest, notify: Notify) -> dict[str, Any]:
+        """Continue a call parked here, whose round this retry has claimed.
+
+        Raises:
+            CallLost: it ended (e.g. expired) while the retry was claiming it.
+            RpcError: as `drive`.
+        """
+        started = self.clock.monotonic()
+        try:
+            if call.phase is not Phase.SUSPENDED:
+                raise CallLost()
+            self.registry.fire(call, Trigger.RESUME)
+            await cancel_and_wait(call.expiry)
+            responses = front.params.get("inputResponses") or {}
+            log.info(
+                "call_resumed",
+                round=call.machine.round,
+                answered=sorted(set(responses) & set(call.machine.pending)),
+            )
+            answers = call.machine.deliver(responses)
+            return await self.drive(call, front, notify, answers)
+        finally:
+            self.metrics.resume_seconds.labels(call.upstream.name).observe(
+                self.clock.monotonic() - started
+            )
+
+    async def drive(
+        self,
+        call: LiveCall,
+        front: FrontRequest,
+        notify: Notify,
+        answers: list[Answer] | None = None,
+    ) -> dict[str, Any]:
+        """Deliver this round's answers and read until the call finishes or asks again.
+
+        Raises:
+            RpcError: every failure, with its wire mapping; the call has ended unless
+            it is parked.
+        """
+        started = self.clock.monotonic()
+        outcome = "error"
+        try:
+            result = await self._round(call, front, notify, answers or [])
+            outcome = str(result.get("resultType", "complete"))
+            return result
+        finally:
+            self.metrics.round_seconds.labels(call.upstream.name, outcome).observe(
+                self.clock.monotonic() - started
+            )
+
+    async def _round(
+        self, call: LiveCall, front: FrontRequest, notify: Notify, answers: list[Answer]
+    ) -> dict[str, Any]:
+        call.machine.serve(round_context(front))
+        try:
+            async with clocks.timeout(self.clock, self.limits.hold_timeout_s):
+                for answer in answers:
+                    await call.session.send(answer.message())
+                return await self._read(call, notify)
+        except asyncio.CancelledError:
+            # The client went away mid-round: cancellation on the 2026 wire. A call caught
+            # suspending (its state never reached the client) can never be resumed either.
+            self.endings.end_soon(call, Trigger.CANCEL, "client disconnected")
+            raise
+        except TimeoutError:
+            await self._fail(call, "hold timeout")
+            raise UpstreamTimeout(
+                f"the upstream did not answer within {self.limits.hold_timeout_s:g} s"
+            ) from None
+        except UpstreamError as exc:
+            await self._fail(call, type(exc).__name__)
+            if call.machine.round:
+                # It had already asked the client: say plainly that this call is gone.
+                raise CallLost(
+                    f"The upstream call was lost ({exc.message}); "
+                    "start the request again without requestState"
+                ) from exc
+            raise
+        except GatewayError as exc:
+            await self._fail(call, type(exc).__name__)
+            raise
+
+    async def _fail(self, call: LiveCall, reason: str) -> None:
+        if call.phase is Phase.RUNNING:
+            await self.endings.end(call, Trigger.FAIL, reason)
+
+    async def _read(self, call: LiveCall, notify: Notify) -> dict[str, Any]:
+        machine = call.machine
+        window = self.limits.coalesce_ms / 1000
+        # Answers still missing after a retry: ask again once the window closes.
+        closes_at = self.clock.monotonic() + window if machine.pending else None
+        while True:
+            try:
+                async with clocks.deadline(self.clock, closes_at):
+                    item = await call.inbox.get()
+            except TimeoutError:
+                return await self.suspender.suspend(call)
+            if isinstance(item, StreamEnd):
+                raise item.error
+            for action in machine.receive(item):
+                if isinstance(action, Relay):
+                    await notify(action.notification)
+                elif isinstance(action, Answer):
+                    await call.session.send(action.message())
+                elif isinstance(action, Asked):
+                    closes_at = self.clock.monotonic() + window
+                elif isinstance(action, Refused):
+                    await self.endings.end(call, Trigger.FAIL, "capability not declared")
+                    raise MissingClientCapability(action.required)
+                elif isinstance(action, Finished):
+                    return await self._finish(call, action)
+
+    async def _finish(self, call: LiveCall, finished: Finished) -> dict[str, Any]:
+        machine = call.machine
+        await self.endings.complete(call)
+        log.info(
+            "call_completed",
+            rounds=machine.round,
+            outcome="error" if finished.error is not None else "result",
+            duration_ms=round((self.clock.monotonic() - call.started) * 1000),
+        )
+        if finished.error is not None:
+            urls = translate.url_elicitations(finished.error)
+            if urls is not None:
+                return self.suspender.url_round(call, urls)
+            raise translate.translate_error(finished.error)
+        return translate.decorate_result(
+            machine.method,
+            finished.result or {},
+            server_info=server_info(call),
+            cache=call.upstream.cache,
+            cacheable=machine.round == 0,
+        )
+
+
+def round_context(front: FrontRequest) -> RoundContext:
+    envelope = front.envelope
+    return RoundContext(
+        caps=envelope.capabilities,
+        progress_token=envelope.progress_token,
+        log_level=envelope.log_level,
+    )

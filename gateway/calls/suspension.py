@@ -1,0 +1,226 @@
+"""A call that asks the client something: its round is minted here, and only here.
+
+Three kinds of round, one minting path (`_mint`) and one round cap:
+- park: the call waits in this process, its record in the store, and the sealed
+  `requestState` names it; at the deadline nobody resumed, it is abandoned;
+- replay (a tool in `mode: replay`): nothing is parked, the journal of answers
+  rides in the sealed state, and the run is stopped where it waits;
+- URL (a legacy `-32042`): the tool refused until the user visits some URLs; the
+  retry runs the request again, as a legacy client would have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from gateway import clock as clocks
+from gateway.aio import spawn
+from gateway.calls.admission import Admission
+from gateway.calls.endings import Endings
+from gateway.calls.live import LiveCall, Registry
+from gateway.clock import Clock
+from gateway.config import PARK, REPLAY, LimitsConfig
+from gateway.errors import (
+    GatewayFull,
+    MissingClientCapability,
+    PrincipalBusy,
+    StateTooLarge,
+    StoreError,
+    TooManyRounds,
+)
+from gateway.protocol import keys, state
+from gateway.protocol.call import Phase, Trigger
+from gateway.protocol.inbound import SERVER_INFO_KEY
+from gateway.store.base import PARKED, SuspendedCall, SuspendedCallStore
+
+log = structlog.get_logger("gateway.calls")
+
+#: How long a parked call whose round another request claimed may wait to be resumed.
+CLAIM_GRACE_S = 30.0
+
+
+class Suspender:
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        store: SuspendedCallStore,
+        admission: Admission,
+        endings: Endings,
+        clock: Clock,
+        limits: LimitsConfig,
+        replica_id: str,
+    ) -> None:
+        self.registry = registry
+        self.store = store
+        self.admission = admission
+        self.endings = endings
+        self.clock = clock
+        self.limits = limits
+        self.replica_id = replica_id
+
+    async def suspend(self, call: LiveCall) -> dict[str, Any]:
+        """Answer `input_required` for what the call asks now.
+
+        Raises:
+            TooManyRounds, GatewayFull, PrincipalBusy, StoreError, StateTooLarge
+        """
+        try:
+            self._check_rounds(call)
+            if not call.stateless:
+                self._check_capacity(call)
+        except (TooManyRounds, GatewayFull, PrincipalBusy) as exc:
+            await self.endings.end(call, Trigger.FAIL, exc.reason)
+            raise
+        if call.stateless:
+            return await self._replay_round(call)
+        return await self._park(call)
+
+    def url_round(self, call: LiveCall, urls: list[dict[str, Any]]) -> dict[str, Any]:
+        """A legacy `-32042` (visit these URLs, then try again) as an `input_required` round.
+
+        The tool did not run; nothing is parked. The retry runs the request again, with
+        the answers so far journaled in the sealed state.
+
+        Raises:
+            MissingClientCapability, TooManyRounds
+        """
+        machine = call.machine
+        if not machine.ctx.caps.elicitation_url:
+            raise MissingClientCapability({"elicitation": {"url": {}}})
+        self._check_rounds(call)
+        requests: dict[str, Any] = {}
+        for params in urls:
+            key = keys.assign_key("elicitation/create", params, machine.rules, requests)
+            requests[key] = {"method": "elicitation/create", "params": params}
+        token, _, _ = self._mint(call, round_=machine.round + 1, mode=REPLAY)
+        log.info("call_needs_url_elicitation", asked=sorted(requests))
+        return input_required(call, token, requests)
+
+    # -- rounds --------------------------------------------------------------------------
+
+    def _check_rounds(self, call: LiveCall) -> None:
+        if call.machine.round >= self.limits.max_rounds:
+            raise TooManyRounds(f"the call needed more than {self.limits.max_rounds} rounds")
+
+    def _check_capacity(self, call: LiveCall) -> None:
+        if self.registry.parked >= self.limits.max_parked_calls:
+            raise GatewayFull()
+        if self.registry.parked_for(call.principal) >= self.limits.max_parked_per_principal:
+            raise PrincipalBusy()
+
+    def _mint(self, call: LiveCall, *, round_: int, mode: str) -> tuple[str, int, int]:
+        """The sealed `requestState` of a round, with its issue time and deadline (wall ms)."""
+        issued = self.clock.wall_ms()
+        deadline = issued + int(self.limits.suspension_ttl_s * 1000)
+        claims = state.Claims(
+            call=call.id,
+            round=round_,
+            principal=call.principal,
+            digest=call.digest,
+            audience=self.admission.audience(call.upstream),
+            issued_ms=issued,
+            expires_ms=deadline,
+            mode=mode,
+            journal=list(call.machine.journal) if mode == REPLAY else [],
+        )
+        return state.seal_claims(self.admission.codec, claims), issued, deadline
+
+    async def _park(self, call: LiveCall) -> dict[str, Any]:
+        machine = call.machine
+        self.registry.fire(call, Trigger.SUSPEND)
+        token, issued, deadline = self._mint(call, round_=machine.round, mode=PARK)
+        try:
+            await self.store.park(self._record(call, issued, deadline))
+        except StoreError:
+            await self.endings.end(call, Trigger.FAIL, "store unavailable")
+            raise
+        call.expiry = spawn(
+            self._expire_at(call, machine.round, deadline), name=f"call-expiry-{call.id}"
+        )
+        log.info("call_suspended", round=machine.round, asked=sorted(machine.pending))
+        return input_required(call, token, machine.input_required())
+
+    async def _replay_round(self, call: LiveCall) -> dict[str, Any]:
+        machine = call.machine
+        asked = machine.input_required()
+        self.registry.fire(call, Trigger.SUSPEND)
+        token, _, _ = self._mint(call, round_=machine.round, mode=REPLAY)
+        # The questions stay unanswered: cancelling the call stops the server's handler
+        # where it waits, before anything after the question runs.
+        await self.endings.end(call, Trigger.CANCEL, "replay-mode round", release_questions=False)
+        if len(token) > self.limits.max_state_bytes:
+            raise StateTooLarge(
+                f"the answers of this call no longer fit in requestState "
+                f"({len(token)} > {self.limits.max_state_bytes} bytes)"
+            )
+        log.info("call_suspended", round=machine.round, asked=sorted(asked), mode=REPLAY)
+        return input_required(call, token, asked)
+
+    def _record(self, call: LiveCall, issued: int, deadline: int) -> SuspendedCall:
+        machine = call.machine
+        return SuspendedCall(
+            call_id=call.id,
+            round=machine.round,
+            status=PARKED,
+            owner=self.replica_id,
+            upstream=call.upstream.name,
+            method=machine.method,
+            target=call.target,
+            principal=call.principal,
+            digest=call.digest,
+            upstream_request_id=machine.upstream_id,
+            session_id=call.session.id,
+            protocol_version=call.session.version.value,
+            caps=call.session.caps.key,
+            last_event_id=call.cursor.last_id,
+            pending=[p.to_record() for p in machine.pending.values()],
+            journal=list(machine.journal),
+            deadline_ms=deadline,
+            created_ms=issued,
+        )
+
+    # -- the deadline --------------------------------------------------------------------
+
+    async def _expire_at(self, call: LiveCall, round_: int, deadline_ms: int) -> None:
+        clock = self.clock
+        await clocks.sleep(clock, max(0.0, (deadline_ms - clock.wall_ms()) / 1000))
+        if not _waits_in(call, round_):
+            return
+        try:
+            if await self.store.claim(call.id, round_) is None:
+                # A retry claimed the round first and normally resumes it at once (which
+                # cancels this task). If nothing has resumed it after a grace period, the
+                # claimer failed on the way (e.g. its client left, or a forward was lost).
+                await clocks.sleep(clock, min(self.limits.hold_timeout_s, CLAIM_GRACE_S))
+                if not _waits_in(call, round_):
+                    return
+                log.warning("claimed_round_never_resumed", round=round_)
+        except StoreError as exc:
+            log.warning("store_claim_failed", error=str(exc))  # the deadline passed regardless
+        if call.phase is Phase.SUSPENDED:
+            await self.endings.end(call, Trigger.EXPIRE, "suspension deadline passed")
+
+
+def _waits_in(call: LiveCall, round_: int) -> bool:
+    return call.phase is Phase.SUSPENDED and call.machine.round == round_
+
+
+def input_required(call: LiveCall, token: str, requests: dict[str, Any]) -> dict[str, Any]:
+    """The `input_required` result asking `requests`, naming the round with `token`."""
+    result: dict[str, Any] = {
+        "resultType": "input_required",
+        "inputRequests": requests,
+        "requestState": token,
+    }
+    info = server_info(call)
+    if info is not None:
+        result["_meta"] = {SERVER_INFO_KEY: info}
+    return result
+
+
+def server_info(call: LiveCall) -> dict[str, Any] | None:
+    info = call.session.info or call.pool.info
+    return info.server_info if info is not None else None

@@ -1,0 +1,95 @@
+"""The one clock of the call core, the stores and the fleet.
+
+Everything that reads the time or waits for it asks a `Clock`: wall time in
+milliseconds (what `requestState` and store records carry), a monotonic reading
+(durations, deadlines) and timers on the monotonic line. `SystemClock` is the
+event loop's; tests give the same code a manual clock and move time by hand, so
+expiry, coalescing windows and heartbeats are tested without sleeping.
+
+It must not know about calls, stores or the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Protocol
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    def wall_ms(self) -> int:
+        """Milliseconds since the Unix epoch: comparable across replicas."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a line that never goes back: durations and deadlines."""
+        ...
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
+        """Run `callback` once `monotonic()` reaches `when`."""
+        ...
+
+
+class SystemClock:
+    """The running event loop's clock, and the system's wall time."""
+
+    def wall_ms(self) -> int:
+        return int(time.time() * 1000)
+
+    def monotonic(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
+        return asyncio.get_running_loop().call_at(when, callback)
+
+
+async def sleep_until(clock: Clock, when: float) -> None:
+    """Wait until the clock reaches `when` (at once if it has)."""
+    if when <= clock.monotonic():
+        await asyncio.sleep(0)  # still a point where the caller can be cancelled
+        return
+    woken = asyncio.get_running_loop().create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    timer = clock.call_at(when, wake)
+    try:
+        await woken
+    finally:
+        timer.cancel()
+
+
+async def sleep(clock: Clock, seconds: float) -> None:
+    await sleep_until(clock, clock.monotonic() + seconds)
+
+
+@asynccontextmanager
+async def deadline(clock: Clock, when: float | None) -> AsyncIterator[None]:
+    """Like `asyncio.timeout_at`, on `clock`: the body raises TimeoutError at `when`.
+
+    `None` waits forever. A body that finishes without awaiting past `when` is not
+    interrupted, even if `when` has already passed.
+    """
+    if when is None:
+        yield
+        return
+    async with asyncio.timeout(None) as scope:
+        loop = asyncio.get_running_loop()
+        timer = clock.call_at(when, lambda: scope.reschedule(loop.time()))
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+
+def timeout(clock: Clock, seconds: float | None) -> AbstractAsyncContextManager[None]:
+    """`deadline` `seconds` from now."""
+    return deadline(clock, None if seconds is None else clock.monotonic() + seconds)

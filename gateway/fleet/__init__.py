@@ -1,0 +1,1 @@
+"""Replicas of one fleet: who is alive, and how messages reach a replica (Redis)."""

@@ -1,0 +1,333 @@
+"""One stateful legacy session over Streamable HTTP; implements `UpstreamSession`.
+
+The gateway is the legacy client here: it sends `initialize` with exactly the
+client's capabilities, `notifications/initialized`, then opens the standalone
+GET stream at once, because mcp 1.x sends `sampling/createMessage` (no related
+id) and `roots/list` there and drops them when nobody listens.
+
+A call's POST stream pumps into the inbox its caller passes; the GET stream pumps
+into the inbox of whichever call owns the session (`attach`), and what arrives
+while nobody owns it gets the answer `gateway.protocol.outside` decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+import structlog
+
+from gateway.aio import cancel_and_wait, spawn
+from gateway.errors import UpstreamError
+from gateway.protocol import jsonrpc, sse
+from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.outside import answer_outside_call
+from gateway.protocol.translate import UpstreamInfo, upstream_info
+from gateway.protocol.versions import Version
+from gateway.upstream.http.wire import Endpoint, HttpWire
+from gateway.upstream.port import Inbox, SessionExpired, StreamCursor, StreamEnd
+from gateway.upstream.transport import sse_events
+
+log = structlog.get_logger("gateway.upstream")
+
+_RECONNECT_DELAY_S = 1.0
+
+
+class HttpSession:
+    def __init__(self, http: aiohttp.ClientSession, endpoint: Endpoint, caps: ClientCaps) -> None:
+        self.wire = HttpWire(http, endpoint)
+        self.endpoint = endpoint
+        self.caps = caps
+        self.info: UpstreamInfo | None = None
+        self.last_used = time.monotonic()
+        self.requests = 0  # requests sent on this session, for recycling
+        self._open = False
+        self._inflight = 0
+        self._quiet = asyncio.Event()
+        self._quiet.set()
+        self._next_id = 0
+        self._id_prefix = secrets.token_hex(4)
+        self._owner: Inbox | None = None
+        self._get_task: asyncio.Task[None] | None = None
+        self._get_last_event_id: str | None = None
+        self._closing = False
+
+    @property
+    def id(self) -> str | None:
+        return self.wire.session_id
+
+    @property
+    def version(self) -> Version:
+        return self.wire.version
+
+    @property
+    def alive(self) -> bool:
+        return self._open and not self.wire.gone and not self._closing
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def open(self) -> UpstreamInfo:
+        """Initialise the session and open its standalone GET stream.
+
+        Raises:
+            UpstreamError: the server refused, broke the protocol or is unreachable.
+        """
+        rid = self.next_id()
+        params = {
+            "protocolVersion": self.wire.version.value,
+            "capabilities": self.caps.legacy_declaration(self.wire.version),
+            "clientInfo": {
+                "name": self.endpoint.client_name,
+                "version": self.endpoint.client_version,
+            },
+        }
+        message: dict[str, Any] | None = None
+        try:
+            async with asyncio.timeout(self.endpoint.timeout_s):
+                request = jsonrpc.request(rid, "initialize", params)
+                async for item in self._post(request, rid, StreamCursor()):
+                    message = item
+        except TimeoutError as exc:
+            raise UpstreamError("upstream did not answer initialize in time") from exc
+        self.info = upstream_info(message)
+        self.wire.version = Version(self.info.protocol_version)
+        await self.wire.send(jsonrpc.notification("notifications/initialized"))
+        self._open = True
+        self._get_task = spawn(self._standalone_stream(), name=f"upstream-get-{self.endpoint.name}")
+        return self.info
+
+    async def close(self) -> None:
+        """Stop the GET stream and end the session upstream (DELETE), best effort."""
+        if self._closing:
+            return
+        self._closing = True
+        await cancel_and_wait(self._get_task)
+        if self.wire.session_id is None:
+            return
+        try:
+            await self.wire.delete()
+        except UpstreamError:
+            log.debug("session_delete_failed", upstream=self.endpoint.name)
+
+    async def adopt(self, session_id: str, version: Version) -> None:
+        """Take over a session another replica initialised (no handshake).
+
+        Opens the standalone GET stream first, so a session the server has forgotten
+        is known at once.
+
+        Raises:
+            SessionExpired: the server no longer knows the session.
+            UpstreamError
+        """
+        self.wire.session_id = session_id
+        self.wire.version = version
+        resp = await self.wire.open_get()
+        if resp.status == 404:
+            resp.release()
+            raise SessionExpired()
+        self._open = True
+        self._get_task = spawn(
+            self._standalone_stream(resp), name=f"upstream-get-{self.endpoint.name}"
+        )
+
+    async def reopen(self) -> None:
+        """Initialise a new session in place of one the server no longer knows.
+
+        Raises:
+            UpstreamError
+        """
+        await cancel_and_wait(self._get_task)
+        self.wire.forget_session()
+        self._open = False
+        self._get_last_event_id = None
+        await self.open()
+
+    async def wait_quiet(self) -> None:
+        """Until no request is in flight on this session."""
+        await self._quiet.wait()
+
+    # -- ownership ---------------------------------------------------------------------
+
+    def attach(self, inbox: Inbox) -> None:
+        """Route this session's standalone-stream traffic to the owning call's inbox."""
+        self._owner = inbox
+
+    def detach(self) -> None:
+        self._owner = None
+
+    def next_id(self) -> str:
+        """A request id unique to this session and, thanks to the random prefix, beyond it:
+        servers that key stored SSE events by request id never mix two sessions' calls."""
+        rid = f"{self._id_prefix}-{self._next_id}"
+        self._next_id += 1
+        return rid
+
+    # -- exchanges ---------------------------------------------------------------------
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """POST a response or notification. Raises: UpstreamError."""
+        await self.wire.send(message)
+
+    async def pump(
+        self,
+        message: dict[str, Any],
+        inbox: Inbox,
+        cursor: StreamCursor,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """POST a request and put everything the server says about it into `inbox`.
+
+        Ends when the response to `message` has been put. A stream that breaks first
+        is resumed with GET + Last-Event-ID where the server gave event ids; else a
+        `StreamEnd` is put.
+        """
+        rid = message["id"]
+        for attempt in (1, 2):
+            try:
+                async for item in self._post(message, rid, cursor, headers):
+                    await inbox.put(item)
+                return
+            except SessionExpired as exc:
+                # The server refused the POST itself for an unknown session (e.g. it
+                # restarted): nothing ran, so initialise afresh and send it again, once.
+                # Once it took the request, a lost session is a lost call: never re-sent.
+                if cursor.accepted or attempt == 2:
+                    await inbox.put(StreamEnd(exc))
+                    return
+                log.info("upstream_session_expired", upstream=self.endpoint.name)
+                try:
+                    await self.reopen()
+                except UpstreamError as reopen_error:
+                    await inbox.put(StreamEnd(reopen_error))
+                    return
+            except UpstreamError as exc:
+                await inbox.put(StreamEnd(exc))
+                return
+
+    async def pump_resumed(self, rid: Any, inbox: Inbox, cursor: StreamCursor) -> None:
+        """Continue another replica's call stream (GET + Last-Event-ID) into `inbox`."""
+        try:
+            async for item in self.wire.resume(rid, cursor):
+                await inbox.put(item)
+        except UpstreamError as exc:
+            await inbox.put(StreamEnd(exc))
+
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """One request and its response, for methods that never ask the client anything.
+
+        Server requests arriving meanwhile are answered as outside any call.
+
+        Raises:
+            UpstreamError
+        """
+        rid = self.next_id()
+        response: dict[str, Any] | None = None
+        try:
+            async with asyncio.timeout(self.endpoint.timeout_s):
+                # Read to the end (not just to the response) so the connection is reused.
+                request = jsonrpc.request(rid, method, params)
+                async for item in self._post(request, rid, StreamCursor(), headers):
+                    if "method" in item:
+                        self._outside(item)
+                    else:
+                        response = item
+        except TimeoutError as exc:
+            raise UpstreamError(f"upstream did not answer {method} in time") from exc
+        if response is None:
+            raise UpstreamError(f"upstream closed {method} without a response")
+        return response
+
+    async def _post(
+        self,
+        message: dict[str, Any],
+        rid: Any,
+        cursor: StreamCursor,
+        headers: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """POST `message` and yield its answer's messages, counting what is in flight."""
+        self.last_used = time.monotonic()
+        self.requests += 1
+        self._inflight += 1
+        self._quiet.clear()
+        try:
+            async for item in self.wire.exchange(message, rid, cursor, headers):
+                yield item
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._quiet.set()
+
+    # -- the standalone stream -----------------------------------------------------------
+
+    async def _standalone_stream(self, first: aiohttp.ClientResponse | None = None) -> None:
+        """Hold the GET stream open for the session's life; reconnect when it drops."""
+        while not self._closing:
+            delay = _RECONNECT_DELAY_S
+            try:
+                resp = first or await self.wire.open_get(self._get_last_event_id)
+                first = None
+                async with resp:
+                    if resp.status in (404, 405):
+                        self._standalone_refused(resp.status)
+                        return
+                    if resp.status != 200:
+                        log.warning(
+                            "upstream_get_stream_refused",
+                            upstream=self.endpoint.name,
+                            status=resp.status,
+                        )
+                    else:
+                        delay = await self._read_standalone(resp, delay)
+            except UpstreamError as exc:
+                log.info("upstream_get_stream_dropped", upstream=self.endpoint.name, error=str(exc))
+            except (aiohttp.ClientError, OSError, ValueError) as exc:
+                log.info("upstream_get_stream_dropped", upstream=self.endpoint.name, error=str(exc))
+            if not self._closing:
+                await asyncio.sleep(delay)
+
+    async def _read_standalone(self, resp: aiohttp.ClientResponse, delay: float) -> float:
+        """Route the stream's messages until it ends; the server's retry hint is returned."""
+        parser = sse.Parser()
+        async for events in sse_events(resp, parser):
+            for event in events:
+                if event.retry is not None:
+                    delay = event.retry / 1000
+                item = self.wire.message(event)
+                if item is not None:
+                    self._route(item)
+            self._get_last_event_id = parser.last_event_id or self._get_last_event_id
+        return delay
+
+    def _standalone_refused(self, status: int) -> None:
+        if status == 405:
+            log.info("upstream_has_no_get_stream", upstream=self.endpoint.name)
+        else:
+            self.wire.gone = True
+            log.info("upstream_session_gone", upstream=self.endpoint.name)
+
+    def _route(self, item: dict[str, Any]) -> None:
+        if self._owner is not None:
+            self._owner.put_nowait(item)
+        else:
+            self._outside(item)
+
+    def _outside(self, item: dict[str, Any]) -> None:
+        """A message no call owns: answer server requests so nothing upstream hangs."""
+        answer = answer_outside_call(item)
+        if answer is not None:
+            spawn(self._answer_quietly(answer), name="upstream-outside-answer")
+
+    async def _answer_quietly(self, message: dict[str, Any]) -> None:
+        try:
+            await self.wire.send(message)
+        except UpstreamError as exc:
+            log.warning("upstream_answer_failed", upstream=self.endpoint.name, error=str(exc))

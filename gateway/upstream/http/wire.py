@@ -1,0 +1,221 @@
+"""The HTTP exchanges of one Streamable HTTP session, and nothing about calls.
+
+`HttpWire` knows the endpoint, the session id and version headers, and how to
+POST a message and read its answer (JSON or an SSE stream) up to the response,
+resuming a broken stream with GET + Last-Event-ID where the server gave event
+ids. A 404 for a request that carried the session id means the server forgot the
+session: `SessionExpired`. Foreign errors become `UpstreamError` here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import structlog
+
+from gateway.errors import UpstreamError
+from gateway.protocol import jsonrpc, sse
+from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
+from gateway.upstream.port import SessionExpired, StreamCursor
+from gateway.upstream.transport import (
+    drain,
+    error_text,
+    is_response_to,
+    mapped_errors,
+    message_of,
+    parse_message,
+    sse_events,
+    stream_timeout,
+)
+
+log = structlog.get_logger("gateway.upstream")
+
+SESSION_HEADER = "Mcp-Session-Id"
+VERSION_HEADER = "MCP-Protocol-Version"
+_ACCEPT = "application/json, text/event-stream"
+_MAX_RESUME_ATTEMPTS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where and how to reach one legacy server."""
+
+    name: str
+    url: str
+    headers: dict[str, str]
+    timeout_s: float
+    client_name: str = "mrtr-gateway"
+    client_version: str = "0.1.0"
+
+
+class HttpWire:
+    def __init__(self, http: aiohttp.ClientSession, endpoint: Endpoint) -> None:
+        self.http = http
+        self.endpoint = endpoint
+        self.session_id: str | None = None
+        self.version: Version = UPSTREAM_VERSIONS[0]
+        self.gone = False  # the server answered 404 for this session
+
+    def headers(self, *, accept: str = _ACCEPT) -> dict[str, str]:
+        headers = dict(self.endpoint.headers)
+        headers["Accept"] = accept
+        headers["Content-Type"] = "application/json"
+        if self.session_id is not None:
+            headers[SESSION_HEADER] = self.session_id
+            headers[VERSION_HEADER] = self.version.value
+        return headers
+
+    def forget_session(self) -> None:
+        self.session_id = None
+        self.gone = False
+
+    def _capture_session(self, resp: aiohttp.ClientResponse) -> None:
+        if self.session_id is None and SESSION_HEADER in resp.headers:
+            self.session_id = resp.headers[SESSION_HEADER]
+
+    def _check_status(self, resp: aiohttp.ClientResponse) -> None:
+        """Raises: SessionExpired on a 404 for a request that carried the session id."""
+        if resp.status == 404 and self.session_id is not None:
+            self.gone = True
+            raise SessionExpired()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """POST a response or notification; the server answers 202.
+
+        Raises:
+            UpstreamError
+        """
+        kind = "notification" if "method" in message else "response"
+        with mapped_errors(f"sending a {kind}"):
+            async with asyncio.timeout(self.endpoint.timeout_s):
+                async with self.http.post(
+                    self.endpoint.url, data=jsonrpc.dumps(message), headers=self.headers()
+                ) as resp:
+                    self._capture_session(resp)
+                    await resp.read()
+                    self._check_status(resp)
+                    if resp.status >= 400:
+                        raise UpstreamError(f"upstream answered HTTP {resp.status} to a {kind}")
+
+    async def delete(self) -> None:
+        """End the session upstream. Raises: UpstreamError."""
+        with mapped_errors("ending the session"):
+            async with asyncio.timeout(5):
+                async with self.http.delete(self.endpoint.url, headers=self.headers()) as resp:
+                    await resp.read()
+
+    async def open_get(self, last_event_id: str | None = None) -> aiohttp.ClientResponse:
+        """A GET stream on the session (the caller reads and closes it). Raises: UpstreamError."""
+        headers = self.headers(accept="text/event-stream")
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = last_event_id
+        with mapped_errors("opening a GET stream"):
+            return await self.http.get(
+                self.endpoint.url, headers=headers, timeout=stream_timeout(self.endpoint.timeout_s)
+            )
+
+    async def exchange(
+        self,
+        message: dict[str, Any],
+        rid: Any,
+        cursor: StreamCursor,
+        extra: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """POST `message`; yield the messages of its answer until the response to `rid`.
+
+        Raises:
+            SessionExpired, UpstreamError
+        """
+        with mapped_errors("posting a request"):
+            async with self.http.post(
+                self.endpoint.url,
+                data=jsonrpc.dumps(message),
+                headers={**self.headers(), **(extra or {})},
+                timeout=stream_timeout(self.endpoint.timeout_s),
+            ) as resp:
+                self._capture_session(resp)
+                self._check_status(resp)
+                cursor.accepted = resp.status < 400
+                ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
+                if resp.status >= 400:
+                    body = await resp.read()
+                    raise UpstreamError(f"upstream answered HTTP {resp.status}: {error_text(body)}")
+                if ctype == "application/json":
+                    yield parse_message(await resp.read())
+                    return
+                if ctype != "text/event-stream":
+                    raise UpstreamError(f"upstream answered with Content-Type {ctype!r}")
+                async for item in self.read_stream(resp, rid, cursor):
+                    yield item
+        if cursor.answered:
+            return
+        if cursor.last_id is None:
+            raise UpstreamError("upstream closed the stream before answering")
+        async for item in self.resume(rid, cursor):
+            yield item
+
+    async def resume(self, rid: Any, cursor: StreamCursor) -> AsyncIterator[dict[str, Any]]:
+        """Continue a broken POST stream with GET + Last-Event-ID (2025-11-25 polling).
+
+        A connection that cannot be made is tried again with a growing delay (a server
+        restarting, a blip), up to `_MAX_RESUME_ATTEMPTS`; a 404 means the session is gone.
+
+        Raises:
+            SessionExpired, UpstreamError
+        """
+        delay = (cursor.retry_ms or 0) / 1000
+        for attempt in range(_MAX_RESUME_ATTEMPTS):
+            await asyncio.sleep(delay)
+            try:
+                resp = await self.open_get(cursor.last_id or "")
+                async with resp:
+                    self._check_status(resp)
+                    if resp.status != 200:
+                        raise UpstreamError(
+                            f"upstream refused to resume the stream: HTTP {resp.status}"
+                        )
+                    with mapped_errors("resuming a stream"):
+                        async for item in self.read_stream(resp, rid, cursor):
+                            yield item
+            except SessionExpired:
+                raise
+            except UpstreamError as exc:
+                connection_failed = isinstance(
+                    exc.__cause__, aiohttp.ClientConnectionError | OSError
+                )
+                if not connection_failed or attempt + 1 == _MAX_RESUME_ATTEMPTS:
+                    raise
+            if cursor.answered:
+                return
+            delay = max(delay * 2, 0.2)
+        raise UpstreamError("upstream stream could not be resumed")
+
+    async def read_stream(
+        self, resp: aiohttp.ClientResponse, rid: Any, cursor: StreamCursor
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield a stream's messages until the response to `rid`, keeping the resume cursor."""
+        parser = sse.Parser()
+        async for events in sse_events(resp, parser):
+            for event in events:
+                if event.retry is not None:
+                    cursor.retry_ms = event.retry
+                item = self.message(event)
+                if item is None:
+                    continue
+                yield item
+                if is_response_to(item, rid):
+                    cursor.answered = True
+                    await drain(resp)
+                    return
+            cursor.last_id = parser.last_event_id or cursor.last_id
+
+    def message(self, event: sse.Event) -> dict[str, Any] | None:
+        """The message an event carries; bad JSON is logged and skipped."""
+        item = message_of(event)
+        if item is None and event.event == "message" and event.data:
+            log.warning("upstream_sent_bad_json", upstream=self.endpoint.name)
+        return item

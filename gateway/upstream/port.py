@@ -1,0 +1,166 @@
+"""The upstream port: what the call core needs from a legacy transport, and nothing more.
+
+A legacy server binds everything to a session, so the core works with sessions:
+it acquires one for a capability set from a pool, sends the call's request on it
+(`pump`), receives what the server says about that call in an inbox (the call's
+own stream plus anything the session's other streams carry while the call owns
+it), answers the server's questions and cancels with `send`, and releases the
+session. Takeover adopts a session another replica opened. Streamable HTTP
+(`gateway.upstream.streamable_http`) is one implementation; tests use a scripted
+one. Implementations turn their foreign errors into `UpstreamError`.
+
+This module holds only types; no transport code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.errors import UpstreamError
+from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.jsonrpc import RequestId
+from gateway.protocol.translate import UpstreamInfo
+from gateway.protocol.versions import Version
+
+
+class SessionExpired(UpstreamError):
+    """The server no longer knows the session (it restarted, or dropped it)."""
+
+    default_message = "The upstream server ended the session"
+
+
+@dataclass(slots=True)
+class StreamCursor:
+    """Where a call's stream stands: the last event id, the server's retry hint, done or not.
+
+    The core keeps one per call; its `last_id` goes into the parked record so another
+    replica can take the call over where the stream stopped.
+    """
+
+    last_id: str | None = None
+    retry_ms: int | None = None
+    answered: bool = False
+    accepted: bool = False  # the server took the request: it may already be running
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """Put in an inbox when a call's stream ends without the call's response."""
+
+    error: UpstreamError
+
+
+Inbox = asyncio.Queue[dict[str, Any] | StreamEnd]
+
+
+class UpstreamSession(Protocol):
+    """One initialised legacy session; owned by one call at a time."""
+
+    @property
+    def caps(self) -> ClientCaps:
+        """The client capabilities the session was initialised with."""
+        ...
+
+    @property
+    def version(self) -> Version:
+        """The protocol version the session negotiated."""
+        ...
+
+    @property
+    def info(self) -> UpstreamInfo | None:
+        """What the server said in `initialize`."""
+        ...
+
+    @property
+    def id(self) -> str | None:
+        """The handle another replica can adopt; None when the transport cannot be adopted."""
+        ...
+
+    def next_id(self) -> str:
+        """A request id unique to this session and beyond it."""
+        ...
+
+    def attach(self, inbox: Inbox) -> None:
+        """Route the server's messages outside any call's own stream to this inbox."""
+        ...
+
+    async def pump(
+        self,
+        message: dict[str, Any],
+        inbox: Inbox,
+        cursor: StreamCursor,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Send a request and put what the server says about it in `inbox`.
+
+        Ends once the response is in the inbox, or a `StreamEnd` if the stream ended
+        first. Never raises an `UpstreamError`.
+        """
+        ...
+
+    async def pump_resumed(self, rid: RequestId, inbox: Inbox, cursor: StreamCursor) -> None:
+        """Continue another replica's call stream after `cursor.last_id` into `inbox`."""
+        ...
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """Send a response or a notification. Raises: UpstreamError."""
+        ...
+
+
+class UpstreamPool(Protocol):
+    """Pre-initialised sessions of one upstream, per capability set."""
+
+    info: UpstreamInfo | None
+
+    @property
+    def size(self) -> int: ...
+
+    def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def check(self) -> bool:
+        """Readiness: the upstream can be reached now."""
+        ...
+
+    async def acquire(self, caps: ClientCaps) -> UpstreamSession:
+        """A session owned by the caller until `release`.
+
+        Raises:
+            UpstreamError, CapacityExceeded
+        """
+        ...
+
+    async def adopt(self, caps: ClientCaps, session_id: str, version: Version) -> UpstreamSession:
+        """Take over a session another replica opened.
+
+        Raises:
+            SessionExpired: the upstream has forgotten it; nothing was sent.
+            UpstreamError, CapacityExceeded
+        """
+        ...
+
+    def release(self, session: UpstreamSession, *, reuse: bool) -> None:
+        """Give a session back: kept for the next call when `reuse`, else closed."""
+        ...
+
+    async def request(
+        self,
+        caps: ClientCaps,
+        method: str,
+        params: dict[str, Any] | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """A request that never asks the client anything: its JSON-RPC response.
+
+        Raises:
+            UpstreamError, CapacityExceeded
+        """
+        ...
+
+    async def upstream_info(self) -> UpstreamInfo:
+        """What the upstream said in `initialize`. Raises: UpstreamError."""
+        ...

@@ -1,0 +1,102 @@
+"""Helpers every network transport toward legacy servers shares.
+
+`mapped_errors` is the one boundary where foreign exceptions (aiohttp, sockets,
+timeouts, bad bytes) become `UpstreamError`; `sse_events` is the one reader of
+an event stream; `parse_message` reads a JSON body that must be one message.
+Nothing here decides what a message means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import aiohttp
+
+from gateway.errors import UpstreamError
+from gateway.protocol import sse
+
+_DRAIN_S = 1.0
+
+
+@contextmanager
+def mapped_errors(doing: str) -> Iterator[None]:
+    """Turn a foreign failure while `doing` something into `UpstreamError`.
+
+    `UpstreamError`s raised inside pass through unchanged.
+    """
+    try:
+        yield
+    except UpstreamError:
+        raise
+    except TimeoutError as exc:
+        raise UpstreamError(f"upstream timed out while {doing}") from exc
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        raise UpstreamError(f"upstream unreachable while {doing}: {exc}") from exc
+
+
+def stream_timeout(connect_s: float) -> aiohttp.ClientTimeout:
+    """A long-lived stream: bounded connect, no bound on the whole exchange."""
+    return aiohttp.ClientTimeout(total=None, sock_connect=connect_s)
+
+
+async def sse_events(
+    resp: aiohttp.ClientResponse, parser: sse.Parser
+) -> AsyncIterator[list[sse.Event]]:
+    """The events of a response body, a batch per chunk received."""
+    async for chunk in resp.content.iter_any():
+        events = parser.feed(chunk)
+        if events:
+            yield events
+
+
+def message_of(event: sse.Event) -> dict[str, Any] | None:
+    """The JSON-RPC message an SSE event carries, or None (priming, foreign, bad JSON)."""
+    if event.event != "message" or not event.data:
+        return None
+    try:
+        item = json.loads(event.data)
+    except ValueError:
+        return None
+    return item if isinstance(item, dict) else None
+
+
+def parse_message(body: bytes) -> dict[str, Any]:
+    """Raises: UpstreamError when the body is not one JSON-RPC message."""
+    try:
+        item = json.loads(body)
+    except ValueError as exc:
+        raise UpstreamError("upstream sent a body that is not JSON") from exc
+    if not isinstance(item, dict):
+        raise UpstreamError("upstream sent a JSON body that is not one message")
+    return item
+
+
+def error_text(body: bytes) -> str:
+    """The message of a JSON-RPC error body, or the start of any other body."""
+    try:
+        item = json.loads(body)
+        return str(item["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return body[:200].decode("utf-8", "replace") or "no body"
+
+
+async def drain(resp: aiohttp.ClientResponse) -> None:
+    """Read what follows the response (normally just the end of the stream), briefly.
+
+    A stream left unread closes its keep-alive connection; the server SHOULD end the
+    stream after the response, so this usually returns at once.
+    """
+    try:
+        async with asyncio.timeout(_DRAIN_S):
+            async for _chunk in resp.content.iter_any():
+                pass
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        pass
+
+
+def is_response_to(item: dict[str, Any], rid: Any) -> bool:
+    return "method" not in item and item.get("id") == rid and ("result" in item or "error" in item)
