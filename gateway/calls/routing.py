@@ -269,4 +269,3 @@ class Routing:
             await self.bus.reply(reply, messages.encode(message))
         except StoreError as exc:
             log.warning("fleet_reply_failed", error=str(exc))
-

@@ -115,9 +115,7 @@ class SessionPool:
         try:
             await self.shared(ClientCaps())
         except (UpstreamError, CapacityExceeded) as exc:
-            log.warning(
-                "upstream_unreachable_at_start", upstream=self.name, error=exc.message
-            )
+            log.warning("upstream_unreachable_at_start", upstream=self.name, error=exc.message)
 
     async def check(self) -> bool:
         """Readiness: reachable now, or re-tried once (bounded) if it was not."""
@@ -165,8 +163,7 @@ class SessionPool:
                         await self._freed.wait_for(lambda: self._count < self.limits.max_sessions)
             except TimeoutError:
                 raise SessionsBusy(
-                    f"all {self.limits.max_sessions} upstream sessions "
-                    f"of {self.name!r} are busy"
+                    f"all {self.limits.max_sessions} upstream sessions of {self.name!r} are busy"
                 ) from None
         self._count += 1
 

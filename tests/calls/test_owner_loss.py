@@ -1,0 +1,216 @@
+"""Two replicas sharing a store and a bus, in one process: a retry that reaches the
+replica not holding its call, and every branch of an owner that is gone."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.aio import spawn
+from gateway.calls import messages
+from gateway.errors import CallLost, UpstreamError
+from gateway.protocol.call import Phase
+from gateway.store.memory import MemoryStore
+from tests.fakes.clock import ManualClock
+from tests.fakes.fleet import POLL_S, Network
+from tests.fakes.harness import ALICE, WINDOW, Replica, ask_username, call_tool, config
+from tests.fakes.upstream import ScriptedServer
+
+
+def two_replicas(
+    clock: ManualClock, server: ScriptedServer, network: Network, tools: dict | None = None
+) -> tuple[Replica, Replica]:
+    store = MemoryStore(clock)
+    a, b = (
+        Replica(clock, server, store=store, bus=network.bus(n), settings=config(n, tools=tools))
+        for n in ("a", "b")
+    )
+    network.join("a", a.bridge.serve_forwarded)
+    network.join("b", b.bridge.serve_forwarded)
+    return a, b
+
+
+@pytest.fixture
+def network(clock: ManualClock) -> Network:
+    return Network(clock)
+
+
+async def test_a_retry_at_another_replica_is_forwarded_to_the_live_owner(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    request = call_tool(rid=2, state=first["requestState"], answers=ALICE, progress="p")
+    retry = spawn(b.call(request), name="retry")
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    assert session.request is not None
+    token = session.request["params"]["_meta"]["progressToken"]
+    session.notify("notifications/progress", {"progressToken": token, "progress": 1})
+    session.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
+    result = await retry
+    assert result["content"][0]["text"] == "Hello, alice!"
+    assert b.notified == [
+        {
+            "jsonrpc": "2.0",
+            "method": "notifications/progress",
+            "params": {"progressToken": "p", "progress": 1},
+        }
+    ]
+    assert [type(m) for _, m in network.delivered] == [messages.Resume]
+    assert len(a.bridge.calls) == 0 and len(b.bridge.calls) == 0
+
+
+async def test_a_client_leaving_a_forwarded_retry_cancels_the_call_at_its_owner(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    (call,) = a.bridge.calls.values()
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    await server.next_sent()
+    retry.cancel()
+    cancelled = await server.next_sent()
+    assert cancelled["params"] == {"requestId": session.call_id, "reason": "client disconnected"}
+    await call.ended.wait()
+    assert call.phase is Phase.CANCELLED
+    assert [type(m) for _, m in network.delivered] == [messages.Resume, messages.Cancel]
+
+
+async def test_a_dead_owners_call_is_taken_over_where_its_stream_stopped(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    record = await a.store.get(next(iter(a.bridge.calls)))
+    assert record is not None and record.last_event_id is not None
+    network.kill("a")
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    adopted = await server.next_call()
+    assert adopted.id == session.id and b.pool.adopted == [session.id]
+    assert adopted.resumed_after == record.last_event_id
+    answer = await server.next_sent()
+    assert answer["id"] == 7 and answer["result"]["content"] == {"username": "alice"}
+    adopted.respond({"content": [{"type": "text", "text": "taken over"}]})
+    assert (await retry)["content"][0]["text"] == "taken over"
+    assert not network.delivered  # nothing was sent to the dead owner
+
+
+async def test_a_replay_safe_call_is_replayed_from_its_journal_when_takeover_is_impossible(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network, tools={"greet": {"replay_safe": True}})
+    first, session = await ask_username(a, server, clock)
+    retry = spawn(a.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    await server.next_sent()
+    session.elicit(8, "color")  # round 2: the journal now holds the username
+    await clock.armed(clock.now + WINDOW)
+    clock.advance(WINDOW)
+    second = await retry
+    network.kill("a")
+    assert session.id is not None
+    server.forgotten.add(session.id)  # the upstream lost the session too
+    color = {"elicit.color": {"action": "accept", "content": {"color": "red"}}}
+    replay = spawn(
+        b.call(call_tool(rid=3, state=second["requestState"], answers=color)), name="replay"
+    )
+    again = await server.next_call()
+    assert again is not session and again.request is not None
+    assert again.request["method"] == "tools/call"  # run afresh
+    again.elicit(1)
+    again.elicit(2, "color")
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    assert (await server.next_sent())["result"]["content"] == {"color": "red"}
+    again.respond()
+    assert (await replay)["resultType"] == "complete"
+
+
+async def test_a_call_whose_owner_died_is_lost_when_neither_takeover_nor_replay_can_serve(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    server.resumable = False  # no SSE event ids: nowhere to resume the stream from
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    network.kill("a")
+    with pytest.raises(CallLost) as lost:
+        await b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE))
+    assert lost.value.status == 502 and lost.value.code == -32603
+    assert server.calls.empty()  # the tool was never run a second time
+    assert await b.store.get(session.call_id) is None and not b.pool.adopted
+
+
+async def test_an_owner_dying_during_a_forward_loses_the_call_clearly(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, _ = await ask_username(a, server, clock)
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    await server.next_sent()  # the owner took the retry ...
+    await network.polls.get()  # ... and the receiving replica waits for its reply
+    network.kill("a")
+    await clock.armed(clock.now + POLL_S)
+    clock.advance(POLL_S)
+    with pytest.raises(CallLost):
+        await retry
+
+
+async def test_an_owner_that_never_answers_a_forward_is_given_up_after_the_hold_timeout(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, _ = await ask_username(a, server, clock)
+
+    async def deaf(payload: str) -> None:  # alive, beating, but never serving its inbox
+        return None
+
+    network.handlers["a"] = deaf
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    await network.polls.get()
+    clock.advance(b.config.limits.hold_timeout_s + 5 + POLL_S)
+    with pytest.raises(UpstreamError) as failed:
+        await retry
+    assert failed.value.status == 502
+
+
+async def test_an_owner_asked_for_a_round_it_no_longer_holds_answers_call_lost(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    two_replicas(clock, server, network)
+    bus = network.bus("b")
+    reply = bus.new_reply_key()
+    params = call_tool(rid=2, answers=ALICE).params
+    resume = messages.Resume("gone", 1, 2, "tools/call", params, reply)
+    await bus.send("a", messages.encode(resume))
+    payload = await bus.receive(reply)
+    assert payload is not None
+    failure = messages.decode(payload)
+    assert isinstance(failure, messages.Failure)
+    assert failure.status == 502 and failure.error["code"] == -32603
+
+
+async def test_a_message_no_replica_understands_is_dropped(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, _ = two_replicas(clock, server, network)
+    await a.bridge.serve_forwarded('{"op":"resume","call":"x"}')
+    await a.bridge.serve_forwarded("not json at all")
+    await a.bridge.serve_forwarded(messages.encode(messages.Outcome({"resultType": "complete"})))
+    assert len(a.bridge.calls) == 0
+
+
+def test_fleet_messages_survive_their_codec_and_nothing_else_does() -> None:
+    samples: list[messages.Message] = [
+        messages.Resume("c", 2, 7, "tools/call", {"name": "t"}, "reply:1"),
+        messages.Cancel("c", "reply:1"),
+        messages.Notify({"jsonrpc": "2.0", "method": "notifications/progress"}),
+        messages.Outcome({"resultType": "complete"}),
+        messages.Failure({"code": -32603, "message": "lost"}, 502),
+    ]
+    for message in samples:
+        assert messages.decode(messages.encode(message)) == message
+    for bad in (
+        "[]",
+        '{"op":"launch"}',
+        '{"op":"cancel","call":"c"}',
+        '{"op":"cancel","call":"c","reply":"r","x":1}',
+    ):
+        with pytest.raises(ValueError):
+            messages.decode(bad)

@@ -1,0 +1,77 @@
+"""Replicas in one process: an in-memory bus (implements `gateway.calls.routing.Bus`).
+
+`Network` knows which replicas are alive and delivers each inbox message to the
+owning replica's `serve_forwarded` in a task of its own, as the Redis bus does.
+A replica that is `kill`ed stops beating and receives nothing more; its calls
+stay where they were, as after `kill -9`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import defaultdict
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from gateway import clock as clocks
+from gateway.aio import spawn
+from gateway.calls import messages
+from gateway.clock import Clock
+
+POLL_S = 1.0
+
+Handler = Callable[[str], Coroutine[Any, Any, None]]
+
+
+class Network:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.handlers: dict[str, Handler] = {}
+        self.alive: set[str] = set()
+        self.replies: defaultdict[str, asyncio.Queue[str]] = defaultdict(asyncio.Queue)
+        self.delivered: list[tuple[str, messages.Message]] = []
+        self.polls: asyncio.Queue[str] = asyncio.Queue()  # reply keys a receiver found empty
+        self._keys = itertools.count(1)
+
+    def join(self, replica_id: str, handler: Handler) -> None:
+        self.handlers[replica_id] = handler
+        self.alive.add(replica_id)
+
+    def kill(self, replica_id: str) -> None:
+        self.alive.discard(replica_id)
+
+    def bus(self, replica_id: str) -> MemoryBus:
+        return MemoryBus(self, replica_id)
+
+
+class MemoryBus:
+    def __init__(self, network: Network, replica_id: str) -> None:
+        self.network = network
+        self.replica_id = replica_id
+
+    def new_reply_key(self) -> str:
+        return f"reply:{self.replica_id}:{next(self.network._keys)}"
+
+    async def alive(self, replica_id: str) -> bool:
+        return replica_id in self.network.alive
+
+    async def send(self, replica_id: str, payload: str) -> None:
+        self.network.delivered.append((replica_id, messages.decode(payload)))
+        if replica_id in self.network.alive:
+            spawn(self.network.handlers[replica_id](payload), name=f"inbox-{replica_id}")
+
+    async def reply(self, key: str, payload: str) -> None:
+        self.network.replies[key].put_nowait(payload)
+
+    async def receive(self, key: str) -> str | None:
+        """The next reply, or None after `POLL_S` on the network's clock (as BLPOP does)."""
+        queue = self.network.replies[key]
+        if not queue.empty():
+            return queue.get_nowait()
+        self.network.polls.put_nowait(key)
+        try:
+            async with clocks.timeout(self.network.clock, POLL_S):
+                return await queue.get()
+        except TimeoutError:
+            return None
