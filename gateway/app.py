@@ -34,10 +34,7 @@ from gateway.web.middleware import error_middleware, request_id_middleware
 
 log = structlog.get_logger("gateway")
 
-CONFIG = web.AppKey("config", GatewayConfig)
 BRIDGE = web.AppKey("bridge", Bridge)
-POOLS = web.AppKey("pools", dict[str, UpstreamPool])
-STORE = web.AppKey("store", SuspendedCallStore)
 
 
 def redact(url: str) -> str:
@@ -84,7 +81,6 @@ def build_app(config: GatewayConfig) -> web.Application:
         middlewares=[request_id_middleware, error_middleware],
         client_max_size=config.limits.max_body_bytes + 1,
     )
-    app[CONFIG] = config
     clock = SystemClock()
     bus: RedisBus | None = None
     store: SuspendedCallStore
@@ -102,9 +98,7 @@ def build_app(config: GatewayConfig) -> web.Application:
         store = MemoryStore(clock)
     metrics = Metrics()
     store = TimedStore(store, metrics)
-    app[STORE] = store
     pools: dict[str, UpstreamPool] = {}
-    app[POOLS] = pools
     bridge = Bridge(
         config,
         store=store,

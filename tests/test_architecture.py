@@ -1,39 +1,125 @@
-"""The protocol core stays sans-IO: no aiohttp, asyncio or redis anywhere in gateway/protocol."""
+"""The shape of `gateway/`, checked: no import cycles, small modules, a sans-IO protocol
+core, and a call core that depends on ports rather than on transports."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-PROTOCOL = Path(__file__).resolve().parents[1] / "gateway" / "protocol"
-FORBIDDEN = {
-    "aiohttp",
-    "asyncio",
-    "redis",
-    "socket",
-    "gateway.upstream",
-    "gateway.store",
-    "gateway.web",
-}
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "gateway"
+MAX_LINES = 400
 
 
-def imported_modules(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    names: set[str] = set()
-    for node in ast.walk(tree):
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every gateway module `path` imports, at any depth (TYPE_CHECKING blocks included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
+            found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
+            found.add(node.module)
+            # `from gateway.protocol import state` imports the module gateway.protocol.state
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    return {
+        name: {m for m in imports_of(path) if m in MODULES and m != name}
+        for name, path in MODULES.items()
+    }
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in edges[node]:
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_anywhere_in_the_gateway() -> None:
+    assert cycles(graph()) == []
+
+
+def test_no_module_is_over_400_lines() -> None:
+    sizes = {name: len(p.read_text().splitlines()) for name, p in MODULES.items()}
+    assert {name: n for name, n in sizes.items() if n > MAX_LINES} == {}
+
+
+def offenders(prefix: str, forbidden: set[str]) -> set[str]:
+    return {
+        f"{name}: {imported}"
+        for name, path in MODULES.items()
+        if name == prefix or name.startswith(prefix + ".")
+        for imported in imports_of(path)
+        if any(imported == bad or imported.startswith(bad + ".") for bad in forbidden)
+    }
 
 
 def test_the_protocol_core_imports_no_io() -> None:
-    offenders = {
-        f"{path.name}: {name}"
-        for path in PROTOCOL.glob("*.py")
-        for name in imported_modules(path)
-        if any(name == bad or name.startswith(bad + ".") for bad in FORBIDDEN)
-    }
-    assert offenders == set()
-    assert len(list(PROTOCOL.glob("*.py"))) >= 8
+    forbidden = {"aiohttp", "asyncio", "redis", "socket", "gateway.upstream", "gateway.store"}
+    forbidden |= {"gateway.web", "gateway.calls", "gateway.fleet", "gateway.config"}
+    assert offenders("gateway.protocol", forbidden) == set()
+
+
+def test_the_call_core_depends_on_ports_not_on_transports() -> None:
+    forbidden = {"aiohttp", "redis", "gateway.upstream.http", "gateway.upstream.pool"}
+    forbidden |= {"gateway.store.redis", "gateway.store.memory", "gateway.fleet", "gateway.web"}
+    forbidden |= {"gateway.app", "gateway.cli"}
+    assert offenders("gateway.calls", forbidden) == set()
+
+
+def test_checking_a_config_loads_no_transport() -> None:
+    forbidden = {"aiohttp", "redis", "gateway.upstream", "gateway.calls", "gateway.web"}
+    assert offenders("gateway.config", forbidden) == set()
+
+
+def test_the_folders_name_the_parts() -> None:
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders >= {"protocol", "calls", "upstream", "store", "fleet", "web"}
+    for folder in folders:
+        doc = ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text()))
+        assert doc, f"gateway/{folder}/__init__.py says what the part is"

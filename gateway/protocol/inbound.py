@@ -80,8 +80,6 @@ class Envelope:
 
     protocol_version: Version
     capabilities: ClientCaps
-    raw_capabilities: dict[str, Any]
-    client_info: dict[str, Any] | None
     log_level: str | None
     progress_token: str | int | None
 
@@ -321,8 +319,7 @@ def read_envelope(version: Version, meta: dict[str, Any]) -> Envelope:
     Raises:
         InvalidParams
     """
-    raw_caps = meta[CLIENT_CAPABILITIES_KEY]
-    caps = ClientCaps.from_wire(raw_caps)
+    caps = ClientCaps.from_wire(meta[CLIENT_CAPABILITIES_KEY])
     info = meta.get(CLIENT_INFO_KEY)
     if info is not None and not isinstance(info, dict):
         raise InvalidParams(f"{CLIENT_INFO_KEY} must be an object")
@@ -335,8 +332,6 @@ def read_envelope(version: Version, meta: dict[str, Any]) -> Envelope:
     return Envelope(
         protocol_version=version,
         capabilities=caps,
-        raw_capabilities=raw_caps,
-        client_info=info,
         log_level=level,
         progress_token=token,
     )

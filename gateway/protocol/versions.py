@@ -1,17 +1,12 @@
 """The MCP protocol revisions the gateway knows, as an enumerated registry.
 
-Revisions are a set with an era each, not an ordered scalar: "modern" revisions
-carry their envelope on every request, "legacy" ones negotiate with `initialize`.
+Revisions are a set, not an ordered scalar: what the gateway serves to clients and
+what it speaks to legacy servers are two lists drawn from it.
 """
 
 from __future__ import annotations
 
-from enum import Enum, StrEnum
-
-
-class Era(Enum):
-    LEGACY = "legacy"
-    MODERN = "modern"
+from enum import StrEnum
 
 
 class Version(StrEnum):
@@ -20,10 +15,6 @@ class Version(StrEnum):
     V2025_06_18 = "2025-06-18"
     V2025_11_25 = "2025-11-25"
     V2026_07_28 = "2026-07-28"
-
-    @property
-    def era(self) -> Era:
-        return Era.MODERN if self is Version.V2026_07_28 else Era.LEGACY
 
     @classmethod
     def parse(cls, value: object) -> Version | None:

@@ -1,1 +1,1 @@
-"""Where suspended calls are recorded: the interface, the embedded store, Redis (later)."""
+"""Where suspended calls are recorded: the interface, the embedded in-memory store, Redis."""

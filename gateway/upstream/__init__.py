@@ -1,1 +1,1 @@
-"""The gateway's legacy-client side: sessions with legacy MCP servers and their pool."""
+"""The legacy-client side: the upstream port, its transports (Streamable HTTP) and the session pool."""

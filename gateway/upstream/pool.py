@@ -94,10 +94,8 @@ class SessionPool:
         self._closing = False
         self._reaper: asyncio.Task[None] | None = None
         self.info: UpstreamInfo | None = None
-        self.errors = 0
 
     def _failed(self) -> None:
-        self.errors += 1
         self.reachable = False
         if self._on_error is not None:
             self._on_error()

@@ -11,7 +11,7 @@ from gateway.protocol.versions import Version
 
 
 def front(params: dict) -> FrontRequest:
-    envelope = Envelope(Version.V2026_07_28, ClientCaps(), {}, None, None, None)
+    envelope = Envelope(Version.V2026_07_28, ClientCaps(), None, None)
     trace = trace_context(params.get("_meta", {}), {})
     return FrontRequest(id=1, method="tools/call", params=params, envelope=envelope, trace=trace)
 
