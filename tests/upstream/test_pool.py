@@ -1,0 +1,152 @@
+"""The session pool, in process: sessions are made by a factory the test controls."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from gateway.aio import spawn
+from gateway.upstream.pool import PoolLimits
+from gateway.errors import SessionsBusy, UpstreamError
+from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.translate import UpstreamInfo
+from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
+from gateway.upstream.pool import SessionPool
+from gateway.upstream.port import Inbox, StreamCursor
+
+INFO = UpstreamInfo("2025-11-25", {}, {"name": "fake", "version": "1"}, None)
+
+
+class FakeSession:
+    """Opens when the test lets it (`Factory.gate`), or fails when told to."""
+
+    def __init__(self, factory: Factory, caps: ClientCaps) -> None:
+        self.factory = factory
+        self.caps = caps
+        self.version: Version = UPSTREAM_VERSIONS[0]
+        self.info: UpstreamInfo | None = None
+        self.id: str | None = f"s{len(factory.made)}"
+        self.requests = 0
+        self.last_used = 0.0
+        self.closed = asyncio.Event()
+        self._open = False
+
+    @property
+    def alive(self) -> bool:
+        return self._open and not self.closed.is_set()
+
+    async def open(self) -> UpstreamInfo:
+        self.factory.opening.put_nowait(self)
+        await self.factory.gate.wait()
+        if self.factory.fail:
+            raise UpstreamError("refused")
+        self._open, self.info = True, INFO
+        return INFO
+
+    async def adopt(self, session_id: str, version: Version) -> None:
+        self.id, self._open = session_id, True
+
+    async def close(self) -> None:
+        self.closed.set()
+
+    async def wait_quiet(self) -> None:
+        return None
+
+    def next_id(self) -> str:
+        return "r"
+
+    def attach(self, inbox: Inbox) -> None:
+        pass
+
+    def detach(self) -> None:
+        pass
+
+    async def pump(self, message: Any, inbox: Inbox, cursor: StreamCursor, headers=None) -> None:
+        raise AssertionError("not used")
+
+    async def pump_resumed(self, rid: Any, inbox: Inbox, cursor: StreamCursor) -> None:
+        raise AssertionError("not used")
+
+    async def send(self, message: dict[str, Any]) -> None:
+        pass
+
+    async def request(
+        self, method: str, params: Any, headers: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        self.requests += 1
+        return {"jsonrpc": "2.0", "id": 1, "result": {"method": method}}
+
+
+class Factory:
+    def __init__(self) -> None:
+        self.made: list[FakeSession] = []
+        self.opening: asyncio.Queue[FakeSession] = asyncio.Queue()
+        self.gate = asyncio.Event()
+        self.fail = False
+
+    def __call__(self, caps: ClientCaps) -> FakeSession:
+        session = FakeSession(self, caps)
+        self.made.append(session)
+        return session
+
+
+def pool(factory: Factory, **limits: Any) -> SessionPool:
+    return SessionPool("fake", factory, PoolLimits(**{"min_idle": 0, **limits}))
+
+
+async def test_a_caller_cancelled_while_its_session_opens_gives_the_slot_back() -> None:
+    factory = Factory()
+    sessions = pool(factory, max_sessions=1, acquire_timeout_s=30)
+    opening = spawn(sessions.acquire(ClientCaps()), name="acquire")
+    half_open = await factory.opening.get()  # inside initialize, on the wire
+    opening.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await opening
+    await half_open.closed.wait()  # the half-open session is closed ...
+    assert sessions.size == 0  # ... and its slot given back
+    factory.gate.set()
+    async with asyncio.timeout(5):  # without the slot this would wait 30 s, then refuse
+        session = await sessions.acquire(ClientCaps())
+    assert session.alive and sessions.size == 1
+
+
+async def test_a_session_given_back_clean_is_reused_and_a_spent_one_is_closed() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory, max_requests=2)
+    first = await sessions.acquire(ClientCaps(roots=True))
+    sessions.release(first, reuse=True)
+    assert await sessions.acquire(ClientCaps(roots=True)) is first
+    assert await sessions.acquire(ClientCaps()) is not first  # another capability set
+    first.requests = 2  # past max_requests: recycled
+    sessions.release(first, reuse=True)
+    await first.closed.wait()
+
+
+async def test_a_full_pool_refuses_after_the_acquire_timeout_with_its_own_error() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory, max_sessions=1, acquire_timeout_s=0.01)
+    await sessions.acquire(ClientCaps())
+    with pytest.raises(SessionsBusy) as busy:
+        await sessions.acquire(ClientCaps())
+    assert busy.value.status == 503 and busy.value.data == {"reason": "upstream_sessions"}
+
+
+async def test_an_upstream_that_refuses_to_open_is_not_ready_and_counts_an_error() -> None:
+    factory = Factory()
+    factory.gate.set()
+    factory.fail = True
+    errors: list[int] = []
+    sessions = SessionPool(
+        "fake", factory, PoolLimits(min_idle=0), on_error=lambda: errors.append(1)
+    )
+    with pytest.raises(UpstreamError):
+        await sessions.acquire(ClientCaps())
+    assert errors == [1] and not sessions.reachable and sessions.size == 0
+    factory.fail = False
+    assert await sessions.check()
