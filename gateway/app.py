@@ -118,6 +118,7 @@ def build_app(config: GatewayConfig) -> web.Application:
                 http_sessions(http, upstream),
                 upstream.pool,
                 on_error=metrics.upstream_errors.labels(upstream.name).inc,
+                clock=clock,
             )
             pool.start()
             pools[upstream.name] = pool

@@ -1,1 +1,1 @@
-"""The legacy-client side: the upstream port, its transports (Streamable HTTP) and the session pool."""
+"""The legacy-client side: the upstream port, its transports and the session pool."""

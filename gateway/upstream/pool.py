@@ -14,7 +14,6 @@ given (Streamable HTTP today), and needs only what `PooledSession` lists.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,7 +21,9 @@ from typing import Any, Protocol, cast
 
 import structlog
 
+from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
+from gateway.clock import Clock, SystemClock
 from gateway.errors import CapacityExceeded, SessionsBusy, UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
@@ -80,7 +81,9 @@ class SessionPool:
         limits: PoolLimits,
         *,
         on_error: Callable[[], None] | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock = clock or SystemClock()
         self.name = name
         self.new_session = new_session
         self.limits = limits
@@ -214,7 +217,7 @@ class SessionPool:
             and not self._closing
             and len(idle) < self.limits.max_sessions
         ):
-            session.last_used = time.monotonic()
+            session.last_used = self.clock.monotonic()
             idle.append(session)
             return
         self._forget(session)
@@ -245,6 +248,7 @@ class SessionPool:
         if self._closing:
             self._forget(session)
         else:
+            session.last_used = self.clock.monotonic()
             self._idle[caps.key].append(session)
 
     async def shared(self, caps: ClientCaps) -> PooledSession:
@@ -255,6 +259,7 @@ class SessionPool:
         """
         session = self._shared.get(caps.key)
         if session is not None and self._usable(session):
+            session.last_used = self.clock.monotonic()
             return session
         async with self._shared_lock[caps.key]:
             session = self._shared.get(caps.key)
@@ -265,6 +270,7 @@ class SessionPool:
                 self._forget(session)
             await self._reserve()
             session = await self._open(caps)
+            session.last_used = self.clock.monotonic()
             self._shared[caps.key] = session
             return session
 
@@ -308,8 +314,8 @@ class SessionPool:
 
     async def _reap(self) -> None:
         while True:
-            await asyncio.sleep(min(30.0, self.limits.idle_timeout_s))
-            now = time.monotonic()
+            await clocks.sleep(self.clock, min(30.0, self.limits.idle_timeout_s))
+            now = self.clock.monotonic()
             for key, shared in list(self._shared.items()):
                 # Shared sessions of rarely seen capability sets go too (not the default one).
                 if key != ClientCaps().key and now - shared.last_used > self.limits.idle_timeout_s:

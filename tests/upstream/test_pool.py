@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from gateway.aio import spawn
-from gateway.upstream.pool import PoolLimits
 from gateway.errors import SessionsBusy, UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
-from gateway.upstream.pool import SessionPool
+from gateway.upstream.pool import PoolLimits, SessionPool
 from gateway.upstream.port import Inbox, StreamCursor
+from tests.fakes.clock import ManualClock
 
 INFO = UpstreamInfo("2025-11-25", {}, {"name": "fake", "version": "1"}, None)
 
@@ -150,3 +150,27 @@ async def test_an_upstream_that_refuses_to_open_is_not_ready_and_counts_an_error
     assert errors == [1] and not sessions.reachable and sessions.size == 0
     factory.fail = False
     assert await sessions.check()
+
+
+async def test_idle_sessions_beyond_min_idle_are_reaped_on_the_pools_clock() -> None:
+    clock = ManualClock()
+    factory = Factory()
+    factory.gate.set()
+    sessions = SessionPool("fake", factory, PoolLimits(min_idle=1, idle_timeout_s=60), clock=clock)
+    sessions.start()  # opens the shared session of plain requests: never reaped
+    try:
+        caps = ClientCaps(sampling=True)
+        one, two = await sessions.acquire(caps), await sessions.acquire(caps)
+        sessions.release(one, reuse=True)
+        sessions.release(two, reuse=True)
+        await clock.armed(30.0)  # the reaper's first look
+        before = sessions.size  # shared + one + two + pre-warmed spares
+        assert before >= 4
+        clock.advance(30.0)
+        await clock.armed(60.0)  # it looked: nothing idle long enough yet
+        assert sessions.size == before
+        clock.advance(31.0)
+        await clock.armed(clock.now + 30.0)  # it looked again
+        assert sessions.size == 2  # shared + min_idle
+    finally:
+        await sessions.close()

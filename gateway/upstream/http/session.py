@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -43,7 +42,7 @@ class HttpSession:
         self.endpoint = endpoint
         self.caps = caps
         self.info: UpstreamInfo | None = None
-        self.last_used = time.monotonic()
+        self.last_used = 0.0  # stamped by the pool, on its clock
         self.requests = 0  # requests sent on this session, for recycling
         self._open = False
         self._inflight = 0
@@ -254,7 +253,6 @@ class HttpSession:
         headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """POST `message` and yield its answer's messages, counting what is in flight."""
-        self.last_used = time.monotonic()
         self.requests += 1
         self._inflight += 1
         self._quiet.clear()
