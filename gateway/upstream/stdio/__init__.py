@@ -1,0 +1,1 @@
+"""The stdio transport: a legacy server as a child process, one process per session."""
