@@ -70,24 +70,35 @@ def check_shape(key: str, method: str, answer: Any) -> None:
 
 
 def fits_form(schema: Any, answer: dict[str, Any]) -> bool:
-    """Whether an accepted form answer satisfies the requested schema.
+    """Whether an accepted form answer satisfies the requested schema."""
+    return not form_problems(schema, answer)
 
-    Only `accept` carries content to check; decline and cancel always fit.
+
+def form_problems(schema: Any, answer: dict[str, Any]) -> list[str]:
+    """Why an accepted form answer does not satisfy the requested schema (empty: it does).
+
+    Only `accept` carries content to check; decline and cancel always fit. Each
+    reason names the field and the rule, never the value given (it may be private).
     """
     if answer.get("action") != "accept" or not isinstance(schema, dict):
-        return True
+        return []
     content = answer.get("content") or {}
     properties = schema.get("properties") or {}
     required = schema.get("required") or []
     if not isinstance(properties, dict):
-        return True
-    if any(name not in content for name in required if isinstance(name, str)):
-        return False
-    return all(
-        _fits_property(properties[name], value)
-        for name, value in content.items()
-        if isinstance(properties.get(name), dict)
-    )
+        return []
+    problems = [
+        f"'{name}' is required"
+        for name in required
+        if isinstance(name, str) and name not in content
+    ]
+    for name, value in content.items():
+        prop = properties.get(name)
+        if isinstance(prop, dict):
+            problem = _property_problem(prop, value)
+            if problem is not None:
+                problems.append(f"'{name}' {problem}")
+    return problems
 
 
 def _allowed_values(prop: dict[str, Any]) -> list[Any] | None:
@@ -99,45 +110,62 @@ def _allowed_values(prop: dict[str, Any]) -> list[Any] | None:
     return None
 
 
-def _fits_property(prop: dict[str, Any], value: Any) -> bool:
+def _one_of(allowed: list[Any]) -> str:
+    return "must be one of " + ", ".join(str(v) for v in allowed)
+
+
+def _property_problem(prop: dict[str, Any], value: Any) -> str | None:
     kind = prop.get("type")
     if kind == "string" or (kind is None and isinstance(value, str)):
-        return isinstance(value, str) and _fits_string(prop, value)
+        return _string_problem(prop, value) if isinstance(value, str) else "must be text"
     if kind in ("number", "integer"):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return False
-        if kind == "integer" and not float(value).is_integer():
-            return False
-        low, high = prop.get("minimum"), prop.get("maximum")
-        return not (
-            (isinstance(low, int | float) and value < low)
-            or (isinstance(high, int | float) and value > high)
-        )
+        return _number_problem(prop, kind, value)
     if kind == "boolean":
-        return isinstance(value, bool)
+        return None if isinstance(value, bool) else "must be true or false"
     if kind == "array":
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            return False
-        items = prop.get("items")
-        allowed = _allowed_values(items) if isinstance(items, dict) else None
-        if allowed is not None and any(v not in allowed for v in value):
-            return False
-        low, high = prop.get("minItems"), prop.get("maxItems")
-        return not (
-            (isinstance(low, int) and len(value) < low)
-            or (isinstance(high, int) and len(value) > high)
-        )
-    return True
+        return _array_problem(prop, value)
+    return None
 
 
-def _fits_string(prop: dict[str, Any], value: str) -> bool:
+def _number_problem(prop: dict[str, Any], kind: str, value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"must be {'an integer' if kind == 'integer' else 'a number'}"
+    if kind == "integer" and not float(value).is_integer():
+        return "must be an integer"
+    low, high = prop.get("minimum"), prop.get("maximum")
+    if isinstance(low, int | float) and value < low:
+        return f"must be at least {low}"
+    if isinstance(high, int | float) and value > high:
+        return f"must be at most {high}"
+    return None
+
+
+def _array_problem(prop: dict[str, Any], value: Any) -> str | None:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return "must be a list of choices"
+    items = prop.get("items")
+    allowed = _allowed_values(items) if isinstance(items, dict) else None
+    if allowed is not None and any(v not in allowed for v in value):
+        return "may hold only " + ", ".join(str(v) for v in allowed)
+    low, high = prop.get("minItems"), prop.get("maxItems")
+    if isinstance(low, int) and len(value) < low:
+        return f"needs at least {low} choice(s)"
+    if isinstance(high, int) and len(value) > high:
+        return f"allows at most {high} choice(s)"
+    return None
+
+
+def _string_problem(prop: dict[str, Any], value: str) -> str | None:
     allowed = _allowed_values(prop)
     if allowed is not None and value not in allowed:
-        return False
+        return _one_of(allowed)
     low, high = prop.get("minLength"), prop.get("maxLength")
     if isinstance(low, int) and len(value) < low:
-        return False
+        return f"must be at least {low} character(s) long"
     if isinstance(high, int) and len(value) > high:
-        return False
-    pattern = _FORMATS.get(prop.get("format", ""))
-    return pattern is None or bool(pattern.match(value))
+        return f"must be at most {high} character(s) long"
+    fmt = prop.get("format", "")
+    pattern = _FORMATS.get(fmt)
+    if pattern is not None and not pattern.match(value):
+        return f"must be a valid {fmt}"
+    return None
