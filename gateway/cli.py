@@ -14,8 +14,6 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from aiohttp import web
-
 from gateway import __version__
 from gateway.aio import spawn
 from gateway.config import GatewayConfig, load_config, parse_config
@@ -78,6 +76,9 @@ def _serve_config(args: argparse.Namespace) -> GatewayConfig:
 
 
 async def _run(config: GatewayConfig) -> None:
+    # Imported here so that check-config and keygen never load aiohttp, redis or the app.
+    from aiohttp import web
+
     from gateway.app import BRIDGE, build_app
 
     app = build_app(config)

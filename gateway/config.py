@@ -28,7 +28,6 @@ from gateway.errors import ConfigError
 from gateway.protocol.keys import KeyRule
 from gateway.protocol.state import parse_key
 from gateway.protocol.translate import CachePolicy
-from gateway.upstream.pool import PoolLimits
 
 T = TypeVar("T")
 
@@ -76,6 +75,17 @@ class StoreConfig:
     @property
     def shared(self) -> bool:
         return not self.url.startswith("memory://")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolLimits:
+    min_idle: int = 1
+    max_sessions: int = 64
+    idle_timeout_s: float = 300.0
+    acquire_timeout_s: float = 10.0
+    # Recycle a session after this many requests, so whatever a legacy server keeps
+    # per session stays bounded however long the gateway runs.
+    max_requests: int = 10_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -31,6 +32,38 @@ def test_check_config_accepts_the_example_and_names_errors(tmp_path: Path, capsy
     bad.write_text("upstreams: [{name: x, url: 'ftp://nope'}]\n")
     assert main(["check-config", str(bad)]) == 2
     assert "upstreams[0].url" in capsys.readouterr().err
+
+
+_IO_MODULES_AFTER = """
+import json, sys
+from gateway.cli import main
+status = main(sys.argv[1:])
+def io_modules():
+    return sorted(
+        name for name in sys.modules
+        if name.split(".")[0] in ("aiohttp", "redis") or name.startswith("gateway.upstream")
+    )
+loaded = io_modules()
+import gateway.app  # the control: the same probe sees them once the app is imported
+print(json.dumps({"status": status, "loaded": loaded, "control": io_modules()}))
+"""
+
+
+@pytest.mark.parametrize(
+    "argv", [["check-config", str(ROOT / "config" / "example.yaml")], ["keygen"]]
+)
+def test_check_config_and_keygen_load_no_io_modules(argv: list[str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _IO_MODULES_AFTER, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert report["status"] == 0
+    assert report["loaded"] == []
+    assert {"aiohttp", "redis", "gateway.upstream"} <= set(report["control"])
 
 
 def test_serve_needs_exactly_one_source(capsys) -> None:

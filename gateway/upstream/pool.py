@@ -14,12 +14,12 @@ import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import aiohttp
 import structlog
 
 from gateway.aio import cancel_and_wait, spawn
+from gateway.config import PoolLimits
 from gateway.errors import CapacityExceeded, UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
@@ -27,17 +27,6 @@ from gateway.protocol.versions import Version
 from gateway.upstream.session import Endpoint, LegacySession, SessionExpired
 
 log = structlog.get_logger("gateway.upstream")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PoolLimits:
-    min_idle: int = 1
-    max_sessions: int = 64
-    idle_timeout_s: float = 300.0
-    acquire_timeout_s: float = 10.0
-    # Recycle a session after this many requests, so whatever a legacy server keeps
-    # per session stays bounded however long the gateway runs.
-    max_requests: int = 10_000
 
 
 class SessionPool:
