@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -169,7 +169,11 @@ class GatewayConfig:
 
 
 class _Section:
-    """A mapping read with its key path, so every error can say where it is."""
+    """A mapping read with its key path, so every error can say where it is.
+
+    Every key read through it (`get`, `raw`, `section`, `items`) counts as known;
+    `done()` refuses the others, naming the first by its key path.
+    """
 
     def __init__(self, data: Any, path: str) -> None:
         if data is None:
@@ -178,7 +182,7 @@ class _Section:
             raise ConfigError(
                 f"{path or 'the file'}: expected a mapping, got {type(data).__name__}"
             )
-        self.data: dict[str, Any] = data
+        self._data: dict[Any, Any] = data
         self.path = path
         self._seen: set[str] = set()
 
@@ -187,9 +191,9 @@ class _Section:
 
     def get(self, key: str, kind: type[T], default: T) -> T:
         self._seen.add(key)
-        if key not in self.data or self.data[key] is None:
+        if key not in self._data or self._data[key] is None:
             return default
-        value = self.data[key]
+        value = self._data[key]
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, kind) or (kind in (int, float) and isinstance(value, bool)):
@@ -204,15 +208,34 @@ class _Section:
             raise ConfigError(f"{self.at(key)}: must be greater than 0, got {value!r}")
         return value
 
-    def section(self, key: str) -> _Section:
+    def has(self, key: str) -> bool:
+        """Whether the key is written at all (it still counts as unknown until read)."""
+        return key in self._data
+
+    def raw(self, key: str) -> Any:
+        """The value as decoded, unchecked, for the caller to validate; None when absent."""
         self._seen.add(key)
-        return _Section(self.data.get(key), self.at(key))
+        return self._data.get(key)
+
+    def section(self, key: str) -> _Section:
+        return _Section(self.raw(key), self.at(key))
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        """Every key with its raw value, each counting as known. Keys must be strings."""
+        for key, value in self._data.items():
+            if not isinstance(key, str):
+                raise ConfigError(
+                    f"{self.at(str(key))}: expected a name (a string), got "
+                    f"{type(key).__name__} {key!r}; quote it, e.g. '{key}'"
+                )
+            self._seen.add(key)
+            yield key, value
 
     def done(self) -> None:
-        unknown = sorted(set(self.data) - self._seen)
+        unknown = sorted(set(self._data) - self._seen, key=str)
         if unknown:
             raise ConfigError(
-                f"{self.at(unknown[0])}: unknown key; "
+                f"{self.at(str(unknown[0]))}: unknown key; "
                 "check the spelling against the config reference"
             )
 
@@ -268,17 +291,15 @@ def _key_rules(items: Any, path: str) -> tuple[KeyRule, ...]:
 
 def _targets(section: _Section) -> dict[str, TargetConfig]:
     targets = {}
-    for name, body in section.data.items():
-        section._seen.add(name)
+    for name, body in section.items():
         target = _Section(body, section.at(name))
-        inputs = _key_rules(target.data.get("inputs"), target.at("inputs"))
-        target._seen.add("inputs")
+        inputs = _key_rules(target.raw("inputs"), target.at("inputs"))
         mode = target.get("mode", str, PARK)
         if mode not in (PARK, REPLAY):
             raise ConfigError(f"{target.at('mode')}: must be park or replay")
         replay_safe = target.get("replay_safe", bool, False)
         target.done()
-        targets[str(name)] = TargetConfig(inputs=inputs, replay_safe=replay_safe, mode=mode)
+        targets[name] = TargetConfig(inputs=inputs, replay_safe=replay_safe, mode=mode)
     return targets
 
 
@@ -299,11 +320,10 @@ def _upstream(data: Any, path: str, env: Mapping[str, str]) -> UpstreamConfig:
         raise ConfigError(f"{sec.at('path')}: must start with '/', e.g. /mcp")
     headers_sec = sec.section("headers")
     headers = {}
-    for key, value in headers_sec.data.items():
-        headers_sec._seen.add(key)
+    for key, value in headers_sec.items():
         if not isinstance(value, str):
             raise ConfigError(f"{headers_sec.at(key)}: header values must be strings")
-        headers[str(key)] = _expand_env(value, headers_sec.at(key), env)
+        headers[key] = _expand_env(value, headers_sec.at(key), env)
     pool_sec = sec.section("pool")
     pool = PoolLimits(
         min_idle=pool_sec.get("min_idle", int, 1),
@@ -330,18 +350,17 @@ def _upstream(data: Any, path: str, env: Mapping[str, str]) -> UpstreamConfig:
         timeout_s=sec.positive("timeout_s", float, 30.0),
         pool=pool,
         cache=cache,
-        inputs=_key_rules(sec.data.get("inputs"), sec.at("inputs")),
+        inputs=_key_rules(sec.raw("inputs"), sec.at("inputs")),
         tools=_targets(sec.section("tools")),
         prompts=_targets(sec.section("prompts")),
         resources=_targets(sec.section("resources")),
     )
-    sec._seen.add("inputs")
     sec.done()
     return config
 
 
 def _sealing(sec: _Section, env: Mapping[str, str], base: Path) -> SealingConfig:
-    if "keys" in sec.data:
+    if sec.has("keys"):
         raise ConfigError(
             f"{sec.at('keys')}: sealing keys must not be written in the config file; "
             f"use sealing.keys_file or the {ENV_KEYS} environment variable"

@@ -30,6 +30,25 @@ def test_the_example_config_loads_as_is() -> None:
         ({"upstreams": [{**UP, "path": "mcp"}]}, r"upstreams\[0\].path: must start with '/'"),
         ({"upstreams": [UP, {**UP}]}, r"upstreams\[1\].name: 'u' is used"),
         ({"upstreams": [{**UP, "timeout": 5}]}, r"upstreams\[0\].timeout: unknown key"),
+        ({"upstreams": [UP], "listn": {}}, "^listn: unknown key"),
+        ({"upstreams": [UP], "limits": {"max_round": 3}}, "^limits.max_round: unknown key"),
+        ({"upstreams": [{**UP, "pool": {"max": 1}}]}, r"^upstreams\[0\].pool.max: unknown key"),
+        (
+            {"upstreams": [{**UP, "tools": {"t": {"mode": "park", "retries": 1}}}]},
+            r"^upstreams\[0\].tools.t.retries: unknown key",
+        ),
+        (
+            {"upstreams": [{**UP, "tools": {"t": {"inputs": [{"key": "k", "feilds": []}]}}}]},
+            r"^upstreams\[0\].tools.t.inputs\[0\].feilds: unknown key",
+        ),
+        (
+            {"upstreams": [{**UP, "prompts": {1: {}}}]},
+            r"^upstreams\[0\].prompts.1: expected a name \(a string\), got int 1; quote it",
+        ),
+        (
+            {"upstreams": [{**UP, "headers": {"X-Retries": 3}}]},
+            r"^upstreams\[0\].headers.X-Retries: header values must be strings",
+        ),
         ({"upstreams": [UP], "listen": {"port": "80"}}, "listen.port: expected int, got str"),
         (
             {"upstreams": [UP], "limits": {"max_rounds": 0}},
