@@ -5,19 +5,25 @@ fix it. Nothing is coerced silently. Secrets never live in the YAML: sealing
 keys come from a key file or the environment, and upstream header values may
 reference environment variables as `${NAME}`.
 
-Environment overrides:
+Environment overrides (a variable set and not empty wins over the file):
     MRTR_GATEWAY_SEALING_KEYS       comma-separated keys (first seals, all open)
-    MRTR_GATEWAY_SEALING_KEYS_FILE  a file of keys, one per line
+    MRTR_GATEWAY_SEALING_KEYS_FILE  overrides sealing.keys_file
     MRTR_GATEWAY_STORE_URL          overrides store.url
-    MRTR_GATEWAY_LOG_LEVEL / MRTR_GATEWAY_LOG_FORMAT
+    MRTR_GATEWAY_LOG_LEVEL / MRTR_GATEWAY_LOG_FORMAT  override logging.level / .format
+    MRTR_GATEWAY_REPLICA_ID         overrides replica_id
+
+Each default is written once, in the dataclasses: the loader passes only the keys
+the file gives, so the dataclass supplies the rest.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
-from collections.abc import Iterator, Mapping
+import typing
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +40,9 @@ T = TypeVar("T")
 ENV_KEYS = "MRTR_GATEWAY_SEALING_KEYS"
 ENV_KEYS_FILE = "MRTR_GATEWAY_SEALING_KEYS_FILE"
 ENV_STORE_URL = "MRTR_GATEWAY_STORE_URL"
+ENV_LOG_LEVEL = "MRTR_GATEWAY_LOG_LEVEL"
+ENV_LOG_FORMAT = "MRTR_GATEWAY_LOG_FORMAT"
+ENV_REPLICA_ID = "MRTR_GATEWAY_REPLICA_ID"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -168,11 +177,20 @@ class GatewayConfig:
     upstreams: tuple[UpstreamConfig, ...] = ()
 
 
+_SCALARS = (str, int, float, bool)
+
+
+def _scalar_fields(cls: type[Any]) -> dict[str, type[Any]]:
+    """The fields of dataclass `cls` that hold a str, int, float or bool, with that type."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if hints[f.name] in _SCALARS}
+
+
 class _Section:
     """A mapping read with its key path, so every error can say where it is.
 
-    Every key read through it (`get`, `raw`, `section`, `items`) counts as known;
-    `done()` refuses the others, naming the first by its key path.
+    Every key read through it (`get`, `raw`, `section`, `items`, `scalars`) counts as
+    known; `done()` refuses the others, naming the first by its key path.
     """
 
     def __init__(self, data: Any, path: str) -> None:
@@ -189,11 +207,15 @@ class _Section:
     def at(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
-    def get(self, key: str, kind: type[T], default: T) -> T:
+    def get(self, key: str, kind: type[T]) -> T | None:
+        """The value checked against `kind`, or None when absent or null (the default applies).
+
+        An int is accepted where a float is expected; a bool is never a number.
+        """
         self._seen.add(key)
-        if key not in self._data or self._data[key] is None:
-            return default
-        value = self._data[key]
+        value = self._data.get(key)
+        if value is None:
+            return None
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, kind) or (kind in (int, float) and isinstance(value, bool)):
@@ -202,11 +224,25 @@ class _Section:
             )
         return value
 
-    def positive(self, key: str, kind: type[T], default: T) -> T:
-        value = self.get(key, kind, default)
-        if value <= 0:  # type: ignore[operator]
-            raise ConfigError(f"{self.at(key)}: must be greater than 0, got {value!r}")
-        return value
+    def scalars(self, cls: type[Any], *, zero_ok: Collection[str] = ()) -> dict[str, Any]:
+        """The keys given for the str, int, float and bool fields of dataclass `cls`.
+
+        Keys left out are left out of the result too, so `cls(**result)` takes the
+        dataclass's own defaults. Numbers must be greater than 0, or 0 or more for
+        the fields named in `zero_ok`.
+        """
+        values: dict[str, Any] = {}
+        for name, kind in _scalar_fields(cls).items():
+            value = self.get(name, kind)
+            if value is None:
+                continue
+            if kind in (int, float):
+                if name in zero_ok and value < 0:
+                    raise ConfigError(f"{self.at(name)}: must be 0 or more, got {value!r}")
+                if name not in zero_ok and value <= 0:
+                    raise ConfigError(f"{self.at(name)}: must be greater than 0, got {value!r}")
+            values[name] = value
+        return values
 
     def has(self, key: str) -> bool:
         """Whether the key is written at all (it still counts as unknown until read)."""
@@ -240,9 +276,10 @@ class _Section:
             )
 
 
-def _override(env: Mapping[str, str], name: str, configured: str) -> str:
-    """The environment's value when set, else the file's (read first, so it counts as known)."""
-    return env.get(name) or configured
+def _from_env(values: dict[str, Any], key: str, env: Mapping[str, str], name: str) -> None:
+    """The environment variable, when set and not empty, replaces the file's value."""
+    if env.get(name):
+        values[key] = env[name]
 
 
 def _expand_env(value: str, where: str, env: Mapping[str, str]) -> str:
@@ -263,19 +300,19 @@ def _key_rules(items: Any, path: str) -> tuple[KeyRule, ...]:
     rules = []
     for index, item in enumerate(items):
         rule = _Section(item, f"{path}[{index}]")
-        key = rule.get("key", str, "")
+        key = rule.get("key", str)
         if not key:
             raise ConfigError(f"{rule.at('key')}: every input rule needs a key")
-        method = rule.get("method", str, "") or None
+        method = rule.get("method", str) or None
         if method not in (None, "elicitation/create", "sampling/createMessage", "roots/list"):
             raise ConfigError(
                 f"{rule.at('method')}: must be elicitation/create, "
                 "sampling/createMessage or roots/list"
             )
-        fields_ = rule.get("fields", list, [])
+        fields_ = rule.get("fields", list) or []
         if not all(isinstance(f, str) for f in fields_):
             raise ConfigError(f"{rule.at('fields')}: expected a list of property names")
-        pattern = rule.get("message", str, "")
+        pattern = rule.get("message", str)
         try:
             compiled = re.compile(pattern) if pattern else None
         except re.error as exc:
@@ -294,29 +331,28 @@ def _targets(section: _Section) -> dict[str, TargetConfig]:
     for name, body in section.items():
         target = _Section(body, section.at(name))
         inputs = _key_rules(target.raw("inputs"), target.at("inputs"))
-        mode = target.get("mode", str, PARK)
-        if mode not in (PARK, REPLAY):
+        values = target.scalars(TargetConfig)
+        if values.get("mode", PARK) not in (PARK, REPLAY):
             raise ConfigError(f"{target.at('mode')}: must be park or replay")
-        replay_safe = target.get("replay_safe", bool, False)
         target.done()
-        targets[name] = TargetConfig(inputs=inputs, replay_safe=replay_safe, mode=mode)
+        targets[name] = TargetConfig(inputs=inputs, **values)
     return targets
 
 
 def _upstream(data: Any, path: str, env: Mapping[str, str]) -> UpstreamConfig:
     sec = _Section(data, path)
-    name = sec.get("name", str, "")
+    values = sec.scalars(UpstreamConfig)
+    name = values.get("name", "")
     if not _NAME.match(name):
         raise ConfigError(
             f"{sec.at('name')}: a name of letters, digits, '.', '_' or '-' is required"
         )
-    url = _expand_env(sec.get("url", str, ""), sec.at("url"), env)
+    url = values["url"] = _expand_env(values.get("url", ""), sec.at("url"), env)
     if not url.startswith(("http://", "https://")):
         raise ConfigError(
             f"{sec.at('url')}: an http:// or https:// URL of the legacy MCP endpoint is required"
         )
-    route = sec.get("path", str, "/mcp")
-    if not route.startswith("/"):
+    if not values.get("path", "/").startswith("/"):
         raise ConfigError(f"{sec.at('path')}: must start with '/', e.g. /mcp")
     headers_sec = sec.section("headers")
     headers = {}
@@ -325,29 +361,16 @@ def _upstream(data: Any, path: str, env: Mapping[str, str]) -> UpstreamConfig:
             raise ConfigError(f"{headers_sec.at(key)}: header values must be strings")
         headers[key] = _expand_env(value, headers_sec.at(key), env)
     pool_sec = sec.section("pool")
-    pool = PoolLimits(
-        min_idle=pool_sec.get("min_idle", int, 1),
-        max_sessions=pool_sec.positive("max_sessions", int, 64),
-        idle_timeout_s=pool_sec.positive("idle_timeout_s", float, 300.0),
-        acquire_timeout_s=pool_sec.positive("acquire_timeout_s", float, 10.0),
-        max_requests=pool_sec.positive("max_requests", int, 10_000),
-    )
+    pool = PoolLimits(**pool_sec.scalars(PoolLimits, zero_ok={"min_idle"}))
     pool_sec.done()
     cache_sec = sec.section("cache")
-    cache = CachePolicy(
-        ttl_ms=cache_sec.get("ttl_ms", int, 0), scope=cache_sec.get("scope", str, "private")
-    )
+    cache = CachePolicy(**cache_sec.scalars(CachePolicy, zero_ok={"ttl_ms"}))
     if cache.scope not in ("private", "public"):
         raise ConfigError(f"{cache_sec.at('scope')}: must be private or public")
-    if cache.ttl_ms < 0:
-        raise ConfigError(f"{cache_sec.at('ttl_ms')}: must be 0 or more milliseconds")
     cache_sec.done()
     config = UpstreamConfig(
-        name=name,
-        url=url,
-        path=route,
+        **values,
         headers=headers,
-        timeout_s=sec.positive("timeout_s", float, 30.0),
         pool=pool,
         cache=cache,
         inputs=_key_rules(sec.raw("inputs"), sec.at("inputs")),
@@ -365,23 +388,20 @@ def _sealing(sec: _Section, env: Mapping[str, str], base: Path) -> SealingConfig
             f"{sec.at('keys')}: sealing keys must not be written in the config file; "
             f"use sealing.keys_file or the {ENV_KEYS} environment variable"
         )
-    keys: list[bytes] = []
+    keys_file = sec.get("keys_file", str)
+    values = sec.scalars(SealingConfig)
+    sec.done()
     if env.get(ENV_KEYS):
         keys = [
             parse_key(k, f"{ENV_KEYS} key #{i + 1}")
             for i, k in enumerate(env[ENV_KEYS].split(","))
             if k.strip()
         ]
-    else:
-        keys_file = _override(env, ENV_KEYS_FILE, sec.get("keys_file", str, ""))
-        if keys_file:
-            keys = load_keys_file(
-                base / keys_file if not os.path.isabs(keys_file) else Path(keys_file)
-            )
-    sec.get("keys_file", str, "")
-    audience = sec.get("audience", str, "mrtr-gateway")
-    sec.done()
-    return SealingConfig(keys=tuple(keys), audience=audience)
+        return SealingConfig(keys=tuple(keys), **values)
+    keys_file = env.get(ENV_KEYS_FILE) or keys_file
+    if keys_file:
+        values["keys"] = tuple(load_keys_file(base / keys_file))  # an absolute path stays as is
+    return SealingConfig(**values)
 
 
 def load_keys_file(path: Path) -> list[bytes]:
@@ -405,10 +425,61 @@ def load_keys_file(path: Path) -> list[bytes]:
     return keys
 
 
+_STORE_SCHEMES = (
+    "memory://",
+    "redis://",
+    "rediss://",
+    "unix://",
+    "redis+sentinel://",
+    "redis+cluster://",
+)
+
+
+def _store(sec: _Section, env: Mapping[str, str]) -> StoreConfig:
+    values = sec.scalars(StoreConfig)
+    sec.done()
+    _from_env(values, "url", env, ENV_STORE_URL)
+    store = StoreConfig(**values)
+    if not store.url.startswith(_STORE_SCHEMES):
+        raise ConfigError(
+            "store.url: use memory:// (one replica) or redis://host:port/db, "
+            "redis+sentinel://host:port/service, redis+cluster://host:port"
+        )
+    return store
+
+
+def _logging(sec: _Section, env: Mapping[str, str]) -> LoggingConfig:
+    values = sec.scalars(LoggingConfig)
+    sec.done()
+    _from_env(values, "level", env, ENV_LOG_LEVEL)
+    _from_env(values, "format", env, ENV_LOG_FORMAT)
+    # Case is not meaningful here (INFO is info), so this is no silent change of meaning.
+    config = LoggingConfig(**{key: value.lower() for key, value in values.items()})
+    if config.level not in ("debug", "info", "warning", "error"):
+        raise ConfigError("logging.level: must be debug, info, warning or error")
+    if config.format not in ("console", "json"):
+        raise ConfigError("logging.format: must be console or json")
+    return config
+
+
+def _names(root: _Section, key: str, example: str) -> frozenset[str] | None:
+    """A list of strings as a set, or None when the key is absent (the default applies)."""
+    items = root.get(key, list)
+    if items is None:
+        return None
+    if not all(isinstance(item, str) for item in items):
+        raise ConfigError(f"{root.at(key)}: expected a list of {example}")
+    return frozenset(items)
+
+
 def parse_config(
     data: Any, *, env: Mapping[str, str] | None = None, base: Path | None = None
 ) -> GatewayConfig:
     """Build and validate the config tree from decoded YAML.
+
+    Precedence: an environment variable (see the module docstring) > the data > the
+    dataclass default. Relative paths in the data are read from `base` (default: the
+    working directory).
 
     Raises:
         ConfigError: naming the key path and the fix.
@@ -416,102 +487,45 @@ def parse_config(
     env = os.environ if env is None else env
     base = base or Path.cwd()
     root = _Section(data, "")
+    values: dict[str, Any] = root.scalars(GatewayConfig)
+    _from_env(values, "replica_id", env, ENV_REPLICA_ID)
+    if values.get("replica_id") == "":
+        raise ConfigError("replica_id: must not be empty; leave it out for a random name")
     listen_sec = root.section("listen")
-    listen = ListenConfig(
-        host=listen_sec.get("host", str, "127.0.0.1"), port=listen_sec.get("port", int, 8080)
-    )
-    if not 0 <= listen.port <= 65535:
+    values["listen"] = listen = ListenConfig(**listen_sec.scalars(ListenConfig, zero_ok={"port"}))
+    if listen.port > 65535:
         raise ConfigError(f"listen.port: must be 0..65535, got {listen.port}")
     listen_sec.done()
     lim = root.section("limits")
-    limits = LimitsConfig(
-        max_body_bytes=lim.positive("max_body_bytes", int, 4 * 1024 * 1024),
-        max_rounds=lim.positive("max_rounds", int, 16),
-        max_parked_calls=lim.positive("max_parked_calls", int, 10_000),
-        max_parked_per_principal=lim.positive("max_parked_per_principal", int, 16),
-        suspension_ttl_s=lim.positive("suspension_ttl_s", float, 600.0),
-        hold_timeout_s=lim.positive("hold_timeout_s", float, 300.0),
-        coalesce_ms=lim.get("coalesce_ms", int, 10),
-        keepalive_s=lim.positive("keepalive_s", float, 15.0),
-        max_state_bytes=lim.positive("max_state_bytes", int, 16 * 1024),
-    )
-    if not 0 <= limits.coalesce_ms <= 5000:
+    values["limits"] = limits = LimitsConfig(**lim.scalars(LimitsConfig, zero_ok={"coalesce_ms"}))
+    if limits.coalesce_ms > 5000:
         raise ConfigError("limits.coalesce_ms: must be 0..5000 milliseconds")
     lim.done()
-    sealing = _sealing(root.section("sealing"), env, base)
-    store_sec = root.section("store")
-    store = StoreConfig(
-        url=_override(env, ENV_STORE_URL, store_sec.get("url", str, "memory://")),
-        key_prefix=store_sec.get("key_prefix", str, "mrtr:"),
-    )
-    schemes = (
-        "memory://",
-        "redis://",
-        "rediss://",
-        "unix://",
-        "redis+sentinel://",
-        "redis+cluster://",
-    )
-    if not store.url.startswith(schemes):
-        raise ConfigError(
-            "store.url: use memory:// (one replica) or redis://host:port/db, "
-            "redis+sentinel://host:port/service, redis+cluster://host:port"
-        )
-    store_sec.done()
+    values["sealing"] = sealing = _sealing(root.section("sealing"), env, base)
+    values["store"] = store = _store(root.section("store"), env)
     if store.shared and sealing.ephemeral:
         raise ConfigError(
             "sealing: a shared store (Redis) needs a sealing key that every replica shares; "
             f"set sealing.keys_file or {ENV_KEYS} (generate one with: mrtr-gateway keygen)"
         )
     fleet_sec = root.section("fleet")
-    fleet = FleetConfig(
-        heartbeat_s=fleet_sec.positive("heartbeat_s", float, 1.0),
-        drain_timeout_s=fleet_sec.positive("drain_timeout_s", float, 30.0),
-    )
+    values["fleet"] = FleetConfig(**fleet_sec.scalars(FleetConfig))
     fleet_sec.done()
-    log_sec = root.section("logging")
-    logging = LoggingConfig(
-        level=_override(env, "MRTR_GATEWAY_LOG_LEVEL", log_sec.get("level", str, "info")).lower(),
-        format=(
-            _override(env, "MRTR_GATEWAY_LOG_FORMAT", log_sec.get("format", str, "console"))
-        ).lower(),
-    )
-    if logging.level not in ("debug", "info", "warning", "error"):
-        raise ConfigError("logging.level: must be debug, info, warning or error")
-    if logging.format not in ("console", "json"):
-        raise ConfigError("logging.format: must be console or json")
-    log_sec.done()
-    origins = root.get("allowed_origins", list, [])
-    if not all(isinstance(o, str) for o in origins):
-        raise ConfigError(
-            "allowed_origins: expected a list of origins such as https://app.example.com"
-        )
-    hosts = root.get("allowed_hosts", list, [])
-    if not all(isinstance(h, str) for h in hosts):
-        raise ConfigError("allowed_hosts: expected a list of host names such as mcp.example.com")
-    replica_id = root.get("replica_id", str, "") or env.get("MRTR_GATEWAY_REPLICA_ID", "")
-    items = root.get("upstreams", list, [])
+    values["logging"] = _logging(root.section("logging"), env)
+    origins = _names(root, "allowed_origins", "origins such as https://app.example.com")
+    if origins is not None:
+        values["allowed_origins"] = origins
+    hosts = _names(root, "allowed_hosts", "host names such as mcp.example.com")
+    if hosts is not None:
+        values["allowed_hosts"] = frozenset(h.lower() for h in hosts)
+    items = root.get("upstreams", list)
     if not items:
         raise ConfigError("upstreams: at least one legacy server is required (name, url, path)")
     upstreams = tuple(_upstream(item, f"upstreams[{i}]", env) for i, item in enumerate(items))
     _unique([u.name for u in upstreams], "name")
     _unique([u.path for u in upstreams], "path")
     root.done()
-    kwargs: dict[str, Any] = {}
-    if replica_id:
-        kwargs["replica_id"] = replica_id
-    return GatewayConfig(
-        listen=listen,
-        limits=limits,
-        sealing=sealing,
-        store=store,
-        fleet=fleet,
-        logging=logging,
-        allowed_origins=frozenset(origins),
-        allowed_hosts=frozenset(h.lower() for h in hosts),
-        upstreams=upstreams,
-        **kwargs,
-    )
+    return GatewayConfig(**values, upstreams=upstreams)
 
 
 def _unique(values: list[str], what: str) -> None:

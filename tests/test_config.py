@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from gateway.config import load_config, parse_config
+from gateway.config import (
+    GatewayConfig,
+    TargetConfig,
+    UpstreamConfig,
+    load_config,
+    parse_config,
+)
 from gateway.errors import ConfigError
 from gateway.protocol.state import generate_key
 
@@ -20,6 +27,97 @@ def test_the_example_config_loads_as_is() -> None:
     assert (upstream.name, upstream.path) == ("example", "/mcp")
     assert [r.key for r in upstream.rules_for("tools/call", "create_ticket")] == ["priority"]
     assert config.sealing.ephemeral and config.store.url == "memory://"
+
+
+SECTIONS = ("listen", "limits", "sealing", "store", "fleet", "logging")
+
+
+@pytest.mark.parametrize("empty", [None, {}], ids=["null", "empty-mapping"])
+def test_empty_sections_load_the_dataclass_defaults(empty: dict | None) -> None:
+    data = {name: empty for name in SECTIONS}
+    upstream = {**UP, "pool": empty, "cache": empty, "headers": empty, "tools": {"t": empty}}
+    config = parse_config({**data, "upstreams": [upstream]}, env={})
+    expected = GatewayConfig(
+        upstreams=(UpstreamConfig(name="u", url=UP["url"], tools={"t": TargetConfig()}),),
+        replica_id=config.replica_id,  # random by default
+    )
+    for field in dataclasses.fields(GatewayConfig):
+        assert getattr(config, field.name) == getattr(expected, field.name), field.name
+    assert config.replica_id.startswith("replica-")
+
+
+FULL = {
+    "listen": {"host": "0.0.0.0", "port": 9090},
+    "limits": {
+        "max_body_bytes": 1024,
+        "max_rounds": 3,
+        "max_parked_calls": 50,
+        "max_parked_per_principal": 5,
+        "suspension_ttl_s": 60,
+        "hold_timeout_s": 20.5,
+        "coalesce_ms": 0,
+        "keepalive_s": 5,
+        "max_state_bytes": 2048,
+    },
+    "sealing": {"audience": "staging"},
+    "store": {"url": "redis://redis:6379/1", "key_prefix": "gw:"},
+    "fleet": {"heartbeat_s": 2, "drain_timeout_s": 5},
+    "logging": {"level": "debug", "format": "json"},
+    "allowed_origins": ["https://app.example.com"],
+    "allowed_hosts": ["MCP.example.com"],
+    "replica_id": "gw-0",
+    "upstreams": [
+        {
+            **UP,
+            "path": "/legacy",
+            "headers": {"X-Tenant": "a"},
+            "timeout_s": 5,
+            "pool": {
+                "min_idle": 0,
+                "max_sessions": 8,
+                "idle_timeout_s": 60,
+                "acquire_timeout_s": 2,
+                "max_requests": 100,
+            },
+            "cache": {"ttl_ms": 500, "scope": "public"},
+            "inputs": [{"key": "who", "method": "elicitation/create"}],
+            "tools": {"t": {"inputs": [{"key": "k"}], "replay_safe": True, "mode": "replay"}},
+            "prompts": {"p": {}},
+            "resources": {"r": {}},
+        }
+    ],
+}
+
+
+def _leaves(config: object, path: str = "") -> dict[str, object]:
+    """Every field of a config tree by key path, nested dataclasses walked."""
+    leaves: dict[str, object] = {}
+    for field in dataclasses.fields(config):  # type: ignore[arg-type]
+        value = getattr(config, field.name)
+        if dataclasses.is_dataclass(value):
+            leaves.update(_leaves(value, f"{path}{field.name}."))
+        else:
+            leaves[path + field.name] = value
+    return leaves
+
+
+def test_every_field_is_read_from_the_file() -> None:
+    """A field the loader forgot keeps its default here, and this test names it."""
+    config = parse_config(FULL, env={"MRTR_GATEWAY_SEALING_KEYS": generate_key()})
+    loaded = _leaves(config)
+    defaults = _leaves(GatewayConfig())
+    upstream = _leaves(config.upstreams[0])
+    upstream_defaults = _leaves(UpstreamConfig(name="", url=""))
+    same = [k for k in defaults if k != "upstreams" and loaded[k] == defaults[k]]
+    same += [f"upstreams[0].{k}" for k in upstream_defaults if upstream[k] == upstream_defaults[k]]
+    assert same == []
+    target = config.upstreams[0].tools["t"]
+    assert (target.replay_safe, target.mode, [r.key for r in target.inputs]) == (
+        True,
+        "replay",
+        ["k"],
+    )
+    assert config.allowed_hosts == {"mcp.example.com"} and config.upstreams[0].pool.min_idle == 0
 
 
 @pytest.mark.parametrize(
@@ -50,6 +148,15 @@ def test_the_example_config_loads_as_is() -> None:
             r"^upstreams\[0\].headers.X-Retries: header values must be strings",
         ),
         ({"upstreams": [UP], "listen": {"port": "80"}}, "listen.port: expected int, got str"),
+        ({"upstreams": [UP], "listen": {"port": 70000}}, "listen.port: must be 0..65535"),
+        ({"upstreams": [UP], "limits": {"max_rounds": True}}, "expected int, got bool"),
+        ({"upstreams": [UP], "limits": {"max_rounds": 2.5}}, "expected int, got float"),
+        ({"upstreams": [UP], "limits": {"coalesce_ms": -1}}, "coalesce_ms: must be 0 or more"),
+        (
+            {"upstreams": [{**UP, "pool": {"min_idle": -1}}]},
+            r"upstreams\[0\].pool.min_idle: must be 0 or more, got -1",
+        ),
+        ({"upstreams": [UP], "replica_id": ""}, "replica_id: must not be empty"),
         (
             {"upstreams": [UP], "limits": {"max_rounds": 0}},
             "limits.max_rounds: must be greater than 0",
@@ -118,3 +225,9 @@ def test_environment_overrides_replace_keys_that_the_file_also_sets() -> None:
         data, env={"MRTR_GATEWAY_LOG_FORMAT": "json", "MRTR_GATEWAY_LOG_LEVEL": "warning"}
     )
     assert (config.logging.format, config.logging.level) == ("json", "warning")
+
+
+def test_the_environment_names_the_replica_over_the_file() -> None:
+    data = {"upstreams": [UP], "replica_id": "from-file"}
+    assert parse_config(data, env={}).replica_id == "from-file"
+    assert parse_config(data, env={"MRTR_GATEWAY_REPLICA_ID": "pod-1"}).replica_id == "pod-1"
