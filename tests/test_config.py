@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from pathlib import Path
 
@@ -19,6 +20,45 @@ from gateway.protocol.state import generate_key
 
 ROOT = Path(__file__).resolve().parents[1]
 UP = {"name": "u", "url": "http://127.0.0.1:1/mcp"}
+CONFIG_PACKAGE = ROOT / "gateway" / "config"
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, also under `if TYPE_CHECKING:` and inside functions."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_config_package_imports_no_io_layer_and_has_no_cycle() -> None:
+    modules = {path.stem: _imports(path) for path in CONFIG_PACKAGE.glob("*.py")}
+    assert {"__init__", "model", "loader"} <= modules.keys()
+    allowed = ("gateway.errors", "gateway.protocol.", "gateway.config.")
+    offenders = {
+        f"{module}: {name}"
+        for module, names in modules.items()
+        for name in names
+        if name.split(".")[0] in ("aiohttp", "redis", "asyncio", "socket")
+        or (name.startswith("gateway") and not name.startswith(allowed))
+    }
+    assert offenders == set()
+    # Within the package: submodules never import the package itself, and the
+    # imports between them form no cycle.
+    edges = {
+        module: {
+            n.removeprefix("gateway.config.") for n in names if n.startswith("gateway.config.")
+        }
+        for module, names in modules.items()
+    }
+    done: set[str] = set()
+    while len(done) < len(edges):
+        ready = {m for m, needs in edges.items() if m not in done and needs <= done}
+        assert ready, f"import cycle among {sorted(edges.keys() - done)}"
+        done |= ready
 
 
 def test_the_example_config_loads_as_is() -> None:

@@ -1,4 +1,4 @@
-"""The gateway's configuration: a frozen dataclass tree loaded once from YAML.
+"""Reading and validating the configuration: YAML and the environment in, a GatewayConfig out.
 
 Every value is validated explicitly; an error names the key path and says how to
 fix it. Nothing is coerced silently. Secrets never live in the YAML: sealing
@@ -12,30 +12,39 @@ Environment overrides (a variable set and not empty wins over the file):
     MRTR_GATEWAY_LOG_LEVEL / MRTR_GATEWAY_LOG_FORMAT  override logging.level / .format
     MRTR_GATEWAY_REPLICA_ID         overrides replica_id
 
-Each default is written once, in the dataclasses: the loader passes only the keys
-the file gives, so the dataclass supplies the rest.
+Defaults are not written here: only the keys a file gives are passed to the
+dataclasses of `gateway.config.model`, which supply the rest.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-import secrets
-import typing
-from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
+from gateway.config.model import (
+    PARK,
+    REPLAY,
+    FleetConfig,
+    GatewayConfig,
+    LimitsConfig,
+    ListenConfig,
+    LoggingConfig,
+    PoolLimits,
+    SealingConfig,
+    StoreConfig,
+    TargetConfig,
+    UpstreamConfig,
+)
+from gateway.config.section import Section
 from gateway.errors import ConfigError
 from gateway.protocol.keys import KeyRule
 from gateway.protocol.state import parse_key
 from gateway.protocol.translate import CachePolicy
-
-T = TypeVar("T")
 
 ENV_KEYS = "MRTR_GATEWAY_SEALING_KEYS"
 ENV_KEYS_FILE = "MRTR_GATEWAY_SEALING_KEYS_FILE"
@@ -45,235 +54,6 @@ ENV_LOG_FORMAT = "MRTR_GATEWAY_LOG_FORMAT"
 ENV_REPLICA_ID = "MRTR_GATEWAY_REPLICA_ID"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ListenConfig:
-    host: str = "127.0.0.1"
-    port: int = 8080
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LimitsConfig:
-    max_body_bytes: int = 4 * 1024 * 1024
-    max_rounds: int = 16
-    max_parked_calls: int = 10_000
-    max_parked_per_principal: int = 16
-    suspension_ttl_s: float = 600.0
-    hold_timeout_s: float = 300.0
-    coalesce_ms: int = 10
-    keepalive_s: float = 15.0
-    max_state_bytes: int = 16 * 1024
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SealingConfig:
-    keys: tuple[bytes, ...] = ()
-    audience: str = "mrtr-gateway"
-
-    @property
-    def ephemeral(self) -> bool:
-        return not self.keys
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StoreConfig:
-    url: str = "memory://"
-    key_prefix: str = "mrtr:"
-
-    @property
-    def shared(self) -> bool:
-        return not self.url.startswith("memory://")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PoolLimits:
-    min_idle: int = 1
-    max_sessions: int = 64
-    idle_timeout_s: float = 300.0
-    acquire_timeout_s: float = 10.0
-    # Recycle a session after this many requests, so whatever a legacy server keeps
-    # per session stays bounded however long the gateway runs.
-    max_requests: int = 10_000
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FleetConfig:
-    heartbeat_s: float = 1.0
-    drain_timeout_s: float = 30.0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LoggingConfig:
-    level: str = "info"
-    format: str = "console"
-
-
-PARK = "park"
-REPLAY = "replay"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TargetConfig:
-    """Per tool, prompt or resource settings."""
-
-    inputs: tuple[KeyRule, ...] = ()
-    # replay_safe: if the replica holding a parked call dies, the call may be run again
-    # from its journal of answers (the body runs again: only for idempotent tools).
-    replay_safe: bool = False
-    # mode: park (the call waits in a store) or replay (nothing is parked: every retry
-    # re-runs the call, its answers journaled inside requestState).
-    mode: str = PARK
-
-
-_DEFAULT_TARGET = TargetConfig()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UpstreamConfig:
-    name: str
-    url: str
-    path: str = "/mcp"
-    headers: Mapping[str, str] = field(default_factory=dict)
-    timeout_s: float = 30.0
-    pool: PoolLimits = PoolLimits()
-    cache: CachePolicy = CachePolicy()
-    inputs: tuple[KeyRule, ...] = ()
-    tools: Mapping[str, TargetConfig] = field(default_factory=dict)
-    prompts: Mapping[str, TargetConfig] = field(default_factory=dict)
-    resources: Mapping[str, TargetConfig] = field(default_factory=dict)
-
-    def target(self, method: str, target: str | None) -> TargetConfig:
-        table = {
-            "tools/call": self.tools,
-            "prompts/get": self.prompts,
-            "resources/read": self.resources,
-        }
-        return table.get(method, {}).get(target or "") or _DEFAULT_TARGET
-
-    def rules_for(self, method: str, target: str | None) -> tuple[KeyRule, ...]:
-        return self.target(method, target).inputs + self.inputs
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GatewayConfig:
-    listen: ListenConfig = ListenConfig()
-    limits: LimitsConfig = LimitsConfig()
-    sealing: SealingConfig = SealingConfig()
-    store: StoreConfig = StoreConfig()
-    fleet: FleetConfig = FleetConfig()
-    logging: LoggingConfig = LoggingConfig()
-    allowed_origins: frozenset[str] = frozenset()
-    allowed_hosts: frozenset[str] = frozenset()
-
-    @property
-    def loopback(self) -> bool:
-        """Listening on loopback only: then only loopback Host and Origin values are served."""
-        return self.listen.host in ("127.0.0.1", "localhost", "::1") or self.listen.host.startswith(
-            "127."
-        )
-
-    replica_id: str = field(default_factory=lambda: "replica-" + secrets.token_hex(4))
-    upstreams: tuple[UpstreamConfig, ...] = ()
-
-
-_SCALARS = (str, int, float, bool)
-
-
-def _scalar_fields(cls: type[Any]) -> dict[str, type[Any]]:
-    """The fields of dataclass `cls` that hold a str, int, float or bool, with that type."""
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if hints[f.name] in _SCALARS}
-
-
-class _Section:
-    """A mapping read with its key path, so every error can say where it is.
-
-    Every key read through it (`get`, `raw`, `section`, `items`, `scalars`) counts as
-    known; `done()` refuses the others, naming the first by its key path.
-    """
-
-    def __init__(self, data: Any, path: str) -> None:
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ConfigError(
-                f"{path or 'the file'}: expected a mapping, got {type(data).__name__}"
-            )
-        self._data: dict[Any, Any] = data
-        self.path = path
-        self._seen: set[str] = set()
-
-    def at(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def get(self, key: str, kind: type[T]) -> T | None:
-        """The value checked against `kind`, or None when absent or null (the default applies).
-
-        An int is accepted where a float is expected; a bool is never a number.
-        """
-        self._seen.add(key)
-        value = self._data.get(key)
-        if value is None:
-            return None
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kind) or (kind in (int, float) and isinstance(value, bool)):
-            raise ConfigError(
-                f"{self.at(key)}: expected {kind.__name__}, got {type(value).__name__} {value!r}"
-            )
-        return value
-
-    def scalars(self, cls: type[Any], *, zero_ok: Collection[str] = ()) -> dict[str, Any]:
-        """The keys given for the str, int, float and bool fields of dataclass `cls`.
-
-        Keys left out are left out of the result too, so `cls(**result)` takes the
-        dataclass's own defaults. Numbers must be greater than 0, or 0 or more for
-        the fields named in `zero_ok`.
-        """
-        values: dict[str, Any] = {}
-        for name, kind in _scalar_fields(cls).items():
-            value = self.get(name, kind)
-            if value is None:
-                continue
-            if kind in (int, float):
-                if name in zero_ok and value < 0:
-                    raise ConfigError(f"{self.at(name)}: must be 0 or more, got {value!r}")
-                if name not in zero_ok and value <= 0:
-                    raise ConfigError(f"{self.at(name)}: must be greater than 0, got {value!r}")
-            values[name] = value
-        return values
-
-    def has(self, key: str) -> bool:
-        """Whether the key is written at all (it still counts as unknown until read)."""
-        return key in self._data
-
-    def raw(self, key: str) -> Any:
-        """The value as decoded, unchecked, for the caller to validate; None when absent."""
-        self._seen.add(key)
-        return self._data.get(key)
-
-    def section(self, key: str) -> _Section:
-        return _Section(self.raw(key), self.at(key))
-
-    def items(self) -> Iterator[tuple[str, Any]]:
-        """Every key with its raw value, each counting as known. Keys must be strings."""
-        for key, value in self._data.items():
-            if not isinstance(key, str):
-                raise ConfigError(
-                    f"{self.at(str(key))}: expected a name (a string), got "
-                    f"{type(key).__name__} {key!r}; quote it, e.g. '{key}'"
-                )
-            self._seen.add(key)
-            yield key, value
-
-    def done(self) -> None:
-        unknown = sorted(set(self._data) - self._seen, key=str)
-        if unknown:
-            raise ConfigError(
-                f"{self.at(str(unknown[0]))}: unknown key; "
-                "check the spelling against the config reference"
-            )
 
 
 def _from_env(values: dict[str, Any], key: str, env: Mapping[str, str], name: str) -> None:
@@ -299,7 +79,7 @@ def _key_rules(items: Any, path: str) -> tuple[KeyRule, ...]:
         raise ConfigError(f"{path}: expected a list of input key rules")
     rules = []
     for index, item in enumerate(items):
-        rule = _Section(item, f"{path}[{index}]")
+        rule = Section(item, f"{path}[{index}]")
         key = rule.get("key", str)
         if not key:
             raise ConfigError(f"{rule.at('key')}: every input rule needs a key")
@@ -326,10 +106,10 @@ def _key_rules(items: Any, path: str) -> tuple[KeyRule, ...]:
     return tuple(rules)
 
 
-def _targets(section: _Section) -> dict[str, TargetConfig]:
+def _targets(section: Section) -> dict[str, TargetConfig]:
     targets = {}
     for name, body in section.items():
-        target = _Section(body, section.at(name))
+        target = Section(body, section.at(name))
         inputs = _key_rules(target.raw("inputs"), target.at("inputs"))
         values = target.scalars(TargetConfig)
         if values.get("mode", PARK) not in (PARK, REPLAY):
@@ -340,7 +120,7 @@ def _targets(section: _Section) -> dict[str, TargetConfig]:
 
 
 def _upstream(data: Any, path: str, env: Mapping[str, str]) -> UpstreamConfig:
-    sec = _Section(data, path)
+    sec = Section(data, path)
     values = sec.scalars(UpstreamConfig)
     name = values.get("name", "")
     if not _NAME.match(name):
@@ -382,7 +162,7 @@ def _upstream(data: Any, path: str, env: Mapping[str, str]) -> UpstreamConfig:
     return config
 
 
-def _sealing(sec: _Section, env: Mapping[str, str], base: Path) -> SealingConfig:
+def _sealing(sec: Section, env: Mapping[str, str], base: Path) -> SealingConfig:
     if sec.has("keys"):
         raise ConfigError(
             f"{sec.at('keys')}: sealing keys must not be written in the config file; "
@@ -435,7 +215,7 @@ _STORE_SCHEMES = (
 )
 
 
-def _store(sec: _Section, env: Mapping[str, str]) -> StoreConfig:
+def _store(sec: Section, env: Mapping[str, str]) -> StoreConfig:
     values = sec.scalars(StoreConfig)
     sec.done()
     _from_env(values, "url", env, ENV_STORE_URL)
@@ -448,7 +228,7 @@ def _store(sec: _Section, env: Mapping[str, str]) -> StoreConfig:
     return store
 
 
-def _logging(sec: _Section, env: Mapping[str, str]) -> LoggingConfig:
+def _logging(sec: Section, env: Mapping[str, str]) -> LoggingConfig:
     values = sec.scalars(LoggingConfig)
     sec.done()
     _from_env(values, "level", env, ENV_LOG_LEVEL)
@@ -462,7 +242,7 @@ def _logging(sec: _Section, env: Mapping[str, str]) -> LoggingConfig:
     return config
 
 
-def _names(root: _Section, key: str, example: str) -> frozenset[str] | None:
+def _names(root: Section, key: str, example: str) -> frozenset[str] | None:
     """A list of strings as a set, or None when the key is absent (the default applies)."""
     items = root.get(key, list)
     if items is None:
@@ -486,7 +266,7 @@ def parse_config(
     """
     env = os.environ if env is None else env
     base = base or Path.cwd()
-    root = _Section(data, "")
+    root = Section(data, "")
     values: dict[str, Any] = root.scalars(GatewayConfig)
     _from_env(values, "replica_id", env, ENV_REPLICA_ID)
     if values.get("replica_id") == "":
