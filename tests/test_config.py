@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 from pathlib import Path
 
@@ -271,3 +272,21 @@ def test_the_environment_names_the_replica_over_the_file() -> None:
     data = {"upstreams": [UP], "replica_id": "from-file"}
     assert parse_config(data, env={}).replica_id == "from-file"
     assert parse_config(data, env={"MRTR_GATEWAY_REPLICA_ID": "pod-1"}).replica_id == "pod-1"
+
+
+def test_overrides_are_written_into_the_data_before_validation() -> None:
+    data = {"upstreams": [UP], "store": {"url": "memory://", "key_prefix": "p:"}}
+    written = copy.deepcopy(data)
+    with pytest.raises(ConfigError, match="every replica shares"):
+        parse_config(data, env={}, overrides={"store.url": "redis://r:6379/0"})
+    env = {
+        "MRTR_GATEWAY_STORE_URL": "redis://env:6379/0",
+        "MRTR_GATEWAY_SEALING_KEYS": generate_key(),
+    }
+    config = parse_config(data, env=env, overrides={"store.url": "memory://"})
+    assert (config.store.url, config.store.key_prefix) == ("memory://", "p:")
+    assert data == written  # the caller's data is not changed
+    with pytest.raises(ConfigError, match="^listen.port: must be 0..65535"):
+        parse_config(data, env={}, overrides={"listen.port": 70000})
+    with pytest.raises(ConfigError, match="^listen: expected a mapping, got int"):
+        parse_config({**data, "listen": 8080}, env={}, overrides={"listen.port": 9000})

@@ -12,6 +12,9 @@ Environment overrides (a variable set and not empty wins over the file):
     MRTR_GATEWAY_LOG_LEVEL / MRTR_GATEWAY_LOG_FORMAT  override logging.level / .format
     MRTR_GATEWAY_REPLICA_ID         overrides replica_id
 
+Command-line flags reach this module as `overrides` of key paths, written into the
+YAML data before validation: flag > environment variable > file > default.
+
 Defaults are not written here: only the keys a file gives are passed to the
 dataclasses of `gateway.config.model`, which supply the rest.
 """
@@ -252,19 +255,60 @@ def _names(root: Section, key: str, example: str) -> frozenset[str] | None:
     return frozenset(items)
 
 
+# The environment variables that set a key path: an override of that key wins over them.
+_ENV_SETS: dict[str, tuple[str, ...]] = {
+    "store.url": (ENV_STORE_URL,),
+    "sealing.keys_file": (ENV_KEYS, ENV_KEYS_FILE),
+    "logging.level": (ENV_LOG_LEVEL,),
+    "logging.format": (ENV_LOG_FORMAT,),
+    "replica_id": (ENV_REPLICA_ID,),
+}
+
+
+def _written(data: Any, parents: list[str], leaf: str, value: object) -> Any:
+    """A copy of mapping `data` with `value` at parents.leaf (the input is not changed).
+
+    Anything but a mapping (or null) on the way is returned as is: the override is
+    not applied and parse_config refuses the malformed data by its key path.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        return data
+    copy = dict(data)
+    if parents:
+        copy[parents[0]] = _written(copy.get(parents[0]), parents[1:], leaf, value)
+    else:
+        copy[leaf] = value
+    return copy
+
+
 def parse_config(
-    data: Any, *, env: Mapping[str, str] | None = None, base: Path | None = None
+    data: Any,
+    *,
+    env: Mapping[str, str] | None = None,
+    base: Path | None = None,
+    overrides: Mapping[str, object] | None = None,
 ) -> GatewayConfig:
     """Build and validate the config tree from decoded YAML.
 
-    Precedence: an environment variable (see the module docstring) > the data > the
-    dataclass default. Relative paths in the data are read from `base` (default: the
-    working directory).
+    `overrides` maps key paths to values (`{"store.url": "redis://r:6379/0"}`, as the
+    command line gives them). Each is written into the data before anything is
+    validated, as if the file said so, so every rule applies to the combined result;
+    each also wins over the environment variables that set its key. Precedence:
+    override > environment variable (see the module docstring) > data > dataclass
+    default. Relative paths in the data are read from `base` (default: the working
+    directory).
 
     Raises:
         ConfigError: naming the key path and the fix.
     """
-    env = os.environ if env is None else env
+    env = dict(os.environ if env is None else env)
+    for key_path, value in (overrides or {}).items():
+        *parents, leaf = key_path.split(".")
+        data = _written(data, parents, leaf, value)
+        for name in _ENV_SETS.get(key_path, ()):
+            env.pop(name, None)
     base = base or Path.cwd()
     root = Section(data, "")
     values: dict[str, Any] = root.scalars(GatewayConfig)
@@ -316,8 +360,13 @@ def _unique(values: list[str], what: str) -> None:
         seen.add(value)
 
 
-def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> GatewayConfig:
-    """Read and validate a YAML config file.
+def load_config(
+    path: str | Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> GatewayConfig:
+    """Read and validate a YAML config file; see `parse_config` for `env` and `overrides`.
 
     Raises:
         ConfigError
@@ -329,4 +378,4 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ga
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    return parse_config(data, env=env, base=path.parent)
+    return parse_config(data, env=env, base=path.parent, overrides=overrides)
