@@ -256,18 +256,39 @@ async def test_a_second_signal_ends_a_drain_at_once(legacy) -> None:
         text=True,
         env={**os.environ, "MRTR_GATEWAY_LOG_FORMAT": "json"},
     )
-    await asyncio.to_thread(wait_for_port, port, proc)
-    body = greet("drain-twice")
-    async with aiohttp.ClientSession() as http:
-        async with http.post(
-            f"http://127.0.0.1:{port}/mcp", json=body, headers=default_headers(body)
-        ) as resp:
-            assert (await resp.json())["result"]["resultType"] == "input_required"
-    proc.send_signal(signal.SIGTERM)  # drains: the parked call could still be resumed for 30 s
-    line = await asyncio.to_thread(proc.stderr.readline)
-    while "draining 1 call(s)" not in line:
-        line = await asyncio.to_thread(proc.stderr.readline)
-    proc.send_signal(signal.SIGTERM)
-    _, err = await asyncio.to_thread(proc.communicate, timeout=10)
+    try:
+        await asyncio.to_thread(wait_for_port, port, proc)
+        body = greet("drain-twice")
+        async with aiohttp.ClientSession() as http:
+            async with http.post(
+                f"http://127.0.0.1:{port}/mcp", json=body, headers=default_headers(body)
+            ) as resp:
+                assert (await resp.json())["result"]["resultType"] == "input_required"
+        proc.send_signal(signal.SIGTERM)  # drains: the parked call could still be resumed for 30 s
+        await _read_until(proc, "draining 1 call(s)", timeout_s=15)
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.to_thread(proc.communicate, timeout=10)
+    finally:
+        if proc.poll() is None:  # a failure above: end the gateway, which also ends any read
+            proc.kill()
+            await asyncio.to_thread(proc.communicate, timeout=10)
     assert proc.returncode == 0
     assert '"event": "call_cancelled"' in err and "gateway shutting down" in err
+
+
+async def _read_until(proc: subprocess.Popen[str], text: str, *, timeout_s: float) -> None:
+    """Read the process's stderr line by line until a line contains `text`.
+
+    Fails at EOF or after `timeout_s`, quoting what was read. A read still blocked at
+    the timeout ends when the caller ends the process.
+    """
+    assert proc.stderr is not None
+    lines: list[str] = []
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not lines or text not in lines[-1]:
+                line = await asyncio.to_thread(proc.stderr.readline)
+                assert line, f"stderr ended before a line with {text!r}; it said: {lines}"
+                lines.append(line)
+    except TimeoutError:
+        pytest.fail(f"no line with {text!r} within {timeout_s} s; stderr said: {lines}")
