@@ -23,6 +23,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from gateway import __version__
 from gateway.aio import spawn
@@ -43,10 +44,9 @@ from gateway.protocol.state import generate_key
 PRECEDENCE = "flag > environment variable > file > default"
 
 
-def _default_path() -> str:
-    (path,) = (f.default for f in dataclasses.fields(UpstreamConfig) if f.name == "path")
-    assert isinstance(path, str)
-    return path
+def _default(cls: type[Any], name: str) -> object:
+    """A dataclass field's default, for the help texts (defaults are written only there)."""
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,38 +57,41 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mrtr-gateway {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    listen, store = ListenConfig(), StoreConfig()
-    serve = commands.add_parser(
+    run = commands.add_parser(
         "serve",
         help="run the gateway",
         description="Run the gateway from a config file (--config) or, without one, in front "
         "of one legacy server (--upstream). A flag overrides the same setting from the "
         f"environment and from the file: {PRECEDENCE}.",
     )
-    serve.add_argument("--config", metavar="FILE", help="YAML configuration file")
-    serve.add_argument(
+    run.add_argument("--config", metavar="FILE", help="YAML configuration file")
+    run.add_argument(
         "--upstream",
         metavar="URL",
         help="quick start: URL of one legacy MCP endpoint (no config file)",
     )
-    serve.add_argument(
+    run.add_argument(
         "--path",
-        help=f"quick start only: the gateway's MCP path (default {_default_path()}); "
+        help="quick start only: the gateway's MCP path "
+        f"(default {_default(UpstreamConfig, 'path')}); "
         "with --config, set upstreams[].path in the file",
     )
-    serve.add_argument(
-        "--host", help=f"listen address; overrides listen.host (default {listen.host})"
+    run.add_argument(
+        "--host",
+        help=f"listen address; overrides listen.host (default {_default(ListenConfig, 'host')})",
     )
-    serve.add_argument(
-        "--port", type=int, help=f"listen port; overrides listen.port (default {listen.port})"
+    run.add_argument(
+        "--port",
+        type=int,
+        help=f"listen port; overrides listen.port (default {_default(ListenConfig, 'port')})",
     )
-    serve.add_argument(
+    run.add_argument(
         "--store",
         metavar="URL",
         help=f"suspended-call store URL; overrides store.url and {ENV_STORE_URL} "
-        f"(default {store.url})",
+        f"(default {_default(StoreConfig, 'url')})",
     )
-    serve.add_argument(
+    run.add_argument(
         "--keys-file",
         metavar="FILE",
         help="file of sealing keys, one per line, first seals (relative to the working "

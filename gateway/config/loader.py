@@ -114,11 +114,11 @@ def _targets(section: Section) -> dict[str, TargetConfig]:
     for name, body in section.items():
         target = Section(body, section.at(name))
         inputs = _key_rules(target.raw("inputs"), target.at("inputs"))
-        values = target.scalars(TargetConfig)
-        if values.get("mode", PARK) not in (PARK, REPLAY):
+        config = TargetConfig(inputs=inputs, **target.scalars(TargetConfig))
+        if config.mode not in (PARK, REPLAY):
             raise ConfigError(f"{target.at('mode')}: must be park or replay")
         target.done()
-        targets[name] = TargetConfig(inputs=inputs, **values)
+        targets[name] = config
     return targets
 
 
@@ -135,7 +135,7 @@ def _upstream(data: Any, path: str, env: Mapping[str, str]) -> UpstreamConfig:
         raise ConfigError(
             f"{sec.at('url')}: an http:// or https:// URL of the legacy MCP endpoint is required"
         )
-    if not values.get("path", "/").startswith("/"):
+    if "path" in values and not values["path"].startswith("/"):
         raise ConfigError(f"{sec.at('path')}: must start with '/', e.g. /mcp")
     headers_sec = sec.section("headers")
     headers = {}
