@@ -1,26 +1,52 @@
 """Command line: `serve`, `check-config`, `keygen`.
 
-mrtr-gateway serve --config FILE
-mrtr-gateway serve --upstream URL [--host H] [--port N] [--path /mcp]
+mrtr-gateway serve --config FILE [--host H] [--port N] [--store URL] [--keys-file F]
+mrtr-gateway serve --upstream URL [--path /mcp] [--host H] [--port N] [--store URL] [--keys-file F]
 mrtr-gateway check-config FILE
 mrtr-gateway keygen
+
+A flag overrides the same setting from the environment and from the file:
+flag > environment variable > file > default. The flags are written into the YAML
+data before validation, so every rule (a Redis store needs a shared sealing key,
+...) applies to the combined result. Quick-start flags (--path) describe the one
+upstream of --upstream and are refused with --config.
+
+Only `serve` imports aiohttp and the app: check-config and keygen stay light.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import signal
 import sys
 from collections.abc import Sequence
-
-from aiohttp import web
+from pathlib import Path
+from typing import Any
 
 from gateway import __version__
 from gateway.aio import spawn
-from gateway.config import GatewayConfig, load_config, parse_config
+from gateway.config import (
+    ENV_KEYS,
+    ENV_KEYS_FILE,
+    ENV_STORE_URL,
+    GatewayConfig,
+    ListenConfig,
+    StoreConfig,
+    UpstreamConfig,
+    load_config,
+    parse_config,
+)
 from gateway.errors import ConfigError
 from gateway.protocol.state import generate_key
+
+PRECEDENCE = "flag > environment variable > file > default"
+
+
+def _default(cls: type[Any], name: str) -> object:
+    """A dataclass field's default, for the help texts (defaults are written only there)."""
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,18 +57,46 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mrtr-gateway {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the gateway")
-    serve.add_argument("--config", help="YAML configuration file")
-    serve.add_argument(
-        "--upstream", help="quick start: URL of one legacy MCP endpoint (no config file)"
+    run = commands.add_parser(
+        "serve",
+        help="run the gateway",
+        description="Run the gateway from a config file (--config) or, without one, in front "
+        "of one legacy server (--upstream). A flag overrides the same setting from the "
+        f"environment and from the file: {PRECEDENCE}.",
     )
-    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="listen port (default 8080)")
-    serve.add_argument(
-        "--path", default="/mcp", help="quick start: the gateway's MCP path (default /mcp)"
+    run.add_argument("--config", metavar="FILE", help="YAML configuration file")
+    run.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="quick start: URL of one legacy MCP endpoint (no config file)",
     )
-    serve.add_argument("--store", help="suspended-call store URL (default memory://)")
-    serve.add_argument("--keys-file", help="file of sealing keys, one per line (first seals)")
+    run.add_argument(
+        "--path",
+        help="quick start only: the gateway's MCP path "
+        f"(default {_default(UpstreamConfig, 'path')}); "
+        "with --config, set upstreams[].path in the file",
+    )
+    run.add_argument(
+        "--host",
+        help=f"listen address; overrides listen.host (default {_default(ListenConfig, 'host')})",
+    )
+    run.add_argument(
+        "--port",
+        type=int,
+        help=f"listen port; overrides listen.port (default {_default(ListenConfig, 'port')})",
+    )
+    run.add_argument(
+        "--store",
+        metavar="URL",
+        help=f"suspended-call store URL; overrides store.url and {ENV_STORE_URL} "
+        f"(default {_default(StoreConfig, 'url')})",
+    )
+    run.add_argument(
+        "--keys-file",
+        metavar="FILE",
+        help="file of sealing keys, one per line, first seals (relative to the working "
+        f"directory); overrides sealing.keys_file, {ENV_KEYS} and {ENV_KEYS_FILE}",
+    )
     check = commands.add_parser("check-config", help="validate a YAML configuration file")
     check.add_argument("file")
     commands.add_parser("keygen", help="print a fresh requestState sealing key")
@@ -50,34 +104,48 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve_config(args: argparse.Namespace) -> GatewayConfig:
+    """The configuration of `serve`: the file or the quick start, with the flags written in.
+
+    Raises:
+        ConfigError
+    """
     if bool(args.config) == bool(args.upstream):
         raise ConfigError("serve needs exactly one of --config FILE or --upstream URL")
+    overrides: dict[str, object] = {}
+    if args.host is not None:
+        overrides["listen.host"] = args.host
+    if args.port is not None:
+        overrides["listen.port"] = args.port
+    if args.store is not None:
+        overrides["store.url"] = args.store
+    if args.keys_file is not None:
+        # Relative to where the command runs, not to the config file's folder.
+        overrides["sealing.keys_file"] = str(Path(args.keys_file).absolute())
     if args.config:
-        config = load_config(args.config)
-        overrides: dict[str, object] = {}
-        listen = {
-            "host": args.host or config.listen.host,
-            "port": args.port if args.port is not None else config.listen.port,
-        }
-        overrides["listen"] = type(config.listen)(**listen)  # type: ignore[arg-type]
-        from dataclasses import replace
+        if args.path is not None:
+            raise ConfigError(
+                "--path is a quick-start flag (with --upstream URL): with --config it "
+                "could mean any upstream; set upstreams[].path in the file instead"
+            )
+        return load_config(args.config, overrides=overrides)
+    upstream = {"name": "default", "url": args.upstream}
+    if args.path is not None:
+        upstream["path"] = args.path
+    return parse_config({"upstreams": [upstream]}, overrides=overrides)
 
-        return replace(config, **overrides)  # type: ignore[arg-type]
-    data: dict[str, object] = {
-        "listen": {
-            "host": args.host or "127.0.0.1",
-            "port": args.port if args.port is not None else 8080,
-        },
-        "upstreams": [{"name": "default", "url": args.upstream, "path": args.path}],
-    }
-    if args.store:
-        data["store"] = {"url": args.store}
-    if args.keys_file:
-        data["sealing"] = {"keys_file": args.keys_file}
-    return parse_config(data)
+
+def serve(config: GatewayConfig) -> None:
+    """Run the gateway until SIGTERM or SIGINT (a second one ends a drain at once)."""
+    from gateway.logging import configure
+
+    configure(config.logging.level, config.logging.format)
+    asyncio.run(_run(config))
 
 
 async def _run(config: GatewayConfig) -> None:
+    # Imported here so that check-config and keygen never load aiohttp, redis or the app.
+    from aiohttp import web
+
     from gateway.app import BRIDGE, build_app
 
     app = build_app(config)
@@ -139,8 +207,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"mrtr-gateway: configuration error: {exc}", file=sys.stderr)
         return 2
-    from gateway.logging import configure
-
-    configure(config.logging.level, config.logging.format)
-    asyncio.run(_run(config))
+    serve(config)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -11,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from gateway import cli
 from gateway.cli import main
-from gateway.protocol.state import parse_key
+from gateway.config import GatewayConfig
+from gateway.protocol.state import generate_key, parse_key
 from tests.conftest import drive
 from tests.peers.tooling import free_port, wait_for_port
 
@@ -33,9 +36,168 @@ def test_check_config_accepts_the_example_and_names_errors(tmp_path: Path, capsy
     assert "upstreams[0].url" in capsys.readouterr().err
 
 
+_IO_MODULES_AFTER = """
+import json, sys
+from gateway.cli import main
+status = main(sys.argv[1:])
+def io_modules():
+    return sorted(
+        name for name in sys.modules
+        if name.split(".")[0] in ("aiohttp", "redis") or name.startswith("gateway.upstream")
+    )
+loaded = io_modules()
+import gateway.app  # the control: the same probe sees them once the app is imported
+print(json.dumps({"status": status, "loaded": loaded, "control": io_modules()}))
+"""
+
+
+@pytest.mark.parametrize(
+    "argv", [["check-config", str(ROOT / "config" / "example.yaml")], ["keygen"]]
+)
+def test_check_config_and_keygen_load_no_io_modules(argv: list[str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _IO_MODULES_AFTER, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert report["status"] == 0
+    assert report["loaded"] == []
+    assert {"aiohttp", "redis", "gateway.upstream"} <= set(report["control"])
+
+
 def test_serve_needs_exactly_one_source(capsys) -> None:
     assert main(["serve"]) == 2
     assert "exactly one of --config FILE or --upstream URL" in capsys.readouterr().err
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> list[GatewayConfig]:
+    """`serve` records the configuration it would run with; no MRTR_GATEWAY_* variable is set."""
+    for name in list(os.environ):
+        if name.startswith("MRTR_GATEWAY_"):
+            monkeypatch.delenv(name)
+    configs: list[GatewayConfig] = []
+    monkeypatch.setattr(cli, "serve", configs.append)
+    return configs
+
+
+def config_file(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "conf" / "gateway.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("upstreams: [{name: u, url: 'http://127.0.0.1:1/mcp', path: /u}]\n" + extra)
+    return path
+
+
+def test_serve_help_states_the_precedence(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "flag > environment variable > file > default" in text
+    assert "--path PATH quick start only" in text
+    assert "overrides store.url and MRTR_GATEWAY_STORE_URL (default memory://)" in text
+
+
+def test_listen_flags_override_the_file(tmp_path: Path, served) -> None:
+    path = config_file(tmp_path, "listen: {host: 127.0.0.2, port: 7000}\n")
+    assert main(["serve", "--config", str(path)]) == 0
+    assert main(["serve", "--config", str(path), "--host", "0.0.0.0", "--port", "9999"]) == 0
+    assert main(["serve", "--config", str(path), "--port", "9998"]) == 0
+    listens = [(c.listen.host, c.listen.port) for c in served]
+    assert listens == [("127.0.0.2", 7000), ("0.0.0.0", 9999), ("127.0.0.2", 9998)]
+
+
+def test_a_store_flag_with_a_config_file_still_needs_a_shared_key(
+    tmp_path: Path, served, capsys
+) -> None:
+    path = config_file(tmp_path)
+    assert main(["serve", "--config", str(path), "--store", "redis://127.0.0.1:1/0"]) == 2
+    assert "every replica shares" in capsys.readouterr().err
+    assert served == []
+
+
+def test_the_keys_file_flag_is_used_with_a_config_file(
+    tmp_path: Path, served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file_key, flag_key = generate_key(), generate_key()
+    path = config_file(tmp_path, "sealing: {keys_file: file-keys}\n")
+    (path.parent / "file-keys").write_text(file_key + "\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "keys").write_text(flag_key + "\n")
+    monkeypatch.chdir(tmp_path / "run")  # the flag's path is relative to here, not to conf/
+    store = ["--store", "redis://127.0.0.1:1/0"]
+    assert main(["serve", "--config", str(path), *store]) == 0
+    assert main(["serve", "--config", str(path), *store, "--keys-file", "keys"]) == 0
+    assert [c.sealing.keys for c in served] == [
+        (parse_key(file_key, "file key"),),
+        (parse_key(flag_key, "flag key"),),
+    ]
+    assert {c.store.url for c in served} == {"redis://127.0.0.1:1/0"}
+
+
+def test_the_keys_file_flag_wins_over_the_key_variables(
+    tmp_path: Path, served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flag_key = generate_key()
+    (tmp_path / "keys").write_text(flag_key + "\n")
+    monkeypatch.setenv("MRTR_GATEWAY_SEALING_KEYS", generate_key())
+    monkeypatch.setenv("MRTR_GATEWAY_SEALING_KEYS_FILE", str(tmp_path / "missing"))
+    argv = ["serve", "--config", str(config_file(tmp_path))]
+    assert main([*argv, "--keys-file", str(tmp_path / "keys")]) == 0
+    assert served[0].sealing.keys == (parse_key(flag_key, "flag key"),)
+
+
+@pytest.mark.parametrize(
+    ("in_file", "in_env", "flag", "expected"),
+    [
+        (None, None, None, "memory://"),
+        ("redis://file:6379/0", None, None, "redis://file:6379/0"),
+        ("redis://file:6379/0", "redis://env:6379/0", None, "redis://env:6379/0"),
+        (None, "redis://env:6379/0", None, "redis://env:6379/0"),
+        ("redis://file:6379/0", "redis://env:6379/0", "redis://flag:6379/0", "redis://flag:6379/0"),
+        ("redis://file:6379/0", "redis://env:6379/0", "memory://", "memory://"),
+    ],
+)
+def test_store_url_precedence_is_flag_then_environment_then_file_then_default(
+    tmp_path: Path, served, monkeypatch: pytest.MonkeyPatch, in_file, in_env, flag, expected
+) -> None:
+    monkeypatch.setenv("MRTR_GATEWAY_SEALING_KEYS", generate_key())
+    if in_env:
+        monkeypatch.setenv("MRTR_GATEWAY_STORE_URL", in_env)
+    path = config_file(tmp_path, f"store: {{url: '{in_file}'}}\n" if in_file else "")
+    argv = ["serve", "--config", str(path), *(["--store", flag] if flag else [])]
+    assert main(argv) == 0
+    assert served[0].store.url == expected
+
+
+def test_path_is_refused_with_a_config_file(tmp_path: Path, served, capsys) -> None:
+    assert main(["serve", "--config", str(config_file(tmp_path)), "--path", "/other"]) == 2
+    err = capsys.readouterr().err
+    assert "--path is a quick-start flag" in err and "upstreams[].path" in err
+    assert served == []
+
+
+def test_quick_start_takes_every_flag(tmp_path: Path, served) -> None:
+    key = generate_key()
+    (tmp_path / "keys").write_text(key + "\n")
+    up = ["serve", "--upstream", "http://127.0.0.1:1/mcp"]
+    assert main(up) == 0
+    flags = ["--path", "/legacy", "--host", "127.0.0.3", "--port", "0"]
+    flags += ["--store", "redis://r:6379/0", "--keys-file", str(tmp_path / "keys")]
+    assert main([*up, *flags]) == 0
+    default, flagged = served
+    assert (default.upstreams[0].path, default.listen.port, default.store.url) == (
+        "/mcp",
+        8080,
+        "memory://",
+    )
+    assert flagged.upstreams[0].path == "/legacy"
+    assert (flagged.listen.host, flagged.listen.port) == ("127.0.0.3", 0)
+    assert flagged.store.url == "redis://r:6379/0"
+    assert flagged.sealing.keys == (parse_key(key, "key"),)
 
 
 @pytest.mark.peers
@@ -94,18 +256,39 @@ async def test_a_second_signal_ends_a_drain_at_once(legacy) -> None:
         text=True,
         env={**os.environ, "MRTR_GATEWAY_LOG_FORMAT": "json"},
     )
-    await asyncio.to_thread(wait_for_port, port, proc)
-    body = greet("drain-twice")
-    async with aiohttp.ClientSession() as http:
-        async with http.post(
-            f"http://127.0.0.1:{port}/mcp", json=body, headers=default_headers(body)
-        ) as resp:
-            assert (await resp.json())["result"]["resultType"] == "input_required"
-    proc.send_signal(signal.SIGTERM)  # drains: the parked call could still be resumed for 30 s
-    line = await asyncio.to_thread(proc.stderr.readline)
-    while "draining 1 call(s)" not in line:
-        line = await asyncio.to_thread(proc.stderr.readline)
-    proc.send_signal(signal.SIGTERM)
-    _, err = await asyncio.to_thread(proc.communicate, timeout=10)
+    try:
+        await asyncio.to_thread(wait_for_port, port, proc)
+        body = greet("drain-twice")
+        async with aiohttp.ClientSession() as http:
+            async with http.post(
+                f"http://127.0.0.1:{port}/mcp", json=body, headers=default_headers(body)
+            ) as resp:
+                assert (await resp.json())["result"]["resultType"] == "input_required"
+        proc.send_signal(signal.SIGTERM)  # drains: the parked call could still be resumed for 30 s
+        await _read_until(proc, "draining 1 call(s)", timeout_s=15)
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.to_thread(proc.communicate, timeout=10)
+    finally:
+        if proc.poll() is None:  # a failure above: end the gateway, which also ends any read
+            proc.kill()
+            await asyncio.to_thread(proc.communicate, timeout=10)
     assert proc.returncode == 0
     assert '"event": "call_cancelled"' in err and "gateway shutting down" in err
+
+
+async def _read_until(proc: subprocess.Popen[str], text: str, *, timeout_s: float) -> None:
+    """Read the process's stderr line by line until a line contains `text`.
+
+    Fails at EOF or after `timeout_s`, quoting what was read. A read still blocked at
+    the timeout ends when the caller ends the process.
+    """
+    assert proc.stderr is not None
+    lines: list[str] = []
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not lines or text not in lines[-1]:
+                line = await asyncio.to_thread(proc.stderr.readline)
+                assert line, f"stderr ended before a line with {text!r}; it said: {lines}"
+                lines.append(line)
+    except TimeoutError:
+        pytest.fail(f"no line with {text!r} within {timeout_s} s; stderr said: {lines}")

@@ -2,16 +2,64 @@
 
 from __future__ import annotations
 
+import ast
+import copy
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from gateway.config import load_config, parse_config
+from gateway.config import (
+    GatewayConfig,
+    TargetConfig,
+    UpstreamConfig,
+    load_config,
+    parse_config,
+)
 from gateway.errors import ConfigError
 from gateway.protocol.state import generate_key
 
 ROOT = Path(__file__).resolve().parents[1]
 UP = {"name": "u", "url": "http://127.0.0.1:1/mcp"}
+CONFIG_PACKAGE = ROOT / "gateway" / "config"
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, also under `if TYPE_CHECKING:` and inside functions."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_config_package_imports_no_io_layer_and_has_no_cycle() -> None:
+    modules = {path.stem: _imports(path) for path in CONFIG_PACKAGE.glob("*.py")}
+    assert {"__init__", "model", "loader"} <= modules.keys()
+    allowed = ("gateway.errors", "gateway.protocol.", "gateway.config.")
+    offenders = {
+        f"{module}: {name}"
+        for module, names in modules.items()
+        for name in names
+        if name.split(".")[0] in ("aiohttp", "redis", "asyncio", "socket")
+        or (name.startswith("gateway") and not name.startswith(allowed))
+    }
+    assert offenders == set()
+    # Within the package: submodules never import the package itself, and the
+    # imports between them form no cycle.
+    edges = {
+        module: {
+            n.removeprefix("gateway.config.") for n in names if n.startswith("gateway.config.")
+        }
+        for module, names in modules.items()
+    }
+    done: set[str] = set()
+    while len(done) < len(edges):
+        ready = {m for m, needs in edges.items() if m not in done and needs <= done}
+        assert ready, f"import cycle among {sorted(edges.keys() - done)}"
+        done |= ready
 
 
 def test_the_example_config_loads_as_is() -> None:
@@ -22,6 +70,97 @@ def test_the_example_config_loads_as_is() -> None:
     assert config.sealing.ephemeral and config.store.url == "memory://"
 
 
+SECTIONS = ("listen", "limits", "sealing", "store", "fleet", "logging")
+
+
+@pytest.mark.parametrize("empty", [None, {}], ids=["null", "empty-mapping"])
+def test_empty_sections_load_the_dataclass_defaults(empty: dict | None) -> None:
+    data = {name: empty for name in SECTIONS}
+    upstream = {**UP, "pool": empty, "cache": empty, "headers": empty, "tools": {"t": empty}}
+    config = parse_config({**data, "upstreams": [upstream]}, env={})
+    expected = GatewayConfig(
+        upstreams=(UpstreamConfig(name="u", url=UP["url"], tools={"t": TargetConfig()}),),
+        replica_id=config.replica_id,  # random by default
+    )
+    for field in dataclasses.fields(GatewayConfig):
+        assert getattr(config, field.name) == getattr(expected, field.name), field.name
+    assert config.replica_id.startswith("replica-")
+
+
+FULL = {
+    "listen": {"host": "0.0.0.0", "port": 9090},
+    "limits": {
+        "max_body_bytes": 1024,
+        "max_rounds": 3,
+        "max_parked_calls": 50,
+        "max_parked_per_principal": 5,
+        "suspension_ttl_s": 60,
+        "hold_timeout_s": 20.5,
+        "coalesce_ms": 0,
+        "keepalive_s": 5,
+        "max_state_bytes": 2048,
+    },
+    "sealing": {"audience": "staging"},
+    "store": {"url": "redis://redis:6379/1", "key_prefix": "gw:"},
+    "fleet": {"heartbeat_s": 2, "drain_timeout_s": 5},
+    "logging": {"level": "debug", "format": "json"},
+    "allowed_origins": ["https://app.example.com"],
+    "allowed_hosts": ["MCP.example.com"],
+    "replica_id": "gw-0",
+    "upstreams": [
+        {
+            **UP,
+            "path": "/legacy",
+            "headers": {"X-Tenant": "a"},
+            "timeout_s": 5,
+            "pool": {
+                "min_idle": 0,
+                "max_sessions": 8,
+                "idle_timeout_s": 60,
+                "acquire_timeout_s": 2,
+                "max_requests": 100,
+            },
+            "cache": {"ttl_ms": 500, "scope": "public"},
+            "inputs": [{"key": "who", "method": "elicitation/create"}],
+            "tools": {"t": {"inputs": [{"key": "k"}], "replay_safe": True, "mode": "replay"}},
+            "prompts": {"p": {}},
+            "resources": {"r": {}},
+        }
+    ],
+}
+
+
+def _leaves(config: object, path: str = "") -> dict[str, object]:
+    """Every field of a config tree by key path, nested dataclasses walked."""
+    leaves: dict[str, object] = {}
+    for field in dataclasses.fields(config):  # type: ignore[arg-type]
+        value = getattr(config, field.name)
+        if dataclasses.is_dataclass(value):
+            leaves.update(_leaves(value, f"{path}{field.name}."))
+        else:
+            leaves[path + field.name] = value
+    return leaves
+
+
+def test_every_field_is_read_from_the_file() -> None:
+    """A field the loader forgot keeps its default here, and this test names it."""
+    config = parse_config(FULL, env={"MRTR_GATEWAY_SEALING_KEYS": generate_key()})
+    loaded = _leaves(config)
+    defaults = _leaves(GatewayConfig())
+    upstream = _leaves(config.upstreams[0])
+    upstream_defaults = _leaves(UpstreamConfig(name="", url=""))
+    same = [k for k in defaults if k != "upstreams" and loaded[k] == defaults[k]]
+    same += [f"upstreams[0].{k}" for k in upstream_defaults if upstream[k] == upstream_defaults[k]]
+    assert same == []
+    target = config.upstreams[0].tools["t"]
+    assert (target.replay_safe, target.mode, [r.key for r in target.inputs]) == (
+        True,
+        "replay",
+        ["k"],
+    )
+    assert config.allowed_hosts == {"mcp.example.com"} and config.upstreams[0].pool.min_idle == 0
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -30,7 +169,35 @@ def test_the_example_config_loads_as_is() -> None:
         ({"upstreams": [{**UP, "path": "mcp"}]}, r"upstreams\[0\].path: must start with '/'"),
         ({"upstreams": [UP, {**UP}]}, r"upstreams\[1\].name: 'u' is used"),
         ({"upstreams": [{**UP, "timeout": 5}]}, r"upstreams\[0\].timeout: unknown key"),
+        ({"upstreams": [UP], "listn": {}}, "^listn: unknown key"),
+        ({"upstreams": [UP], "limits": {"max_round": 3}}, "^limits.max_round: unknown key"),
+        ({"upstreams": [{**UP, "pool": {"max": 1}}]}, r"^upstreams\[0\].pool.max: unknown key"),
+        (
+            {"upstreams": [{**UP, "tools": {"t": {"mode": "park", "retries": 1}}}]},
+            r"^upstreams\[0\].tools.t.retries: unknown key",
+        ),
+        (
+            {"upstreams": [{**UP, "tools": {"t": {"inputs": [{"key": "k", "feilds": []}]}}}]},
+            r"^upstreams\[0\].tools.t.inputs\[0\].feilds: unknown key",
+        ),
+        (
+            {"upstreams": [{**UP, "prompts": {1: {}}}]},
+            r"^upstreams\[0\].prompts.1: expected a name \(a string\), got int 1; quote it",
+        ),
+        (
+            {"upstreams": [{**UP, "headers": {"X-Retries": 3}}]},
+            r"^upstreams\[0\].headers.X-Retries: header values must be strings",
+        ),
         ({"upstreams": [UP], "listen": {"port": "80"}}, "listen.port: expected int, got str"),
+        ({"upstreams": [UP], "listen": {"port": 70000}}, "listen.port: must be 0..65535"),
+        ({"upstreams": [UP], "limits": {"max_rounds": True}}, "expected int, got bool"),
+        ({"upstreams": [UP], "limits": {"max_rounds": 2.5}}, "expected int, got float"),
+        ({"upstreams": [UP], "limits": {"coalesce_ms": -1}}, "coalesce_ms: must be 0 or more"),
+        (
+            {"upstreams": [{**UP, "pool": {"min_idle": -1}}]},
+            r"upstreams\[0\].pool.min_idle: must be 0 or more, got -1",
+        ),
+        ({"upstreams": [UP], "replica_id": ""}, "replica_id: must not be empty"),
         (
             {"upstreams": [UP], "limits": {"max_rounds": 0}},
             "limits.max_rounds: must be greater than 0",
@@ -99,3 +266,27 @@ def test_environment_overrides_replace_keys_that_the_file_also_sets() -> None:
         data, env={"MRTR_GATEWAY_LOG_FORMAT": "json", "MRTR_GATEWAY_LOG_LEVEL": "warning"}
     )
     assert (config.logging.format, config.logging.level) == ("json", "warning")
+
+
+def test_the_environment_names_the_replica_over_the_file() -> None:
+    data = {"upstreams": [UP], "replica_id": "from-file"}
+    assert parse_config(data, env={}).replica_id == "from-file"
+    assert parse_config(data, env={"MRTR_GATEWAY_REPLICA_ID": "pod-1"}).replica_id == "pod-1"
+
+
+def test_overrides_are_written_into_the_data_before_validation() -> None:
+    data = {"upstreams": [UP], "store": {"url": "memory://", "key_prefix": "p:"}}
+    written = copy.deepcopy(data)
+    with pytest.raises(ConfigError, match="every replica shares"):
+        parse_config(data, env={}, overrides={"store.url": "redis://r:6379/0"})
+    env = {
+        "MRTR_GATEWAY_STORE_URL": "redis://env:6379/0",
+        "MRTR_GATEWAY_SEALING_KEYS": generate_key(),
+    }
+    config = parse_config(data, env=env, overrides={"store.url": "memory://"})
+    assert (config.store.url, config.store.key_prefix) == ("memory://", "p:")
+    assert data == written  # the caller's data is not changed
+    with pytest.raises(ConfigError, match="^listen.port: must be 0..65535"):
+        parse_config(data, env={}, overrides={"listen.port": 70000})
+    with pytest.raises(ConfigError, match="^listen: expected a mapping, got int"):
+        parse_config({**data, "listen": 8080}, env={}, overrides={"listen.port": 9000})

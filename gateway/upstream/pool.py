@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import structlog
@@ -24,6 +23,7 @@ import structlog
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.clock import Clock, SystemClock
+from gateway.config import PoolLimits
 from gateway.errors import CapacityExceeded, SessionsBusy, UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
@@ -31,17 +31,6 @@ from gateway.protocol.versions import Version
 from gateway.upstream.port import Inbox, SessionExpired, UpstreamSession
 
 log = structlog.get_logger("gateway.upstream")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PoolLimits:
-    min_idle: int = 1
-    max_sessions: int = 64
-    idle_timeout_s: float = 300.0
-    acquire_timeout_s: float = 10.0
-    # Recycle a session after this many requests, so whatever a legacy server keeps
-    # per session stays bounded however long the gateway runs.
-    max_requests: int = 10_000
 
 
 class PooledSession(UpstreamSession, Protocol):

@@ -1,0 +1,61 @@
+"""The gateway's configuration: a frozen dataclass tree, loaded once from YAML.
+
+    model.py    the dataclasses; every default is written there, once
+    section.py  typed reads of one YAML mapping; unknown keys are refused by key path
+    loader.py   YAML and the environment in, a validated GatewayConfig out
+
+Precedence, highest first: command-line flag (applied by `gateway.cli`, which merges
+it into the YAML data) > environment variable > file > dataclass default. This
+package does no network I/O and imports neither aiohttp nor redis, so
+`mrtr-gateway check-config` stays light.
+"""
+
+from gateway.config.loader import (
+    ENV_KEYS,
+    ENV_KEYS_FILE,
+    ENV_LOG_FORMAT,
+    ENV_LOG_LEVEL,
+    ENV_REPLICA_ID,
+    ENV_STORE_URL,
+    load_config,
+    load_keys_file,
+    parse_config,
+)
+from gateway.config.model import (
+    PARK,
+    REPLAY,
+    FleetConfig,
+    GatewayConfig,
+    LimitsConfig,
+    ListenConfig,
+    LoggingConfig,
+    PoolLimits,
+    SealingConfig,
+    StoreConfig,
+    TargetConfig,
+    UpstreamConfig,
+)
+
+__all__ = [
+    "ENV_KEYS",
+    "ENV_KEYS_FILE",
+    "ENV_LOG_FORMAT",
+    "ENV_LOG_LEVEL",
+    "ENV_REPLICA_ID",
+    "ENV_STORE_URL",
+    "PARK",
+    "REPLAY",
+    "FleetConfig",
+    "GatewayConfig",
+    "LimitsConfig",
+    "ListenConfig",
+    "LoggingConfig",
+    "PoolLimits",
+    "SealingConfig",
+    "StoreConfig",
+    "TargetConfig",
+    "UpstreamConfig",
+    "load_config",
+    "load_keys_file",
+    "parse_config",
+]

@@ -1,0 +1,381 @@
+"""Reading and validating the configuration: YAML and the environment in, a GatewayConfig out.
+
+Every value is validated explicitly; an error names the key path and says how to
+fix it. Nothing is coerced silently. Secrets never live in the YAML: sealing
+keys come from a key file or the environment, and upstream header values may
+reference environment variables as `${NAME}`.
+
+Environment overrides (a variable set and not empty wins over the file):
+    MRTR_GATEWAY_SEALING_KEYS       comma-separated keys (first seals, all open)
+    MRTR_GATEWAY_SEALING_KEYS_FILE  overrides sealing.keys_file
+    MRTR_GATEWAY_STORE_URL          overrides store.url
+    MRTR_GATEWAY_LOG_LEVEL / MRTR_GATEWAY_LOG_FORMAT  override logging.level / .format
+    MRTR_GATEWAY_REPLICA_ID         overrides replica_id
+
+Command-line flags reach this module as `overrides` of key paths, written into the
+YAML data before validation: flag > environment variable > file > default.
+
+Defaults are not written here: only the keys a file gives are passed to the
+dataclasses of `gateway.config.model`, which supply the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gateway.config.model import (
+    PARK,
+    REPLAY,
+    FleetConfig,
+    GatewayConfig,
+    LimitsConfig,
+    ListenConfig,
+    LoggingConfig,
+    PoolLimits,
+    SealingConfig,
+    StoreConfig,
+    TargetConfig,
+    UpstreamConfig,
+)
+from gateway.config.section import Section
+from gateway.errors import ConfigError
+from gateway.protocol.keys import KeyRule
+from gateway.protocol.state import parse_key
+from gateway.protocol.translate import CachePolicy
+
+ENV_KEYS = "MRTR_GATEWAY_SEALING_KEYS"
+ENV_KEYS_FILE = "MRTR_GATEWAY_SEALING_KEYS_FILE"
+ENV_STORE_URL = "MRTR_GATEWAY_STORE_URL"
+ENV_LOG_LEVEL = "MRTR_GATEWAY_LOG_LEVEL"
+ENV_LOG_FORMAT = "MRTR_GATEWAY_LOG_FORMAT"
+ENV_REPLICA_ID = "MRTR_GATEWAY_REPLICA_ID"
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _from_env(values: dict[str, Any], key: str, env: Mapping[str, str], name: str) -> None:
+    """The environment variable, when set and not empty, replaces the file's value."""
+    if env.get(name):
+        values[key] = env[name]
+
+
+def _expand_env(value: str, where: str, env: Mapping[str, str]) -> str:
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise ConfigError(f"{where}: environment variable {name} is not set")
+        return env[name]
+
+    return _ENV_REF.sub(sub, value)
+
+
+def _key_rules(items: Any, path: str) -> tuple[KeyRule, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise ConfigError(f"{path}: expected a list of input key rules")
+    rules = []
+    for index, item in enumerate(items):
+        rule = Section(item, f"{path}[{index}]")
+        key = rule.get("key", str)
+        if not key:
+            raise ConfigError(f"{rule.at('key')}: every input rule needs a key")
+        method = rule.get("method", str) or None
+        if method not in (None, "elicitation/create", "sampling/createMessage", "roots/list"):
+            raise ConfigError(
+                f"{rule.at('method')}: must be elicitation/create, "
+                "sampling/createMessage or roots/list"
+            )
+        fields_ = rule.get("fields", list) or []
+        if not all(isinstance(f, str) for f in fields_):
+            raise ConfigError(f"{rule.at('fields')}: expected a list of property names")
+        pattern = rule.get("message", str)
+        try:
+            compiled = re.compile(pattern) if pattern else None
+        except re.error as exc:
+            raise ConfigError(
+                f"{rule.at('message')}: not a valid regular expression: {exc}"
+            ) from exc
+        rule.done()
+        rules.append(
+            KeyRule(key=key, method=method, fields=frozenset(fields_) or None, message=compiled)
+        )
+    return tuple(rules)
+
+
+def _targets(section: Section) -> dict[str, TargetConfig]:
+    targets = {}
+    for name, body in section.items():
+        target = Section(body, section.at(name))
+        inputs = _key_rules(target.raw("inputs"), target.at("inputs"))
+        config = TargetConfig(inputs=inputs, **target.scalars(TargetConfig))
+        if config.mode not in (PARK, REPLAY):
+            raise ConfigError(f"{target.at('mode')}: must be park or replay")
+        target.done()
+        targets[name] = config
+    return targets
+
+
+def _upstream(data: Any, path: str, env: Mapping[str, str]) -> UpstreamConfig:
+    sec = Section(data, path)
+    values = sec.scalars(UpstreamConfig)
+    name = values.get("name", "")
+    if not _NAME.match(name):
+        raise ConfigError(
+            f"{sec.at('name')}: a name of letters, digits, '.', '_' or '-' is required"
+        )
+    url = values["url"] = _expand_env(values.get("url", ""), sec.at("url"), env)
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"{sec.at('url')}: an http:// or https:// URL of the legacy MCP endpoint is required"
+        )
+    if "path" in values and not values["path"].startswith("/"):
+        raise ConfigError(f"{sec.at('path')}: must start with '/', e.g. /mcp")
+    headers_sec = sec.section("headers")
+    headers = {}
+    for key, value in headers_sec.items():
+        if not isinstance(value, str):
+            raise ConfigError(f"{headers_sec.at(key)}: header values must be strings")
+        headers[key] = _expand_env(value, headers_sec.at(key), env)
+    pool_sec = sec.section("pool")
+    pool = PoolLimits(**pool_sec.scalars(PoolLimits, zero_ok={"min_idle"}))
+    pool_sec.done()
+    cache_sec = sec.section("cache")
+    cache = CachePolicy(**cache_sec.scalars(CachePolicy, zero_ok={"ttl_ms"}))
+    if cache.scope not in ("private", "public"):
+        raise ConfigError(f"{cache_sec.at('scope')}: must be private or public")
+    cache_sec.done()
+    config = UpstreamConfig(
+        **values,
+        headers=headers,
+        pool=pool,
+        cache=cache,
+        inputs=_key_rules(sec.raw("inputs"), sec.at("inputs")),
+        tools=_targets(sec.section("tools")),
+        prompts=_targets(sec.section("prompts")),
+        resources=_targets(sec.section("resources")),
+    )
+    sec.done()
+    return config
+
+
+def _sealing(sec: Section, env: Mapping[str, str], base: Path) -> SealingConfig:
+    if sec.has("keys"):
+        raise ConfigError(
+            f"{sec.at('keys')}: sealing keys must not be written in the config file; "
+            f"use sealing.keys_file or the {ENV_KEYS} environment variable"
+        )
+    keys_file = sec.get("keys_file", str)
+    values = sec.scalars(SealingConfig)
+    sec.done()
+    if env.get(ENV_KEYS):
+        keys = [
+            parse_key(k, f"{ENV_KEYS} key #{i + 1}")
+            for i, k in enumerate(env[ENV_KEYS].split(","))
+            if k.strip()
+        ]
+        return SealingConfig(keys=tuple(keys), **values)
+    keys_file = env.get(ENV_KEYS_FILE) or keys_file
+    if keys_file:
+        values["keys"] = tuple(load_keys_file(base / keys_file))  # an absolute path stays as is
+    return SealingConfig(**values)
+
+
+def load_keys_file(path: Path) -> list[bytes]:
+    """Keys, one per line, first seals; blank lines and `#` comments are skipped.
+
+    Raises:
+        ConfigError
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"sealing.keys_file: cannot read {path}: {exc.strerror}") from exc
+    lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)]
+    keys = [
+        parse_key(line, f"{path}:{n}") for n, line in lines if line and not line.startswith("#")
+    ]
+    if not keys:
+        raise ConfigError(
+            f"sealing.keys_file: {path} holds no key; generate one with: mrtr-gateway keygen"
+        )
+    return keys
+
+
+_STORE_SCHEMES = (
+    "memory://",
+    "redis://",
+    "rediss://",
+    "unix://",
+    "redis+sentinel://",
+    "redis+cluster://",
+)
+
+
+def _store(sec: Section, env: Mapping[str, str]) -> StoreConfig:
+    values = sec.scalars(StoreConfig)
+    sec.done()
+    _from_env(values, "url", env, ENV_STORE_URL)
+    store = StoreConfig(**values)
+    if not store.url.startswith(_STORE_SCHEMES):
+        raise ConfigError(
+            "store.url: use memory:// (one replica) or redis://host:port/db, "
+            "redis+sentinel://host:port/service, redis+cluster://host:port"
+        )
+    return store
+
+
+def _logging(sec: Section, env: Mapping[str, str]) -> LoggingConfig:
+    values = sec.scalars(LoggingConfig)
+    sec.done()
+    _from_env(values, "level", env, ENV_LOG_LEVEL)
+    _from_env(values, "format", env, ENV_LOG_FORMAT)
+    # Case is not meaningful here (INFO is info), so this is no silent change of meaning.
+    config = LoggingConfig(**{key: value.lower() for key, value in values.items()})
+    if config.level not in ("debug", "info", "warning", "error"):
+        raise ConfigError("logging.level: must be debug, info, warning or error")
+    if config.format not in ("console", "json"):
+        raise ConfigError("logging.format: must be console or json")
+    return config
+
+
+def _names(root: Section, key: str, example: str) -> frozenset[str] | None:
+    """A list of strings as a set, or None when the key is absent (the default applies)."""
+    items = root.get(key, list)
+    if items is None:
+        return None
+    if not all(isinstance(item, str) for item in items):
+        raise ConfigError(f"{root.at(key)}: expected a list of {example}")
+    return frozenset(items)
+
+
+# The environment variables that set a key path: an override of that key wins over them.
+_ENV_SETS: dict[str, tuple[str, ...]] = {
+    "store.url": (ENV_STORE_URL,),
+    "sealing.keys_file": (ENV_KEYS, ENV_KEYS_FILE),
+    "logging.level": (ENV_LOG_LEVEL,),
+    "logging.format": (ENV_LOG_FORMAT,),
+    "replica_id": (ENV_REPLICA_ID,),
+}
+
+
+def _written(data: Any, parents: list[str], leaf: str, value: object) -> Any:
+    """A copy of mapping `data` with `value` at parents.leaf (the input is not changed).
+
+    Anything but a mapping (or null) on the way is returned as is: the override is
+    not applied and parse_config refuses the malformed data by its key path.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        return data
+    copy = dict(data)
+    if parents:
+        copy[parents[0]] = _written(copy.get(parents[0]), parents[1:], leaf, value)
+    else:
+        copy[leaf] = value
+    return copy
+
+
+def parse_config(
+    data: Any,
+    *,
+    env: Mapping[str, str] | None = None,
+    base: Path | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> GatewayConfig:
+    """Build and validate the config tree from decoded YAML.
+
+    `overrides` maps key paths to values (`{"store.url": "redis://r:6379/0"}`, as the
+    command line gives them). Each is written into the data before anything is
+    validated, as if the file said so, so every rule applies to the combined result;
+    each also wins over the environment variables that set its key. Precedence:
+    override > environment variable (see the module docstring) > data > dataclass
+    default. Relative paths in the data are read from `base` (default: the working
+    directory).
+
+    Raises:
+        ConfigError: naming the key path and the fix.
+    """
+    env = dict(os.environ if env is None else env)
+    for key_path, value in (overrides or {}).items():
+        *parents, leaf = key_path.split(".")
+        data = _written(data, parents, leaf, value)
+        for name in _ENV_SETS.get(key_path, ()):
+            env.pop(name, None)
+    base = base or Path.cwd()
+    root = Section(data, "")
+    values: dict[str, Any] = root.scalars(GatewayConfig)
+    _from_env(values, "replica_id", env, ENV_REPLICA_ID)
+    if values.get("replica_id") == "":
+        raise ConfigError("replica_id: must not be empty; leave it out for a random name")
+    listen_sec = root.section("listen")
+    values["listen"] = listen = ListenConfig(**listen_sec.scalars(ListenConfig, zero_ok={"port"}))
+    if listen.port > 65535:
+        raise ConfigError(f"listen.port: must be 0..65535, got {listen.port}")
+    listen_sec.done()
+    lim = root.section("limits")
+    values["limits"] = limits = LimitsConfig(**lim.scalars(LimitsConfig, zero_ok={"coalesce_ms"}))
+    if limits.coalesce_ms > 5000:
+        raise ConfigError("limits.coalesce_ms: must be 0..5000 milliseconds")
+    lim.done()
+    values["sealing"] = sealing = _sealing(root.section("sealing"), env, base)
+    values["store"] = store = _store(root.section("store"), env)
+    if store.shared and sealing.ephemeral:
+        raise ConfigError(
+            "sealing: a shared store (Redis) needs a sealing key that every replica shares; "
+            f"set sealing.keys_file or {ENV_KEYS} (generate one with: mrtr-gateway keygen)"
+        )
+    fleet_sec = root.section("fleet")
+    values["fleet"] = FleetConfig(**fleet_sec.scalars(FleetConfig))
+    fleet_sec.done()
+    values["logging"] = _logging(root.section("logging"), env)
+    origins = _names(root, "allowed_origins", "origins such as https://app.example.com")
+    if origins is not None:
+        values["allowed_origins"] = origins
+    hosts = _names(root, "allowed_hosts", "host names such as mcp.example.com")
+    if hosts is not None:
+        values["allowed_hosts"] = frozenset(h.lower() for h in hosts)
+    items = root.get("upstreams", list)
+    if not items:
+        raise ConfigError("upstreams: at least one legacy server is required (name, url, path)")
+    upstreams = tuple(_upstream(item, f"upstreams[{i}]", env) for i, item in enumerate(items))
+    _unique([u.name for u in upstreams], "name")
+    _unique([u.path for u in upstreams], "path")
+    root.done()
+    return GatewayConfig(**values, upstreams=upstreams)
+
+
+def _unique(values: list[str], what: str) -> None:
+    seen: set[str] = set()
+    for index, value in enumerate(values):
+        if value in seen:
+            raise ConfigError(f"upstreams[{index}].{what}: {value!r} is used by another upstream")
+        seen.add(value)
+
+
+def load_config(
+    path: str | Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> GatewayConfig:
+    """Read and validate a YAML config file; see `parse_config` for `env` and `overrides`.
+
+    Raises:
+        ConfigError
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    return parse_config(data, env=env, base=path.parent, overrides=overrides)

@@ -1,0 +1,145 @@
+"""The configuration tree: frozen dataclasses, each default written here and only here.
+
+The loader (`gateway.config.loader`) passes only the keys a file gives, so a
+changed default here is the loaded default too. Nothing in this module reads
+files or the environment.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gateway.protocol.keys import KeyRule
+from gateway.protocol.translate import CachePolicy
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListenConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitsConfig:
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_rounds: int = 16
+    max_parked_calls: int = 10_000
+    max_parked_per_principal: int = 16
+    suspension_ttl_s: float = 600.0
+    hold_timeout_s: float = 300.0
+    coalesce_ms: int = 10
+    keepalive_s: float = 15.0
+    max_state_bytes: int = 16 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SealingConfig:
+    keys: tuple[bytes, ...] = ()
+    audience: str = "mrtr-gateway"
+
+    @property
+    def ephemeral(self) -> bool:
+        return not self.keys
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreConfig:
+    url: str = "memory://"
+    key_prefix: str = "mrtr:"
+
+    @property
+    def shared(self) -> bool:
+        return not self.url.startswith("memory://")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolLimits:
+    min_idle: int = 1
+    max_sessions: int = 64
+    idle_timeout_s: float = 300.0
+    acquire_timeout_s: float = 10.0
+    # Recycle a session after this many requests, so whatever a legacy server keeps
+    # per session stays bounded however long the gateway runs.
+    max_requests: int = 10_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FleetConfig:
+    heartbeat_s: float = 1.0
+    drain_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoggingConfig:
+    level: str = "info"
+    format: str = "console"
+
+
+PARK = "park"
+REPLAY = "replay"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TargetConfig:
+    """Per tool, prompt or resource settings."""
+
+    inputs: tuple[KeyRule, ...] = ()
+    # replay_safe: if the replica holding a parked call dies, the call may be run again
+    # from its journal of answers (the body runs again: only for idempotent tools).
+    replay_safe: bool = False
+    # mode: park (the call waits in a store) or replay (nothing is parked: every retry
+    # re-runs the call, its answers journaled inside requestState).
+    mode: str = PARK
+
+
+_DEFAULT_TARGET = TargetConfig()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamConfig:
+    name: str
+    url: str
+    path: str = "/mcp"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 30.0
+    pool: PoolLimits = PoolLimits()
+    cache: CachePolicy = CachePolicy()
+    inputs: tuple[KeyRule, ...] = ()
+    tools: Mapping[str, TargetConfig] = field(default_factory=dict)
+    prompts: Mapping[str, TargetConfig] = field(default_factory=dict)
+    resources: Mapping[str, TargetConfig] = field(default_factory=dict)
+
+    def target(self, method: str, target: str | None) -> TargetConfig:
+        table = {
+            "tools/call": self.tools,
+            "prompts/get": self.prompts,
+            "resources/read": self.resources,
+        }
+        return table.get(method, {}).get(target or "") or _DEFAULT_TARGET
+
+    def rules_for(self, method: str, target: str | None) -> tuple[KeyRule, ...]:
+        return self.target(method, target).inputs + self.inputs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewayConfig:
+    listen: ListenConfig = ListenConfig()
+    limits: LimitsConfig = LimitsConfig()
+    sealing: SealingConfig = SealingConfig()
+    store: StoreConfig = StoreConfig()
+    fleet: FleetConfig = FleetConfig()
+    logging: LoggingConfig = LoggingConfig()
+    allowed_origins: frozenset[str] = frozenset()
+    allowed_hosts: frozenset[str] = frozenset()
+
+    @property
+    def loopback(self) -> bool:
+        """Listening on loopback only: then only loopback Host and Origin values are served."""
+        return self.listen.host in ("127.0.0.1", "localhost", "::1") or self.listen.host.startswith(
+            "127."
+        )
+
+    replica_id: str = field(default_factory=lambda: "replica-" + secrets.token_hex(4))
+    upstreams: tuple[UpstreamConfig, ...] = ()
