@@ -164,6 +164,8 @@ class Runner:
                 answered=sorted(set(responses) & set(call.machine.pending)),
             )
             answers = call.machine.deliver(responses)
+            for key, problem in call.machine.refusals().items():
+                log.info("form_answer_refused", key=key, problem=problem)
             return await self.drive(call, front, notify, answers)
         finally:
             self.metrics.resume_seconds.labels(call.upstream.name).observe(

@@ -68,21 +68,33 @@ class Pending:
     method: str
     params: dict[str, Any]
 
+    # Why the last answer to this question was not accepted: said when it is asked again.
+    problem: str | None = None
+
     def input_request(self) -> dict[str, Any]:
-        return translate.input_request(self.method, self.params)
+        request = translate.input_request(self.method, self.params)
+        if self.problem is not None:
+            asked = request["params"].get("message") or ""
+            request["params"]["message"] = (
+                f"{asked}\n\n(The previous answer was not accepted: {self.problem}.)".lstrip()
+            )
+        return request
 
     def to_record(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "id": self.upstream_id,
-            "method": self.method,
-            "params": self.params,
-        }
+        record = {"key": self.key, "id": self.upstream_id, "method": self.method}
+        record["params"] = self.params
+        if self.problem is not None:
+            record["problem"] = self.problem
+        return record
 
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> Pending:
         return cls(
-            key=data["key"], upstream_id=data["id"], method=data["method"], params=data["params"]
+            key=data["key"],
+            upstream_id=data["id"],
+            method=data["method"],
+            params=data["params"],
+            problem=data.get("problem"),
         )
 
 
@@ -206,7 +218,8 @@ class CallMachine:
         if self.presupplied.get(key):
             answer = self.presupplied[key].pop(0)
             inputs.check_shape(key, method, answer)
-            if self._fits(pending, answer):
+            pending.problem = self._problem(pending, answer)
+            if pending.problem is None:
                 return [self._answer(pending, answer)]
         self.pending[key] = pending
         return [Asked(key)]
@@ -253,15 +266,24 @@ class CallMachine:
         self.check(responses)
         answers = []
         for key, pending in list(self.pending.items()):
-            if key in responses and self._fits(pending, responses[key]):
+            if key not in responses:
+                continue
+            pending.problem = self._problem(pending, responses[key])
+            if pending.problem is None:
                 del self.pending[key]
                 answers.append(self._answer(pending, responses[key]))
         return answers
 
-    def _fits(self, pending: Pending, answer: dict[str, Any]) -> bool:
+    def refusals(self) -> dict[str, str]:
+        """Questions asked again because their answer missed the schema, and why."""
+        return {key: p.problem for key, p in self.pending.items() if p.problem is not None}
+
+    @staticmethod
+    def _problem(pending: Pending, answer: dict[str, Any]) -> str | None:
         if pending.method != "elicitation/create" or pending.params.get("mode") == "url":
-            return True
-        return inputs.fits_form(pending.params.get("requestedSchema"), answer)
+            return None
+        problems = inputs.form_problems(pending.params.get("requestedSchema"), answer)
+        return "; ".join(problems) or None
 
     def _answer(self, pending: Pending, answer: dict[str, Any]) -> Answer:
         self.journal.append({"key": pending.key, "method": pending.method, "answer": answer})

@@ -308,3 +308,45 @@ async def test_a_store_that_fails_while_parking_fails_the_call_and_releases_the_
     assert await server.next_sent() == {"jsonrpc": "2.0", "id": 7, "result": {"action": "cancel"}}
     (call,) = [s for s in server.sessions]
     assert replica.pool.released_reuse(call) is False and replica.bridge.parked == 0
+
+
+async def test_a_form_answer_that_misses_the_schema_is_asked_again_saying_why(
+    replica: Replica, server: ScriptedServer, clock: ManualClock
+) -> None:
+    pending = spawn(replica.call(call_tool()), name="first")
+    session = await server.next_call()
+    session.ask(
+        4,
+        "elicitation/create",
+        {
+            "message": "How old?",
+            "requestedSchema": {
+                "type": "object",
+                "properties": {"age": {"type": "integer", "minimum": 0}},
+                "required": ["age"],
+            },
+        },
+    )
+    await clock.armed(clock.now + WINDOW)
+    clock.advance(WINDOW)
+    first = await pending
+    wrong = {"elicit.age": {"action": "accept", "content": {"age": -3}}}
+    retry = spawn(
+        replica.call(call_tool(rid=2, state=first["requestState"], answers=wrong)), name="retry"
+    )
+    await clock.armed(clock.now + WINDOW)
+    clock.advance(WINDOW)
+    second = await retry
+    asked = second["inputRequests"]["elicit.age"]["params"]
+    assert asked["message"] == (
+        "How old?\n\n(The previous answer was not accepted: 'age' must be at least 0.)"
+    )
+    assert asked["requestedSchema"]["required"] == ["age"]
+    assert server.nothing_sent()  # the server still waits for a fitting answer
+    right = {"elicit.age": {"action": "accept", "content": {"age": 30}}}
+    last = spawn(
+        replica.call(call_tool(rid=3, state=second["requestState"], answers=right)), name="last"
+    )
+    assert (await server.next_sent())["result"]["content"] == {"age": 30}
+    session.respond()
+    assert (await last)["resultType"] == "complete"

@@ -146,3 +146,33 @@ def test_capabilities_are_read_declared_upstream_and_checked() -> None:
     assert ClientCaps().key == "none"
     with pytest.raises(InvalidParams):
         ClientCaps.from_wire({"sampling": True})
+
+
+def test_each_way_a_form_answer_misses_its_schema_is_named_without_the_value() -> None:
+    from gateway.protocol.inputs import form_problems
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 2},
+            "age": {"type": "integer", "maximum": 150},
+            "mail": {"type": "string", "format": "email"},
+            "color": {"type": "string", "enum": ["red", "blue"]},
+            "ok": {"type": "boolean"},
+        },
+        "required": ["name", "ok"],
+    }
+    answer = {
+        "action": "accept",
+        "content": {"name": "x", "age": 3.5, "mail": "secret-value", "color": "green"},
+    }
+    assert form_problems(schema, answer) == [
+        "'ok' is required",
+        "'name' must be at least 2 character(s) long",
+        "'age' must be an integer",
+        "'mail' must be a valid email",
+        "'color' must be one of red, blue",
+    ]
+    assert form_problems(schema, {"action": "decline"}) == []
+    fine = {"action": "accept", "content": {"name": "xy", "ok": True, "age": 150}}
+    assert form_problems(schema, fine) == []

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 
 from gateway.aio import spawn
+from gateway.config import PoolLimits
 from gateway.errors import SessionsBusy, UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
-from gateway.upstream.pool import PoolLimits, SessionPool
+from gateway.upstream.pool import SessionPool
 from gateway.upstream.port import Inbox, StreamCursor
 from tests.fakes.clock import ManualClock
 
