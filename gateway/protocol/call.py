@@ -81,8 +81,8 @@ class Pending:
         return request
 
     def to_record(self) -> dict[str, Any]:
-        record = {"key": self.key, "id": self.upstream_id, "method": self.method}
-        record["params"] = self.params
+        record: dict[str, Any] = {"key": self.key, "id": self.upstream_id}
+        record.update(method=self.method, params=self.params)
         if self.problem is not None:
             record["problem"] = self.problem
         return record
