@@ -14,20 +14,17 @@ import aiohttp
 import structlog
 from aiohttp import web
 
-from gateway import __version__
 from gateway.calls.bridge import Bridge
 from gateway.clock import SystemClock
-from gateway.config import GatewayConfig, UpstreamConfig
+from gateway.config import STDIO, GatewayConfig, UpstreamConfig
 from gateway.fleet.redis_bus import RedisBus
 from gateway.observability import Metrics
-from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.state import AesGcmKeyRing, StateCodec
 from gateway.store.base import SuspendedCallStore, TimedStore
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore, connect
-from gateway.upstream.http.session import HttpSession
-from gateway.upstream.http.wire import Endpoint
-from gateway.upstream.pool import SessionFactory, SessionPool
+from gateway.upstream.factory import restart_backoff_s, session_factory
+from gateway.upstream.pool import SessionPool
 from gateway.upstream.port import UpstreamPool
 from gateway.web.handlers import McpEndpoint
 from gateway.web.middleware import error_middleware, request_id_middleware
@@ -47,6 +44,13 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+def _where(upstream: UpstreamConfig) -> str:
+    """An upstream fit for a log: a URL without credentials, or a command's program only."""
+    if upstream.transport == STDIO:
+        return f"stdio:{upstream.command[0]}"
+    return f"{upstream.transport}:{redact(upstream.url)}"
+
+
 def make_codec(config: GatewayConfig) -> StateCodec:
     if config.sealing.ephemeral:
         log.warning(
@@ -58,22 +62,6 @@ def make_codec(config: GatewayConfig) -> StateCodec:
         )
         return AesGcmKeyRing.ephemeral()
     return AesGcmKeyRing(list(config.sealing.keys))
-
-
-def http_sessions(http: aiohttp.ClientSession, upstream: UpstreamConfig) -> SessionFactory:
-    """Sessions toward a Streamable HTTP upstream."""
-    endpoint = Endpoint(
-        name=upstream.name,
-        url=upstream.url,
-        headers=dict(upstream.headers),
-        timeout_s=upstream.timeout_s,
-        client_version=__version__,
-    )
-
-    def new_session(caps: ClientCaps) -> HttpSession:
-        return HttpSession(http, endpoint, caps)
-
-    return new_session
 
 
 def build_app(config: GatewayConfig) -> web.Application:
@@ -115,10 +103,11 @@ def build_app(config: GatewayConfig) -> web.Application:
         for upstream in config.upstreams:
             pool = SessionPool(
                 upstream.name,
-                http_sessions(http, upstream),
+                session_factory(http, upstream),
                 upstream.pool,
                 on_error=metrics.upstream_errors.labels(upstream.name).inc,
                 clock=clock,
+                restart_backoff_s=restart_backoff_s(upstream),
             )
             pool.start()
             pools[upstream.name] = pool
@@ -128,7 +117,7 @@ def build_app(config: GatewayConfig) -> web.Application:
         log.info(
             "gateway_started",
             replica=config.replica_id,
-            upstreams={u.path: redact(u.url) for u in config.upstreams},
+            upstreams={u.path: _where(u) for u in config.upstreams},
             store=redact(config.store.url),
         )
         yield

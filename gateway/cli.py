@@ -1,15 +1,16 @@
 """Command line: `serve`, `check-config`, `keygen`.
 
 mrtr-gateway serve --config FILE [--host H] [--port N] [--store URL] [--keys-file F]
-mrtr-gateway serve --upstream URL [--path /mcp] [--host H] [--port N] [--store URL] [--keys-file F]
+mrtr-gateway serve --upstream URL [--transport sse] [--path /mcp] [--host H] [--port N] ...
+mrtr-gateway serve --upstream-command 'node server.js stdio' [--path /mcp] [--host H] ...
 mrtr-gateway check-config FILE
 mrtr-gateway keygen
 
 A flag overrides the same setting from the environment and from the file:
 flag > environment variable > file > default. The flags are written into the YAML
 data before validation, so every rule (a Redis store needs a shared sealing key,
-...) applies to the combined result. Quick-start flags (--path) describe the one
-upstream of --upstream and are refused with --config.
+...) applies to the combined result. Quick-start flags (--path, --transport) describe
+the one upstream of --upstream or --upstream-command and are refused with --config.
 
 Only `serve` imports aiohttp and the app: check-config and keygen stay light.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -71,6 +73,18 @@ def _parser() -> argparse.ArgumentParser:
         help="quick start: URL of one legacy MCP endpoint (no config file)",
     )
     run.add_argument(
+        "--upstream-command",
+        metavar="COMMAND",
+        help="quick start: the command line of one legacy stdio server, e.g. "
+        "'node server.js stdio' (split like a shell does; no shell runs it)",
+    )
+    run.add_argument(
+        "--transport",
+        choices=("streamable-http", "sse"),
+        help="quick start only: how --upstream URL speaks (default streamable-http; "
+        "sse for a 2024-11-05 HTTP+SSE endpoint such as http://host:port/sse)",
+    )
+    run.add_argument(
         "--path",
         help="quick start only: the gateway's MCP path "
         f"(default {_default(UpstreamConfig, 'path')}); "
@@ -109,8 +123,11 @@ def _serve_config(args: argparse.Namespace) -> GatewayConfig:
     Raises:
         ConfigError
     """
-    if bool(args.config) == bool(args.upstream):
-        raise ConfigError("serve needs exactly one of --config FILE or --upstream URL")
+    sources = [bool(args.config), bool(args.upstream), bool(args.upstream_command)]
+    if sum(sources) != 1:
+        raise ConfigError(
+            "serve needs exactly one of --config FILE, --upstream URL or --upstream-command COMMAND"
+        )
     overrides: dict[str, object] = {}
     if args.host is not None:
         overrides["listen.host"] = args.host
@@ -122,13 +139,29 @@ def _serve_config(args: argparse.Namespace) -> GatewayConfig:
         # Relative to where the command runs, not to the config file's folder.
         overrides["sealing.keys_file"] = str(Path(args.keys_file).absolute())
     if args.config:
-        if args.path is not None:
-            raise ConfigError(
-                "--path is a quick-start flag (with --upstream URL): with --config it "
-                "could mean any upstream; set upstreams[].path in the file instead"
-            )
+        for flag, value, key in (
+            ("--path", args.path, "path"),
+            ("--transport", args.transport, "transport"),
+        ):
+            if value is not None:
+                raise ConfigError(
+                    f"{flag} is a quick-start flag (with --upstream or --upstream-command): "
+                    f"with --config it could mean any upstream; set upstreams[].{key} in the "
+                    "file instead"
+                )
         return load_config(args.config, overrides=overrides)
-    upstream = {"name": "default", "url": args.upstream}
+    upstream: dict[str, object] = {"name": "default"}
+    if args.upstream_command:
+        if args.transport is not None:
+            raise ConfigError("--transport is for --upstream URL; a command speaks stdio")
+        try:
+            upstream["command"] = shlex.split(args.upstream_command)
+        except ValueError as exc:
+            raise ConfigError(f"--upstream-command: cannot split it: {exc}") from exc
+    else:
+        upstream["url"] = args.upstream
+        if args.transport is not None:
+            upstream["transport"] = args.transport
     if args.path is not None:
         upstream["path"] = args.path
     return parse_config({"upstreams": [upstream]}, overrides=overrides)
@@ -156,7 +189,7 @@ async def _run(config: GatewayConfig) -> None:
     for upstream in config.upstreams:
         print(
             f"mrtr-gateway: http://{config.listen.host}:{config.listen.port}{upstream.path}"
-            f" -> {upstream.url}",
+            f" -> {upstream.location}",
             file=sys.stderr,
             flush=True,
         )
@@ -195,7 +228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "check-config":
             config = load_config(args.file)
-            names = ", ".join(f"{u.name} ({u.path} -> {u.url})" for u in config.upstreams)
+            names = ", ".join(
+                f"{u.name} ({u.path} -> {u.transport} {u.location})" for u in config.upstreams
+            )
             print(f"{args.file}: OK; upstreams: {names}")
             if config.sealing.ephemeral:
                 print(

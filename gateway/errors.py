@@ -33,6 +33,7 @@ translated at the boundary (`raise UpstreamError(...) from exc`).
     │   │   └── StateTooLarge          502, max_state_bytes
     │   ├── CallLost                   -32603 / 502, a parked call cannot continue
     │   ├── UpstreamError              -32603 / 502, the legacy server failed us
+    │   │   ├── UpstreamExited         -32603 / 502, a stdio server's process ended
     │   │   └── UpstreamTimeout        -32603 / 502, a round outlived hold_timeout_s
     │   └── StoreError                 -32603 / 503, the suspended-call store failed
     └── ConfigError                    startup only; never reaches the wire
@@ -309,6 +310,14 @@ class UpstreamError(RpcError):
     http_status = 502
     default_message = "The upstream MCP server failed"
     public_detail = False
+
+
+class UpstreamExited(UpstreamError):
+    """A stdio server's process ended while it was serving the request."""
+
+    default_message = (
+        "The upstream MCP server exited during the request; the next request starts it again"
+    )
 
 
 class UpstreamTimeout(UpstreamError):

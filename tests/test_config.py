@@ -125,7 +125,16 @@ FULL = {
             "tools": {"t": {"inputs": [{"key": "k"}], "replay_safe": True, "mode": "replay"}},
             "prompts": {"p": {}},
             "resources": {"r": {}},
-        }
+            "transport": "sse",
+        },
+        {
+            "name": "local",
+            "command": ["server", "--stdio"],
+            "env": {"TOKEN": "t"},
+            "cwd": ".",
+            "max_message_bytes": 1024,
+            "path": "/local",
+        },
     ],
 }
 
@@ -147,10 +156,14 @@ def test_every_field_is_read_from_the_file() -> None:
     config = parse_config(FULL, env={"MRTR_GATEWAY_SEALING_KEYS": generate_key()})
     loaded = _leaves(config)
     defaults = _leaves(GatewayConfig())
-    upstream = _leaves(config.upstreams[0])
+    upstreams = [_leaves(u) for u in config.upstreams]  # an HTTP one and a stdio one
     upstream_defaults = _leaves(UpstreamConfig(name="", url=""))
     same = [k for k in defaults if k != "upstreams" and loaded[k] == defaults[k]]
-    same += [f"upstreams[0].{k}" for k in upstream_defaults if upstream[k] == upstream_defaults[k]]
+    same += [
+        f"upstreams[].{k}"
+        for k in upstream_defaults
+        if all(each[k] == upstream_defaults[k] for each in upstreams)
+    ]
     assert same == []
     target = config.upstreams[0].tools["t"]
     assert (target.replay_safe, target.mode, [r.key for r in target.inputs]) == (
@@ -290,3 +303,31 @@ def test_overrides_are_written_into_the_data_before_validation() -> None:
         parse_config(data, env={}, overrides={"listen.port": 70000})
     with pytest.raises(ConfigError, match="^listen: expected a mapping, got int"):
         parse_config({**data, "listen": 8080}, env={}, overrides={"listen.port": 9000})
+
+
+def test_a_stdio_upstream_is_a_command_and_each_mistake_is_named(tmp_path: Path) -> None:
+    def upstream(**entry: object) -> UpstreamConfig:
+        data = {"upstreams": [{"name": "s", **entry}]}
+        return parse_config(data, env={"TOKEN": "t0k"}, base=tmp_path).upstreams[0]
+
+    local = upstream(command=["node", "server.js"], env={"API_KEY": "${TOKEN}"}, cwd=".")
+    assert (local.transport, local.command, dict(local.env)) == (
+        "stdio",
+        ("node", "server.js"),
+        {"API_KEY": "t0k"},
+    )
+    assert local.cwd == str(tmp_path / ".") and local.url == ""
+    assert upstream(transport="sse", url="http://h:1/sse").transport == "sse"
+    refusals = {
+        "upstreams[0].command": dict(command="node server.js"),
+        "upstreams[0].url": dict(command=["node"], url="http://h/mcp"),
+        "upstreams[0].env": dict(url="http://h/mcp", env={"A": "b"}),
+        "upstreams[0].transport": dict(transport="websocket", url="http://h/mcp"),
+        "upstreams[0].cwd": dict(command=["node"], cwd="missing-folder"),
+        "upstreams[0].env.PORT": dict(command=["node"], env={"PORT": 80}),
+        "upstreams[0].env.SECRET": dict(command=["node"], env={"SECRET": "${UNSET_VAR}"}),
+    }
+    for where, entry in refusals.items():
+        with pytest.raises(ConfigError) as refused:
+            upstream(**entry)
+        assert str(refused.value).startswith(where), (where, str(refused.value))

@@ -3,6 +3,7 @@
     model.py    the dataclasses; every default is written there, once
     section.py  typed reads of one YAML mapping; unknown keys are refused by key path
     loader.py   YAML and the environment in, a validated GatewayConfig out
+    upstreams.py  one upstreams[] entry: transport, command or URL, key rules
 
 Precedence, highest first: command-line flag (applied by `gateway.cli`, which merges
 it into the YAML data) > environment variable > file > dataclass default. This
@@ -24,6 +25,10 @@ from gateway.config.loader import (
 from gateway.config.model import (
     PARK,
     REPLAY,
+    SSE,
+    STDIO,
+    STREAMABLE_HTTP,
+    TRANSPORTS,
     FleetConfig,
     GatewayConfig,
     LimitsConfig,
@@ -45,6 +50,10 @@ __all__ = [
     "ENV_STORE_URL",
     "PARK",
     "REPLAY",
+    "SSE",
+    "STDIO",
+    "STREAMABLE_HTTP",
+    "TRANSPORTS",
     "FleetConfig",
     "GatewayConfig",
     "LimitsConfig",

@@ -22,7 +22,6 @@ dataclasses of `gateway.config.model`, which supply the rest.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,24 +29,18 @@ from typing import Any
 import yaml
 
 from gateway.config.model import (
-    PARK,
-    REPLAY,
     FleetConfig,
     GatewayConfig,
     LimitsConfig,
     ListenConfig,
     LoggingConfig,
-    PoolLimits,
     SealingConfig,
     StoreConfig,
-    TargetConfig,
-    UpstreamConfig,
 )
 from gateway.config.section import Section
+from gateway.config.upstreams import parse_upstream
 from gateway.errors import ConfigError
-from gateway.protocol.keys import KeyRule
 from gateway.protocol.state import parse_key
-from gateway.protocol.translate import CachePolicy
 
 ENV_KEYS = "MRTR_GATEWAY_SEALING_KEYS"
 ENV_KEYS_FILE = "MRTR_GATEWAY_SEALING_KEYS_FILE"
@@ -55,114 +48,12 @@ ENV_STORE_URL = "MRTR_GATEWAY_STORE_URL"
 ENV_LOG_LEVEL = "MRTR_GATEWAY_LOG_LEVEL"
 ENV_LOG_FORMAT = "MRTR_GATEWAY_LOG_FORMAT"
 ENV_REPLICA_ID = "MRTR_GATEWAY_REPLICA_ID"
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def _from_env(values: dict[str, Any], key: str, env: Mapping[str, str], name: str) -> None:
     """The environment variable, when set and not empty, replaces the file's value."""
     if env.get(name):
         values[key] = env[name]
-
-
-def _expand_env(value: str, where: str, env: Mapping[str, str]) -> str:
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in env:
-            raise ConfigError(f"{where}: environment variable {name} is not set")
-        return env[name]
-
-    return _ENV_REF.sub(sub, value)
-
-
-def _key_rules(items: Any, path: str) -> tuple[KeyRule, ...]:
-    if items is None:
-        return ()
-    if not isinstance(items, list):
-        raise ConfigError(f"{path}: expected a list of input key rules")
-    rules = []
-    for index, item in enumerate(items):
-        rule = Section(item, f"{path}[{index}]")
-        key = rule.get("key", str)
-        if not key:
-            raise ConfigError(f"{rule.at('key')}: every input rule needs a key")
-        method = rule.get("method", str) or None
-        if method not in (None, "elicitation/create", "sampling/createMessage", "roots/list"):
-            raise ConfigError(
-                f"{rule.at('method')}: must be elicitation/create, "
-                "sampling/createMessage or roots/list"
-            )
-        fields_ = rule.get("fields", list) or []
-        if not all(isinstance(f, str) for f in fields_):
-            raise ConfigError(f"{rule.at('fields')}: expected a list of property names")
-        pattern = rule.get("message", str)
-        try:
-            compiled = re.compile(pattern) if pattern else None
-        except re.error as exc:
-            raise ConfigError(
-                f"{rule.at('message')}: not a valid regular expression: {exc}"
-            ) from exc
-        rule.done()
-        rules.append(
-            KeyRule(key=key, method=method, fields=frozenset(fields_) or None, message=compiled)
-        )
-    return tuple(rules)
-
-
-def _targets(section: Section) -> dict[str, TargetConfig]:
-    targets = {}
-    for name, body in section.items():
-        target = Section(body, section.at(name))
-        inputs = _key_rules(target.raw("inputs"), target.at("inputs"))
-        config = TargetConfig(inputs=inputs, **target.scalars(TargetConfig))
-        if config.mode not in (PARK, REPLAY):
-            raise ConfigError(f"{target.at('mode')}: must be park or replay")
-        target.done()
-        targets[name] = config
-    return targets
-
-
-def _upstream(data: Any, path: str, env: Mapping[str, str]) -> UpstreamConfig:
-    sec = Section(data, path)
-    values = sec.scalars(UpstreamConfig)
-    name = values.get("name", "")
-    if not _NAME.match(name):
-        raise ConfigError(
-            f"{sec.at('name')}: a name of letters, digits, '.', '_' or '-' is required"
-        )
-    url = values["url"] = _expand_env(values.get("url", ""), sec.at("url"), env)
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError(
-            f"{sec.at('url')}: an http:// or https:// URL of the legacy MCP endpoint is required"
-        )
-    if "path" in values and not values["path"].startswith("/"):
-        raise ConfigError(f"{sec.at('path')}: must start with '/', e.g. /mcp")
-    headers_sec = sec.section("headers")
-    headers = {}
-    for key, value in headers_sec.items():
-        if not isinstance(value, str):
-            raise ConfigError(f"{headers_sec.at(key)}: header values must be strings")
-        headers[key] = _expand_env(value, headers_sec.at(key), env)
-    pool_sec = sec.section("pool")
-    pool = PoolLimits(**pool_sec.scalars(PoolLimits, zero_ok={"min_idle"}))
-    pool_sec.done()
-    cache_sec = sec.section("cache")
-    cache = CachePolicy(**cache_sec.scalars(CachePolicy, zero_ok={"ttl_ms"}))
-    if cache.scope not in ("private", "public"):
-        raise ConfigError(f"{cache_sec.at('scope')}: must be private or public")
-    cache_sec.done()
-    config = UpstreamConfig(
-        **values,
-        headers=headers,
-        pool=pool,
-        cache=cache,
-        inputs=_key_rules(sec.raw("inputs"), sec.at("inputs")),
-        tools=_targets(sec.section("tools")),
-        prompts=_targets(sec.section("prompts")),
-        resources=_targets(sec.section("resources")),
-    )
-    sec.done()
-    return config
 
 
 def _sealing(sec: Section, env: Mapping[str, str], base: Path) -> SealingConfig:
@@ -345,7 +236,9 @@ def parse_config(
     items = root.get("upstreams", list)
     if not items:
         raise ConfigError("upstreams: at least one legacy server is required (name, url, path)")
-    upstreams = tuple(_upstream(item, f"upstreams[{i}]", env) for i, item in enumerate(items))
+    upstreams = tuple(
+        parse_upstream(item, f"upstreams[{i}]", env, base) for i, item in enumerate(items)
+    )
     _unique([u.name for u in upstreams], "name")
     _unique([u.path for u in upstreams], "path")
     root.done()

@@ -80,6 +80,11 @@ class LoggingConfig:
 PARK = "park"
 REPLAY = "replay"
 
+STREAMABLE_HTTP = "streamable-http"
+SSE = "sse"  # HTTP+SSE of protocol 2024-11-05
+STDIO = "stdio"
+TRANSPORTS = (STREAMABLE_HTTP, SSE, STDIO)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TargetConfig:
@@ -100,7 +105,12 @@ _DEFAULT_TARGET = TargetConfig()
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpstreamConfig:
     name: str
-    url: str
+    transport: str = STREAMABLE_HTTP  # stdio when a command is given
+    url: str = ""  # streamable-http and sse (the SSE endpoint, e.g. http://host:port/sse)
+    command: tuple[str, ...] = ()  # stdio: the program and its arguments
+    env: Mapping[str, str] = field(default_factory=dict)  # stdio: the child's environment
+    cwd: str | None = None  # stdio: the child's working directory
+    max_message_bytes: int = 16 * 1024 * 1024  # stdio: the longest message either way
     path: str = "/mcp"
     headers: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 30.0
@@ -121,6 +131,11 @@ class UpstreamConfig:
 
     def rules_for(self, method: str, target: str | None) -> tuple[KeyRule, ...]:
         return self.target(method, target).inputs + self.inputs
+
+    @property
+    def location(self) -> str:
+        """Where it is, for people: the URL, or the command line."""
+        return " ".join(self.command) if self.transport == STDIO else self.url
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -71,8 +71,14 @@ class SessionPool:
         *,
         on_error: Callable[[], None] | None = None,
         clock: Clock | None = None,
+        restart_backoff_s: float = 0.0,
     ) -> None:
         self.clock = clock or SystemClock()
+        # After a failed start, the next is tried only this long after (doubling up to 30 s):
+        # a stdio server that crashes at start is not restarted in a tight loop.
+        self.restart_backoff_s = restart_backoff_s
+        self._failures = 0
+        self._retry_at = 0.0
         self.name = name
         self.new_session = new_session
         self.limits = limits
@@ -127,22 +133,49 @@ class SessionPool:
         await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
 
     async def _open(self, caps: ClientCaps) -> PooledSession:
+        """Open a session in the slot the caller reserved (given back on any failure).
+
+        Raises:
+            UpstreamError: it failed to start, or a failed start is too recent to retry.
+        """
+        wait = self._retry_at - self.clock.monotonic()
+        if wait > 0:
+            self._count -= 1
+            raise UpstreamError(
+                f"upstream {self.name!r} failed to start {self._failures} time(s) in a row; "
+                f"the next try is in {wait:.1f} s"
+            )
         session = self.new_session(caps)
         try:
             self.info = await session.open()
             self.reachable = True
+            self._failures, self._retry_at = 0, 0.0
         except BaseException as exc:
             # Whatever stopped it (a failure, or the caller's cancellation), the slot is
             # given back and the half-open session closed, in a task of its own.
             self._count -= 1
             spawn(session.close(), name=f"pool-close-{self.name}")
             if isinstance(exc, UpstreamError | TimeoutError):
-                self._failed()
+                self._start_failed(exc)
             if isinstance(exc, TimeoutError):
                 raise UpstreamError("upstream did not answer initialize in time") from exc
             raise
         log.debug("upstream_session_opened", upstream=self.name, caps=caps.key)
         return session
+
+    def _start_failed(self, exc: BaseException) -> None:
+        self._failed()
+        self._failures += 1
+        if self.restart_backoff_s:
+            delay = min(30.0, self.restart_backoff_s * 2 ** (self._failures - 1))
+            self._retry_at = self.clock.monotonic() + delay
+            log.warning(
+                "upstream_start_failed",
+                upstream=self.name,
+                error=str(exc),
+                failures=self._failures,
+                retry_in_s=delay,
+            )
 
     async def _reserve(self) -> None:
         """Take one slot of `max_sessions`, waiting a bounded time for one to free."""

@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 
 from gateway.aio import cancel_and_wait, spawn
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, UpstreamExited
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.lines import LineReader, MessageTooLarge, decode_line, encode_line
 from gateway.upstream.duplex import DuplexSession
@@ -156,7 +156,7 @@ class StdioSession(DuplexSession):
         status = await self.proc.wait()
         detail = f": {self._last_stderr}" if self._last_stderr else ""
         log.warning("upstream_process_exited", upstream=self.name, status=status)
-        self._lost(UpstreamError(f"the stdio server exited with status {status}{detail}"))
+        self._lost(UpstreamExited(f"the stdio server exited with status {status}{detail}"))
 
     async def _read_stderr(self) -> None:
         """Each line to the log at info (stderr is not only errors), rate-limited."""

@@ -1,0 +1,194 @@
+"""Reading one `upstreams[]` entry: its transport, its command or URL, its key rules.
+
+A stdio upstream is a command (`command`, `env`, `cwd`); the others are a URL
+(`url`, `headers`). Values may use `${VAR}` from the gateway's environment; what
+a stdio child gets is only its `env` and a minimal base (see
+`gateway.upstream.stdio.session.BASE_ENV`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gateway.config.model import (
+    PARK,
+    REPLAY,
+    SSE,
+    STDIO,
+    STREAMABLE_HTTP,
+    TRANSPORTS,
+    PoolLimits,
+    TargetConfig,
+    UpstreamConfig,
+)
+from gateway.config.section import Section
+from gateway.errors import ConfigError
+from gateway.protocol.keys import KeyRule
+from gateway.protocol.translate import CachePolicy
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _expand_env(value: str, where: str, env: Mapping[str, str]) -> str:
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise ConfigError(f"{where}: environment variable {name} is not set")
+        return env[name]
+
+    return _ENV_REF.sub(sub, value)
+
+
+def _key_rules(items: Any, path: str) -> tuple[KeyRule, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise ConfigError(f"{path}: expected a list of input key rules")
+    rules = []
+    for index, item in enumerate(items):
+        rule = Section(item, f"{path}[{index}]")
+        key = rule.get("key", str)
+        if not key:
+            raise ConfigError(f"{rule.at('key')}: every input rule needs a key")
+        method = rule.get("method", str) or None
+        if method not in (None, "elicitation/create", "sampling/createMessage", "roots/list"):
+            raise ConfigError(
+                f"{rule.at('method')}: must be elicitation/create, "
+                "sampling/createMessage or roots/list"
+            )
+        fields_ = rule.get("fields", list) or []
+        if not all(isinstance(f, str) for f in fields_):
+            raise ConfigError(f"{rule.at('fields')}: expected a list of property names")
+        pattern = rule.get("message", str)
+        try:
+            compiled = re.compile(pattern) if pattern else None
+        except re.error as exc:
+            raise ConfigError(
+                f"{rule.at('message')}: not a valid regular expression: {exc}"
+            ) from exc
+        rule.done()
+        rules.append(
+            KeyRule(key=key, method=method, fields=frozenset(fields_) or None, message=compiled)
+        )
+    return tuple(rules)
+
+
+def _targets(section: Section) -> dict[str, TargetConfig]:
+    targets = {}
+    for name, body in section.items():
+        target = Section(body, section.at(name))
+        inputs = _key_rules(target.raw("inputs"), target.at("inputs"))
+        config = TargetConfig(inputs=inputs, **target.scalars(TargetConfig))
+        if config.mode not in (PARK, REPLAY):
+            raise ConfigError(f"{target.at('mode')}: must be park or replay")
+        target.done()
+        targets[name] = config
+    return targets
+
+
+def parse_upstream(
+    data: Any, path: str, env: Mapping[str, str], base: Path
+) -> UpstreamConfig:
+    """One `upstreams[]` entry. Raises: ConfigError naming the key path and the fix."""
+    sec = Section(data, path)
+    values = sec.scalars(UpstreamConfig)
+    name = values.get("name", "")
+    if not _NAME.match(name):
+        raise ConfigError(
+            f"{sec.at('name')}: a name of letters, digits, '.', '_' or '-' is required"
+        )
+    transport = values.setdefault("transport", STDIO if sec.has("command") else STREAMABLE_HTTP)
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"{sec.at('transport')}: must be one of {', '.join(TRANSPORTS)}")
+    if "path" in values and not values["path"].startswith("/"):
+        raise ConfigError(f"{sec.at('path')}: must start with '/', e.g. /mcp")
+    if transport == STDIO:
+        process = _process(sec, values, env, base)
+        headers: dict[str, str] = {}
+    else:
+        process = {}
+        headers = _http(sec, values, env)
+    pool_sec = sec.section("pool")
+    pool = PoolLimits(**pool_sec.scalars(PoolLimits, zero_ok={"min_idle"}))
+    pool_sec.done()
+    cache_sec = sec.section("cache")
+    cache = CachePolicy(**cache_sec.scalars(CachePolicy, zero_ok={"ttl_ms"}))
+    if cache.scope not in ("private", "public"):
+        raise ConfigError(f"{cache_sec.at('scope')}: must be private or public")
+    cache_sec.done()
+    config = UpstreamConfig(
+        **values,
+        **process,
+        headers=headers,
+        pool=pool,
+        cache=cache,
+        inputs=_key_rules(sec.raw("inputs"), sec.at("inputs")),
+        tools=_targets(sec.section("tools")),
+        prompts=_targets(sec.section("prompts")),
+        resources=_targets(sec.section("resources")),
+    )
+    sec.done()
+    return config
+
+
+def _http(sec: Section, values: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+    """The URL of an HTTP transport (checked in `values`) and its headers."""
+    for key in ("command", "env", "cwd"):
+        if sec.has(key):
+            raise ConfigError(
+                f"{sec.at(key)}: only a stdio upstream runs a command; "
+                f"this one has transport {values['transport']}"
+            )
+    url = values["url"] = _expand_env(values.get("url", ""), sec.at("url"), env)
+    if not url.startswith(("http://", "https://")):
+        example = "http://host:port/sse" if values["transport"] == SSE else "http://host:port/mcp"
+        raise ConfigError(
+            f"{sec.at('url')}: an http:// or https:// URL of the legacy endpoint is required, "
+            f"e.g. {example}"
+        )
+    headers_sec = sec.section("headers")
+    headers = {}
+    for key, value in headers_sec.items():
+        if not isinstance(value, str):
+            raise ConfigError(f"{headers_sec.at(key)}: header values must be strings")
+        headers[key] = _expand_env(value, headers_sec.at(key), env)
+    return headers
+
+
+def _process(
+    sec: Section, values: dict[str, Any], env: Mapping[str, str], base: Path
+) -> dict[str, Any]:
+    """The command, environment and working directory of a stdio upstream."""
+    for key in ("url", "headers"):
+        if sec.has(key):
+            raise ConfigError(
+                f"{sec.at(key)}: a stdio upstream has no {key}; it runs upstreams[].command"
+            )
+    values.pop("url", None)
+    command = sec.raw("command")
+    if (
+        not isinstance(command, list)
+        or not command
+        or not all(isinstance(a, str) and a for a in command)
+    ):
+        raise ConfigError(
+            f"{sec.at('command')}: a stdio upstream needs its command as a list of "
+            "strings, e.g. [node, server.js, stdio]"
+        )
+    env_sec = sec.section("env")
+    child_env = {}
+    for key, value in env_sec.items():
+        if not isinstance(value, str):
+            raise ConfigError(f"{env_sec.at(key)}: values must be strings (quote numbers)")
+        child_env[key] = _expand_env(value, env_sec.at(key), env)
+    cwd = sec.get("cwd", str)
+    if cwd is not None:
+        folder = base / cwd  # an absolute path stays as it is
+        if not folder.is_dir():
+            raise ConfigError(f"{sec.at('cwd')}: {folder} is not a folder")
+        cwd = str(folder)
+    return {"command": tuple(command), "env": child_env, "cwd": cwd}
