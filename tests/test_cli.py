@@ -29,7 +29,8 @@ def test_keygen_prints_a_usable_key(capsys) -> None:
 
 def test_check_config_accepts_the_example_and_names_errors(tmp_path: Path, capsys) -> None:
     assert main(["check-config", str(ROOT / "config" / "example.yaml")]) == 0
-    assert "OK; upstreams: example (/mcp -> streamable-http http://127.0.0.1:9000/mcp)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "OK; upstreams: example (/mcp -> streamable-http http://127.0.0.1:9000/mcp)" in out
     bad = tmp_path / "bad.yaml"
     bad.write_text("upstreams: [{name: x, url: 'ftp://nope'}]\n")
     assert main(["check-config", str(bad)]) == 2
@@ -70,7 +71,8 @@ def test_check_config_and_keygen_load_no_io_modules(argv: list[str]) -> None:
 
 def test_serve_needs_exactly_one_source(capsys) -> None:
     assert main(["serve"]) == 2
-    assert "exactly one of --config FILE, --upstream URL or --upstream-command" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "exactly one of --config FILE, --upstream URL or --upstream-command" in err
 
 
 @pytest.fixture
