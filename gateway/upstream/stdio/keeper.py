@@ -34,18 +34,20 @@ def die_with_parent() -> None:
         sys.exit(1)
 
 
-def end_group(child: subprocess.Popen[bytes]) -> None:
+def end_group() -> None:
+    """SIGTERM to the group now, SIGKILL to whatever is left after the grace period.
+
+    Runs in a signal handler, while `main` waits for the server; `main` carries on
+    when the server exits, and the alarm ends everyone (the keeper too) if it does not.
+    """
     group = os.getpgrp()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the keeper is in the group too
+    signal.signal(signal.SIGALRM, lambda signum, frame: os.killpg(group, signal.SIGKILL))
+    signal.setitimer(signal.ITIMER_REAL, GRACE_S)
     try:
         os.killpg(group, signal.SIGTERM)
     except ProcessLookupError:
-        return
-    try:
-        child.wait(GRACE_S)
-    except subprocess.TimeoutExpired:
         pass
-    os.killpg(group, signal.SIGKILL)  # ends the keeper too
 
 
 def main(argv: list[str]) -> int:
@@ -59,11 +61,8 @@ def main(argv: list[str]) -> int:
         print(f"keeper: cannot start {argv[0]!r}: {exc.strerror}", file=sys.stderr)
         return 127
 
-    def stop(signum: int, frame: object) -> None:
-        end_group(child)
-
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, stop)
+        signal.signal(sig, lambda signum, frame: end_group())
     status = child.wait()
     # The server is gone; whatever it left behind in the group goes with it.
     for pid in _others_in_group():

@@ -1,0 +1,225 @@
+"""stdio upstreams with real processes (a tiny SDK-free server): framing, environment,
+crashes, and process hygiene down to `kill -9` of the gateway. Waits are on process
+exit (pidfd) and on messages, never on time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.aio import spawn
+from gateway.config import PoolLimits
+from gateway.errors import UpstreamError, UpstreamExited
+from gateway.protocol.capabilities import ClientCaps
+from gateway.upstream.pool import SessionPool
+from gateway.upstream.port import StreamCursor, StreamEnd
+from gateway.upstream.stdio.session import Command, StdioSession
+from tests.peers.tooling import free_port, wait_for_port
+
+TINY = Path(__file__).resolve().parents[1] / "peers" / "tiny_stdio.py"
+ASKING = ClientCaps(elicitation_form=True)
+
+
+def command(**overrides: Any) -> Command:
+    return Command(name="tiny", argv=(sys.executable, str(TINY)), timeout_s=10, **overrides)
+
+
+async def exited(pid: int, timeout_s: float = 10.0) -> None:
+    """Until process `pid` has ended (pidfd: an event, not a poll)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    woken = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_reader(fd, woken.set)
+    try:
+        async with asyncio.timeout(timeout_s):
+            await woken.wait()
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+def text_of(reply: dict[str, Any]) -> str:
+    return str(reply["result"]["content"][0]["text"])
+
+
+async def call_tool(session: StdioSession, name: str, **arguments: Any) -> str:
+    reply = await session.request("tools/call", {"name": name, "arguments": arguments})
+    return text_of(reply)
+
+
+async def test_a_session_is_a_process_that_relays_a_question_and_a_1_mib_message() -> None:
+    session = StdioSession(command(), ASKING)
+    info = await session.open()
+    try:
+        assert info.server_info == {"name": "tiny", "version": "1"} and session.id is None
+        assert len(await call_tool(session, "big", size=1 << 20)) == 1 << 20
+        inbox: asyncio.Queue[Any] = asyncio.Queue()
+        session.attach(inbox)
+        rid = session.next_id()
+        message = {"jsonrpc": "2.0", "id": rid, "method": "tools/call"}
+        message["params"] = {"name": "ask", "arguments": {}}
+        pump = spawn(session.pump(message, inbox, StreamCursor()), name="pump")
+        question = await inbox.get()
+        assert question["method"] == "elicitation/create"
+        await session.send(
+            {
+                "jsonrpc": "2.0",
+                "id": "q1",
+                "result": {"action": "accept", "content": {"name": "Ada"}},
+            }
+        )
+        assert text_of(await inbox.get()) == "Hello, Ada!"
+        await pump
+    finally:
+        await session.close()
+
+
+async def test_a_message_over_the_cap_ends_the_session_with_a_clear_error() -> None:
+    session = StdioSession(command(max_message_bytes=4096), ClientCaps())
+    await session.open()
+    try:
+        with pytest.raises(UpstreamError, match="over 4096"):
+            await call_tool(session, "big", size=10_000)
+        assert not session.alive
+    finally:
+        await session.close()
+
+
+async def test_the_child_gets_its_env_and_a_minimal_base_never_the_gateways_secrets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MRTR_GATEWAY_SEALING_KEYS", "a-secret-sealing-key")
+    monkeypatch.setenv("REDIS_PASSWORD", "hunter2")
+    session = StdioSession(command(env={"API_TOKEN": "given"}), ClientCaps())
+    await session.open()
+    try:
+        environ = json.loads(await call_tool(session, "environ"))
+    finally:
+        await session.close()
+    assert environ["API_TOKEN"] == "given" and "PATH" in environ
+    assert "MRTR_GATEWAY_SEALING_KEYS" not in environ and "REDIS_PASSWORD" not in environ
+    assert not [k for k in environ if k.startswith("MRTR_KEEPER")]
+
+
+async def test_closing_a_session_ends_its_whole_process_group() -> None:
+    lingering = Command(name="tiny", argv=(sys.executable, str(TINY), "--linger"))
+    session = StdioSession(lingering, ClientCaps())
+    await session.open()
+    server = int(await call_tool(session, "pid"))
+    grandchild = int(await call_tool(session, "spawn"))
+    assert session.pid is not None
+    keeper = session.pid
+    await session.close()
+    for pid in (keeper, server, grandchild):
+        await exited(pid)
+
+
+async def test_a_crash_mid_call_fails_that_call_clearly_and_the_next_call_works() -> None:
+    pool = SessionPool("tiny", lambda caps: StdioSession(command(), caps), PoolLimits(min_idle=0))
+    try:
+        session = await pool.acquire(ClientCaps())
+        inbox: asyncio.Queue[Any] = asyncio.Queue()
+        session.attach(inbox)
+        message = {"jsonrpc": "2.0", "id": session.next_id(), "method": "tools/call"}
+        message["params"] = {"name": "crash", "arguments": {}}
+        await session.pump(message, inbox, StreamCursor())
+        end = await inbox.get()
+        assert isinstance(end, StreamEnd) and isinstance(end.error, UpstreamExited)
+        assert "exited with status 3" in end.error.message
+        assert "tiny stdio server starting" in end.error.message  # its last stderr line
+        pool.release(session, reuse=True)  # dead: closed, not kept
+        again = await pool.acquire(ClientCaps())
+        assert again is not session
+        reply = await again.request("tools/call", {"name": "echo", "arguments": {"text": "ok"}})
+        assert text_of(reply) == "ok"
+        pool.release(again, reuse=True)
+    finally:
+        await pool.close()
+
+
+async def test_a_server_that_cannot_start_is_a_clear_error_and_is_not_restarted_in_a_loop() -> None:
+    broken = Command(name="broken", argv=(sys.executable, "-c", "import sys; sys.exit(5)"))
+    pool = SessionPool(
+        "broken",
+        lambda caps: StdioSession(broken, caps),
+        PoolLimits(min_idle=0),
+        restart_backoff_s=60,
+    )
+    try:
+        with pytest.raises(UpstreamError, match="exited with status 5"):
+            await pool.acquire(ClientCaps())
+        with pytest.raises(UpstreamError, match="failed to start 1 time"):
+            await pool.acquire(ClientCaps())  # within the backoff: no new process
+        assert not await pool.check()
+    finally:
+        await pool.close()
+
+
+def children_of(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found += [int(p) for p in text]
+    return found
+
+
+async def test_a_gateway_killed_with_sigkill_leaves_no_process_behind() -> None:
+    port = free_port()
+    gateway = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway",
+            "serve",
+            "--port",
+            str(port),
+            "--upstream-command",
+            f"{sys.executable} {TINY} --linger",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await asyncio.to_thread(wait_for_port, port, gateway)
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "spawn",
+                "arguments": {},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        }
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": "spawn",
+        }
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"http://127.0.0.1:{port}/mcp", json=body, headers=headers) as r:
+                grandchild = int((await r.json())["result"]["content"][0]["text"])
+        keepers = children_of(gateway.pid)
+        everyone = keepers + [p for k in keepers for p in children_of(k)] + [grandchild]
+        assert len(keepers) >= 2  # the shared session's process and the call's
+    finally:
+        gateway.send_signal(signal.SIGKILL)
+        gateway.wait(10)
+    for pid in everyone:
+        await exited(pid)
