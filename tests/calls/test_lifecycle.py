@@ -62,6 +62,7 @@ async def test_a_retry_delivers_the_answer_upstream_and_the_call_completes(
     replica: Replica, server: ScriptedServer, clock: ManualClock
 ) -> None:
     first, session = await ask_username(replica, server, clock)
+    (call_id,) = replica.bridge.calls
     retry = spawn(
         replica.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="retry"
     )
@@ -73,17 +74,36 @@ async def test_a_retry_delivers_the_answer_upstream_and_the_call_completes(
     }
     session.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
     result = await retry
-    assert result["resultType"] == "complete" and "ttlMs" not in result  # rounds: not cacheable
+    assert result["resultType"] == "complete"
     assert replica.bridge.parked == 0 and len(replica.bridge.calls) == 0
-    assert await replica.store.get(session.call_id) is None
+    assert await replica.store.get(call_id) is None
+
+
+class InterleavingStore(MemoryStore):
+    """`get` answers only once two retries have both read the parked record, so both pass
+    the status check and only the atomic claim can tell them apart."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.both_read = asyncio.Event()
+        self.readers = 0
+
+    async def get(self, call_id: str) -> Any:
+        record = await super().get(call_id)
+        self.readers += 1
+        if self.readers >= 2:
+            self.both_read.set()
+        await self.both_read.wait()
+        return record
 
 
 async def test_a_round_resumes_once_and_the_second_use_of_its_state_is_refused(
-    replica: Replica, server: ScriptedServer, clock: ManualClock
+    clock: ManualClock, server: ScriptedServer
 ) -> None:
+    replica = Replica(clock, server, store=InterleavingStore(clock))
     first, session = await ask_username(replica, server, clock)
     request = call_tool(rid=2, state=first["requestState"], answers=ALICE)
-    retries = [spawn(replica.call(request), name=f"retry-{n}") for n in range(4)]
+    retries = [spawn(replica.call(request), name=f"retry-{n}") for n in range(2)]
     await server.next_sent()
     session.respond()
     outcomes = await asyncio.gather(*retries, return_exceptions=True)
@@ -153,7 +173,9 @@ async def test_an_unanswered_call_expires_its_questions_released_and_cancelled_u
 ) -> None:
     first, session = await ask_username(replica, server, clock)
     (call,) = replica.bridge.calls.values()
-    clock.advance(replica.config.limits.suspension_ttl_s)
+    ttl = replica.config.limits.suspension_ttl_s
+    await clock.armed(clock.now + ttl)
+    clock.advance(ttl)
     assert await server.next_sent() == {"jsonrpc": "2.0", "id": 7, "result": {"action": "cancel"}}
     cancelled = await server.next_sent()
     assert cancelled["method"] == "notifications/cancelled"
@@ -172,7 +194,9 @@ async def test_a_round_claimed_by_a_retry_that_never_resumes_still_ends(
     await ask_username(replica, server, clock)
     (call,) = replica.bridge.calls.values()
     assert await replica.store.claim(call.id, 1) is not None  # a claimer that then vanished
-    clock.advance(replica.config.limits.suspension_ttl_s)
+    ttl = replica.config.limits.suspension_ttl_s
+    await clock.armed(clock.now + ttl)
+    clock.advance(ttl)
     await clock.armed(clock.now + 30.0)  # the claim's grace period
     assert call.phase is Phase.SUSPENDED
     clock.advance(30.0)
@@ -287,10 +311,14 @@ async def test_parked_call_caps_per_principal_and_per_replica(
     with pytest.raises(PrincipalBusy) as busy:
         await ask_username(replica, server, clock, principal="alice")
     assert busy.value.status == 429
+    assert await server.next_sent() == {"jsonrpc": "2.0", "id": 7, "result": {"action": "cancel"}}
+    assert (await server.next_sent())["params"]["reason"] == "max_parked_per_principal"
     await ask_username(replica, server, clock, principal="bob")
     with pytest.raises(GatewayFull) as full:
         await ask_username(replica, server, clock, principal="carol")
     assert full.value.status == 503 and replica.bridge.parked == 2
+    assert (await server.next_sent())["result"] == {"action": "cancel"}
+    assert (await server.next_sent())["params"]["reason"] == "max_parked_calls"
     assert replica.bridge.calls.principals_parked == {"alice": 1, "bob": 1}
 
 

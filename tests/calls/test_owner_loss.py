@@ -9,29 +9,10 @@ from gateway.aio import spawn
 from gateway.calls import messages
 from gateway.errors import CallLost, UpstreamError
 from gateway.protocol.call import Phase
-from gateway.store.memory import MemoryStore
 from tests.fakes.clock import ManualClock
 from tests.fakes.fleet import POLL_S, Network
-from tests.fakes.harness import ALICE, WINDOW, Replica, ask_username, call_tool, config
+from tests.fakes.harness import ALICE, WINDOW, ask_username, call_tool, two_replicas
 from tests.fakes.upstream import ScriptedServer
-
-
-def two_replicas(
-    clock: ManualClock, server: ScriptedServer, network: Network, tools: dict | None = None
-) -> tuple[Replica, Replica]:
-    store = MemoryStore(clock)
-    a, b = (
-        Replica(clock, server, store=store, bus=network.bus(n), settings=config(n, tools=tools))
-        for n in ("a", "b")
-    )
-    network.join("a", a.bridge.serve_forwarded)
-    network.join("b", b.bridge.serve_forwarded)
-    return a, b
-
-
-@pytest.fixture
-def network(clock: ManualClock) -> Network:
-    return Network(clock)
 
 
 async def test_a_retry_at_another_replica_is_forwarded_to_the_live_owner(
@@ -129,12 +110,14 @@ async def test_a_call_whose_owner_died_is_lost_when_neither_takeover_nor_replay_
     server.resumable = False  # no SSE event ids: nowhere to resume the stream from
     a, b = two_replicas(clock, server, network)
     first, session = await ask_username(a, server, clock)
+    (call_id,) = a.bridge.calls
+    assert await b.store.get(call_id) is not None
     network.kill("a")
     with pytest.raises(CallLost) as lost:
         await b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE))
     assert lost.value.status == 502 and lost.value.code == -32603
     assert server.calls.empty()  # the tool was never run a second time
-    assert await b.store.get(session.call_id) is None and not b.pool.adopted
+    assert await b.store.get(call_id) is None and not b.pool.adopted
 
 
 async def test_an_owner_dying_during_a_forward_loses_the_call_clearly(

@@ -14,6 +14,7 @@ from gateway.protocol.versions import Version
 from gateway.store.base import SuspendedCallStore
 from gateway.store.memory import MemoryStore
 from tests.fakes.clock import ManualClock
+from tests.fakes.fleet import Network
 from tests.fakes.upstream import ScriptedPool, ScriptedServer, ScriptedSession
 
 KEY = generate_key()
@@ -109,3 +110,17 @@ async def ask_username(
     await clock.armed(clock.now + WINDOW)
     clock.advance(WINDOW)
     return await pending, session
+
+
+def two_replicas(
+    clock: ManualClock, server: ScriptedServer, network: Network, tools: dict | None = None
+) -> tuple[Replica, Replica]:
+    """Replicas `a` and `b` sharing one store and one bus, both alive."""
+    store = MemoryStore(clock)
+    a, b = (
+        Replica(clock, server, store=store, bus=network.bus(n), settings=config(n, tools=tools))
+        for n in ("a", "b")
+    )
+    network.join("a", a.bridge.serve_forwarded)
+    network.join("b", b.bridge.serve_forwarded)
+    return a, b
