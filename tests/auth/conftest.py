@@ -13,6 +13,7 @@ import pytest
 
 from gateway.auth import AiohttpFetcher, Authenticator, IssuerSettings, RouteAuthSettings
 from gateway.auth.build import build_authenticator
+from gateway.auth.ports import HttpReply
 from tests.peers.auth_server import AUDIENCE, AuthServer
 
 START = 1_800_000_000.0
@@ -71,3 +72,28 @@ def authenticator(
     auth_server: AuthServer, fetcher: AiohttpFetcher, clock: ManualWallClock
 ) -> Authenticator:
     return build_authenticator(settings_for(auth_server), fetcher=fetcher, clock=clock)
+
+
+class FakeFetcher:
+    """An in-memory `HttpFetcher`: scripted replies per URL, every request recorded."""
+
+    def __init__(self, replies: dict[str, HttpReply | Exception] | None = None) -> None:
+        self.replies = dict(replies or {})
+        self.requests: list[tuple[str, str, dict[str, str], tuple[str, str] | None]] = []
+
+    def _answer(self, url: str) -> HttpReply:
+        reply = self.replies.get(url, HttpReply(404, None))
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    async def get_json(self, url: str) -> HttpReply:
+        self.requests.append(("GET", url, {}, None))
+        return self._answer(url)
+
+    async def post_form(self, url, form, *, basic_auth=None) -> HttpReply:
+        self.requests.append(("POST", url, dict(form), basic_auth))
+        return self._answer(url)
+
+    def count(self, url: str) -> int:
+        return sum(1 for _, seen, _, _ in self.requests if seen == url)
