@@ -85,7 +85,9 @@ class AiohttpFetcher:
         try:
             body = json.loads(raw)
         except ValueError as exc:
-            raise FetchError(f"{method} {url}: status {status}, body is not JSON") from exc
+            if 200 <= status < 300:
+                raise FetchError(f"{method} {url}: status {status}, body is not JSON") from exc
+            body = None  # an error page: its status is what the caller needs
         return HttpReply(status, body, headers)
 
     async def _read_capped(self, response: aiohttp.ClientResponse) -> bytes:

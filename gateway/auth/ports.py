@@ -28,7 +28,10 @@ class FetchError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class HttpReply:
-    """An answer whose body was parsed as JSON (`None` when it was empty)."""
+    """An answer whose body was parsed as JSON.
+
+    `body` is None when the body was empty, or was not JSON on a non-2xx answer.
+    """
 
     status: int
     body: Any
@@ -46,7 +49,7 @@ class HttpFetcher(Protocol):
         """GET `url` asking for JSON.
 
         Raises:
-            FetchError: no answer, or an answer whose body is not JSON.
+            FetchError: no answer, or a 2xx answer whose body is not JSON.
         """
         ...
 
@@ -60,6 +63,6 @@ class HttpFetcher(Protocol):
         """POST `form` as application/x-www-form-urlencoded, optionally with HTTP Basic.
 
         Raises:
-            FetchError: no answer, or an answer whose body is not JSON.
+            FetchError: no answer, or a 2xx answer whose body is not JSON.
         """
         ...
