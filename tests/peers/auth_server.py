@@ -92,6 +92,7 @@ class AuthServer:
         for kid, kty in (("rsa-1", "RSA"), ("ec-1", "EC"), ("ed-1", "OKP")):
             self.keys[kid] = make_key(kid, kty)
         self._serial = itertools.count(2)
+        self.oidc_inserted = True  # False: only `<issuer>/.well-known/openid-configuration`
         self.metadata_overrides: dict[str, Any] = {}  # e.g. another issuer, an unsafe jwks_uri
         self.jwks_status = 200  # the outage switch: 503 answers every JWKS GET with 503
         self.jwks_fetches = 0
@@ -240,6 +241,8 @@ class AuthServer:
 
     async def _oidc_meta(self, request: web.Request) -> web.Response:
         self.metadata_fetches += 1
+        if request.match_info["tail"] and not self.oidc_inserted:
+            raise web.HTTPNotFound()
         if not self.oidc_metadata or request.match_info["tail"] != self.issuer_path:
             raise web.HTTPNotFound()
         return web.json_response(self._metadata())
