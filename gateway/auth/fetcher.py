@@ -11,6 +11,7 @@ belong to the callers.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -62,13 +63,12 @@ class AiohttpFetcher:
         *,
         basic_auth: tuple[str, str] | None = None,
     ) -> HttpReply:
-        auth = None
+        headers = {"Accept": "application/json"}
         if basic_auth is not None:
             # RFC 6749 §2.3.1: client id and secret are form-encoded before Basic.
-            auth = aiohttp.BasicAuth(quote_plus(basic_auth[0]), quote_plus(basic_auth[1]))
-        return await self._request(
-            "POST", url, headers={"Accept": "application/json"}, data=dict(form), auth=auth
-        )
+            pair = f"{quote_plus(basic_auth[0])}:{quote_plus(basic_auth[1])}"
+            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+        return await self._request("POST", url, headers=headers, data=dict(form))
 
     async def _request(self, method: str, url: str, **kwargs: Any) -> HttpReply:
         try:

@@ -7,7 +7,8 @@ key refresh intervals and token caching move only when a test says so.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import pytest
 
@@ -55,8 +56,8 @@ async def fetcher() -> AsyncIterator[AiohttpFetcher]:
     await fetcher.close()
 
 
-def settings_for(server: AuthServer, **overrides) -> RouteAuthSettings:
-    values = {
+def settings_for(server: AuthServer, **overrides: Any) -> RouteAuthSettings:
+    values: dict[str, Any] = {
         "public_url": PUBLIC_URL,
         "path": PATH,
         "issuers": [IssuerSettings(issuer=server.issuer)],
@@ -91,7 +92,9 @@ class FakeFetcher:
         self.requests.append(("GET", url, {}, None))
         return self._answer(url)
 
-    async def post_form(self, url, form, *, basic_auth=None) -> HttpReply:
+    async def post_form(
+        self, url: str, form: Mapping[str, str], *, basic_auth: tuple[str, str] | None = None
+    ) -> HttpReply:
         self.requests.append(("POST", url, dict(form), basic_auth))
         return self._answer(url)
 

@@ -72,7 +72,9 @@ def test_quoted_strings_escape_quotes_and_backslashes() -> None:
         ),
     ],
 )
-def test_resource_and_metadata_urls(public_url: str, path: str, resource: str, metadata: str) -> None:
+def test_resource_and_metadata_urls(
+    public_url: str, path: str, resource: str, metadata: str
+) -> None:
     assert resource_url(public_url, path) == resource
     assert metadata_url(public_url, path) == metadata
 

@@ -10,7 +10,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from gateway.auth import AuthError, Authenticator, AuthUnavailable, FetchError, HttpReply
+from gateway.auth import Authenticator, AuthError, AuthUnavailable, FetchError, HttpReply
 from gateway.auth.jwks import JwksCache, UnknownKey, parse_jwks
 from tests.auth.conftest import FakeFetcher, ManualWallClock
 from tests.peers.auth_server import AuthServer, make_key
@@ -62,7 +62,9 @@ async def test_known_keys_keep_working_while_the_issuer_is_down(
     clock.advance(301)  # the set is stale: the next lookup tries to refresh it, and fails
     await authenticator.authenticate(bearer(auth_server, kid="ec-1"))
     assert auth_server.jwks_fetches == 2
-    assert "unknown kid" in await reason_of(authenticator, bearer(auth_server, headers={"kid": "x"}))
+    assert "unknown kid" in await reason_of(
+        authenticator, bearer(auth_server, headers={"kid": "x"})
+    )
 
     await auth_server.down()  # connection refused now
     clock.advance(600)
@@ -219,7 +221,9 @@ async def test_a_key_pinned_to_one_alg_refuses_the_others_of_its_family(
     from tests.auth.conftest import settings_for
 
     authenticator = build_authenticator(
-        settings_for(auth_server, issuers=[IssuerSettings(issuer=auth_server.issuer, jwks_url=url)]),
+        settings_for(
+            auth_server, issuers=[IssuerSettings(issuer=auth_server.issuer, jwks_url=url)]
+        ),
         fetcher=fake,
         clock=clock,
     )

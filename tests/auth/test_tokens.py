@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from aiohttp import web
 
-from gateway.auth import AuthError, Authenticator, InsufficientScope, Unauthenticated
+from gateway.auth import Authenticator, AuthError, InsufficientScope, Unauthenticated
 from gateway.web.middleware import error_middleware
 from tests.auth.conftest import PRM_URL, ManualWallClock
 from tests.peers.auth_server import AuthServer, make_key
@@ -32,7 +32,13 @@ async def test_a_good_token_gives_the_subject_its_scopes_and_client(
 
 @pytest.mark.parametrize(
     ("kid", "alg"),
-    [("rsa-1", "RS256"), ("rsa-1", "RS512"), ("rsa-1", "PS256"), ("ec-1", "ES256"), ("ed-1", "EdDSA")],
+    [
+        ("rsa-1", "RS256"),
+        ("rsa-1", "RS512"),
+        ("rsa-1", "PS256"),
+        ("ec-1", "ES256"),
+        ("ed-1", "EdDSA"),
+    ],
 )
 async def test_every_algorithm_of_the_keys_type_is_accepted(
     authenticator: Authenticator, auth_server: AuthServer, kid: str, alg: str
@@ -76,7 +82,10 @@ def bad_tokens(server: AuthServer) -> dict[str, tuple[str, str]]:
             server.sign(kid="rsa-1", key=server.keys["ec-1"]),
             "alg ES256 does not fit the RSA key",
         ),
-        "unknown kid": (server.sign(key=server.keys["rsa-1"], headers={"kid": "nope"}), "unknown kid"),
+        "unknown kid": (
+            server.sign(key=server.keys["rsa-1"], headers={"kid": "nope"}),
+            "unknown kid",
+        ),
         "no kid": (server.sign(headers={"kid": None}), "no kid"),
         "no sub": (server.sign(server.claims(sub=None)), "missing claim sub"),
         "no exp": (server.sign(server.claims(exp=None)), "missing claim exp"),
@@ -160,7 +169,9 @@ async def test_a_refreshed_token_of_the_same_subject_is_the_same_principal(
     refreshed = await authenticator.authenticate(
         "Bearer " + auth_server.sign(kid="ec-1", alg="ES256")
     )
-    bob = await authenticator.authenticate("Bearer " + auth_server.sign(auth_server.claims(sub="bob")))
+    bob = await authenticator.authenticate(
+        "Bearer " + auth_server.sign(auth_server.claims(sub="bob"))
+    )
     assert refreshed.principal == first.principal
     assert refreshed.principal.key == first.principal.key
     assert refreshed.principal.log_id == first.principal.log_id

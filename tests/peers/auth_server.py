@@ -46,6 +46,7 @@ class SigningKey:
 
     def public_jwk(self) -> dict[str, Any]:
         public = self.private.public_key()
+        jwk: dict[str, Any]
         if self.kty == "RSA":
             jwk = json.loads(RSAAlgorithm.to_jwk(public))
         elif self.kty == "EC":
@@ -56,9 +57,10 @@ class SigningKey:
         return jwk
 
     def public_pem(self) -> bytes:
-        return self.private.public_key().public_bytes(
+        pem: bytes = self.private.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
+        return pem
 
 
 def make_key(kid: str, kty: str) -> SigningKey:
@@ -118,6 +120,7 @@ class AuthServer:
     async def start(self) -> AuthServer:
         self._server = TestServer(self._app(), host="127.0.0.1", port=self.port)
         await self._server.start_server()
+        assert self._server.port is not None
         self.port = self._server.port
         return self
 
