@@ -56,6 +56,7 @@ from gateway.auth.ratelimit import (
     RateDecision,
     RateLimiter,
     RedisTokenBucket,
+    admit,
     retry_after_header,
 )
 from gateway.auth.resource import (
@@ -98,6 +99,7 @@ __all__ = [
     "Unauthenticated",
     "UpstreamCredentialsError",
     "WallClock",
+    "admit",
     "build_authenticator",
     "hash_key",
     "insufficient_scope_challenge",

@@ -112,7 +112,7 @@ class JwtVerifier:
         except UnknownKey as exc:
             raise TokenRejected(f"unknown kid ({exc})") from exc
         if alg not in key.algorithms:
-            raise TokenRejected(f"alg {alg} does not fit the {key.kty} key {kid!r}")
+            raise TokenRejected(f"alg {alg} does not fit the {key.kty} key {kid[:64]!r}")
         try:
             claims: dict[str, Any] = jwt.decode(
                 token,

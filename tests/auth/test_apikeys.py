@@ -156,3 +156,12 @@ def test_an_empty_keys_file_has_no_keys_and_a_missing_one_is_an_error(tmp_path: 
 def test_making_a_key_refuses_a_bad_id() -> None:
     with pytest.raises(ConfigError, match="id must be"):
         new_api_key("has space", [])
+
+
+async def test_a_jwt_on_a_route_that_takes_only_api_keys_is_refused() -> None:
+    key, text = new_api_key("ci", [])
+    keys_only = Authenticator(api_keys=store_with((key, text)))
+    with pytest.raises(Unauthenticated) as caught:
+        await keys_only.authenticate("Bearer eyJhbGciOiJSUzI1NiJ9.e30.c2ln")
+    assert caught.value.reason == "access tokens are not accepted on this route"
+    assert caught.value.headers == {"WWW-Authenticate": 'Bearer error="invalid_token"'}

@@ -169,3 +169,19 @@ def test_building_with_an_http_issuer_off_loopback_fails_at_startup(
     )
     with pytest.raises(ConfigError, match=r"routes\[0\]\.auth\.issuers\[0\]\.issuer"):
         build_authenticator(settings, fetcher=fetcher)
+
+
+async def test_priming_loads_each_issuer_and_never_raises(
+    auth_server: AuthServer, fetcher: AiohttpFetcher, clock: ManualWallClock
+) -> None:
+    from gateway.auth import prime
+
+    authenticator = build_authenticator(settings_for(auth_server), fetcher=fetcher, clock=clock)
+    assert await prime(authenticator) == {auth_server.issuer: True}
+    assert auth_server.jwks_fetches == 1
+    await authenticator.authenticate("Bearer " + auth_server.sign())
+    assert auth_server.jwks_fetches == 1
+
+    await auth_server.down()
+    cold = build_authenticator(settings_for(auth_server), fetcher=fetcher, clock=clock)
+    assert await prime(cold) == {auth_server.issuer: False}

@@ -7,7 +7,16 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from gateway.auth import MemoryTokenBucket, RateDecision, RedisTokenBucket, retry_after_header
+from gateway.auth import (
+    Identity,
+    MemoryTokenBucket,
+    Principal,
+    RateDecision,
+    RateLimited,
+    RedisTokenBucket,
+    admit,
+    retry_after_header,
+)
 from gateway.errors import StoreError
 from gateway.store.redis import connect
 from tests.auth.conftest import ManualWallClock
@@ -107,3 +116,18 @@ def test_retry_after_is_whole_seconds_rounded_up(seconds: float, header: str) ->
 def test_a_bucket_needs_a_positive_rate_and_burst(rate: float, burst: int) -> None:
     with pytest.raises(ValueError):
         MemoryTokenBucket(rate_per_s=rate, burst=burst)
+
+
+async def test_admit_refuses_with_429_and_retry_after_for_that_principal_only(
+    limiter, clock: ManualWallClock
+) -> None:
+    alice = Identity(Principal.for_token("https://as.example", "alice"))
+    bob = Identity(Principal.for_api_key("bob"))
+    for _ in range(3):
+        await admit(limiter, alice)
+    with pytest.raises(RateLimited) as caught:
+        await admit(limiter, alice)
+    assert caught.value.http_status == 429
+    assert caught.value.headers == {"Retry-After": "2"}
+    assert "alice" not in caught.value.reason
+    await admit(limiter, bob)
