@@ -21,6 +21,10 @@ toward legacy servers that want their own token. This package holds:
 
 It must not import the web layer, the call core or the config package: those
 import it. Tokens, keys and secrets are never logged or put in messages.
+
+This package's namespace loads neither aiohttp nor redis, so the config layer may
+import it (check-config loads no transport): take `AiohttpFetcher` from
+`gateway.auth.fetcher` and the rate limiters from `gateway.auth.ratelimit`.
 """
 
 from gateway.auth.apikeys import (
@@ -48,17 +52,8 @@ from gateway.auth.errors import (
     Unauthenticated,
     UpstreamCredentialsError,
 )
-from gateway.auth.fetcher import AiohttpFetcher
 from gateway.auth.ports import FetchError, HttpFetcher, HttpReply, WallClock
 from gateway.auth.principal import Identity, Principal
-from gateway.auth.ratelimit import (
-    MemoryTokenBucket,
-    RateDecision,
-    RateLimiter,
-    RedisTokenBucket,
-    admit,
-    retry_after_header,
-)
 from gateway.auth.resource import (
     metadata_url,
     protected_resource_metadata,
@@ -74,7 +69,6 @@ from gateway.auth.upstream import (
 )
 
 __all__ = [
-    "AiohttpFetcher",
     "ApiKeyEntry",
     "ApiKeyStore",
     "AuthError",
@@ -88,18 +82,13 @@ __all__ = [
     "Identity",
     "InsufficientScope",
     "IssuerSettings",
-    "MemoryTokenBucket",
     "Principal",
-    "RateDecision",
     "RateLimited",
-    "RateLimiter",
-    "RedisTokenBucket",
     "RouteAuthSettings",
     "Secret",
     "Unauthenticated",
     "UpstreamCredentialsError",
     "WallClock",
-    "admit",
     "build_authenticator",
     "hash_key",
     "insufficient_scope_challenge",
@@ -112,7 +101,6 @@ __all__ = [
     "read_secret",
     "require_secure_url",
     "resource_url",
-    "retry_after_header",
     "route_metadata",
     "unauthorized_challenge",
     "well_known_paths",

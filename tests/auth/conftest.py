@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from gateway.auth import AiohttpFetcher, Authenticator, IssuerSettings, RouteAuthSettings
+from gateway.auth import Authenticator, IssuerSettings, RouteAuthSettings
 from gateway.auth.build import build_authenticator
+from gateway.auth.fetcher import AiohttpFetcher
 from gateway.auth.ports import HttpReply
 from tests.peers.auth_server import AUDIENCE, AuthServer
 

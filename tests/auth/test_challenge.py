@@ -112,3 +112,18 @@ def test_principal_forms_are_stable_and_distinct() -> None:
     assert Principal.for_token("https://as.example", "ci").key != Principal.for_api_key("ci").key
     assert Identity(alice, frozenset({"a"})).lacks(["a", "b"]) == {"b"}
     assert Identity.anonymous().kind == "anonymous"
+
+
+def test_the_package_namespace_loads_no_transport() -> None:
+    """The config layer may import gateway.auth: check-config must load no aiohttp or redis."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, gateway.auth, gateway.auth.build, gateway.auth.upstream;"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'aiohttp', 'redis'}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.auth import (
-    AiohttpFetcher,
-    AuthUnavailable,
-    IssuerSettings,
-    build_authenticator,
-    require_secure_url,
-)
+from gateway.auth import AuthUnavailable, IssuerSettings, build_authenticator, require_secure_url
 from gateway.auth.discovery import DiscoveryError, discover_jwks_uri, metadata_candidates
+from gateway.auth.fetcher import AiohttpFetcher
 from gateway.errors import ConfigError
 from tests.auth.conftest import ManualWallClock, settings_for
 from tests.peers.auth_server import AuthServer

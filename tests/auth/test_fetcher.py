@@ -9,7 +9,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.auth import AiohttpFetcher, FetchError
+from gateway.auth import FetchError
+from gateway.auth.fetcher import AiohttpFetcher
 
 
 @pytest.fixture

@@ -7,12 +7,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from gateway.auth import (
-    Identity,
+from gateway.auth import Identity, Principal, RateLimited
+from gateway.auth.ratelimit import (
     MemoryTokenBucket,
-    Principal,
     RateDecision,
-    RateLimited,
     RedisTokenBucket,
     admit,
     retry_after_header,

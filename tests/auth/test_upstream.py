@@ -10,13 +10,13 @@ import pytest
 from structlog.testing import capture_logs
 
 from gateway.auth import (
-    AiohttpFetcher,
     ClientCredentials,
     ClientCredentialsSource,
     Secret,
     UpstreamCredentialsError,
     read_secret,
 )
+from gateway.auth.fetcher import AiohttpFetcher
 from gateway.auth.jwks import JwksCache
 from gateway.auth.tokens import JwtVerifier
 from gateway.errors import ConfigError
