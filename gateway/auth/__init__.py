@@ -40,6 +40,7 @@ from gateway.auth.build import (
     IssuerSettings,
     RouteAuthSettings,
     build_authenticator,
+    check_route_settings,
     prime,
     route_metadata,
 )
@@ -90,6 +91,7 @@ __all__ = [
     "UpstreamCredentialsError",
     "WallClock",
     "build_authenticator",
+    "check_route_settings",
     "hash_key",
     "insufficient_scope_challenge",
     "load_api_keys",

@@ -53,7 +53,13 @@ class RouteAuthSettings:
     where: str = field(default="auth", compare=False)  # config path, for error messages
 
 
-def _check(settings: RouteAuthSettings) -> None:
+def check_route_settings(settings: RouteAuthSettings) -> None:
+    """Validate `settings` without building anything (for `check-config`).
+
+    Raises:
+        ConfigError: an unsafe URL, a duplicate issuer, no credential kind, bad bounds;
+            the message starts with `settings.where`.
+    """
     where = settings.where
     require_secure_url(settings.public_url, f"{where}.public_url")
     if not settings.path.startswith("/"):
@@ -89,7 +95,7 @@ def build_authenticator(
     Raises:
         ConfigError: an unsafe URL, a duplicate issuer, no credential kind, bad bounds.
     """
-    _check(settings)
+    check_route_settings(settings)
     verifier = None
     if settings.issuers:
         caches = [

@@ -180,3 +180,33 @@ async def test_priming_loads_each_issuer_and_never_raises(
     await auth_server.down()
     cold = build_authenticator(settings_for(auth_server), fetcher=fetcher, clock=clock)
     assert await prime(cold) == {auth_server.issuer: False}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"issuers": [], "api_keys": None}, "give issuers (OAuth), an API keys file, or both"),
+        ({"public_url": "http://mcp.example.com"}, "routes[1].auth.public_url"),
+        ({"path": "mcp"}, "must start with '/'"),
+        ({"refresh_interval_s": 120}, "refresh_interval_s must be between 1 and 60"),
+        ({"leeway_s": -1}, "leeway_s must be between 0 and 300"),
+    ],
+)
+def test_route_settings_are_checked_without_building_anything(changes: dict, message: str) -> None:
+    from dataclasses import replace
+
+    from gateway.auth import RouteAuthSettings, check_route_settings
+
+    good = RouteAuthSettings(
+        public_url="https://mcp.example.com",
+        path="/mcp",
+        issuers=[IssuerSettings(issuer="https://as.example")],
+        where="routes[1].auth",
+    )
+    check_route_settings(good)
+    twice = replace(good, issuers=[*good.issuers, *good.issuers])
+    with pytest.raises(ConfigError, match="listed twice"):
+        check_route_settings(twice)
+    with pytest.raises(ConfigError) as caught:
+        check_route_settings(replace(good, **changes))
+    assert message in str(caught.value)
