@@ -1,0 +1,88 @@
+"""Who is calling: the principal and the identity the authenticator hands to the gateway.
+
+A principal is `(issuer, subject)` for an access token and the key's id for an
+API key, so a refreshed token of the same subject is the same principal (binding
+to a hash of the raw token would break every parked call at each refresh).
+
+`Principal.key` is the stable string sealed into requestState and used to key
+limits: `jwt:<iss>|<sub>`, `key:<id>`, or `anonymous`. Issuers never contain `|`
+(`require_secure_url` refuses it), so the first `|` splits the two unambiguously.
+`Principal.log_id` is a short hash for logs, which never carry subjects.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+Kind = Literal["jwt", "key", "anonymous"]
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    kind: Kind
+    #: The token's `iss` for kind "jwt"; empty otherwise.
+    issuer: str
+    #: The token's `sub` for kind "jwt", the key id for kind "key".
+    subject: str
+
+    @classmethod
+    def for_token(cls, issuer: str, subject: str) -> Principal:
+        return cls("jwt", issuer, subject)
+
+    @classmethod
+    def for_api_key(cls, key_id: str) -> Principal:
+        return cls("key", "", key_id)
+
+    @classmethod
+    def anonymous(cls) -> Principal:
+        return cls("anonymous", "", "")
+
+    @property
+    def key(self) -> str:
+        """The stable form: for requestState bindings and rate-limit keys."""
+        if self.kind == "jwt":
+            return f"jwt:{self.issuer}|{self.subject}"
+        if self.kind == "key":
+            return f"key:{self.subject}"
+        return "anonymous"
+
+    @property
+    def log_id(self) -> str:
+        """A short, stable hash of `key`: safe in logs and metrics labels."""
+        if self.kind == "anonymous":
+            return "anonymous"
+        return "p_" + hashlib.sha256(self.key.encode()).hexdigest()[:16]
+
+    def __str__(self) -> str:
+        return self.log_id
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """A caller the gateway has authenticated, with the scopes its credential grants.
+
+    `client_id` (the token's `azp` or `client_id`, when present) is for audit logs;
+    it is not part of the principal.
+    """
+
+    principal: Principal
+    scopes: frozenset[str] = field(default_factory=frozenset)
+    client_id: str | None = None
+
+    @property
+    def kind(self) -> Kind:
+        return self.principal.kind
+
+    @classmethod
+    def anonymous(cls) -> Identity:
+        """The caller on a route configured without authentication."""
+        return cls(Principal.anonymous())
+
+    def lacks(self, needed: Iterable[str]) -> frozenset[str]:
+        """The scopes of `needed` this identity does not hold."""
+        return frozenset(needed) - self.scopes
