@@ -28,12 +28,14 @@ from typing import Any
 
 import yaml
 
+from gateway.config.auth import parse_auth
 from gateway.config.model import (
     FleetConfig,
     GatewayConfig,
     LimitsConfig,
     ListenConfig,
     LoggingConfig,
+    RateConfig,
     SealingConfig,
     StoreConfig,
 )
@@ -212,7 +214,16 @@ def parse_config(
         raise ConfigError(f"listen.port: must be 0..65535, got {listen.port}")
     listen_sec.done()
     lim = root.section("limits")
-    values["limits"] = limits = LimitsConfig(**lim.scalars(LimitsConfig, zero_ok={"coalesce_ms"}))
+    rate_sec = lim.section("rate")
+    per_principal = rate_sec.section("per_principal")
+    rate = RateConfig(**per_principal.scalars(RateConfig))
+    if rate.enabled and rate.burst < 1:
+        raise ConfigError(f"{per_principal.at('burst')}: give a burst of at least 1 request")
+    per_principal.done()
+    rate_sec.done()
+    values["limits"] = limits = LimitsConfig(
+        **lim.scalars(LimitsConfig, zero_ok={"coalesce_ms"}), rate_per_principal=rate
+    )
     if limits.coalesce_ms > 5000:
         raise ConfigError("limits.coalesce_ms: must be 0..5000 milliseconds")
     lim.done()
@@ -241,6 +252,7 @@ def parse_config(
     )
     _unique([u.name for u in upstreams], "name")
     _unique([u.path for u in upstreams], "path")
+    values["auth"] = parse_auth(root.section("auth"), base, [u.path for u in upstreams])
     root.done()
     return GatewayConfig(**values, upstreams=upstreams)
 

@@ -11,6 +11,8 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gateway.auth import ClientCredentials
+from gateway.config.auth import AuthConfig
 from gateway.protocol.keys import KeyRule
 from gateway.protocol.translate import CachePolicy
 
@@ -19,6 +21,18 @@ from gateway.protocol.translate import CachePolicy
 class ListenConfig:
     host: str = "127.0.0.1"
     port: int = 8080
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RateConfig:
+    """A token bucket per principal: `per_s` requests a second, bursts of `burst`; 0 is off."""
+
+    per_s: float = 0.0
+    burst: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.per_s > 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,6 +46,7 @@ class LimitsConfig:
     coalesce_ms: int = 10
     keepalive_s: float = 15.0
     max_state_bytes: int = 16 * 1024
+    rate_per_principal: RateConfig = RateConfig()  # YAML: limits.rate.per_principal
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,6 +112,8 @@ class TargetConfig:
     # mode: park (the call waits in a store) or replay (nothing is parked: every retry
     # re-runs the call, its answers journaled inside requestState).
     mode: str = PARK
+    # scopes: what a caller needs for it beyond auth.oauth.scopes (checked on every round).
+    scopes: tuple[str, ...] = ()
 
 
 _DEFAULT_TARGET = TargetConfig()
@@ -113,6 +130,8 @@ class UpstreamConfig:
     max_message_bytes: int = 16 * 1024 * 1024  # stdio: the longest message either way
     path: str = "/mcp"
     headers: Mapping[str, str] = field(default_factory=dict)
+    # oauth_client: the gateway's own token for this upstream (client credentials grant).
+    oauth_client: ClientCredentials | None = None
     timeout_s: float = 30.0
     pool: PoolLimits = PoolLimits()
     cache: CachePolicy = CachePolicy()
@@ -156,5 +175,6 @@ class GatewayConfig:
             "127."
         )
 
+    auth: AuthConfig | None = None  # None: no authentication (the gateway warns off loopback)
     replica_id: str = field(default_factory=lambda: "replica-" + secrets.token_hex(4))
     upstreams: tuple[UpstreamConfig, ...] = ()

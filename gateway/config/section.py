@@ -82,6 +82,10 @@ class Section:
             values[name] = value
         return values
 
+    def has_any(self) -> bool:
+        """Whether the section holds any key at all (an absent section holds none)."""
+        return bool(self._data)
+
     def has(self, key: str) -> bool:
         """Whether the key is written at all (it still counts as unknown until read)."""
         return key in self._data

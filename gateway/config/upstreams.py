@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gateway.config.auth import parse_oauth_client, parse_scopes
 from gateway.config.model import (
     PARK,
     REPLAY,
@@ -82,7 +83,8 @@ def _targets(section: Section) -> dict[str, TargetConfig]:
     for name, body in section.items():
         target = Section(body, section.at(name))
         inputs = _key_rules(target.raw("inputs"), target.at("inputs"))
-        config = TargetConfig(inputs=inputs, **target.scalars(TargetConfig))
+        scopes = parse_scopes(target.raw("scopes"), target.at("scopes"))
+        config = TargetConfig(inputs=inputs, scopes=scopes, **target.scalars(TargetConfig))
         if config.mode not in (PARK, REPLAY):
             raise ConfigError(f"{target.at('mode')}: must be park or replay")
         target.done()
@@ -124,6 +126,7 @@ def parse_upstream(
         **values,
         **process,
         headers=headers,
+        oauth_client=parse_oauth_client(sec.section("oauth_client"), env, base),
         pool=pool,
         cache=cache,
         inputs=_key_rules(sec.raw("inputs"), sec.at("inputs")),
