@@ -14,6 +14,8 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from gateway.auth import ClientCredentialsSource
+from gateway.auth.fetcher import AiohttpFetcher
 from gateway.calls.bridge import Bridge
 from gateway.clock import SystemClock
 from gateway.config import STDIO, GatewayConfig, UpstreamConfig
@@ -22,10 +24,11 @@ from gateway.observability import Metrics
 from gateway.protocol.state import AesGcmKeyRing, StateCodec
 from gateway.store.base import SuspendedCallStore, TimedStore
 from gateway.store.memory import MemoryStore
-from gateway.store.redis import RedisStore, connect
+from gateway.store.redis import RedisClient, RedisStore, connect
 from gateway.upstream.factory import restart_backoff_s, session_factory
 from gateway.upstream.pool import SessionPool
 from gateway.upstream.port import UpstreamPool
+from gateway.web.front_door import add_metadata_routes, build_front_doors
 from gateway.web.handlers import McpEndpoint
 from gateway.web.middleware import error_middleware, request_id_middleware
 
@@ -71,6 +74,7 @@ def build_app(config: GatewayConfig) -> web.Application:
     )
     clock = SystemClock()
     bus: RedisBus | None = None
+    client: RedisClient | None = None
     store: SuspendedCallStore
     if config.store.shared:
         client = connect(config.store.url)
@@ -97,13 +101,25 @@ def build_app(config: GatewayConfig) -> web.Application:
         bus=bus,
     )
     app[BRIDGE] = bridge
+    fetcher = AiohttpFetcher()  # issuers' metadata and keys, upstream token endpoints
+
+    def wall_s() -> float:
+        return clock.wall_ms() / 1000
+
+    doors = build_front_doors(config, fetcher=fetcher, wall_s=wall_s, redis=client)
+    credentials = {
+        u.name: ClientCredentialsSource(u.oauth_client, fetcher=fetcher, clock=wall_s)
+        for u in config.upstreams
+        if u.oauth_client is not None
+    }
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         for upstream in config.upstreams:
+            source = credentials.get(upstream.name)
             pool = SessionPool(
                 upstream.name,
-                session_factory(http, upstream),
+                session_factory(http, upstream, source.authorization if source else None),
                 upstream.pool,
                 on_error=metrics.upstream_errors.labels(upstream.name).inc,
                 clock=clock,
@@ -119,7 +135,14 @@ def build_app(config: GatewayConfig) -> web.Application:
             replica=config.replica_id,
             upstreams={u.path: _where(u) for u in config.upstreams},
             store=redact(config.store.url),
+            auth="none" if config.auth is None else "required",
         )
+        if config.auth is None and not config.loopback:
+            log.warning(
+                "gateway_unauthenticated",
+                detail=f"listening on {config.listen.host} without an auth section: anyone "
+                "who reaches the gateway can call every tool with its upstream credentials",
+            )
         yield
         await bridge.close()
         if bus is not None:
@@ -128,11 +151,13 @@ def build_app(config: GatewayConfig) -> web.Application:
             await each.close()
         await store.close()
         await http.close()
+        await fetcher.close()
 
     app.cleanup_ctx.append(resources)
     for upstream in config.upstreams:
-        endpoint_handler = McpEndpoint(config, upstream, bridge, pools).handle
-        app.router.add_route("*", upstream.path, endpoint_handler)
+        endpoint = McpEndpoint(config, upstream, bridge, pools, doors[upstream.name])
+        app.router.add_route("*", upstream.path, endpoint.handle)
+    add_metadata_routes(app, config)
 
     async def healthz(request: web.Request) -> web.Response:
         return web.json_response({"status": "alive"})

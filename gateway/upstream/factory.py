@@ -6,6 +6,8 @@ session is a process started from the upstream's command.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import aiohttp
 
 from gateway import __version__
@@ -21,7 +23,12 @@ from gateway.upstream.stdio.session import Command, StdioSession
 STDIO_RESTART_BACKOFF_S = 0.5
 
 
-def session_factory(http: aiohttp.ClientSession, upstream: UpstreamConfig) -> SessionFactory:
+def session_factory(
+    http: aiohttp.ClientSession,
+    upstream: UpstreamConfig,
+    authorization: Callable[[], Awaitable[str]] | None = None,
+) -> SessionFactory:
+    """Sessions of `upstream`'s transport; `authorization` gives the gateway's own token."""
     if upstream.transport == STDIO:
         command = Command(
             name=upstream.name,
@@ -43,6 +50,7 @@ def session_factory(http: aiohttp.ClientSession, upstream: UpstreamConfig) -> Se
         headers=dict(upstream.headers),
         timeout_s=upstream.timeout_s,
         client_version=__version__,
+        authorization=authorization,
     )
     if upstream.transport == SSE:
 

@@ -17,10 +17,11 @@ from aiohttp import web
 from gateway.calls.bridge import Bridge
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import PayloadTooLarge, RpcError
-from gateway.protocol import inbound, jsonrpc, params, state, translate
+from gateway.protocol import inbound, jsonrpc, params, translate
 from gateway.protocol.capabilities import ClientCaps
 from gateway.upstream.port import UpstreamPool
 from gateway.web.channel import ResponseChannel
+from gateway.web.front_door import FrontDoor
 from gateway.web.middleware import rpc_error_reply
 from gateway.web.tool_headers import ToolHeaders
 
@@ -51,10 +52,12 @@ class McpEndpoint:
         upstream: UpstreamConfig,
         bridge: Bridge,
         pools: dict[str, UpstreamPool],
+        front_door: FrontDoor,
     ) -> None:
         self.config = config
         self.upstream = upstream
         self.bridge = bridge
+        self.front_door = front_door
         self._pools = pools  # filled when the app starts
         self.tool_headers = ToolHeaders(self._list_tools)
         self.policy = inbound.OriginPolicy(
@@ -69,6 +72,7 @@ class McpEndpoint:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         inbound.check_http(request.method, request.headers, policy=self.policy)
+        caller = await self.front_door.admit(request.headers.get("Authorization"))
         body = await read_body(request, self.config.limits.max_body_bytes)
         headers = {k.lower(): v for k, v in request.headers.items()}
         decoded = jsonrpc.decode(body)
@@ -86,11 +90,13 @@ class McpEndpoint:
         structlog.contextvars.bind_contextvars(
             rpc_method=message.method, upstream=self.upstream.name
         )
-        principal = state.principal_of(request.headers.get("Authorization"))
+        principal = caller.principal
         channel = ResponseChannel(request, keepalive_s=self.config.limits.keepalive_s)
         started = time.monotonic()
         outcome = "complete"
         try:
+            if message.method in inbound.INTERRUPTIBLE:
+                self.front_door.check_target(caller, message.method, message.target)
             if message.method == "tools/call":
                 declared = await self.tool_headers.for_tool(message.target)
                 params.check_param_headers(declared, message.params.get("arguments"), headers)
@@ -103,6 +109,8 @@ class McpEndpoint:
                 result = translate.discover_result(info, self.upstream.cache)
             else:
                 result = await self._pass_through(message)
+                if message.method == "tools/list":
+                    result = self.front_door.visible_tools(caller, result)
             reply, status = jsonrpc.result(message.id, result), 200
         except RpcError as exc:
             outcome = "error"
@@ -123,7 +131,7 @@ class McpEndpoint:
             "request_served",
             status=status,
             outcome=outcome,
-            principal=principal[:16],
+            principal=caller.log_id,
             duration_ms=round(elapsed * 1000, 1),
         )
         return await channel.finish(reply, status)

@@ -14,6 +14,7 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from gateway.auth.errors import AuthError
 from gateway.errors import HttpError, RpcError
 from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import RequestId
@@ -43,22 +44,32 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
     return response
 
 
+def _http_error(exc: HttpError) -> web.Response:
+    """An error of the HTTP layer: its status and headers (a challenge, Allow, Retry-After),
+    and a JSON-RPC error without id saying what is wrong (405 has no body)."""
+    if exc.http_status == 405:
+        return web.Response(status=405, headers=exc.headers)
+    body = jsonrpc.error(None, {"code": -32600, "message": exc.detail})
+    return web.Response(
+        status=exc.http_status,
+        body=jsonrpc.dumps(body),
+        content_type="application/json",
+        headers=exc.headers,
+    )
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         response: web.StreamResponse = await handler(request)
         return response
+    except AuthError as exc:
+        # The reason (expired, wrong audience, missing scope ...) is for the log only.
+        log.info("request_refused", status=exc.http_status, reason=exc.reason, path=request.path)
+        return _http_error(exc)
     except HttpError as exc:
         log.info("request_refused", status=exc.http_status, reason=exc.detail, path=request.path)
-        if exc.http_status == 405:
-            return web.Response(status=405, headers=exc.headers)
-        body = jsonrpc.error(None, {"code": -32600, "message": exc.detail})
-        return web.Response(
-            status=exc.http_status,
-            body=jsonrpc.dumps(body),
-            content_type="application/json",
-            headers=exc.headers,
-        )
+        return _http_error(exc)
     except RpcError as exc:
         body, status = rpc_error_reply(exc, None)
         return web.Response(

@@ -10,7 +10,7 @@ session: `SessionExpired`. Foreign errors become `UpstreamError` here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,20 @@ class Endpoint:
     timeout_s: float
     client_name: str = "mrtr-gateway"
     client_version: str = "0.1.0"
+    # The gateway's own `Authorization` for this upstream (never the client's), per request.
+    authorization: Callable[[], Awaitable[str]] | None = None
+
+    async def request_headers(self, **more: str) -> dict[str, str]:
+        """The static headers, the gateway's own credentials, then `more`.
+
+        Raises:
+            UpstreamError: the credentials could not be obtained.
+        """
+        headers = dict(self.headers)
+        if self.authorization is not None:
+            headers["Authorization"] = await self.authorization()
+        headers.update(more)
+        return headers
 
 
 class HttpWire:
@@ -60,9 +74,8 @@ class HttpWire:
         self.version: Version = UPSTREAM_VERSIONS[0]
         self.gone = False  # the server answered 404 for this session
 
-    def headers(self, *, accept: str = _ACCEPT) -> dict[str, str]:
-        headers = dict(self.endpoint.headers)
-        headers["Accept"] = accept
+    async def headers(self, *, accept: str = _ACCEPT) -> dict[str, str]:
+        headers = await self.endpoint.request_headers(Accept=accept)
         headers["Content-Type"] = "application/json"
         if self.session_id is not None:
             headers[SESSION_HEADER] = self.session_id
@@ -93,7 +106,7 @@ class HttpWire:
         with mapped_errors(f"sending a {kind}"):
             async with asyncio.timeout(self.endpoint.timeout_s):
                 async with self.http.post(
-                    self.endpoint.url, data=jsonrpc.dumps(message), headers=self.headers()
+                    self.endpoint.url, data=jsonrpc.dumps(message), headers=await self.headers()
                 ) as resp:
                     self._capture_session(resp)
                     await resp.read()
@@ -105,12 +118,13 @@ class HttpWire:
         """End the session upstream. Raises: UpstreamError."""
         with mapped_errors("ending the session"):
             async with asyncio.timeout(5):
-                async with self.http.delete(self.endpoint.url, headers=self.headers()) as resp:
+                headers = await self.headers()
+                async with self.http.delete(self.endpoint.url, headers=headers) as resp:
                     await resp.read()
 
     async def open_get(self, last_event_id: str | None = None) -> aiohttp.ClientResponse:
         """A GET stream on the session (the caller reads and closes it). Raises: UpstreamError."""
-        headers = self.headers(accept="text/event-stream")
+        headers = await self.headers(accept="text/event-stream")
         if last_event_id is not None:
             headers["Last-Event-ID"] = last_event_id
         with mapped_errors("opening a GET stream"):
@@ -134,7 +148,7 @@ class HttpWire:
             async with self.http.post(
                 self.endpoint.url,
                 data=jsonrpc.dumps(message),
-                headers={**self.headers(), **(extra or {})},
+                headers={**await self.headers(), **(extra or {})},
                 timeout=stream_timeout(self.endpoint.timeout_s),
             ) as resp:
                 self._capture_session(resp)

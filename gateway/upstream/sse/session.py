@@ -42,7 +42,7 @@ class SseSession(DuplexSession):
         self._reader: asyncio.Task[None] | None = None
 
     async def _connect(self) -> None:
-        headers = {**self.endpoint.headers, "Accept": "text/event-stream"}
+        headers = await self.endpoint.request_headers(Accept="text/event-stream")
         with mapped_errors("opening the SSE stream"):
             resp = await self.http.get(
                 self.endpoint.url, headers=headers, timeout=stream_timeout(self.endpoint.timeout_s)
@@ -96,7 +96,7 @@ class SseSession(DuplexSession):
     async def _write(self, message: dict[str, Any]) -> None:
         if self.post_url is None:
             raise UpstreamError("the SSE session has no endpoint yet")
-        headers = {**self.endpoint.headers, "Content-Type": "application/json"}
+        headers = await self.endpoint.request_headers(**{"Content-Type": "application/json"})
         with mapped_errors("posting to the SSE endpoint"):
             async with asyncio.timeout(self.endpoint.timeout_s):
                 async with self.http.post(

@@ -1,0 +1,172 @@
+"""Who is calling, on one MCP route: authentication, scopes and the per-principal rate.
+
+With an `auth` section, every request (an MRTR retry too: it is a request of its
+own) must carry a valid bearer token or API key; the route's scopes are needed
+for any access, and a tool's own scopes for calling it or seeing it in
+`tools/list` (such a list is then `cacheScope: private`). The principal sealed into
+`requestState` and keying the limits is `jwt:<iss>|<sub>` or `key:<id>`, so a
+refreshed token of the same subject resumes its calls. Without `auth` the gateway
+works as before: the principal is a hash of whatever `Authorization` arrived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from gateway.auth import (
+    Authenticator,
+    HttpFetcher,
+    Identity,
+    WallClock,
+    build_authenticator,
+    route_metadata,
+    well_known_paths,
+)
+from gateway.auth.errors import RateLimited
+from gateway.auth.ratelimit import (
+    MemoryTokenBucket,
+    RateLimiter,
+    RedisTokenBucket,
+    retry_after_header,
+)
+from gateway.config import GatewayConfig, UpstreamConfig
+from gateway.protocol import state
+
+log = structlog.get_logger("gateway.web")
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """The principal of one request, and what it may do."""
+
+    principal: str  # sealed into requestState, keys the caps and limits
+    log_id: str  # what logs carry
+    identity: Identity | None  # None: the route is not authenticated
+
+
+class FrontDoor:
+    def __init__(
+        self,
+        upstream: UpstreamConfig,
+        authenticator: Authenticator | None,
+        limiter: RateLimiter | None,
+    ) -> None:
+        self.upstream = upstream
+        self.authenticator = authenticator
+        self.limiter = limiter
+
+    async def admit(self, authorization: str | None) -> Caller:
+        """The caller, or the refusal to send.
+
+        Raises:
+            Unauthenticated (401), InsufficientScope (403), AuthUnavailable (503),
+            RateLimited (429), StoreError (the shared rate limit's store failed)
+        """
+        if self.authenticator is None:
+            principal = state.principal_of(authorization)
+            caller = Caller(principal, principal[:16], None)
+        else:
+            identity = await self.authenticator.authenticate(authorization)
+            self.authenticator.require(identity, self.authenticator.scopes)
+            caller = Caller(identity.principal.key, identity.principal.log_id, identity)
+        if self.limiter is not None:
+            decision = await self.limiter.take(caller.principal)
+            if not decision.allowed:
+                raise RateLimited(
+                    f"rate limit for {caller.log_id}",
+                    retry_after=retry_after_header(decision.retry_after_s),
+                )
+        return caller
+
+    def _needs(self, method: str, target: str | None) -> tuple[str, ...]:
+        return self.upstream.target(method, target).scopes
+
+    def check_target(self, caller: Caller, method: str, target: str | None) -> None:
+        """Refuse a tool, prompt or resource the caller lacks the scopes for.
+
+        Raises:
+            InsufficientScope: 403 naming every scope needed.
+        """
+        if self.authenticator is None or caller.identity is None:
+            return
+        needs = self._needs(method, target)
+        if needs:
+            self.authenticator.require(caller.identity, (*self.authenticator.scopes, *needs))
+
+    def visible_tools(self, caller: Caller, result: dict[str, Any]) -> dict[str, Any]:
+        """`tools/list` as this caller may see it: tools it lacks scopes for are left out.
+
+        A list that depends on who asks is private to the caller.
+        """
+        if self.authenticator is None or caller.identity is None:
+            return result
+        if not any(t.scopes for t in self.upstream.tools.values()):
+            return result
+        identity = caller.identity
+        tools = result.get("tools")
+        if isinstance(tools, list):
+            result = dict(result)
+            result["tools"] = [t for t in tools if _may(identity, self._tool_needs(t))]
+            result["cacheScope"] = "private"
+        return result
+
+    def _tool_needs(self, tool: Any) -> Iterable[str]:
+        name = tool.get("name") if isinstance(tool, dict) else None
+        return self._needs("tools/call", name if isinstance(name, str) else None)
+
+
+def _may(identity: Identity, needs: Iterable[str]) -> bool:
+    return not identity.lacks(frozenset(needs))
+
+
+def build_front_doors(
+    config: GatewayConfig, *, fetcher: HttpFetcher, wall_s: WallClock, redis: Any | None
+) -> dict[str, FrontDoor]:
+    """One front door per upstream route; a shared rate limiter (Redis for a fleet)."""
+    limiter: RateLimiter | None = None
+    rate = config.limits.rate_per_principal
+    if rate.enabled:
+        if redis is not None:
+            limiter = RedisTokenBucket(
+                redis,
+                rate_per_s=rate.per_s,
+                burst=rate.burst,
+                clock=wall_s,
+                prefix=f"{config.store.key_prefix}rl:",
+            )
+        else:
+            limiter = MemoryTokenBucket(rate_per_s=rate.per_s, burst=rate.burst, clock=wall_s)
+    doors = {}
+    for upstream in config.upstreams:
+        authenticator = None
+        if config.auth is not None:
+            settings = config.auth.route(upstream.path)
+            authenticator = build_authenticator(settings, fetcher=fetcher, clock=wall_s)
+        doors[upstream.name] = FrontDoor(upstream, authenticator, limiter)
+    return doors
+
+
+def add_metadata_routes(app: web.Application, config: GatewayConfig) -> None:
+    """RFC 9728 protected resource metadata of every OAuth-protected route (no auth needed):
+    at `/.well-known/oauth-protected-resource/<path>`, and at the root with one upstream."""
+    auth = config.auth
+    if auth is None or auth.oauth is None:
+        return
+    for upstream in config.upstreams:
+        document = route_metadata(auth.route(upstream.path))
+        inserted, root = well_known_paths(upstream.path)
+        paths = [inserted, root] if len(config.upstreams) == 1 else [inserted]
+        for path in paths:
+            app.router.add_get(path, _serve_document(document))
+
+
+def _serve_document(document: dict[str, Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def serve(request: web.Request) -> web.Response:
+        return web.json_response(document, headers={"Access-Control-Allow-Origin": "*"})
+
+    return serve
