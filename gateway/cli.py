@@ -5,6 +5,7 @@ mrtr-gateway serve --upstream URL [--transport sse] [--path /mcp] [--host H] [--
 mrtr-gateway serve --upstream-command 'node server.js stdio' [--path /mcp] [--host H] ...
 mrtr-gateway check-config FILE
 mrtr-gateway keygen
+mrtr-gateway apikey --id ID --scopes S [S ...]
 
 A flag overrides the same setting from the environment and from the file:
 flag > environment variable > file > default. The flags are written into the YAML
@@ -114,6 +115,17 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-config", help="validate a YAML configuration file")
     check.add_argument("file")
     commands.add_parser("keygen", help="print a fresh requestState sealing key")
+    apikey = commands.add_parser(
+        "apikey",
+        help="make an API key: the key on the first line of stdout, then the YAML entry "
+        "to append to auth.api_keys_file (which holds only its hash)",
+    )
+    apikey.add_argument(
+        "--id", required=True, help="the key's id: its principal in logs and limits"
+    )
+    apikey.add_argument(
+        "--scopes", nargs="+", default=[], metavar="SCOPE", help="the scopes the key grants"
+    )
     return parser
 
 
@@ -225,6 +237,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "keygen":
             print(generate_key())
+            return 0
+        if args.command == "apikey":
+            from gateway.auth import new_api_key
+
+            key, entry = new_api_key(args.id, args.scopes)
+            print(key)
+            sys.stdout.write(entry)
+            print(
+                "mrtr-gateway: the key is shown once; the file needs only the entry (its hash)",
+                file=sys.stderr,
+            )
             return 0
         if args.command == "check-config":
             config = load_config(args.file)

@@ -294,3 +294,18 @@ async def _read_until(proc: subprocess.Popen[str], text: str, *, timeout_s: floa
                 lines.append(line)
     except TimeoutError:
         pytest.fail(f"no line with {text!r} within {timeout_s} s; stderr said: {lines}")
+
+
+def test_apikey_prints_the_key_first_then_the_entry_holding_only_its_hash(capsys) -> None:
+    import yaml
+
+    from gateway.auth import ApiKeyStore, parse_api_keys
+
+    assert main(["apikey", "--id", "ci-bot", "--scopes", "mcp:tools", "admin"]) == 0
+    out = capsys.readouterr().out
+    key, entry = out.split("\n", 1)
+    assert key.startswith("mrtr_") and key not in entry
+    (loaded,) = parse_api_keys(yaml.safe_load(entry))
+    assert loaded.id == "ci-bot" and set(loaded.scopes) == {"mcp:tools", "admin"}
+    assert ApiKeyStore([loaded]).check(key) is not None
+    assert main(["apikey", "--id", "bad id", "--scopes", "x"]) == 2

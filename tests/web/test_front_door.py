@@ -1,0 +1,206 @@
+"""Identity at the front door, on the wire: a real authorization server (JWKS over HTTP,
+keys made per run), the gateway in process, a real mcp 1.x legacy server behind it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from gateway.app import build_app
+from gateway.auth import new_api_key
+from gateway.config import parse_config
+from gateway.protocol.state import generate_key
+from tests.peers.auth_server import AuthServer
+from tests.peers.tooling import LegacyServer
+
+pytestmark = pytest.mark.peers
+
+PUBLIC = "http://127.0.0.1:8000"  # what the gateway says clients reach it as
+META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+}
+ALICE = {"elicit.username": {"action": "accept", "content": {"username": "alice"}}}
+
+
+def call(name: str, rid: int = 1, **params: Any) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": rid,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": params.pop("arguments", {}), "_meta": META, **params},
+    }
+
+
+def list_tools() -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"_meta": META}}
+
+
+class Front:
+    def __init__(self, server: TestServer, http: aiohttp.ClientSession) -> None:
+        self.server, self.http = server, http
+
+    async def post(self, body: dict[str, Any], token: str | None = None) -> tuple[int, Any, Any]:
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": body["method"],
+        }
+        if "name" in body["params"]:
+            headers["Mcp-Name"] = body["params"]["name"]
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        async with self.http.post(self.server.make_url("/mcp"), json=body, headers=headers) as r:
+            raw = await r.read()
+            return r.status, (await r.json() if raw else None), r.headers
+
+
+@pytest.fixture
+async def issuer() -> AsyncIterator[AuthServer]:
+    server = await AuthServer(audience=f"{PUBLIC}/mcp").start()
+    yield server
+    await server.down()
+
+
+@pytest.fixture
+async def front(
+    legacy: LegacyServer, issuer: AuthServer, tmp_path: Path
+) -> AsyncIterator[Callable[..., Any]]:
+    started: list[tuple[TestServer, aiohttp.ClientSession]] = []
+
+    async def start(**limits: Any) -> Front:
+        key, entry = new_api_key("ci-bot", ["mcp:tools"])
+        (tmp_path / "keys.yaml").write_text(entry)
+        start.api_key = key  # type: ignore[attr-defined]
+        config = {
+            "auth": {
+                "public_url": PUBLIC,
+                "oauth": {"issuer": issuer.issuer, "scopes": ["mcp:tools"]},
+                "api_keys_file": "keys.yaml",
+            },
+            "limits": limits,
+            "upstreams": [
+                {
+                    "name": "legacy",
+                    "url": legacy.url,
+                    "tools": {"increment_counter": {"scopes": ["admin"]}},
+                }
+            ],
+        }
+        parsed = parse_config(
+            config, env={"MRTR_GATEWAY_SEALING_KEYS": generate_key()}, base=tmp_path
+        )
+        server = TestServer(build_app(parsed), host="127.0.0.1")
+        await server.start_server()
+        http = aiohttp.ClientSession()
+        started.append((server, http))
+        return Front(server, http)
+
+    yield start
+    for server, http in started:
+        await http.close()
+        await server.close()
+
+
+async def test_the_protected_resource_metadata_is_served_and_named_in_every_401(
+    front: Callable[..., Any], issuer: AuthServer
+) -> None:
+    gateway: Front = await front()
+    url = gateway.server.make_url("/.well-known/oauth-protected-resource/mcp")
+    async with gateway.http.get(url) as resp:
+        document = await resp.json()
+    assert document["resource"] == f"{PUBLIC}/mcp"
+    assert document["authorization_servers"] == [issuer.issuer]
+    status, _, headers = await gateway.post(call("greet"))
+    assert status == 401
+    challenge = headers["WWW-Authenticate"]
+    assert challenge.startswith("Bearer ")
+    assert f'resource_metadata="{PUBLIC}/.well-known/oauth-protected-resource/mcp"' in challenge
+    assert 'scope="mcp:tools"' in challenge and "invalid_token" not in challenge
+
+
+async def test_bad_tokens_are_refused_with_an_invalid_token_challenge(
+    front: Callable[..., Any], issuer: AuthServer
+) -> None:
+    gateway: Front = await front()
+    bad = {
+        "expired": issuer.sign(issuer.claims(exp=int(issuer.clock()) - 600)),
+        "wrong audience": issuer.sign(issuer.claims(aud="https://elsewhere.example/mcp")),
+        "alg none": issuer.unsigned_token(issuer.claims()),
+        "hs256 with the rsa public key": issuer.hs256_with_public_key(issuer.claims()),
+        "unknown kid": issuer.sign(issuer.claims(), headers={"kid": "nope"}),
+        "garbage": "not.a.token",
+    }
+    for what, token in bad.items():
+        status, _, headers = await gateway.post(call("greet"), token)
+        assert status == 401, what
+        assert 'error="invalid_token"' in headers["WWW-Authenticate"], what
+
+
+async def test_a_tool_needing_a_scope_is_refused_with_403_and_hidden_from_the_list(
+    front: Callable[..., Any], issuer: AuthServer
+) -> None:
+    gateway: Front = await front()
+    status, _, headers = await gateway.post(call("increment_counter"), issuer.sign())
+    assert status == 403
+    challenge = headers["WWW-Authenticate"]
+    assert 'error="insufficient_scope"' in challenge and "admin" in challenge
+    status, listed, _ = await gateway.post(list_tools(), issuer.sign())
+    names = {t["name"] for t in listed["result"]["tools"]}
+    assert "greet" in names and "increment_counter" not in names
+    assert listed["result"]["cacheScope"] == "private"
+    admin = issuer.sign(issuer.claims(scope="mcp:tools admin"))
+    status, listed, _ = await gateway.post(list_tools(), admin)
+    assert "increment_counter" in {t["name"] for t in listed["result"]["tools"]}
+
+
+async def test_a_refreshed_token_resumes_its_call_and_another_subject_cannot(
+    front: Callable[..., Any], issuer: AuthServer
+) -> None:
+    gateway: Front = await front()
+    run_id = uuid.uuid4().hex
+    status, first, _ = await gateway.post(
+        call("register", arguments={"run_id": run_id}), issuer.sign()
+    )
+    state = first["result"]["requestState"]
+    retry = call("register", 2, arguments={"run_id": run_id}, requestState=state)
+    retry["params"]["inputResponses"] = ALICE
+    mallory = issuer.sign(issuer.claims(sub="mallory"))
+    status, refused, _ = await gateway.post(retry, mallory)
+    assert status == 400 and refused["error"]["code"] == -32602
+    refreshed = issuer.sign(issuer.claims(jti="refreshed"), kid="ec-1")  # a new token, alice
+    status, done, _ = await gateway.post(retry, refreshed)
+    assert status == 200 and done["result"]["resultType"] == "input_required"  # its next round
+    status, again, _ = await gateway.post(retry, refreshed)  # the same round: used up
+    assert status == 400 and again["error"]["code"] == -32602
+
+
+async def test_an_api_key_made_by_the_cli_works_and_an_altered_one_is_refused(
+    front: Callable[..., Any],
+) -> None:
+    gateway: Front = await front()
+    key: str = front.api_key  # type: ignore[attr-defined]
+    status, listed, _ = await gateway.post(list_tools(), key)
+    assert status == 200 and listed["result"]["tools"]
+    altered = key[:-1] + ("A" if key[-1] != "A" else "B")
+    status, _, headers = await gateway.post(list_tools(), altered)
+    assert status == 401 and 'error="invalid_token"' in headers["WWW-Authenticate"]
+
+
+async def test_a_noisy_principal_gets_429_with_retry_after_while_another_is_served(
+    front: Callable[..., Any], issuer: AuthServer
+) -> None:
+    gateway: Front = await front(rate={"per_principal": {"per_s": 0.01, "burst": 2}})
+    noisy = issuer.sign()
+    statuses = [(await gateway.post(list_tools(), noisy))[0] for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    status, _, headers = await gateway.post(list_tools(), noisy)
+    assert status == 429 and int(headers["Retry-After"]) >= 1
+    quiet = issuer.sign(issuer.claims(sub="bob"))
+    assert (await gateway.post(list_tools(), quiet))[0] == 200
