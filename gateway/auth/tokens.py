@@ -19,6 +19,7 @@ principal.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,8 @@ from gateway.auth.principal import Identity, Principal
 
 DEFAULT_LEEWAY_S = 60.0
 MAX_TOKEN_CHARS = 16 * 1024
+VERIFIED_TTL_S = 60.0  # how long a verified token is trusted without checking it again
+VERIFIED_MAX = 10_000  # tokens remembered at most
 
 
 class TokenRejected(Exception):
@@ -78,6 +81,11 @@ class JwtVerifier:
         self.audiences = list(audiences)
         self._clock = clock
         self.leeway_s = leeway_s
+        # Tokens verified lately, by their SHA-256: a client sends the same token on every
+        # request, and a signature check costs 100-200 us. An entry lives until the token
+        # expires, and at most VERIFIED_TTL_S, so a key withdrawn at the issuer stops
+        # working within that bound as well as by the key cache's own maximum age.
+        self._verified: dict[bytes, tuple[Identity, float, float]] = {}
 
     @property
     def caches(self) -> list[JwksCache]:
@@ -92,6 +100,23 @@ class JwtVerifier:
         """
         if len(token) > MAX_TOKEN_CHARS:
             raise TokenRejected("token too long")
+        digest = hashlib.sha256(token.encode()).digest()
+        known = self._verified.get(digest)
+        if known is not None:
+            identity, exp, until = known
+            now = self._clock()
+            if now < until:
+                if now >= exp + self.leeway_s:
+                    raise TokenRejected("expired")
+                return identity
+            del self._verified[digest]
+        identity, exp = await self._verify(token)
+        if len(self._verified) >= VERIFIED_MAX:
+            del self._verified[next(iter(self._verified))]  # the oldest entry
+        self._verified[digest] = (identity, exp, self._clock() + VERIFIED_TTL_S)
+        return identity
+
+    async def _verify(self, token: str) -> tuple[Identity, float]:
         try:
             header = jwt.get_unverified_header(token)
             unverified = jwt.decode(token, options={"verify_signature": False})
@@ -142,11 +167,12 @@ class JwtVerifier:
         if not isinstance(subject, str) or not subject:
             raise TokenRejected("sub is not a non-empty string")
         client = claims.get("azp", claims.get("client_id"))
-        return Identity(
+        identity = Identity(
             Principal.for_token(cache.issuer, subject),
             scopes_of(claims),
             client if isinstance(client, str) else None,
         )
+        return identity, float(claims["exp"])
 
     def _check_times(self, claims: Mapping[str, Any]) -> None:
         now = self._clock()

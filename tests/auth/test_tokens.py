@@ -243,3 +243,28 @@ async def test_refusals_reach_the_wire_through_the_gateways_error_middleware(
     assert short.headers["WWW-Authenticate"].startswith('Bearer error="insufficient_scope"')
     body = await expired.text()
     assert "expired" not in body and auth_server.issuer not in body
+
+
+async def test_a_verified_token_is_remembered_for_at_most_a_minute(
+    authenticator: Authenticator,
+    auth_server: AuthServer,
+    clock: ManualWallClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    verifier = authenticator.jwt
+    assert verifier is not None
+    checks: list[str] = []
+    real = verifier._verify
+
+    async def counted(token: str):  # type: ignore[no-untyped-def]
+        checks.append(token)
+        return await real(token)
+
+    monkeypatch.setattr(verifier, "_verify", counted)
+    token = "Bearer " + auth_server.sign(auth_server.claims(exp=int(clock()) + 3600))
+    for _ in range(3):
+        assert (await authenticator.authenticate(token)).principal.subject == "alice"
+    assert len(checks) == 1  # the signature was checked once
+    clock.advance(61)
+    await authenticator.authenticate(token)
+    assert len(checks) == 2  # and again once the minute was over
