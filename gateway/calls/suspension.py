@@ -65,13 +65,13 @@ class Suspender:
         """Answer `input_required` for what the call asks now.
 
         Raises:
-            TooManyRounds, GatewayFull, PrincipalBusy, StoreError, StateTooLarge
+            TooManyRounds, GatewayFull, PrincipalBusy (fleet-wide), StoreError, StateTooLarge
         """
         try:
             self._check_rounds(call)
             if not call.stateless:
                 self._check_capacity(call)
-        except (TooManyRounds, GatewayFull, PrincipalBusy) as exc:
+        except (TooManyRounds, GatewayFull) as exc:
             await self.endings.end(call, Trigger.FAIL, exc.reason)
             raise
         if call.stateless:
@@ -108,8 +108,6 @@ class Suspender:
     def _check_capacity(self, call: LiveCall) -> None:
         if self.registry.parked >= self.limits.max_parked_calls:
             raise GatewayFull()
-        if self.registry.parked_for(call.principal) >= self.limits.max_parked_per_principal:
-            raise PrincipalBusy()
 
     def _mint(self, call: LiveCall, *, round_: int, mode: str) -> tuple[str, int, int]:
         """The sealed `requestState` of a round, with its issue time and deadline (wall ms)."""
@@ -130,6 +128,17 @@ class Suspender:
 
     async def _park(self, call: LiveCall) -> dict[str, Any]:
         machine = call.machine
+        until = self.clock.wall_ms() + int(self.limits.suspension_ttl_s * 1000)
+        cap = self.limits.max_parked_per_principal
+        try:
+            # Counted in the store, so the cap holds across the whole fleet.
+            held = await self.store.hold(call.principal, call.id, until, cap)
+        except StoreError:
+            await self.endings.end(call, Trigger.FAIL, "store unavailable")
+            raise
+        if not held:
+            await self.endings.end(call, Trigger.FAIL, PrincipalBusy.reason)
+            raise PrincipalBusy()
         self.registry.fire(call, Trigger.SUSPEND)
         token, issued, deadline = self._mint(call, round_=machine.round, mode=PARK)
         try:

@@ -100,6 +100,19 @@ class SuspendedCallStore(Protocol):
         """Raises: StoreError."""
         ...
 
+    async def hold(self, principal: str, call_id: str, until_ms: int, cap: int) -> bool:
+        """Count `call_id` among `principal`'s parked calls (across the fleet) until
+        `until_ms`, if fewer than `cap` are; False when the principal is at its cap.
+        Holding a call already held only moves its time.
+
+        Raises: StoreError.
+        """
+        ...
+
+    async def unhold(self, principal: str, call_id: str) -> None:
+        """The call no longer counts for its principal. Raises: StoreError."""
+        ...
+
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...
@@ -127,6 +140,14 @@ class TimedStore:
     async def delete(self, call_id: str) -> None:
         async with self.metrics.timed_store("delete"):
             await self.inner.delete(call_id)
+
+    async def hold(self, principal: str, call_id: str, until_ms: int, cap: int) -> bool:
+        async with self.metrics.timed_store("hold"):
+            return await self.inner.hold(principal, call_id, until_ms, cap)
+
+    async def unhold(self, principal: str, call_id: str) -> None:
+        async with self.metrics.timed_store("unhold"):
+            await self.inner.unhold(principal, call_id)
 
     async def ping(self) -> bool:
         return await self.inner.ping()

@@ -14,6 +14,7 @@ class MemoryStore:
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock = clock or SystemClock()
         self._records: dict[str, SuspendedCall] = {}
+        self._held: dict[str, dict[str, int]] = {}  # principal -> call -> until (wall ms)
 
     def _live(self, call_id: str) -> SuspendedCall | None:
         record = self._records.get(call_id)
@@ -38,6 +39,23 @@ class MemoryStore:
 
     async def delete(self, call_id: str) -> None:
         self._records.pop(call_id, None)
+
+    async def hold(self, principal: str, call_id: str, until_ms: int, cap: int) -> bool:
+        now = self.clock.wall_ms()
+        held = {c: t for c, t in self._held.get(principal, {}).items() if t > now}
+        if call_id not in held and len(held) >= cap:
+            self._held[principal] = held
+            return False
+        held[call_id] = until_ms
+        self._held[principal] = held
+        return True
+
+    async def unhold(self, principal: str, call_id: str) -> None:
+        held = self._held.get(principal)
+        if held is not None:
+            held.pop(call_id, None)
+            if not held:
+                del self._held[principal]
 
     async def ping(self) -> bool:
         return True

@@ -12,6 +12,7 @@ Every redis-py error becomes `StoreError` here.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -38,6 +39,20 @@ if not v[3] then return false end
 if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) then return false end
 redis.call('HSET', KEYS[1], 'status', ARGV[3])
 return v[3]
+"""
+
+# KEYS[1] the principal's parked calls (a sorted set scored by until); ARGV now, call,
+# until, cap, ttl. Forgets calls past their time, then adds (or moves) the call unless
+# the principal is at its cap: one round trip, atomic, for the whole fleet.
+_HOLD = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local known = redis.call('ZSCORE', KEYS[1], ARGV[2])
+if not known and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
 """
 
 RedisClient = aioredis.Redis | RedisCluster
@@ -88,6 +103,7 @@ class RedisStore:
         self.clock = clock or SystemClock()
         self.prefix = prefix
         self._claim = client.register_script(_CLAIM)
+        self._hold = client.register_script(_HOLD)
 
     def key(self, call_id: str) -> str:
         return f"{self.prefix}{{{call_id}}}:rec"
@@ -140,6 +156,20 @@ class RedisStore:
 
     async def delete(self, call_id: str) -> None:
         await self._run(lambda: self.client.delete(self.key(call_id)))
+
+    def held_key(self, principal: str) -> str:
+        digest = hashlib.sha256(principal.encode()).hexdigest()[:32]
+        return f"{self.prefix}principal:{digest}:parked"
+
+    async def hold(self, principal: str, call_id: str, until_ms: int, cap: int) -> bool:
+        now = self.clock.wall_ms()
+        ttl = max(1, until_ms - now + GRACE_MS)
+        args: list[str | int] = [now, call_id, until_ms, cap, ttl]
+        held = await self._run(lambda: self._hold(keys=[self.held_key(principal)], args=args))
+        return bool(held)
+
+    async def unhold(self, principal: str, call_id: str) -> None:
+        await self._run(lambda: self.client.zrem(self.held_key(principal), call_id))
 
     async def ping(self) -> bool:
         try:

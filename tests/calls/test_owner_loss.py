@@ -7,11 +7,20 @@ import pytest
 
 from gateway.aio import spawn
 from gateway.calls import messages
-from gateway.errors import CallLost, UpstreamError
+from gateway.errors import CallLost, PrincipalBusy, UpstreamError
 from gateway.protocol.call import Phase
+from gateway.store.memory import MemoryStore
 from tests.fakes.clock import ManualClock
 from tests.fakes.fleet import POLL_S, Network
-from tests.fakes.harness import ALICE, WINDOW, ask_username, call_tool, two_replicas
+from tests.fakes.harness import (
+    ALICE,
+    WINDOW,
+    Replica,
+    ask_username,
+    call_tool,
+    config,
+    two_replicas,
+)
 from tests.fakes.upstream import ScriptedServer
 
 
@@ -197,3 +206,32 @@ def test_fleet_messages_survive_their_codec_and_nothing_else_does() -> None:
     ):
         with pytest.raises(ValueError):
             messages.decode(bad)
+
+
+async def test_the_parked_call_cap_per_principal_holds_across_replicas(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    store = MemoryStore(clock)  # what every replica shares (Redis in production)
+    a, b = (
+        Replica(
+            clock,
+            server,
+            store=store,
+            bus=network.bus(n),
+            settings=config(n, max_parked_per_principal=1),
+        )
+        for n in ("a", "b")
+    )
+    first, session = await ask_username(a, server, clock, principal="alice")
+    with pytest.raises(PrincipalBusy) as busy:
+        await ask_username(b, server, clock, principal="alice")
+    assert busy.value.status == 429
+    assert (await server.next_sent())["result"] == {"action": "cancel"}  # b's call is released
+    await ask_username(b, server, clock, principal="bob")  # others are still served
+    retry = spawn(a.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    await server.next_sent()
+    session.respond()
+    await retry  # alice's call is done: she may park again, on either replica
+    assert (await ask_username(b, server, clock, principal="alice"))[0]["resultType"] == (
+        "input_required"
+    )

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 
 import pytest
 import redis.asyncio as aioredis
@@ -14,6 +14,7 @@ from gateway.errors import ConfigError, StoreError
 from gateway.store.base import GRACE_MS, PARKED, RESUMING, SuspendedCall
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore, connect
+from tests.fakes.clock import START_WALL_MS, ManualClock
 from tests.peers.tooling import RedisServer
 
 
@@ -24,18 +25,26 @@ def redis_server() -> Iterator[RedisServer]:
     server.stop()
 
 
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
 @pytest.fixture(params=["memory", "redis"])
-async def store(request, redis_server: RedisServer) -> AsyncIterator[MemoryStore | RedisStore]:
+async def store(
+    request, redis_server: RedisServer, clock: ManualClock
+) -> AsyncIterator[MemoryStore | RedisStore]:
     if request.param == "memory":
-        yield MemoryStore()
+        yield MemoryStore(clock)
         return
-    backend = RedisStore(connect(redis_server.url), prefix=f"t{uuid.uuid4().hex[:6]}:")
+    prefix = f"t{uuid.uuid4().hex[:6]}:"
+    backend = RedisStore(connect(redis_server.url), prefix=prefix, clock=clock)
     yield backend
     await backend.close()
 
 
 def record(call_id: str = "c1", round_: int = 1, deadline_in_ms: int = 60_000) -> SuspendedCall:
-    now = int(time.time() * 1000)
+    now = START_WALL_MS  # where the tests' manual clocks start
     return SuspendedCall(
         call_id=call_id,
         round=round_,
@@ -100,7 +109,7 @@ async def test_delete_forgets_and_records_lapse_after_their_grace(store) -> None
 
 
 async def test_redis_records_carry_a_ttl_past_the_deadline(redis_server: RedisServer) -> None:
-    backend = RedisStore(connect(redis_server.url), prefix="ttl:")
+    backend = RedisStore(connect(redis_server.url), prefix="ttl:", clock=ManualClock())
     try:
         await backend.park(record(deadline_in_ms=10_000))
         client = aioredis.from_url(redis_server.url)
@@ -134,6 +143,33 @@ async def test_an_unreachable_redis_is_a_store_error() -> None:
         await backend.get("c1")
     assert not await backend.ping()
     await backend.close()
+
+
+async def test_a_principals_parked_calls_are_capped_and_counted_once_each(store) -> None:
+    until = START_WALL_MS + 60_000
+    assert await store.hold("alice", "c1", until, 2)
+    assert await store.hold("alice", "c1", until + 1000, 2)  # the same call: moved, not added
+    assert await store.hold("alice", "c2", until, 2)
+    assert not await store.hold("alice", "c3", until, 2)  # at the cap
+    assert await store.hold("bob", "c3", until, 2)  # another principal
+    await store.unhold("alice", "c1")
+    assert await store.hold("alice", "c3", until, 2)
+
+
+async def test_a_held_call_past_its_time_no_longer_counts(store) -> None:
+    now = START_WALL_MS
+    assert await store.hold("alice", "gone", now - 1, 1)  # its time is already over
+    assert await store.hold("alice", "c1", now + 60_000, 1)
+
+
+async def test_a_memory_record_lapses_on_its_clock_after_the_grace(clock: ManualClock) -> None:
+    memory = MemoryStore(clock)
+    start = clock.wall_ms()
+    await memory.park(replace(record(), deadline_ms=start + 1000))
+    clock.advance(1 + GRACE_MS / 1000 - 0.001)
+    assert await memory.get("c1") is not None
+    clock.advance(0.001)
+    assert await memory.get("c1") is None
 
 
 def test_store_urls_name_their_forms() -> None:
