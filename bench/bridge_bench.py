@@ -32,7 +32,8 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.peers.tooling import HERE, LegacyServer, ensure_venv, free_port, wait_for_port  # noqa: E402
+from tests.peers.tooling import LegacyServer, NativeServer, free_port, wait_for_port  # noqa: E402
+from tests.support import legacy as legacy_support  # noqa: E402
 
 PROTOCOL = "2026-07-28"
 CAPS = {"elicitation": {"form": {}}}
@@ -70,41 +71,11 @@ async def read_reply(resp: aiohttp.ClientResponse) -> dict[str, Any]:
     return json.loads(body)
 
 
-class LegacyClient:
-    """A minimal legacy (2025-11-25) client: one session, then plain tools/call POSTs."""
-
-    def __init__(self, http: aiohttp.ClientSession, url: str) -> None:
-        self.http, self.url, self.headers, self.rid = (
-            http,
-            url,
-            {"Content-Type": "application/json", "Accept": ACCEPT},
-            0,
-        )
+class LegacyClient(legacy_support.LegacyClient):
+    """The tests' minimal legacy (2025-11-25) client, with the two operations measured here."""
 
     async def open_with_elicitation(self) -> None:
         await self.open({"elicitation": {"form": {}}})
-
-    async def open(self, capabilities: dict[str, Any] | None = None) -> None:
-        init = {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": capabilities or {},
-                "clientInfo": {"name": "bench", "version": "0"},
-            },
-        }
-        async with self.http.post(self.url, json=init, headers=self.headers) as resp:
-            await read_reply(resp)
-            self.headers["Mcp-Session-Id"] = resp.headers["Mcp-Session-Id"]
-            self.headers["MCP-Protocol-Version"] = "2025-11-25"
-        async with self.http.post(
-            self.url,
-            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-            headers=self.headers,
-        ) as resp:
-            await resp.read()
 
     async def echo(self) -> None:
         self.rid += 1
@@ -205,6 +176,8 @@ async def measure(
 
 
 def start(args: list[str], port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """The gateway, its logs to /dev/null as before: not `GatewayProcess`, whose log reader
+    would run in this (measuring) process and could slow the gateway on a full pipe."""
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     wait_for_port(port, proc)
     return proc
@@ -222,11 +195,8 @@ async def main() -> None:
     args = parser.parse_args()
 
     legacy = LegacyServer()
-    native_port, gateway_port = free_port(), free_port()
-    native = start(
-        [str(ensure_venv("modern")), str(HERE / "native_server.py"), "--port", str(native_port)],
-        native_port,
-    )
+    native = NativeServer()
+    gateway_port = free_port()
     env = {**os.environ, "MRTR_GATEWAY_LOG_FORMAT": "json"}
     gateway = start(
         [
@@ -243,7 +213,7 @@ async def main() -> None:
         env,
     )
     gateway_url = f"http://127.0.0.1:{gateway_port}/mcp"
-    native_url = f"http://127.0.0.1:{native_port}/mcp"
+    native_url = native.url
     try:
         print(
             f"workers={args.workers}  cores={os.cpu_count()}  (client, gateway and servers share the cores)"
@@ -312,9 +282,9 @@ async def main() -> None:
             f"gateway+legacy/direct legacy: p50 {bridged['p50_ms'] / legacy_rt['p50_ms']:.2f}x"
         )
     finally:
-        for proc in (gateway, native):
-            proc.terminate()
-            proc.wait(10)
+        gateway.terminate()
+        gateway.wait(10)
+        native.stop()
         legacy.stop()
 
 

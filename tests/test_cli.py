@@ -16,8 +16,8 @@ from gateway import cli
 from gateway.cli import main
 from gateway.config import GatewayConfig
 from gateway.protocol.state import generate_key, parse_key
-from tests.conftest import drive
 from tests.peers.tooling import free_port, wait_for_port
+from tests.support.cases import drive
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -248,8 +248,8 @@ def test_a_redis_store_without_a_shared_key_refuses_to_start(capsys) -> None:
 async def test_a_second_signal_ends_a_drain_at_once(legacy) -> None:
     import aiohttp
 
-    from tests.conftest import default_headers
-    from tests.integration.test_mrtr_wire import greet
+    from tests.support.legacy import greet
+    from tests.support.wire import default_headers
 
     port = free_port()
     proc = subprocess.Popen(

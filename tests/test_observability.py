@@ -8,8 +8,9 @@ import uuid
 import pytest
 import structlog
 
-from tests.conftest import Gateway, rpc
-from tests.integration.test_mrtr_wire import ALICE, greet
+from tests.support.inprocess import Gateway
+from tests.support.legacy import ALICE, greet
+from tests.support.wire import rpc
 
 pytestmark = pytest.mark.peers
 

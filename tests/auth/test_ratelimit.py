@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -22,13 +22,6 @@ from tests.peers.tooling import RedisServer
 
 ALICE = "jwt:https://as.example|alice"
 BOB = "key:bob"
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(params=["memory", "redis"])

@@ -22,21 +22,13 @@ import yaml
 from aiohttp.test_utils import TestServer
 
 from gateway.protocol.state import generate_key
-from tests.conftest import default_headers, drive, parse_sse_messages, rpc
-from tests.integration.test_bridge_peers import CASES, text_of
 from tests.peers.balancer import RoundRobin
 from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer
+from tests.support.cases import CASE_IDS, CASES, drive, text_of
+from tests.support.legacy import ALICE, await_journal
+from tests.support.wire import default_headers, parse_sse_messages, rpc
 
 pytestmark = pytest.mark.peers
-
-ALICE = {"elicit.username": {"action": "accept", "content": {"username": "alice"}}}
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -117,17 +109,25 @@ async def body_runs(
 
 
 async def until_dead(fleet: Fleet, redis_url: str, replica: GatewayProcess) -> None:
-    """Wait until the fleet sees the replica gone (its heartbeat key expired), bounded."""
+    """Wait until the fleet sees the replica gone: Redis expired its heartbeat key (a keyspace
+    notification, listened to before looking, so it cannot be missed), bounded."""
+    key = f"{fleet.prefix}replica:{replica.replica_id}".encode()
     client = aioredis.from_url(redis_url)
     try:
-        async with asyncio.timeout(10):
-            while await client.exists(f"{fleet.prefix}replica:{replica.name}"):
-                await asyncio.sleep(0.05)
+        await client.config_set("notify-keyspace-events", "Ex")  # on every (re)started server
+        async with client.pubsub() as pubsub, asyncio.timeout(10):
+            await pubsub.subscribe("__keyevent@0__:expired")
+            async for message in pubsub.listen():
+                if message["type"] == "subscribe":  # confirmed: no expiry can be missed now
+                    if not await client.exists(key):
+                        return
+                elif message["type"] == "message" and message["data"] == key:
+                    return
     finally:
         await client.aclose()
 
 
-@pytest.mark.parametrize(("tool", "arguments", "rounds", "text"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("tool", "arguments", "rounds", "text"), CASES, ids=CASE_IDS)
 async def test_every_interactive_tool_completes_with_rounds_on_different_replicas(
     fleet: Fleet, modern, tool: str, arguments: dict[str, Any], rounds: list[list[str]], text: str
 ) -> None:
@@ -291,7 +291,7 @@ async def test_replay_mode_needs_no_store_and_survives_any_replica(
 
 
 async def test_redis_down_plain_requests_work_suspensions_fail_clearly_and_recover(
-    fleet: Fleet, redis_server: RedisServer
+    fleet: Fleet, redis_server: RedisServer, legacy: LegacyServer
 ) -> None:
     redis_server.kill()
     try:
@@ -311,10 +311,8 @@ async def test_redis_down_plain_requests_work_suspensions_fail_clearly_and_recov
             assert resp.status == 503 and (await resp.json())["store"] == "unreachable"
     finally:
         await asyncio.to_thread(redis_server.start)
-    status, journal = await fleet.post(
-        fleet.url(), rpc("tools/call", {"name": "journal", "arguments": {"run_id": run_id}})
-    )
-    assert journal["result"]["content"][0]["text"] == "cancel"  # its upstream call was released
+    # its upstream call was released: the tool saw its question cancelled
+    assert await await_journal(legacy.url, run_id, "cancel") == ["cancel"]
     status, first = await fleet.post(
         fleet.url(), rpc("tools/call", {"name": "greet", "arguments": {"run_id": "after"}})
     )
@@ -340,12 +338,10 @@ async def test_sigterm_drains_parked_calls_whose_retries_still_complete(fleet: F
         greet = {"name": "greet", "arguments": {"run_id": f"drain-{i}"}}
         status, first = await fleet.post(draining.base + "/mcp", rpc("tools/call", greet))
         firsts.append((greet, first["result"]["requestState"]))
-    draining.proc.send_signal(signal.SIGTERM)
-    async with asyncio.timeout(5):
-        while True:
-            async with fleet.http.get(draining.base + "/readyz") as resp:
-                if resp.status == 503 and (await resp.json())["draining"]:
-                    break
+    draining.send_signal(signal.SIGTERM)
+    await draining.await_line('"event": "drain_started"', timeout=10)
+    async with fleet.http.get(draining.base + "/readyz") as resp:
+        assert resp.status == 503 and (await resp.json())["draining"]
     status, refused = await fleet.post(
         draining.base + "/mcp", rpc("tools/call", {"name": "greet", "arguments": {}})
     )
@@ -357,6 +353,6 @@ async def test_sigterm_drains_parked_calls_whose_retries_still_complete(fleet: F
         retry = rpc("tools/call", {**greet, "requestState": state, "inputResponses": ALICE}, rid=9)
         status, reply = await fleet.post(target.base + "/mcp", retry)
         assert reply["result"]["content"][0]["text"] == "Hello, alice!"
-    code = await asyncio.to_thread(draining.proc.wait, 15)
+    code = await asyncio.to_thread(draining.wait, 15)
     assert code == 0
     assert '"event": "drain_finished"' in draining.logs()

@@ -9,73 +9,14 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Gateway, drive, rpc
+from tests.support.cases import CASE_IDS, CASES, drive, text_of
+from tests.support.inprocess import Gateway
+from tests.support.legacy import body_runs  # also imported from here by test_robustness.py
 
 pytestmark = pytest.mark.peers
 
 
-def text_of(reply: dict[str, Any]) -> str:
-    result = reply.get("result")
-    assert result is not None, reply
-    if "content" in result:
-        return " ".join(block.get("text", "") for block in result["content"])
-    if "contents" in result:
-        return " ".join(c.get("text", "") for c in result["contents"])
-    return " ".join(m["content"]["text"] for m in result["messages"])
-
-
-async def body_runs(gateway: Gateway, tool: str, run_id: str) -> int:
-    status, reply, _ = await gateway.post(
-        rpc("tools/call", {"name": "runs", "arguments": {"tool": tool, "run_id": run_id}})
-    )
-    assert status == 200, reply
-    return int(reply["result"]["content"][0]["text"])
-
-
-CASES = [
-    ("greet", {}, [["elicit.username"]], "Hello, alice!"),
-    (
-        "register",
-        {},
-        [["elicit.username"], ["elicit.age+color"]],
-        "Registered alice (age 30) with favourite color green",
-    ),
-    (
-        "summarize",
-        {"text": "the quick fox"},
-        [["sampling"]],
-        "Summary: SAMPLED[Summarize: the quick fox]",
-    ),
-    (
-        "list_roots",
-        {},
-        [["roots"]],
-        "Roots: root-a=file:///srv/peers-root-a, root-b=file:///srv/peers-root-b",
-    ),
-    (
-        "elicit_then_sample",
-        {},
-        [["elicit.topic"], ["sampling"]],
-        "Haiku: SAMPLED[Haiku about autumn]",
-    ),
-    (
-        "concurrent",
-        {},
-        [["elicit.city", "roots", "sampling"]],
-        "city=Paris model=SAMPLED[Say hi] roots=2",
-    ),
-    (
-        "two_at_once",
-        {},
-        [["elicit.city", "elicit.username"]],
-        "a={'username': 'alice'} b={'city': 'Paris'}",
-    ),
-    ("increment_counter", {}, [["elicit.confirm"]], "counter=1"),
-    ("connect_account", {}, [["elicit.url"]], "connect: accept"),
-]
-
-
-@pytest.mark.parametrize(("tool", "arguments", "rounds", "text"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("tool", "arguments", "rounds", "text"), CASES, ids=CASE_IDS)
 async def test_modern_client_completes_legacy_tool_through_gateway(
     gateway: Gateway,
     modern,

@@ -4,31 +4,25 @@ do with `requestState` and `inputResponses`, and what happens when nobody comes 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from typing import Any
 
 import aiohttp
 import pytest
 
+from gateway.aio import spawn
 from gateway.errors import InvalidRequestState
-from tests.conftest import Gateway, default_headers, rpc
-from tests.integration.test_bridge_peers import body_runs
+from tests.support.inprocess import Gateway
+from tests.support.legacy import (  # test_cli.py, test_robustness.py import ALICE, greet here
+    ALICE,
+    await_journal,
+    body_runs,
+    greet,
+)
+from tests.support.wire import FROZEN, default_headers, rpc
 
 pytestmark = pytest.mark.peers
-
-FROZEN = {"code": -32602, "message": InvalidRequestState.WIRE_MESSAGE}
-ALICE = {"elicit.username": {"action": "accept", "content": {"username": "alice"}}}
-
-
-def greet(
-    run_id: str, *, rid: int = 1, state: str | None = None, answers: Any = None, **meta: Any
-) -> dict[str, Any]:
-    params: dict[str, Any] = {"name": "greet", "arguments": {"run_id": run_id}}
-    if state is not None:
-        params["requestState"] = state
-    if answers is not None:
-        params["inputResponses"] = answers
-    return rpc("tools/call", params, rid=rid, **meta)
 
 
 async def first_round(gateway: Gateway, run_id: str, **headers: str) -> str:
@@ -204,25 +198,9 @@ async def test_a_round_cap_ends_the_call_with_an_error(make_gateway) -> None:
         rid=2,
     )
     status, reply, _ = await gateway.post(retry)
-    assert status == 400 and reply["error"]["code"] == -32603
+    assert status == 502 and reply["error"]["code"] == -32603  # the upstream kept asking
     assert reply["error"]["data"] == {"reason": "max_rounds"}
     assert gateway.bridge.calls == {}
-
-
-async def journal(gateway: Gateway, run_id: str) -> list[str]:
-    _, reply, _ = await gateway.post(
-        rpc("tools/call", {"name": "journal", "arguments": {"run_id": run_id}})
-    )
-    text = reply["result"]["content"][0]["text"]
-    return text.split(",") if text else []
-
-
-async def until_journal(gateway: Gateway, run_id: str, entry: str) -> list[str]:
-    """The legacy server applies a cancellation asynchronously: poll its journal, bounded."""
-    async with asyncio.timeout(10):
-        while entry not in (seen := await journal(gateway, run_id)):
-            await asyncio.sleep(0.05)
-    return seen
 
 
 async def test_an_abandoned_call_is_released_and_cancelled_upstream_at_its_deadline(
@@ -234,10 +212,9 @@ async def test_an_abandoned_call_is_released_and_cancelled_upstream_at_its_deadl
         rpc("tools/call", {"name": "hold", "arguments": {"run_id": run_id}})
     )
     state = reply["result"]["requestState"]
-    (call,) = gateway.bridge.calls.values()
-    async with asyncio.timeout(5):
-        await call.ended.wait()
-    assert await until_journal(gateway, run_id, "cancelled") == ["answer:cancel", "cancelled"]
+    await gateway.until_calls_ended()  # nobody comes back: it ends at its deadline
+    journal = await await_journal(gateway.upstream_url, run_id, "cancelled")
+    assert journal == ["answer:cancel", "cancelled"]
     retry = rpc(
         "tools/call",
         {
@@ -274,17 +251,23 @@ async def test_a_client_that_disconnects_mid_round_cancels_the_upstream_call(
         },
         rid=2,
     )
-    with pytest.raises(TimeoutError):
-        async with aiohttp.ClientSession() as http:
-            await http.post(
-                gateway.url,
-                json=retry,
-                headers=default_headers(retry),
-                timeout=aiohttp.ClientTimeout(total=0.5),
-            )
-    async with asyncio.timeout(5):
+    async with aiohttp.ClientSession() as http:
+
+        async def send_retry() -> None:
+            async with http.post(gateway.url, json=retry, headers=default_headers(retry)) as resp:
+                await resp.read()
+
+        sending = spawn(send_retry(), name="test-retry")
+        # The answer reached the tool, which now holds: the round is under way upstream.
+        journal = await await_journal(gateway.upstream_url, run_id, "answer:accept")
+        assert journal == ["answer:accept"] and not sending.done()
+        sending.cancel()  # the client goes away mid-round (its connection closes)
+        with contextlib.suppress(asyncio.CancelledError):
+            await sending
+    async with asyncio.timeout(10):
         await call.ended.wait()
-    assert await until_journal(gateway, run_id, "cancelled") == ["answer:accept", "cancelled"]
+    journal = await await_journal(gateway.upstream_url, run_id, "cancelled")
+    assert journal == ["answer:accept", "cancelled"]
     assert gateway.bridge.calls == {}
 
 

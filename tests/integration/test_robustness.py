@@ -11,9 +11,10 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.aio import spawn
-from tests.conftest import Gateway, rpc
-from tests.integration.test_bridge_peers import body_runs
 from tests.peers.tooling import LegacyServer
+from tests.support.inprocess import Gateway
+from tests.support.legacy import await_journal, body_runs
+from tests.support.wire import rpc
 
 pytestmark = pytest.mark.peers
 
@@ -39,9 +40,7 @@ async def test_a_call_the_upstream_accepted_is_never_sent_again_after_its_sessio
         ),
         name="test-call",
     )
-    async with asyncio.timeout(10):
-        while await body_runs(gateway, "close_then_work", run_id) == 0:
-            await asyncio.sleep(0.05)
+    assert await await_journal(restartable_with_ids.url, run_id, "started") == ["started"]
     await asyncio.to_thread(restartable_with_ids.restart)  # its sessions are forgotten
     status, reply, _ = await call
     assert status == 502 and reply["error"]["code"] == -32603
@@ -63,7 +62,7 @@ async def test_a_duplicated_mcp_param_header_is_refused(gateway: Gateway) -> Non
     body = rpc("tools/call", {"name": "regional", "arguments": {"region": "eu"}})
     from multidict import CIMultiDict
 
-    from tests.conftest import default_headers
+    from tests.support.wire import default_headers
 
     headers = CIMultiDict(default_headers(body))
     headers.add("Mcp-Param-Region", "us")

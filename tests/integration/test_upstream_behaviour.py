@@ -9,10 +9,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import Gateway, default_headers, drive, parse_sse_messages, rpc
-from tests.integration.test_bridge_peers import body_runs, text_of
-from tests.integration.test_mrtr_wire import ALICE, FROZEN, greet, until_journal
 from tests.peers.tooling import LegacyServer
+from tests.support.cases import drive, text_of
+from tests.support.inprocess import Gateway
+from tests.support.legacy import ALICE, await_journal, body_runs, greet, write_journal
+from tests.support.wire import FROZEN, default_headers, parse_sse_messages, rpc
 
 pytestmark = pytest.mark.peers
 
@@ -59,7 +60,8 @@ async def test_a_server_request_outside_any_call_is_answered_upstream(gateway: G
         rpc("tools/call", {"name": "late_roots", "arguments": {"run_id": run_id}})
     )
     assert reply["result"]["content"][0]["text"] == "asked later"
-    assert await until_journal(gateway, run_id, "roots:error -32601") == ["roots:error -32601"]
+    journal = await await_journal(gateway.upstream_url, run_id, "roots:error -32601")
+    assert journal == ["roots:error -32601"]
 
 
 async def test_server_pings_are_answered_by_the_gateway(gateway: Gateway, modern) -> None:
@@ -138,13 +140,22 @@ async def test_a_principal_with_too_many_parked_calls_gets_429(make_gateway) -> 
 
 async def test_a_long_silent_round_is_held_open_with_sse_keepalives(make_gateway) -> None:
     gateway = await make_gateway(limits={"keepalive_s": 0.1})
-    body = rpc("tools/call", {"name": "sleepy", "arguments": {"seconds": 0.5}})
+    run_id = uuid.uuid4().hex
+    # A tool that works silently until the test says it is done: here, after two keepalives.
+    arguments = {"run_id": run_id, "entry": "done", "timeout_s": 60}
+    body = rpc("tools/call", {"name": "await_journal", "arguments": arguments})
     async with gateway.http.post(gateway.url, json=body, headers=default_headers(body)) as resp:
         assert resp.headers["Content-Type"] == "text/event-stream"
-        raw = await resp.read()
-    assert raw.count(b": keepalive") >= 2
+        raw = b""
+        async with asyncio.timeout(10):
+            while raw.count(b": keepalive") < 2:
+                chunk = await resp.content.readany()
+                assert chunk, raw  # the stream must stay open while the tool works
+                raw += chunk
+        await write_journal(gateway.upstream_url, run_id, "done")
+        raw += await resp.content.read()
     (final,) = parse_sse_messages(raw)
-    assert final["result"]["content"][0]["text"] == "slept 0.5"
+    assert final["result"]["content"][0]["text"] == "done"
 
 
 async def test_a_round_past_the_hold_timeout_fails_and_is_cancelled_upstream(make_gateway) -> None:
@@ -154,5 +165,5 @@ async def test_a_round_past_the_hold_timeout_fails_and_is_cancelled_upstream(mak
     status, reply, _ = await gateway.post(body)
     assert status == 502 and reply["error"]["code"] == -32603
     assert "did not answer within 0.3 s" in reply["error"]["message"]
-    assert await until_journal(gateway, run_id, "cancelled") == ["cancelled"]
+    assert await await_journal(gateway.upstream_url, run_id, "cancelled") == ["cancelled"]
     assert gateway.bridge.calls == {}

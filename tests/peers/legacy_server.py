@@ -5,9 +5,14 @@ servers do: `ctx.elicit(...)`, `ctx.session.create_message(...)` (sent on the
 standalone GET stream by mcp 1.x, no related request id) and
 `ctx.session.list_roots()` (likewise). Each tool body records that it ran under
 its `run_id`, so tests can prove a body ran exactly once; `journal` tells what
-happened to a run (answers seen, cancellation).
+happened to a run (answers seen, cancellation), and `await_journal` waits, bounded, for
+an entry to appear (so a test can await what the server did instead of polling; a test
+can add entries of its own with `write_journal`).
 
-    python legacy_server.py --port N [--event-store]
+    python legacy_server.py [--port N] [--event-store]
+
+It prints `peer listening on HOST:PORT` on stderr once it accepts connections (port 0,
+the default, picks a free port).
 """
 
 from __future__ import annotations
@@ -18,21 +23,32 @@ from collections import defaultdict
 from typing import Annotated
 
 import anyio
-import uvicorn
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.streamable_http import EventStore
 from mcp.shared.exceptions import UrlElicitationRequiredError
 from mcp.types import ElicitRequestURLParams, SamplingMessage, TextContent
 from pydantic import BaseModel, Field
+from serving import serve
 
 RUNS: dict[str, int] = defaultdict(int)
 JOURNAL: dict[str, list[str]] = defaultdict(list)
 BACKGROUND: set[asyncio.Task[None]] = set()
 CONNECTED: set[str] = set()
+# Set (and replaced by a fresh one) whenever the journal changes: what `await_journal` waits on.
+JOURNAL_CHANGED = asyncio.Event()
 
 
 def ran(tool: str, run_id: str) -> None:
     RUNS[f"{tool}:{run_id}"] += 1
+
+
+def note(run_id: str, entry: str) -> None:
+    """Journal `entry` for `run_id` and wake every `await_journal` (synchronous: callable
+    from a cancelled scope, where nothing may be awaited)."""
+    global JOURNAL_CHANGED
+    JOURNAL[run_id].append(entry)
+    changed, JOURNAL_CHANGED = JOURNAL_CHANGED, asyncio.Event()
+    changed.set()
 
 
 class Username(BaseModel):
@@ -73,15 +89,29 @@ def build(event_store: EventStore | None = None) -> FastMCP:
     async def journal(run_id: str) -> str:
         return ",".join(JOURNAL.get(run_id, []))
 
+    @mcp.tool(
+        description="The journal of a run once it holds `entry`, or as it is after `timeout_s`."
+    )
+    async def await_journal(run_id: str, entry: str, timeout_s: float = 10.0) -> str:
+        with anyio.move_on_after(timeout_s):
+            while entry not in JOURNAL.get(run_id, []):
+                await JOURNAL_CHANGED.wait()
+        return ",".join(JOURNAL.get(run_id, []))
+
+    @mcp.tool(description="Adds an entry to a run's journal (what a test says happened).")
+    async def write_journal(run_id: str, entry: str) -> str:
+        note(run_id, entry)
+        return "ok"
+
     @mcp.tool(description="Ask the user's name (form elicitation), then greet.")
     async def greet(ctx: Context, run_id: str = "") -> str:
         ran("greet", run_id)
         try:
             answer = await ctx.elicit("What is your username?", Username)
         except anyio.get_cancelled_exc_class():
-            JOURNAL[run_id].append("cancelled")
+            note(run_id, "cancelled")
             raise
-        JOURNAL[run_id].append(answer.action)
+        note(run_id, answer.action)
         if answer.action != "accept":
             return f"No greeting ({answer.action})"
         return f"Hello, {answer.data.username}!"
@@ -248,10 +278,10 @@ def build(event_store: EventStore | None = None) -> FastMCP:
         ran("hold", run_id)
         try:
             answer = await ctx.elicit("Hold on?", Confirm)
-            JOURNAL[run_id].append(f"answer:{answer.action}")
+            note(run_id, f"answer:{answer.action}")
             await anyio.sleep(3600)
         except anyio.get_cancelled_exc_class():
-            JOURNAL[run_id].append("cancelled")
+            note(run_id, "cancelled")
             raise
         return "held"
 
@@ -271,6 +301,7 @@ def build(event_store: EventStore | None = None) -> FastMCP:
     )
     async def close_then_work(ctx: Context, seconds: float = 1.0, run_id: str = "") -> str:
         ran("close_then_work", run_id)
+        note(run_id, "started")
         await ctx.close_sse_stream()
         await anyio.sleep(seconds)
         return "worked"
@@ -304,11 +335,9 @@ def build(event_store: EventStore | None = None) -> FastMCP:
             await anyio.sleep(0.2)
             try:
                 result = await session.list_roots()
-                JOURNAL[run_id].append(f"roots:{len(result.roots)}")
+                note(run_id, f"roots:{len(result.roots)}")
             except Exception as exc:  # the gateway refuses: no client request is in flight
-                JOURNAL[run_id].append(
-                    f"roots:error {getattr(getattr(exc, 'error', None), 'code', '?')}"
-                )
+                note(run_id, f"roots:error {getattr(getattr(exc, 'error', None), 'code', '?')}")
 
         BACKGROUND.add(asyncio.get_running_loop().create_task(ask_later()))
         return "asked later"
@@ -319,7 +348,7 @@ def build(event_store: EventStore | None = None) -> FastMCP:
         try:
             await anyio.sleep(seconds)
         except anyio.get_cancelled_exc_class():
-            JOURNAL[run_id].append("cancelled")
+            note(run_id, "cancelled")
             raise
         return f"slept {seconds}"
 
@@ -395,12 +424,11 @@ class MemoryEventStore(EventStore):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--event-store", action="store_true")
     args = parser.parse_args()
     mcp = build(MemoryEventStore() if args.event_store else None)
-    app = mcp.streamable_http_app()
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    serve(mcp.streamable_http_app(), args.host, args.port)
 
 
 if __name__ == "__main__":

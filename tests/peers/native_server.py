@@ -3,7 +3,10 @@
 The benchmark's baseline: `greet` asks its question MRTR-style (a resolver), so a
 2026 client reaches it in two plain requests with no gateway in between.
 
-    python native_server.py --port N
+    python native_server.py [--port N]
+
+It prints `peer listening on HOST:PORT` on stderr once it accepts connections (port 0,
+the default, picks a free port).
 """
 
 from __future__ import annotations
@@ -11,10 +14,10 @@ from __future__ import annotations
 import argparse
 from typing import Annotated
 
-import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from pydantic import BaseModel, Field
+from serving import serve
 
 
 class Username(BaseModel):
@@ -41,8 +44,6 @@ def build() -> MCPServer:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
-    uvicorn.run(
-        build().streamable_http_app(), host="127.0.0.1", port=args.port, log_level="warning"
-    )
+    serve(build().streamable_http_app(), "127.0.0.1", args.port)

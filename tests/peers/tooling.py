@@ -10,6 +10,7 @@ unchanged) and runs as a subprocess:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -19,12 +20,14 @@ import tempfile
 import threading
 import time
 import venv
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS_DIR = Path(os.environ.get("MRTR_PEERS_DIR", ROOT / ".peers"))
 HERE = Path(__file__).resolve().parent
+PEER_READY = "peer listening on"  # serving.READY, printed by the peer scripts
 
 PINS = {
     "legacy": ["mcp==1.30.0", "uvicorn"],
@@ -67,6 +70,12 @@ def free_port() -> int:
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[Any], timeout: float = 30.0) -> None:
+    """Poll until something listens on `port`.
+
+    Only for processes that do not say when they are ready; every process started here
+    does (see `LoggedProcess.wait_for_line`). Kept for tests/test_cli.py until it uses
+    `GatewayProcess`.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -79,41 +88,198 @@ def wait_for_port(port: int, proc: subprocess.Popen[Any], timeout: float = 30.0)
     raise RuntimeError(f"peer did not listen on port {port} within {timeout} s")
 
 
-class LegacyServer:
-    """An `mcp` 1.x server process on a free loopback port."""
+class LoggedProcess:
+    """A subprocess whose stderr is read line by line by a thread of its own.
+
+    Each line goes to a log file (`log_path`, for a human tailing a stuck test) and to
+    memory (`logs()`), and wakes whoever waits for a line (`wait_for_line`, bounded, no
+    polling). The pipe is always drained, so a chatty process never blocks on it.
+    `start()` may be called again after the process ended (a restart): the log goes on,
+    and waits look at the new process's lines only.
+    """
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        *,
+        name: str,
+        env: Mapping[str, str] | None = None,
+        stdout_too: bool = False,
+    ) -> None:
+        self.args = list(args)
+        self.name = name
+        self.env = {**os.environ, **(env or {})}
+        self.stdout_too = stdout_too
+        fd, path = tempfile.mkstemp(prefix=f"{name}-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(path)
+        self._lines: list[str] = []
+        self._changed = threading.Condition()
+        self._eof = True
+        self._started_at = 0
+        self._reader: threading.Thread | None = None
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        if self._reader is not None:
+            self._reader.join(10)
+        with self._changed:
+            self._eof = False
+            self._started_at = len(self._lines)
+        self.proc = subprocess.Popen(
+            self.args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if self.stdout_too else subprocess.DEVNULL,
+            stderr=subprocess.STDOUT if self.stdout_too else subprocess.PIPE,
+            env=self.env,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+        )
+        pipe = self.proc.stdout if self.stdout_too else self.proc.stderr
+        assert pipe is not None
+        self._reader = threading.Thread(
+            target=self._read, args=(pipe,), name=f"{self.name}-log", daemon=True
+        )
+        self._reader.start()
+
+    def _read(self, pipe: IO[str]) -> None:
+        with pipe, self.log_path.open("a", encoding="utf-8") as log:
+            for line in pipe:
+                log.write(line)
+                log.flush()
+                with self._changed:
+                    self._lines.append(line)
+                    self._changed.notify_all()
+        with self._changed:
+            self._eof = True
+            self._changed.notify_all()
+
+    # -- reading the log --------------------------------------------------------------
+
+    def logs(self) -> str:
+        """Everything the process (and earlier runs of it) wrote so far."""
+        with self._changed:
+            return "".join(self._lines)
+
+    def mark(self) -> int:
+        """A position in the log: pass it as `since` to wait only for lines written after."""
+        with self._changed:
+            return len(self._lines)
+
+    def wait_for_line(
+        self, needle: str | Callable[[str], bool], timeout: float = 30.0, since: int | None = None
+    ) -> str:
+        """The first line from `since` (default: since this process started) that contains
+        `needle` (or satisfies it), waiting for it up to `timeout` seconds.
+
+        Raises:
+            RuntimeError: the process ended, or the time is up, without such a line.
+        """
+        matches = needle if callable(needle) else (lambda line: needle in line)
+        checked = self._started_at if since is None else since
+        found: str | None = None
+
+        def done() -> bool:
+            nonlocal checked, found
+            for line in self._lines[checked:]:
+                checked += 1
+                if matches(line):
+                    found = line
+                    return True
+            return self._eof
+
+        with self._changed:
+            self._changed.wait_for(done, timeout)
+        if found is not None:
+            return found
+        why = "ended" if self._eof else f"is still running after {timeout:g} s"
+        raise RuntimeError(
+            f"{self.name} {why} without writing a line with {needle!r}; its log:\n{self.logs()}"
+        )
+
+    async def await_line(
+        self, needle: str | Callable[[str], bool], timeout: float = 30.0, since: int | None = None
+    ) -> str:
+        """`wait_for_line` for async tests (in a worker thread: the event loop keeps running)."""
+        return await asyncio.to_thread(self.wait_for_line, needle, timeout, since)
+
+    # -- controlling the process ------------------------------------------------------
+
+    def _process(self) -> subprocess.Popen[str]:
+        assert self.proc is not None, "not started"
+        return self.proc
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process().poll()
+
+    def send_signal(self, sig: int) -> None:
+        self._process().send_signal(sig)
+
+    def wait(self, timeout: float = 15.0) -> int:
+        """The exit status, once the process ended and its last line is read.
+
+        Raises:
+            subprocess.TimeoutExpired
+        """
+        code = self._process().wait(timeout)
+        if self._reader is not None:
+            self._reader.join(timeout)
+        return code
+
+    def kill9(self) -> None:
+        """SIGKILL: no shutdown code runs."""
+        self._process().kill()
+        self.wait(10)
+
+    def terminate(self, timeout: float = 15.0) -> None:
+        """SIGTERM, and SIGKILL if it is still running after `timeout` seconds."""
+        if self._process().poll() is None:
+            self._process().terminate()
+            try:
+                self.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+        self.wait(10)
+
+    def stop(self) -> None:
+        """End the process (if it still runs) and remove the log file; `logs()` still works."""
+        if self.proc is not None:
+            self.terminate()
+        self.log_path.unlink(missing_ok=True)
+
+
+class LegacyServer(LoggedProcess):
+    """An `mcp` 1.x server process on a free loopback port (it picks one and says which)."""
 
     def __init__(self, *, event_store: bool = False) -> None:
         python = ensure_venv("legacy")
-        self.port = free_port()
-        self.args = [str(python), str(HERE / "legacy_server.py"), "--port", str(self.port)]
+        args = [str(python), str(HERE / "legacy_server.py"), "--port", "0"]
         if event_store:
-            self.args.append("--event-store")
-        # A file, not a pipe: nobody reads a pipe, and a full one would block the server.
-        self.log = tempfile.NamedTemporaryFile(prefix="legacy-server-", suffix=".log", delete=False)
-        self._start()
+            args.append("--event-store")
+        super().__init__(args, name="legacy-server")
+        self.start()
+        self.port = int(self.wait_for_line(PEER_READY).rsplit(":", 1)[1])
+        self.args[self.args.index("--port") + 1] = str(self.port)  # a restart keeps it
         self.url = f"http://127.0.0.1:{self.port}/mcp"
-
-    def _start(self) -> None:
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=self.log)
-        wait_for_port(self.port, self.proc)
-
-    def _terminate(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
 
     def restart(self) -> None:
         """A new server process on the same port: every session it knew is gone."""
-        self._terminate()
-        self._start()
+        self.terminate()
+        self.start()
+        self.wait_for_line(PEER_READY)
 
-    def stop(self) -> None:
-        self._terminate()
-        self.log.close()
-        os.unlink(self.log.name)
+
+class NativeServer(LoggedProcess):
+    """An `mcp` 2.x server serving 2026-07-28 natively (the benchmark's baseline)."""
+
+    def __init__(self) -> None:
+        python = ensure_venv("modern")
+        super().__init__([str(python), str(HERE / "native_server.py")], name="native-server")
+        self.start()
+        self.port = int(self.wait_for_line(PEER_READY).rsplit(":", 1)[1])
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
 
 
 class ModernClient:
@@ -164,22 +330,15 @@ class ModernClient:
             self.proc.stdout.close()
 
 
-if __name__ == "__main__":
-    for name in PINS:
-        print(name, ensure_venv(name), file=sys.stderr)
-
-
-class RedisServer:
+class RedisServer(LoggedProcess):
     """A real `redis-server` on a free loopback port, persisting nothing; killable, restartable."""
+
+    READY = "Ready to accept connections"
 
     def __init__(self) -> None:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.log = tempfile.NamedTemporaryFile(prefix="redis-", suffix=".log", delete=False)
-        self.start()
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
+        super().__init__(
             [
                 "redis-server",
                 "--port",
@@ -193,68 +352,57 @@ class RedisServer:
                 "--protected-mode",
                 "no",
             ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
+            name="redis",
+            stdout_too=True,  # redis-server logs to stdout
         )
-        wait_for_port(self.port, self.proc)
+        self.start()
+
+    def start(self) -> None:
+        super().start()
+        self.wait_for_line(self.READY)
 
     def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.kill()
-        self.log.close()
-        os.unlink(self.log.name)
+        self.kill9()
 
 
-class GatewayProcess:
-    """`mrtr-gateway serve --config FILE` as a separate process."""
+class GatewayProcess(LoggedProcess):
+    """`mrtr-gateway serve` as a separate process on a free loopback port.
 
-    def __init__(self, config_file: Path, env: dict[str, str], name: str) -> None:
+    Configured by a file (`GatewayProcess(path, env, name)`, as fleet replicas are) or
+    by command-line options (`GatewayProcess(argv=["--upstream", url], name=...)`);
+    `--port` is added here. `env` is added to this process's environment, with JSON logs
+    and `MRTR_GATEWAY_REPLICA_ID=name` unless `env` says otherwise. Ready once it prints
+    where it serves; its stderr is in `logs()`, and `await_line('"event": "..."')` waits
+    for a log event.
+    """
+
+    READY = "mrtr-gateway: http://"
+
+    def __init__(
+        self,
+        config_file: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        name: str = "gateway",
+        *,
+        argv: Sequence[str] = (),
+        ready_timeout: float = 30.0,
+    ) -> None:
         self.port = free_port()
-        self.name = name
-        self.log = tempfile.NamedTemporaryFile(
-            prefix=f"gateway-{name}-", suffix=".log", delete=False
-        )
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gateway",
-                "serve",
-                "--config",
-                str(config_file),
-                "--port",
-                str(self.port),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=self.log,
-            env={
-                **os.environ,
-                **env,
-                "MRTR_GATEWAY_REPLICA_ID": name,
-                "MRTR_GATEWAY_LOG_FORMAT": "json",
-            },
-        )
-        wait_for_port(self.port, self.proc)
+        args = [sys.executable, "-m", "gateway", "serve"]
+        if config_file is not None:
+            args += ["--config", str(config_file)]
+        args += [*argv, "--port", str(self.port)]
+        defaults = {"MRTR_GATEWAY_REPLICA_ID": name, "MRTR_GATEWAY_LOG_FORMAT": "json"}
+        super().__init__(args, name=name, env={**defaults, **(env or {})})
+        self.replica_id = self.env["MRTR_GATEWAY_REPLICA_ID"]
         self.base = f"http://127.0.0.1:{self.port}"
+        self.start()
+        self.wait_for_line(self.READY, ready_timeout)
 
-    def logs(self) -> str:
-        return Path(self.log.name).read_text()
+    def url(self, path: str = "/mcp") -> str:
+        return self.base + path
 
-    def kill9(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
-        os.unlink(self.log.name)
+if __name__ == "__main__":
+    for name in PINS:
+        print(name, ensure_venv(name), file=sys.stderr)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
@@ -16,13 +16,6 @@ from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore, connect
 from tests.fakes.clock import START_WALL_MS, ManualClock
 from tests.peers.tooling import RedisServer
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

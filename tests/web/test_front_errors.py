@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from multidict import CIMultiDict
 
-from tests.conftest import PROTOCOL, Gateway, default_headers, rpc
+from tests.support.inprocess import Gateway
+from tests.support.wire import PROTOCOL, default_headers, rpc
 
 pytestmark = pytest.mark.peers  # the gateway under test fronts the real legacy server
 

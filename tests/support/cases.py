@@ -1,0 +1,69 @@
+"""The interactive tools of the legacy test server every bridge must complete, and the
+mcp 2.x client that completes them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.peers.tooling import ModernClient
+
+# (tool, arguments, the rounds the client sees (input keys per round), the final text)
+CASES = [
+    ("greet", {}, [["elicit.username"]], "Hello, alice!"),
+    (
+        "register",
+        {},
+        [["elicit.username"], ["elicit.age+color"]],
+        "Registered alice (age 30) with favourite color green",
+    ),
+    (
+        "summarize",
+        {"text": "the quick fox"},
+        [["sampling"]],
+        "Summary: SAMPLED[Summarize: the quick fox]",
+    ),
+    (
+        "list_roots",
+        {},
+        [["roots"]],
+        "Roots: root-a=file:///srv/peers-root-a, root-b=file:///srv/peers-root-b",
+    ),
+    (
+        "elicit_then_sample",
+        {},
+        [["elicit.topic"], ["sampling"]],
+        "Haiku: SAMPLED[Haiku about autumn]",
+    ),
+    (
+        "concurrent",
+        {},
+        [["elicit.city", "roots", "sampling"]],
+        "city=Paris model=SAMPLED[Say hi] roots=2",
+    ),
+    (
+        "two_at_once",
+        {},
+        [["elicit.city", "elicit.username"]],
+        "a={'username': 'alice'} b={'city': 'Paris'}",
+    ),
+    ("increment_counter", {}, [["elicit.confirm"]], "counter=1"),
+    ("connect_account", {}, [["elicit.url"]], "connect: accept"),
+]
+CASE_IDS = [case[0] for case in CASES]
+
+
+async def drive(modern: ModernClient, command: dict[str, Any]) -> dict[str, Any]:
+    """Run one command in the modern client without blocking the gateway's loop."""
+    return await asyncio.to_thread(modern.run, command)
+
+
+def text_of(reply: dict[str, Any]) -> str:
+    """The text of a final result: tool content, resource contents or prompt messages."""
+    result = reply.get("result")
+    assert result is not None, reply
+    if "content" in result:
+        return " ".join(block.get("text", "") for block in result["content"])
+    if "contents" in result:
+        return " ".join(c.get("text", "") for c in result["contents"])
+    return " ".join(m["content"]["text"] for m in result["messages"])
