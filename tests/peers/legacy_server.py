@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections import defaultdict
+from pathlib import Path
 from typing import Annotated
 
 import anyio
@@ -38,8 +39,29 @@ CONNECTED: set[str] = set()
 JOURNAL_CHANGED = asyncio.Event()
 
 
+STATE_DIR: Path | None = None  # --state-dir: counts shared by every process (stdio)
+
+
 def ran(tool: str, run_id: str) -> None:
-    RUNS[f"{tool}:{run_id}"] += 1
+    count(f"{tool}:{run_id}")
+
+
+def count(key: str) -> int:
+    """Add one to `key`'s count and return it: in this process, or in --state-dir."""
+    if STATE_DIR is None:
+        RUNS[key] += 1
+        return RUNS[key]
+    path = STATE_DIR / key.replace("/", "_")
+    with path.open("a") as tally:
+        tally.write("x")
+    return counted(key)
+
+
+def counted(key: str) -> int:
+    if STATE_DIR is None:
+        return RUNS.get(key, 0)
+    path = STATE_DIR / key.replace("/", "_")
+    return len(path.read_text()) if path.exists() else 0
 
 
 def note(run_id: str, entry: str) -> None:
@@ -83,7 +105,7 @@ def build(event_store: EventStore | None = None) -> FastMCP:
 
     @mcp.tool(description="How many times a tool body ran for a run id.")
     async def runs(tool: str, run_id: str) -> str:
-        return str(RUNS.get(f"{tool}:{run_id}", 0))
+        return str(counted(f"{tool}:{run_id}"))
 
     @mcp.tool(description="What happened to a run: the answers its body saw, its cancellation.")
     async def journal(run_id: str) -> str:
@@ -143,8 +165,8 @@ def build(event_store: EventStore | None = None) -> FastMCP:
         ran("increment_counter", run_id)
         answer = await ctx.elicit("Increment the counter?", Confirm)
         if answer.action == "accept" and answer.data.confirm:
-            RUNS[f"counter:{run_id}"] += 1
-        return f"counter={RUNS[f'counter:{run_id}']}"
+            count(f"counter:{run_id}")
+        return f"counter={counted(f'counter:{run_id}')}"
 
     @mcp.tool(description="Sampling (request sent on the standalone GET stream by mcp 1.x).")
     async def summarize(text: str, ctx: Context, run_id: str = "") -> str:
@@ -426,9 +448,20 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--event-store", action="store_true")
+    parser.add_argument(
+        "--transport", choices=("streamable-http", "sse", "stdio"), default="streamable-http"
+    )
+    parser.add_argument("--state-dir", help="keep run counts in files here (several processes)")
     args = parser.parse_args()
+    global STATE_DIR
+    STATE_DIR = Path(args.state_dir) if args.state_dir else None
     mcp = build(MemoryEventStore() if args.event_store else None)
-    serve(mcp.streamable_http_app(), args.host, args.port)
+    if args.transport == "stdio":
+        mcp.run("stdio")
+    elif args.transport == "sse":
+        serve(mcp.sse_app(), args.host, args.port)
+    else:
+        serve(mcp.streamable_http_app(), args.host, args.port)
 
 
 if __name__ == "__main__":

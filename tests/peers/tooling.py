@@ -253,22 +253,32 @@ class LoggedProcess:
 class LegacyServer(LoggedProcess):
     """An `mcp` 1.x server process on a free loopback port (it picks one and says which)."""
 
-    def __init__(self, *, event_store: bool = False) -> None:
+    def __init__(self, *, event_store: bool = False, transport: str = "streamable-http") -> None:
         python = ensure_venv("legacy")
         args = [str(python), str(HERE / "legacy_server.py"), "--port", "0"]
+        args += ["--transport", transport]
         if event_store:
             args.append("--event-store")
         super().__init__(args, name="legacy-server")
         self.start()
         self.port = int(self.wait_for_line(PEER_READY).rsplit(":", 1)[1])
         self.args[self.args.index("--port") + 1] = str(self.port)  # a restart keeps it
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        path = "/sse" if transport == "sse" else "/mcp"
+        self.url = f"http://127.0.0.1:{self.port}{path}"
 
     def restart(self) -> None:
         """A new server process on the same port: every session it knew is gone."""
         self.terminate()
         self.start()
         self.wait_for_line(PEER_READY)
+
+
+def legacy_stdio_command(state_dir: Path) -> list[str]:
+    """The legacy test server as a stdio program (the gateway starts it); run counts are
+    kept in `state_dir`, since each session is a process of its own."""
+    python = ensure_venv("legacy")
+    script = str(HERE / "legacy_server.py")
+    return [str(python), script, "--transport", "stdio", "--state-dir", str(state_dir)]
 
 
 class NativeServer(LoggedProcess):

@@ -29,6 +29,8 @@ def gateway_config(upstream_url: str, **overrides: Any) -> GatewayConfig:
     for key, value in overrides.items():
         if key == "upstream":
             data["upstreams"][0].update(value)
+            if "command" in value:  # a stdio upstream: a command, no URL
+                del data["upstreams"][0]["url"]
         elif key == "upstreams_extra":
             data["upstreams"].extend(value)
         else:

@@ -71,6 +71,7 @@ class StdioSession(DuplexSession):
         self._readers: list[asyncio.Task[None]] = []
         self._write_lock = asyncio.Lock()
         self._last_stderr = ""
+        self._stopping = False  # the gateway is ending the process: its exit is expected
 
     @property
     def pid(self) -> int | None:
@@ -120,6 +121,7 @@ class StdioSession(DuplexSession):
         proc = self.proc
         if proc is None:
             return
+        self._stopping = True
         if proc.returncode is None:
             if proc.stdin is not None:
                 proc.stdin.close()
@@ -135,6 +137,10 @@ class StdioSession(DuplexSession):
         self._lost(UpstreamError("the stdio session was closed"))
         for reader in self._readers:
             await cancel_and_wait(reader)
+        # The pipes close with the process transport; asyncio's Process has no public close.
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()
         log.info("upstream_process_ended", upstream=self.name, pid=proc.pid, status=proc.returncode)
 
     async def _read_stdout(self) -> None:
@@ -154,6 +160,8 @@ class StdioSession(DuplexSession):
             spawn(self._disconnect(), name=f"stdio-stop-{self.name}")
             return
         status = await self.proc.wait()
+        if self._stopping:
+            return  # closed on purpose; `_disconnect` logs the ending
         detail = f": {self._last_stderr}" if self._last_stderr else ""
         log.warning("upstream_process_exited", upstream=self.name, status=status)
         self._lost(UpstreamExited(f"the stdio server exited with status {status}{detail}"))
