@@ -177,18 +177,47 @@ class SessionPool:
                 retry_in_s=delay,
             )
 
-    async def _reserve(self) -> None:
-        """Take one slot of `max_sessions`, waiting a bounded time for one to free."""
-        if self._count >= self.limits.max_sessions:
-            try:
-                async with asyncio.timeout(self.limits.acquire_timeout_s):
-                    async with self._freed:
-                        await self._freed.wait_for(lambda: self._count < self.limits.max_sessions)
-            except TimeoutError:
-                raise SessionsBusy(
-                    f"all {self.limits.max_sessions} upstream sessions of {self.name!r} are busy"
-                ) from None
+    async def _reserve(self, caps: ClientCaps | None = None) -> PooledSession | None:
+        """Take one slot of `max_sessions`, waiting a bounded time for one to free.
+
+        While it waits, a session of `caps` given back idle is taken instead (returned);
+        an idle session of another capability set is closed to make room.
+
+        Raises:
+            SessionsBusy: every slot stayed in use for `acquire_timeout_s`.
+        """
+        try:
+            async with asyncio.timeout(self.limits.acquire_timeout_s):
+                async with self._freed:
+                    while self._count >= self.limits.max_sessions:
+                        if caps is not None and (session := self._take_idle(caps)) is not None:
+                            return session
+                        if not self._evict_idle():
+                            await self._freed.wait()
+        except TimeoutError:
+            raise SessionsBusy(
+                f"all {self.limits.max_sessions} upstream sessions of {self.name!r} are busy"
+            ) from None
         self._count += 1
+        return None
+
+    def _take_idle(self, caps: ClientCaps) -> PooledSession | None:
+        idle = self._idle[caps.key]
+        while idle:
+            session = idle.pop()
+            if session.alive:
+                return session
+            self._forget(session)
+        return None
+
+    def _evict_idle(self) -> bool:
+        """Close the longest-idle session of any capability set; False when none is idle."""
+        candidates = [(s.last_used, key) for key, idle in self._idle.items() for s in idle[:1]]
+        if not candidates:
+            return False
+        _, key = min(candidates)
+        self._forget(self._idle[key].pop(0))
+        return True
 
     async def acquire(self, caps: ClientCaps) -> PooledSession:
         """An initialised session owned by the caller until `release`.
@@ -197,15 +226,9 @@ class SessionPool:
             UpstreamError: no session could be opened.
             CapacityExceeded: `max_sessions` stayed busy for `acquire_timeout_s`.
         """
-        idle = self._idle[caps.key]
-        while idle:
-            session = idle.pop()
-            if session.alive:
-                self._refill(caps)
-                return session
-            self._forget(session)
-        await self._reserve()
-        session = await self._open(caps)
+        session = self._take_idle(caps) or await self._reserve(caps)
+        if session is None:
+            session = await self._open(caps)
         self._refill(caps)
         return session
 
@@ -241,6 +264,7 @@ class SessionPool:
         ):
             session.last_used = self.clock.monotonic()
             idle.append(session)
+            spawn(self._notify_freed(), name=f"pool-freed-{self.name}")
             return
         self._forget(session)
 
@@ -251,6 +275,10 @@ class SessionPool:
     async def _close_and_notify(self, session: PooledSession) -> None:
         await session.wait_quiet()
         await session.close()
+        await self._notify_freed()
+
+    async def _notify_freed(self) -> None:
+        """Wake those waiting for a slot: one was freed, or a session went back idle."""
         async with self._freed:
             self._freed.notify_all()
 
