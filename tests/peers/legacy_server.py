@@ -388,6 +388,11 @@ def build(event_store: EventStore | None = None) -> FastMCP:
         in_header = request.headers.get("traceparent") if request is not None else None
         return f"meta={in_meta} header={in_header}"
 
+    @mcp.tool(description="Reports the Authorization header its HTTP request carried, if any.")
+    async def authorization_seen(ctx: Context) -> str:
+        request = ctx.request_context.request
+        return str(request.headers.get("authorization") if request is not None else None)
+
     @mcp.tool(description="Pings the client (the gateway answers), then returns.")
     async def pinger(ctx: Context) -> str:
         await ctx.session.send_ping()

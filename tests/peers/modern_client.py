@@ -13,7 +13,7 @@ are answered by the SDK's callback table (`dispatch_input_request`):
 
 Command: {"op": "call_tool"|"get_prompt"|"read_resource"|"list_tools"|"discover",
           "url", "name"|"uri", "arguments", "answers", "caps": ["elicitation","sampling","roots"],
-          "progress": bool, "log_level": str|null, "max_rounds": int}
+          "progress": bool, "log_level": str|null, "max_rounds": int, "token": str|null}
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from typing import Any
 import mcp_types as types
 from mcp import Client
 from mcp.client.session import ClientRequestContext
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 ROOTS = [
@@ -99,8 +101,12 @@ async def run(command: dict[str, Any]) -> dict[str, Any]:
     async def on_log(params: Any) -> None:
         logs.append(dump(params))
 
+    server: Any = command["url"]
+    if command.get("token"):  # a bearer token on every request, as an authorized client sends
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {command['token']}"})
+        server = streamable_http_client(command["url"], http_client=http)
     client = Client(
-        command["url"],
+        server,
         mode="2026-07-28",
         elicitation_callback=on_elicit if "elicitation" in caps else None,
         sampling_callback=on_sample if "sampling" in caps else None,

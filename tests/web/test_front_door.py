@@ -74,11 +74,13 @@ async def front(
 ) -> AsyncIterator[Callable[..., Any]]:
     started: list[tuple[TestServer, aiohttp.ClientSession]] = []
 
-    async def start(**limits: Any) -> Front:
-        key, entry = new_api_key("ci-bot", ["mcp:tools"])
-        (tmp_path / "keys.yaml").write_text(entry)
+    key, entry = new_api_key("ci-bot", ["mcp:tools"])
+    (tmp_path / "keys.yaml").write_text(entry)
+    sealing = generate_key()
+
+    async def start(store: str | None = None, **limits: Any) -> Front:
         start.api_key = key  # type: ignore[attr-defined]
-        config = {
+        config: dict[str, Any] = {
             "auth": {
                 "public_url": PUBLIC,
                 "oauth": {"issuer": issuer.issuer, "scopes": ["mcp:tools"]},
@@ -93,9 +95,9 @@ async def front(
                 }
             ],
         }
-        parsed = parse_config(
-            config, env={"MRTR_GATEWAY_SEALING_KEYS": generate_key()}, base=tmp_path
-        )
+        if store is not None:
+            config["store"] = {"url": store, "key_prefix": f"fd{id(started)}:"}
+        parsed = parse_config(config, env={"MRTR_GATEWAY_SEALING_KEYS": sealing}, base=tmp_path)
         server = TestServer(build_app(parsed), host="127.0.0.1")
         await server.start_server()
         http = aiohttp.ClientSession()
@@ -204,3 +206,53 @@ async def test_a_noisy_principal_gets_429_with_retry_after_while_another_is_serv
     assert status == 429 and int(headers["Retry-After"]) >= 1
     quiet = issuer.sign(issuer.claims(sub="bob"))
     assert (await gateway.post(list_tools(), quiet))[0] == 200
+
+
+async def test_the_rate_limit_is_shared_by_replicas_on_redis(
+    front: Callable[..., Any], issuer: AuthServer, redis_server
+) -> None:
+    rate = {"per_principal": {"per_s": 0.01, "burst": 2}}
+    one: Front = await front(store=redis_server.url, rate=rate)
+    two: Front = await front(store=redis_server.url, rate=rate)
+    noisy = issuer.sign(issuer.claims(sub=f"noisy-{uuid.uuid4().hex[:6]}"))
+    assert (await one.post(list_tools(), noisy))[0] == 200
+    assert (await two.post(list_tools(), noisy))[0] == 200
+    status, _, headers = await one.post(list_tools(), noisy)  # the third, on either replica
+    assert status == 429 and int(headers["Retry-After"]) >= 1
+    assert (await two.post(list_tools(), noisy))[0] == 429
+    quiet = issuer.sign(issuer.claims(sub=f"quiet-{uuid.uuid4().hex[:6]}"))
+    assert (await two.post(list_tools(), quiet))[0] == 200
+
+
+async def test_the_mcp_2_client_with_a_bearer_token_completes_a_call_and_no_token_leaks(
+    front: Callable[..., Any], issuer: AuthServer, modern
+) -> None:
+    from structlog.testing import capture_logs
+
+    from tests.support.cases import drive, text_of
+
+    gateway: Front = await front()
+    token = issuer.sign()
+    url = str(gateway.server.make_url("/mcp"))
+    with capture_logs() as logs:
+        reply = await drive(
+            modern,
+            {"op": "call_tool", "url": url, "name": "greet", "arguments": {}, "token": token},
+        )
+        seen = await drive(
+            modern,
+            {
+                "op": "call_tool",
+                "url": url,
+                "name": "authorization_seen",
+                "arguments": {},
+                "token": token,
+            },
+        )
+        refused = await gateway.post(call("greet"), token + "x")
+    assert reply["rounds"] == [["elicit.username"]] and text_of(reply) == "Hello, alice!"
+    assert text_of(seen) == "None"  # the legacy server never saw the client's token
+    assert refused[0] == 401
+    logged = repr(logs)
+    assert token not in logged and token[:40] not in logged and "Bearer" not in logged
+    assert any(entry.get("principal", "").startswith("p_") for entry in logs)
