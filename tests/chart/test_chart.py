@@ -183,3 +183,75 @@ def test_every_rendered_manifest_passes_kubernetes_validate_strict(values: dict)
         except kubernetes_validate.SchemaNotFoundError:
             unchecked.append(manifest["kind"])  # CRDs have no bundled schema
     assert set(unchecked) <= {"ServiceMonitor"}
+
+
+AUTH_AND_STDIO = {
+    "image": {"repository": "registry.example.com/gw-with-files", "tag": "1"},
+    "config": {
+        "upstreams": [
+            {
+                "name": "files",
+                "command": ["node", "/srv/files/server.js"],
+                "env": {"API_TOKEN": "${FILES_TOKEN}"},
+            },
+            {
+                "name": "github",
+                "url": "https://github-mcp.internal/mcp",
+                "path": "/github",
+                "oauth_client": {
+                    "token_url": "https://login.example.com/token",
+                    "client_id": "gateway",
+                    "client_secret_file": "/etc/mrtr-gateway/upstream-secrets/github/client-secret",
+                },
+                "tools": {"delete_repo": {"scopes": ["admin"]}},
+            },
+        ],
+        "limits": {"rate": {"per_principal": {"per_s": 20, "burst": 40}}},
+    },
+    "auth": {
+        "publicUrl": "https://mcp.example.com",
+        "issuer": "https://login.example.com",
+        "scopes": ["mcp"],
+        "apiKeys": {"existingSecret": "gw-api-keys"},
+    },
+    "upstreamSecrets": [
+        {"upstream": "github", "existingSecret": "github-oauth", "secretKey": "client-secret"}
+    ],
+    "extraEnv": [
+        {"name": "FILES_TOKEN", "valueFrom": {"secretKeyRef": {"name": "files", "key": "t"}}}
+    ],
+    "tmpSizeLimit": "256Mi",
+}
+
+
+def test_auth_and_a_stdio_server_in_the_pod_render_and_mount_their_secrets(tmp_path) -> None:
+    m = render(AUTH_AND_STDIO)
+    config = yaml.safe_load(m["ConfigMap"]["data"]["config.yaml"])
+    assert config["auth"] == {
+        "public_url": "https://mcp.example.com",
+        "oauth": {"issuer": "https://login.example.com", "scopes": ["mcp"]},
+        "api_keys_file": "/etc/mrtr-gateway/auth/api-keys.yaml",
+    }
+    mounts = {v["mountPath"]: v["name"] for v in container(m)["volumeMounts"]}
+    assert mounts["/etc/mrtr-gateway/auth"] == "api-keys"
+    assert mounts["/etc/mrtr-gateway/upstream-secrets/github"] == "upstream-secret-github"
+    volumes = {v["name"]: v for v in m["Deployment"]["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["api-keys"]["secret"]["secretName"] == "gw-api-keys"
+    assert volumes["tmp"]["emptyDir"]["sizeLimit"] == "256Mi"
+    for manifest in m.values():
+        if manifest["kind"] != "ServiceMonitor":
+            kubernetes_validate.validate(manifest, KUBE, strict=True)
+    # The rendered config is one the gateway accepts, once the mounted files exist.
+    (tmp_path / "api-keys.yaml").write_text("[]\n")
+    (tmp_path / "client-secret").write_text("s3cret\n")
+    text = m["ConfigMap"]["data"]["config.yaml"]
+    text = text.replace("/etc/mrtr-gateway/auth/", f"{tmp_path}/")
+    text = text.replace("/etc/mrtr-gateway/upstream-secrets/github/", f"{tmp_path}/")
+    parsed = parse_config(yaml.safe_load(text), env={"FILES_TOKEN": "t"})
+    assert parsed.auth is not None and parsed.upstreams[0].transport == "stdio"
+
+
+def test_an_upstream_needs_exactly_one_of_a_url_and_a_command() -> None:
+    for upstream in ({"name": "x"}, {"name": "x", "url": "http://a/mcp", "command": ["b"]}):
+        with pytest.raises(Exception, match="(?i)schema|oneOf|valid"):
+            render({"config": {"upstreams": [upstream]}})
