@@ -235,3 +235,25 @@ async def test_the_parked_call_cap_per_principal_holds_across_replicas(
     assert (await ask_username(b, server, clock, principal="alice"))[0]["resultType"] == (
         "input_required"
     )
+
+
+@pytest.mark.parametrize("replay_safe", [False, True])
+async def test_a_process_session_dies_with_its_owner_lost_or_replayed(
+    clock: ManualClock, server: ScriptedServer, network: Network, replay_safe: bool
+) -> None:
+    server.adoptable = False  # stdio or HTTP+SSE: nobody else can continue the session
+    tools = {"greet": {"replay_safe": True}} if replay_safe else None
+    a, b = two_replicas(clock, server, network, tools=tools)
+    first, _ = await ask_username(a, server, clock)
+    network.kill("a")
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    if not replay_safe:
+        with pytest.raises(CallLost):
+            await retry
+        assert server.calls.empty() and not b.pool.adopted
+        return
+    again = await server.next_call()  # run afresh, the answer taken from the journal
+    again.elicit(1)
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    again.respond()
+    assert (await retry)["resultType"] == "complete" and not b.pool.adopted

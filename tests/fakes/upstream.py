@@ -44,10 +44,13 @@ class ScriptedServer:
         self.forgotten: set[str] = set()  # session ids adopt() no longer finds
         self.unreachable = False
         self.resumable = True  # gives SSE event ids, so another replica can take over
+        self.adoptable = True  # False: a session is a process or a connection (stdio, SSE)
         self._ids = itertools.count(1)
 
     def new_session(self, caps: ClientCaps, session_id: str | None = None) -> ScriptedSession:
         session = ScriptedSession(self, caps, session_id or f"s{next(self._ids)}")
+        if not self.adoptable:
+            session.id = None
         self.sessions.append(session)
         return session
 
@@ -85,7 +88,7 @@ class ScriptedSession:
     # -- the port ------------------------------------------------------------------------
 
     def next_id(self) -> str:
-        return f"{self.id}-{next(self._ids)}"
+        return f"{self.id or 'p'}-{next(self._ids)}"
 
     def attach(self, inbox: Inbox) -> None:
         self._owner = inbox
