@@ -74,3 +74,35 @@ async def make_gateway(legacy: LegacyServer) -> AsyncIterator[Callable[..., Any]
 async def gateway(make_gateway: Callable[..., Any]) -> Gateway:
     gw: Gateway = await make_gateway()
     return gw
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_stdio_server_outlives_the_tests() -> Iterator[None]:
+    """Every stdio server any test started (under its keeper) has ended when the run ends."""
+    yield
+    import os
+    import select
+    from pathlib import Path
+
+    keeper = str(Path(__file__).resolve().parents[1] / "gateway/upstream/stdio/keeper.py")
+    left = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if keeper in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                left.append(int(entry.name))
+        except OSError:
+            continue
+    survivors = []
+    for pid in left:  # each gets a moment to finish ending (an event: its pidfd)
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            if not select.select([fd], [], [], 10)[0]:
+                survivors.append(pid)
+        finally:
+            os.close(fd)
+    assert survivors == [], f"stdio servers still running after the tests: {survivors}"

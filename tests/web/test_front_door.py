@@ -256,3 +256,58 @@ async def test_the_mcp_2_client_with_a_bearer_token_completes_a_call_and_no_toke
     logged = repr(logs)
     assert token not in logged and token[:40] not in logged and "Bearer" not in logged
     assert any(entry.get("principal", "").startswith("p_") for entry in logs)
+
+
+async def test_an_upstream_gets_the_gateways_own_client_credentials_token_not_the_clients(
+    legacy: LegacyServer, issuer: AuthServer, tmp_path: Path
+) -> None:
+    issuer.clients["mrtr-gateway"] = "gw-secret"
+    (tmp_path / "secret").write_text("gw-secret\n")
+    config = {
+        "upstreams": [
+            {
+                "name": "legacy",
+                "url": legacy.url,
+                "oauth_client": {
+                    "token_url": issuer.token_url,
+                    "client_id": "mrtr-gateway",
+                    "client_secret_file": "secret",
+                    "scope": "upstream:read",
+                },
+            }
+        ]
+    }
+    parsed = parse_config(config, env={}, base=tmp_path)
+    server = TestServer(build_app(parsed), host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as http:
+            gateway = Front(server, http)
+            status, reply, _ = await gateway.post(call("authorization_seen"), "the-clients-token")
+    finally:
+        await server.close()
+    seen = reply["result"]["content"][0]["text"]
+    assert status == 200 and seen.startswith("Bearer ") and "the-clients-token" not in seen
+    assert issuer.token_requests and issuer.token_requests[-1]["grant_type"] == "client_credentials"
+
+
+async def test_one_upstream_has_its_metadata_at_the_root_too(front: Callable[..., Any]) -> None:
+    gateway: Front = await front()
+    async with gateway.http.get(
+        gateway.server.make_url("/.well-known/oauth-protected-resource")
+    ) as r:
+        assert r.status == 200 and (await r.json())["resource"] == f"{PUBLIC}/mcp"
+
+
+async def test_a_gateway_without_auth_beyond_loopback_says_so_at_start(
+    legacy: LegacyServer,
+) -> None:
+    from structlog.testing import capture_logs
+
+    config = {"listen": {"host": "0.0.0.0"}, "upstreams": [{"name": "l", "url": legacy.url}]}
+    parsed = parse_config(config, env={})
+    server = TestServer(build_app(parsed), host="127.0.0.1")
+    with capture_logs() as logs:
+        await server.start_server()
+    await server.close()
+    assert "gateway_unauthenticated" in [entry["event"] for entry in logs]
