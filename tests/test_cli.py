@@ -16,7 +16,7 @@ from gateway import cli
 from gateway.cli import main
 from gateway.config import GatewayConfig
 from gateway.protocol.state import generate_key, parse_key
-from tests.peers.tooling import free_port, wait_for_port
+from tests.peers.tooling import GatewayProcess
 from tests.support.cases import drive
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,31 +206,19 @@ def test_quick_start_takes_every_flag(tmp_path: Path, served) -> None:
 async def test_quick_start_serve_bridges_a_legacy_server_and_stops_on_sigterm(
     legacy, modern
 ) -> None:
-    port = free_port()
-    env = {**os.environ, "MRTR_GATEWAY_LOG_FORMAT": "json"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--upstream", legacy.url, "--port", str(port)],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    gateway = await asyncio.to_thread(GatewayProcess, argv=["--upstream", legacy.url])
     try:
-        await asyncio.to_thread(wait_for_port, port, proc)
         reply = await drive(
-            modern,
-            {
-                "op": "call_tool",
-                "url": f"http://127.0.0.1:{port}/mcp",
-                "name": "greet",
-                "arguments": {},
-            },
+            modern, {"op": "call_tool", "url": gateway.url(), "name": "greet", "arguments": {}}
         )
         assert reply["rounds"] == [["elicit.username"]]
         assert reply["result"]["content"][0]["text"] == "Hello, alice!"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = await asyncio.to_thread(proc.communicate, timeout=15)
-    assert proc.returncode == 0
+        gateway.send_signal(signal.SIGTERM)
+        status = await asyncio.to_thread(gateway.wait, 15)
+        err = gateway.logs()
+        gateway.stop()
+    assert status == 0
     assert '"event": "sealing_key_ephemeral"' in err
     assert '"event": "call_completed"' in err
     assert 'requestState":' not in err and "gw1." not in err  # never logged
@@ -251,49 +239,21 @@ async def test_a_second_signal_ends_a_drain_at_once(legacy) -> None:
     from tests.support.legacy import greet
     from tests.support.wire import default_headers
 
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--upstream", legacy.url, "--port", str(port)],
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "MRTR_GATEWAY_LOG_FORMAT": "json"},
-    )
+    gateway = await asyncio.to_thread(GatewayProcess, argv=["--upstream", legacy.url])
     try:
-        await asyncio.to_thread(wait_for_port, port, proc)
         body = greet("drain-twice")
         async with aiohttp.ClientSession() as http:
-            async with http.post(
-                f"http://127.0.0.1:{port}/mcp", json=body, headers=default_headers(body)
-            ) as resp:
+            async with http.post(gateway.url(), json=body, headers=default_headers(body)) as resp:
                 assert (await resp.json())["result"]["resultType"] == "input_required"
-        proc.send_signal(signal.SIGTERM)  # drains: the parked call could still be resumed for 30 s
-        await _read_until(proc, "draining 1 call(s)", timeout_s=15)
-        proc.send_signal(signal.SIGTERM)
-        _, err = await asyncio.to_thread(proc.communicate, timeout=10)
+        gateway.send_signal(signal.SIGTERM)  # drains: the parked call could be resumed for 30 s
+        await asyncio.to_thread(gateway.wait_for_line, "draining 1 call(s)", 15)
+        gateway.send_signal(signal.SIGTERM)
+        status = await asyncio.to_thread(gateway.wait, 10)
+        err = gateway.logs()
     finally:
-        if proc.poll() is None:  # a failure above: end the gateway, which also ends any read
-            proc.kill()
-            await asyncio.to_thread(proc.communicate, timeout=10)
-    assert proc.returncode == 0
+        gateway.stop()
+    assert status == 0
     assert '"event": "call_cancelled"' in err and "gateway shutting down" in err
-
-
-async def _read_until(proc: subprocess.Popen[str], text: str, *, timeout_s: float) -> None:
-    """Read the process's stderr line by line until a line contains `text`.
-
-    Fails at EOF or after `timeout_s`, quoting what was read. A read still blocked at
-    the timeout ends when the caller ends the process.
-    """
-    assert proc.stderr is not None
-    lines: list[str] = []
-    try:
-        async with asyncio.timeout(timeout_s):
-            while not lines or text not in lines[-1]:
-                line = await asyncio.to_thread(proc.stderr.readline)
-                assert line, f"stderr ended before a line with {text!r}; it said: {lines}"
-                lines.append(line)
-    except TimeoutError:
-        pytest.fail(f"no line with {text!r} within {timeout_s} s; stderr said: {lines}")
 
 
 def test_apikey_prints_the_key_first_then_the_entry_holding_only_its_hash(capsys) -> None:

@@ -11,13 +11,11 @@ third-party one from the npm registry.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
-from tests.peers.tooling import PEERS_DIR, free_port, wait_for_port
+from tests.peers.tooling import PEERS_DIR, LoggedProcess, free_port
 
 SOURCE = Path(__file__).resolve().parent / "node"
 HOME = PEERS_DIR / "node"
@@ -67,28 +65,17 @@ def everything_stdio_command() -> list[str]:
     return [node(), everything_entry(), "stdio"]
 
 
-class EverythingServer:
-    """server-everything over HTTP+SSE (`sse`) or Streamable HTTP (`streamableHttp`)."""
+class EverythingServer(LoggedProcess):
+    """server-everything over HTTP+SSE (`sse`) or Streamable HTTP (`streamableHttp`).
+
+    It takes its port from PORT only and says on stderr when it listens.
+    """
 
     def __init__(self, mode: str) -> None:
         self.port = free_port()
-        self.log = tempfile.NamedTemporaryFile(prefix=f"everything-{mode}-", delete=False)
-        self.proc = subprocess.Popen(
-            [node(), everything_entry(), mode],
-            env={**os.environ, "PORT": str(self.port)},
-            stdout=subprocess.DEVNULL,  # it logs every request there; nobody reads it
-            stderr=self.log,
-        )
-        wait_for_port(self.port, self.proc)
+        args = [node(), everything_entry(), mode]
+        super().__init__(args, name=f"everything-{mode}", env={"PORT": str(self.port)})
+        self.start()
+        self.wait_for_line(f"port {self.port}")
         path = "/sse" if mode == "sse" else "/mcp"
         self.url = f"http://127.0.0.1:{self.port}{path}"
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        self.log.close()
-        os.unlink(self.log.name)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from gateway.protocol.capabilities import ClientCaps
 from gateway.upstream.pool import SessionPool
 from gateway.upstream.port import StreamCursor, StreamEnd
 from gateway.upstream.stdio.session import Command, StdioSession
-from tests.peers.tooling import free_port, wait_for_port
+from tests.peers.tooling import GatewayProcess
 
 TINY = Path(__file__).resolve().parents[1] / "peers" / "tiny_stdio.py"
 ASKING = ClientCaps(elicitation_form=True)
@@ -176,23 +174,9 @@ def children_of(pid: int) -> list[int]:
 
 
 async def test_a_gateway_killed_with_sigkill_leaves_no_process_behind() -> None:
-    port = free_port()
-    gateway = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gateway",
-            "serve",
-            "--port",
-            str(port),
-            "--upstream-command",
-            f"{sys.executable} {TINY} --linger",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command = f"{sys.executable} {TINY} --linger"  # a server that outlives its stdin
+    gateway = await asyncio.to_thread(GatewayProcess, argv=["--upstream-command", command])
     try:
-        await asyncio.to_thread(wait_for_port, port, gateway)
         body = {
             "jsonrpc": "2.0",
             "id": 1,
@@ -213,13 +197,13 @@ async def test_a_gateway_killed_with_sigkill_leaves_no_process_behind() -> None:
             "Mcp-Name": "spawn",
         }
         async with aiohttp.ClientSession() as http:
-            async with http.post(f"http://127.0.0.1:{port}/mcp", json=body, headers=headers) as r:
+            async with http.post(gateway.url(), json=body, headers=headers) as r:
                 grandchild = int((await r.json())["result"]["content"][0]["text"])
-        keepers = children_of(gateway.pid)
+        keepers = children_of(gateway._process().pid)
         everyone = keepers + [p for k in keepers for p in children_of(k)] + [grandchild]
         assert len(keepers) >= 2  # the shared session's process and the call's
     finally:
-        gateway.send_signal(signal.SIGKILL)
-        gateway.wait(10)
+        gateway.kill9()
+        gateway.stop()
     for pid in everyone:
         await exited(pid)
