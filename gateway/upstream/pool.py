@@ -14,6 +14,7 @@ given (Streamable HTTP today), and needs only what `PooledSession` lists.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, cast
@@ -92,6 +93,10 @@ class SessionPool:
         self._closing = False
         self._reaper: asyncio.Task[None] | None = None
         self.info: UpstreamInfo | None = None
+        # Sessions opening in the background (cancelled by close) and sessions closing
+        # (awaited by close: a stdio server takes a moment to stop).
+        self._openers: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
+        self._closings: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
 
     def _failed(self) -> None:
         self.reachable = False
@@ -104,7 +109,7 @@ class SessionPool:
 
     def start(self) -> None:
         self._reaper = spawn(self._reap(), name=f"pool-reaper-{self.name}")
-        spawn(self._warm_up(), name=f"pool-warm-up-{self.name}")
+        self._openers.add(spawn(self._warm_up(), name=f"pool-warm-up-{self.name}"))
 
     async def _warm_up(self) -> None:
         """Open the shared session at start, so readiness reflects the upstream at once."""
@@ -127,10 +132,17 @@ class SessionPool:
     async def close(self) -> None:
         self._closing = True
         await cancel_and_wait(self._reaper)
+        for opener in list(self._openers):
+            await cancel_and_wait(opener)  # a half-open session is closed on the way out
         sessions = [s for idle in self._idle.values() for s in idle] + list(self._shared.values())
         self._idle.clear()
         self._shared.clear()
         await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+        # Sessions given back closed (or half-open ones) are still ending: a stdio server
+        # takes a moment to stop. Wait for them, so no process outlives the pool.
+        pending = {task for task in self._closings if not task.done()}
+        if pending:
+            await asyncio.wait(pending, timeout=10)
 
     async def _open(self, caps: ClientCaps) -> PooledSession:
         """Open a session in the slot the caller reserved (given back on any failure).
@@ -154,7 +166,7 @@ class SessionPool:
             # Whatever stopped it (a failure, or the caller's cancellation), the slot is
             # given back and the half-open session closed, in a task of its own.
             self._count -= 1
-            spawn(session.close(), name=f"pool-close-{self.name}")
+            self._closings.add(spawn(session.close(), name=f"pool-close-{self.name}"))
             if isinstance(exc, UpstreamError | TimeoutError):
                 self._start_failed(exc)
             if isinstance(exc, TimeoutError):
@@ -245,7 +257,7 @@ class SessionPool:
             await session.adopt(session_id, version)
         except BaseException:
             self._count -= 1
-            spawn(session.close(), name=f"pool-close-{self.name}")
+            self._closings.add(spawn(session.close(), name=f"pool-close-{self.name}"))
             raise
         return session
 
@@ -270,7 +282,7 @@ class SessionPool:
 
     def _forget(self, session: PooledSession) -> None:
         self._count -= 1
-        spawn(self._close_and_notify(session), name=f"pool-close-{self.name}")
+        self._closings.add(spawn(self._close_and_notify(session), name=f"pool-close-{self.name}"))
 
     async def _close_and_notify(self, session: PooledSession) -> None:
         await session.wait_quiet()
@@ -284,7 +296,7 @@ class SessionPool:
 
     def _refill(self, caps: ClientCaps) -> None:
         if len(self._idle[caps.key]) < self.limits.min_idle and not self._closing:
-            spawn(self._prewarm(caps), name=f"pool-prewarm-{self.name}")
+            self._openers.add(spawn(self._prewarm(caps), name=f"pool-prewarm-{self.name}"))
 
     async def _prewarm(self, caps: ClientCaps) -> None:
         if self._count >= self.limits.max_sessions:
