@@ -23,7 +23,7 @@ from aiohttp.test_utils import TestServer
 
 from gateway.protocol.state import generate_key
 from tests.peers.balancer import RoundRobin
-from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer
+from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer, legacy_stdio_command
 from tests.support.cases import CASE_IDS, CASES, drive, text_of
 from tests.support.legacy import ALICE, await_journal
 from tests.support.wire import default_headers, parse_sse_messages, rpc
@@ -80,6 +80,13 @@ async def fleet(
                 },
             },
             {"name": "resumable", "url": resumable.url, "path": "/resumable"},
+            {  # a stdio server: a process per session, which dies with its replica
+                "name": "local",
+                "command": legacy_stdio_command(tmp_path),
+                "path": "/local",
+                "pool": {"min_idle": 0},
+                "tools": {"register": {"replay_safe": True}},
+            },
         ],
     }
     path = tmp_path / "gateway.yaml"
@@ -262,6 +269,43 @@ async def test_owner_killed_any_other_tool_gets_a_clear_error_and_never_runs_twi
     status, again = await fleet.post(survivor.base + "/mcp", retry)
     assert again["error"]["message"] == "Invalid or expired requestState"  # the record is gone
     assert await body_runs(fleet, "greet", run_id, via=survivor) == 1
+
+
+async def test_a_stdio_call_dies_with_its_replica_lost_or_replayed_and_leaves_no_process(
+    fleet: Fleet, redis_server: RedisServer
+) -> None:
+    from tests.upstream.process_tools import children_of, exited
+
+    run_id = uuid.uuid4().hex
+    owner, survivor = fleet.replicas[0], fleet.replicas[1]
+    greet = {"name": "greet", "arguments": {"run_id": run_id}}
+    register = {"name": "register", "arguments": {"run_id": run_id}}
+    status, first = await fleet.post(owner.base + "/local", rpc("tools/call", greet))
+    status, second = await fleet.post(owner.base + "/local", rpc("tools/call", register, rid=2))
+    assert "requestState" in first["result"] and "requestState" in second["result"]
+    keepers = children_of(owner._process().pid)
+    processes = keepers + [p for k in keepers for p in children_of(k)]
+    assert len(keepers) >= 2  # the two parked calls' processes, and the shared one
+    owner.kill9()
+    for pid in processes:
+        await exited(pid)  # the processes went with their replica
+    await until_dead(fleet, redis_server.url, owner)
+    lost = rpc(
+        "tools/call",
+        {**greet, "requestState": first["result"]["requestState"], "inputResponses": ALICE},
+        rid=3,
+    )
+    status, reply = await fleet.post(survivor.base + "/local", lost)
+    assert status == 502 and "start the request again" in reply["error"]["message"]
+    replayed = rpc(
+        "tools/call",
+        {**register, "requestState": second["result"]["requestState"], "inputResponses": ALICE},
+        rid=4,
+    )
+    status, reply = await fleet.post(survivor.base + "/local", replayed)
+    assert status == 200 and list(reply["result"]["inputRequests"]) == ["elicit.age+color"]
+    assert await body_runs(fleet, "greet", run_id, "/local", via=survivor) == 1
+    assert await body_runs(fleet, "register", run_id, "/local", via=survivor) == 2
 
 
 async def test_replay_mode_needs_no_store_and_survives_any_replica(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from gateway.upstream.pool import SessionPool
 from gateway.upstream.port import StreamCursor, StreamEnd
 from gateway.upstream.stdio.session import Command, StdioSession
 from tests.peers.tooling import GatewayProcess
+from tests.upstream.process_tools import children_of, exited
 
 TINY = Path(__file__).resolve().parents[1] / "peers" / "tiny_stdio.py"
 ASKING = ClientCaps(elicitation_form=True)
@@ -29,23 +29,6 @@ ASKING = ClientCaps(elicitation_form=True)
 
 def command(**overrides: Any) -> Command:
     return Command(name="tiny", argv=(sys.executable, str(TINY)), timeout_s=10, **overrides)
-
-
-async def exited(pid: int, timeout_s: float = 10.0) -> None:
-    """Until process `pid` has ended (pidfd: an event, not a poll)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    woken = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_reader(fd, woken.set)
-    try:
-        async with asyncio.timeout(timeout_s):
-            await woken.wait()
-    finally:
-        loop.remove_reader(fd)
-        os.close(fd)
 
 
 def text_of(reply: dict[str, Any]) -> str:
@@ -163,14 +146,6 @@ async def test_a_server_that_cannot_start_is_a_clear_error_and_is_not_restarted_
         assert not await pool.check()
     finally:
         await pool.close()
-
-
-def children_of(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        text = (task / "children").read_text().split()
-        found += [int(p) for p in text]
-    return found
 
 
 async def test_a_gateway_killed_with_sigkill_leaves_no_process_behind() -> None:
