@@ -8,7 +8,7 @@ close in one `cleanup_ctx` generator.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
@@ -38,13 +38,10 @@ BRIDGE = web.AppKey("bridge", Bridge)
 
 
 def redact(url: str) -> str:
-    """A URL fit for a log: no credentials, no query."""
+    """A URL fit for a log: no credentials (user info or query), hosts and path kept as given."""
     parts = urlsplit(url)
-    if not parts.netloc:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    return f"{parts.scheme}://{netloc}{parts.path}" if parts.scheme else parts.path
 
 
 def _where(upstream: UpstreamConfig) -> str:
@@ -119,7 +116,12 @@ def build_app(config: GatewayConfig) -> web.Application:
             source = credentials.get(upstream.name)
             pool = SessionPool(
                 upstream.name,
-                session_factory(http, upstream, source.authorization if source else None),
+                session_factory(
+                    http,
+                    upstream,
+                    source.authorization if source else None,
+                    source.invalidate if source else None,
+                ),
                 upstream.pool,
                 on_error=metrics.upstream_errors.labels(upstream.name).inc,
                 clock=clock,

@@ -99,9 +99,12 @@ class Endings:
             if call.machine.round and not call.stateless:
                 try:
                     await self.store.delete(call.id)
-                    await self.store.unhold(call.principal, call.id)
                 except StoreError as exc:
                     log.warning("store_delete_failed", error=str(exc))
+                try:
+                    await self.store.unhold(call.principal, call.id)
+                except StoreError as exc:
+                    log.warning("store_unhold_failed", error=str(exc))
         finally:
             self.registry.settled()
             call.ended.set()

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gateway.auth import ClientCredentials, require_secure_url
 from gateway.config.auth import parse_oauth_client, parse_scopes
 from gateway.config.model import (
     PARK,
@@ -126,7 +127,7 @@ def parse_upstream(
         **values,
         **process,
         headers=headers,
-        oauth_client=parse_oauth_client(sec.section("oauth_client"), env, base),
+        oauth_client=_oauth_client(sec, values, env, base),
         pool=pool,
         cache=cache,
         inputs=_key_rules(sec.raw("inputs"), sec.at("inputs")),
@@ -166,10 +167,11 @@ def _process(
     sec: Section, values: dict[str, Any], env: Mapping[str, str], base: Path
 ) -> dict[str, Any]:
     """The command, environment and working directory of a stdio upstream."""
-    for key in ("url", "headers"):
+    for key in ("url", "headers", "oauth_client"):
         if sec.has(key):
             raise ConfigError(
-                f"{sec.at(key)}: a stdio upstream has no {key}; it runs upstreams[].command"
+                f"{sec.at(key)}: a stdio upstream has no {key}; it runs upstreams[].command "
+                "(give it credentials through upstreams[].env)"
             )
     values.pop("url", None)
     command = sec.raw("command")
@@ -195,3 +197,14 @@ def _process(
             raise ConfigError(f"{sec.at('cwd')}: {folder} is not a folder")
         cwd = str(folder)
     return {"command": tuple(command), "env": child_env, "cwd": cwd}
+
+
+def _oauth_client(
+    sec: Section, values: dict[str, Any], env: Mapping[str, str], base: Path
+) -> ClientCredentials | None:
+    """The gateway's own credentials for an HTTP upstream; its token travels only over https
+    (or to loopback)."""
+    credentials = parse_oauth_client(sec.section("oauth_client"), env, base)
+    if credentials is not None and values.get("url"):
+        require_secure_url(values["url"], sec.at("url"))
+    return credentials

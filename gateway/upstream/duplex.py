@@ -95,7 +95,9 @@ class DuplexSession:
         raise SessionExpired("a stdio or HTTP+SSE session cannot be taken over")
 
     async def wait_quiet(self) -> None:
-        return None
+        """Until no plain request is waiting for its answer on this session."""
+        while self._waiters:
+            await asyncio.wait(list(self._waiters.values()))
 
     # -- ownership ---------------------------------------------------------------------
 
@@ -116,7 +118,14 @@ class DuplexSession:
         """Write a response or notification. Raises: UpstreamError."""
         if self._ended is not None:
             raise self._ended
-        await self._write(message)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self._write(message)
+        except TimeoutError as exc:
+            error = UpstreamError("the upstream stopped reading its input")
+            self._lost(error)
+            spawn(self._disconnect(), name=f"upstream-retire-{self.name}")
+            raise error from exc
 
     async def pump(
         self,
@@ -132,9 +141,15 @@ class DuplexSession:
         try:
             if self._ended is not None:
                 raise self._ended
-            await self._write(message)
+            async with asyncio.timeout(self.timeout_s):
+                await self._write(message)
             cursor.accepted = True
             await done.wait()
+        except TimeoutError:
+            error = UpstreamError("the upstream stopped reading its input")
+            self._lost(error)
+            spawn(self._disconnect(), name=f"upstream-retire-{self.name}")
+            inbox.put_nowait(StreamEnd(error))
         except UpstreamError as exc:
             inbox.put_nowait(StreamEnd(exc))
         finally:
@@ -164,11 +179,18 @@ class DuplexSession:
         waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiters[rid] = waiter
         try:
-            await self._write(message)
             async with asyncio.timeout(self.timeout_s):
+                await self._write(message)
                 return await waiter
         except TimeoutError as exc:
-            raise UpstreamError(f"upstream did not answer {message['method']} in time") from exc
+            # A server that does not answer within timeout_s is hung: retire the session,
+            # so the pool starts another instead of every request waiting here in turn.
+            error = UpstreamError(f"upstream did not answer {message['method']} in time")
+            self._waiters.pop(rid, None)
+            waiter.cancel()  # this caller gets the error raised; nobody else awaits it
+            self._lost(error)
+            spawn(self._disconnect(), name=f"upstream-retire-{self.name}")
+            raise error from exc
         finally:
             self._waiters.pop(rid, None)
 
@@ -178,6 +200,9 @@ class DuplexSession:
         """One message from the server, in the order it was sent."""
         if not isinstance(message.get("method"), str):
             rid = message.get("id")
+            if isinstance(rid, bool) or not isinstance(rid, str | int):
+                log.info("upstream_unexpected_response", upstream=self.name)
+                return
             waiter = self._waiters.get(rid)
             if waiter is not None and not waiter.done():
                 waiter.set_result(message)

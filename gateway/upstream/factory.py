@@ -15,7 +15,7 @@ from gateway.config import SSE, STDIO, UpstreamConfig
 from gateway.protocol.capabilities import ClientCaps
 from gateway.upstream.http.session import HttpSession
 from gateway.upstream.http.wire import Endpoint
-from gateway.upstream.pool import PooledSession, SessionFactory
+from gateway.upstream.port import PooledSession, SessionFactory
 from gateway.upstream.sse.session import SseSession
 from gateway.upstream.stdio.session import Command, StdioSession
 
@@ -27,6 +27,7 @@ def session_factory(
     http: aiohttp.ClientSession,
     upstream: UpstreamConfig,
     authorization: Callable[[], Awaitable[str]] | None = None,
+    unauthorized: Callable[[], None] | None = None,
 ) -> SessionFactory:
     """Sessions of `upstream`'s transport; `authorization` gives the gateway's own token."""
     if upstream.transport == STDIO:
@@ -51,6 +52,7 @@ def session_factory(
         timeout_s=upstream.timeout_s,
         client_version=__version__,
         authorization=authorization,
+        unauthorized=unauthorized,
     )
     if upstream.transport == SSE:
 

@@ -17,7 +17,7 @@ import asyncio
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, cast
+from typing import cast
 
 import structlog
 
@@ -29,38 +29,11 @@ from gateway.errors import CapacityExceeded, SessionsBusy, UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import Version
-from gateway.upstream.port import Inbox, SessionExpired, UpstreamSession
+from gateway.upstream.port import PooledSession, SessionExpired, SessionFactory, UpstreamSession
 
 log = structlog.get_logger("gateway.upstream")
 
 
-class PooledSession(UpstreamSession, Protocol):
-    """What the pool needs of a session beyond the port."""
-
-    requests: int
-    last_used: float
-
-    @property
-    def alive(self) -> bool: ...
-
-    async def open(self) -> UpstreamInfo: ...
-
-    async def adopt(self, session_id: str, version: Version) -> None: ...
-
-    async def close(self) -> None: ...
-
-    async def wait_quiet(self) -> None: ...
-
-    def attach(self, inbox: Inbox) -> None: ...
-
-    def detach(self) -> None: ...
-
-    async def request(
-        self, method: str, params: dict[str, Any] | None, headers: Mapping[str, str] | None = None
-    ) -> dict[str, Any]: ...
-
-
-SessionFactory = Callable[[ClientCaps], PooledSession]
 
 
 class SessionPool:
@@ -96,6 +69,7 @@ class SessionPool:
         # Sessions opening in the background (cancelled by close) and sessions closing
         # (awaited by close: a stdio server takes a moment to stop).
         self._openers: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
+        self._probe: asyncio.Task[None] | None = None
         self._closings: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
 
     def _failed(self) -> None:
@@ -119,14 +93,21 @@ class SessionPool:
             log.warning("upstream_unreachable_at_start", upstream=self.name, error=exc.message)
 
     async def check(self) -> bool:
-        """Readiness: reachable now, or re-tried once (bounded) if it was not."""
+        """Readiness: reachable now, or re-tried once (bounded) if it was not.
+
+        A live shared session proves the upstream reachable. A start slower than the
+        probe is not cancelled: it goes on in the background and counts once it is up.
+        """
         if self.reachable:
             return True
-        try:
-            async with asyncio.timeout(2):
-                await self.shared(ClientCaps())
-        except (UpstreamError, CapacityExceeded, TimeoutError):
-            return False
+        shared = self._shared.get(ClientCaps().key)
+        if shared is not None and self._usable(shared):
+            self.reachable = True
+            return True
+        if self._probe is None or self._probe.done():
+            self._probe = spawn(self._warm_up(), name=f"pool-probe-{self.name}")
+            self._openers.add(self._probe)
+        await asyncio.wait({self._probe}, timeout=2)
         return self.reachable
 
     async def close(self) -> None:
@@ -167,6 +148,7 @@ class SessionPool:
             # given back and the half-open session closed, in a task of its own.
             self._count -= 1
             self._closings.add(spawn(session.close(), name=f"pool-close-{self.name}"))
+            spawn(self._notify_freed(), name=f"pool-freed-{self.name}")
             if isinstance(exc, UpstreamError | TimeoutError):
                 self._start_failed(exc)
             if isinstance(exc, TimeoutError):
@@ -258,6 +240,7 @@ class SessionPool:
         except BaseException:
             self._count -= 1
             self._closings.add(spawn(session.close(), name=f"pool-close-{self.name}"))
+            spawn(self._notify_freed(), name=f"pool-freed-{self.name}")
             raise
         return session
 
@@ -312,6 +295,7 @@ class SessionPool:
         else:
             session.last_used = self.clock.monotonic()
             self._idle[caps.key].append(session)
+            await self._notify_freed()  # someone may be waiting for a session of these caps
 
     async def shared(self, caps: ClientCaps) -> PooledSession:
         """The session plain requests of this capability set share.

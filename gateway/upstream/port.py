@@ -15,7 +15,7 @@ This module holds only types; no transport code.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -164,3 +164,32 @@ class UpstreamPool(Protocol):
     async def upstream_info(self) -> UpstreamInfo:
         """What the upstream said in `initialize`. Raises: UpstreamError."""
         ...
+
+
+class PooledSession(UpstreamSession, Protocol):
+    """What the pool (`gateway.upstream.pool`) needs of a session beyond the port."""
+
+    requests: int
+    last_used: float
+
+    @property
+    def alive(self) -> bool: ...
+
+    async def open(self) -> UpstreamInfo: ...
+
+    async def adopt(self, session_id: str, version: Version) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def wait_quiet(self) -> None: ...
+
+    def attach(self, inbox: Inbox) -> None: ...
+
+    def detach(self) -> None: ...
+
+    async def request(
+        self, method: str, params: dict[str, Any] | None, headers: Mapping[str, str] | None = None
+    ) -> dict[str, Any]: ...
+
+
+SessionFactory = Callable[[ClientCaps], PooledSession]

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 from aiohttp import web
@@ -24,6 +25,7 @@ from gateway.auth import (
     Identity,
     WallClock,
     build_authenticator,
+    metadata_url,
     route_metadata,
     well_known_paths,
 )
@@ -85,6 +87,28 @@ class FrontDoor:
 
     def _needs(self, method: str, target: str | None) -> tuple[str, ...]:
         return self.upstream.target(method, target).scopes
+
+    def check_request(self, caller: Caller, method: str, params: dict[str, Any]) -> None:
+        """Refuse a request about a tool, prompt or resource the caller lacks scopes for:
+        calling or reading it, and completing its arguments (`completion/complete`).
+
+        Raises:
+            InsufficientScope: 403 naming every scope needed.
+        """
+        if method == "completion/complete":
+            ref = params.get("ref")
+            if isinstance(ref, dict):
+                kinds = {
+                    "ref/prompt": ("prompts/get", "name"),
+                    "ref/resource": ("resources/read", "uri"),
+                }
+                kind = kinds.get(str(ref.get("type")))
+                if kind is not None:
+                    target = ref.get(kind[1])
+                    self.check_target(caller, kind[0], target if isinstance(target, str) else None)
+            return
+        target = params.get("uri") if method == "resources/read" else params.get("name")
+        self.check_target(caller, method, target if isinstance(target, str) else None)
 
     def check_target(self, caller: Caller, method: str, target: str | None) -> None:
         """Refuse a tool, prompt or resource the caller lacks the scopes for.
@@ -160,8 +184,11 @@ def add_metadata_routes(app: web.Application, config: GatewayConfig) -> None:
     for upstream in config.upstreams:
         document = route_metadata(auth.route(upstream.path))
         inserted, root = well_known_paths(upstream.path)
-        paths = [inserted, root] if len(config.upstreams) == 1 else [inserted]
-        for path in paths:
+        # Behind a proxy that adds a path prefix (public_url https://h/base), the challenge
+        # names .../oauth-protected-resource/base/mcp: the proxy may pass it on unchanged.
+        advertised = urlsplit(metadata_url(auth.public_url, upstream.path)).path
+        paths = {inserted, advertised} | ({root} if len(config.upstreams) == 1 else set())
+        for path in sorted(paths):
             app.router.add_get(path, _serve_document(document))
 
 

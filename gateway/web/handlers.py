@@ -95,8 +95,7 @@ class McpEndpoint:
         started = time.monotonic()
         outcome = "complete"
         try:
-            if message.method in inbound.INTERRUPTIBLE:
-                self.front_door.check_target(caller, message.method, message.target)
+            self.front_door.check_request(caller, message.method, message.params)
             if message.method == "tools/call":
                 declared = await self.tool_headers.for_tool(message.target)
                 params.check_param_headers(declared, message.params.get("arguments"), headers)

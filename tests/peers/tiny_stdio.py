@@ -36,6 +36,12 @@ def call(rid: object, name: str, args: dict, lines) -> None:
         os._exit(3)
     elif name == "pid":
         text(rid, str(os.getpid()))
+    elif name == "odd_id":  # a response no one asked for, with an id that is not a scalar
+        send({"jsonrpc": "2.0", "id": [1], "result": {}})
+        text(rid, "still here")
+    elif name == "deaf":  # stops reading its input for good
+        text(rid, "not listening")
+        time.sleep(3600)
     elif name == "environ":
         text(rid, json.dumps(dict(os.environ)))
     elif name == "spawn":
@@ -79,7 +85,7 @@ def main() -> None:
                 }
             )
         elif method == "tools/list":
-            names = ["echo", "big", "crash", "spawn", "ask", "pid", "environ"]
+            names = ["echo", "big", "crash", "spawn", "ask", "pid", "environ", "odd_id", "deaf"]
             tools = [{"name": n, "inputSchema": {"type": "object"}} for n in names]
             send({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}})
         elif method == "tools/call":

@@ -175,3 +175,19 @@ async def test_idle_sessions_beyond_min_idle_are_reaped_on_the_pools_clock() -> 
         assert sessions.size == 2  # shared + min_idle
     finally:
         await sessions.close()
+
+
+async def test_a_caller_waiting_for_a_slot_gets_the_session_a_prewarm_just_opened() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory, min_idle=1, max_sessions=2, acquire_timeout_s=30)
+    factory.gate.clear()
+    first = spawn(sessions.acquire(ClientCaps()), name="first")
+    await factory.opening.get()  # the first caller's session opens ...
+    factory.gate.set()
+    await first
+    await factory.opening.get()  # ... then a pre-warmed one takes the second slot
+    second = spawn(sessions.acquire(ClientCaps()), name="second")
+    async with asyncio.timeout(5):  # without a wake-up it would wait the full 30 s
+        session = await second
+    assert session.alive and sessions.size == 2

@@ -28,7 +28,8 @@ ASKING = ClientCaps(elicitation_form=True)
 
 
 def command(**overrides: Any) -> Command:
-    return Command(name="tiny", argv=(sys.executable, str(TINY)), timeout_s=10, **overrides)
+    settings: dict[str, Any] = {"timeout_s": 10, **overrides}
+    return Command(name="tiny", argv=(sys.executable, str(TINY)), **settings)
 
 
 def text_of(reply: dict[str, Any]) -> str:
@@ -182,3 +183,25 @@ async def test_a_gateway_killed_with_sigkill_leaves_no_process_behind() -> None:
         gateway.stop()
     for pid in everyone:
         await exited(pid)
+
+
+async def test_a_response_with_an_odd_id_is_ignored_and_the_session_goes_on() -> None:
+    session = StdioSession(command(), ClientCaps())
+    await session.open()
+    try:
+        assert await call_tool(session, "odd_id") == "still here"
+        assert await call_tool(session, "echo", text="ok") == "ok" and session.alive
+    finally:
+        await session.close()
+
+
+async def test_a_server_that_stops_reading_is_retired_after_the_timeout_not_waited_on() -> None:
+    session = StdioSession(command(timeout_s=1), ClientCaps())
+    await session.open()
+    try:
+        assert await call_tool(session, "deaf") == "not listening"
+        with pytest.raises(UpstreamError):  # a 1 MiB request fills the pipe nobody reads
+            await asyncio.wait_for(call_tool(session, "echo", text="x" * (1 << 20)), 10)
+        assert not session.alive
+    finally:
+        await session.close()

@@ -311,3 +311,63 @@ async def test_a_gateway_without_auth_beyond_loopback_says_so_at_start(
         await server.start_server()
     await server.close()
     assert "gateway_unauthenticated" in [entry["event"] for entry in logs]
+
+
+async def test_behind_a_path_prefix_the_advertised_metadata_url_is_served(
+    legacy: LegacyServer, issuer: AuthServer
+) -> None:
+    config = {
+        "auth": {"public_url": "http://127.0.0.1:8000/base", "oauth": {"issuer": issuer.issuer}},
+        "upstreams": [{"name": "legacy", "url": legacy.url}],
+    }
+    server = TestServer(build_app(parse_config(config, env={})), host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as http:
+            gateway = Front(server, http)
+            status, _, headers = await gateway.post(call("greet"))
+            advertised = headers["WWW-Authenticate"].split('resource_metadata="')[1].split('"')[0]
+            assert advertised.endswith("/.well-known/oauth-protected-resource/base/mcp")
+            path = "/.well-known/oauth-protected-resource/base/mcp"
+            async with http.get(server.make_url(path)) as resp:
+                assert (await resp.json())["resource"] == "http://127.0.0.1:8000/base/mcp"
+    finally:
+        await server.close()
+
+
+async def test_completing_a_prompts_arguments_needs_the_prompts_scopes(
+    legacy: LegacyServer, issuer: AuthServer, tmp_path: Path
+) -> None:
+    config = {
+        "auth": {"public_url": PUBLIC, "oauth": {"issuer": issuer.issuer}},
+        "upstreams": [
+            {"name": "legacy", "url": legacy.url, "prompts": {"interview": {"scopes": ["hr"]}}}
+        ],
+    }
+    server = TestServer(build_app(parse_config(config, env={})), host="127.0.0.1")
+    await server.start_server()
+    body = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "completion/complete",
+        "params": {
+            "ref": {"type": "ref/prompt", "name": "interview"},
+            "argument": {"name": "guest", "value": "a"},
+            "_meta": META,
+        },
+    }
+    try:
+        async with aiohttp.ClientSession() as http:
+            status, _, headers = await Front(server, http).post(body, issuer.sign())
+    finally:
+        await server.close()
+    assert status == 403 and 'scope="hr' in headers["WWW-Authenticate"]
+
+
+def test_urls_in_logs_carry_no_credentials_and_any_host_list() -> None:
+    from gateway.app import redact
+
+    assert redact("redis://:s3cret@redis:6379/0") == "redis://redis:6379/0"
+    assert redact("unix:///run/redis.sock?db=0&password=s3cret") == "unix:///run/redis.sock"
+    sentinel = "redis+sentinel://:pw@h1:26379,h2:26379/mymaster"
+    assert redact(sentinel) == "redis+sentinel://h1:26379,h2:26379/mymaster"

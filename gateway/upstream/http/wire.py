@@ -50,8 +50,15 @@ class Endpoint:
     timeout_s: float
     client_name: str = "mrtr-gateway"
     client_version: str = "0.1.0"
-    # The gateway's own `Authorization` for this upstream (never the client's), per request.
+    # The gateway's own `Authorization` for this upstream (never the client's), per request,
+    # and what to do when the upstream refuses it (401): fetch a fresh one next time.
     authorization: Callable[[], Awaitable[str]] | None = None
+    unauthorized: Callable[[], None] | None = None
+
+    def refused(self, status: int) -> None:
+        """Note an upstream answer: a 401 drops the gateway's cached token."""
+        if status == 401 and self.unauthorized is not None:
+            self.unauthorized()
 
     async def request_headers(self, **more: str) -> dict[str, str]:
         """The static headers, the gateway's own credentials, then `more`.
@@ -91,7 +98,14 @@ class HttpWire:
             self.session_id = resp.headers[SESSION_HEADER]
 
     def _check_status(self, resp: aiohttp.ClientResponse) -> None:
-        """Raises: SessionExpired on a 404 for a request that carried the session id."""
+        """Raises: SessionExpired on a 404 for a request that carried the session id;
+        UpstreamError on a redirect (never followed: it would carry the headers along)."""
+        self.endpoint.refused(resp.status)
+        if 300 <= resp.status < 400:
+            where = resp.headers.get("Location", "elsewhere")
+            raise UpstreamError(
+                f"upstream redirected to {where}; set the upstream's url to where it points"
+            )
         if resp.status == 404 and self.session_id is not None:
             self.gone = True
             raise SessionExpired()
@@ -106,7 +120,10 @@ class HttpWire:
         with mapped_errors(f"sending a {kind}"):
             async with asyncio.timeout(self.endpoint.timeout_s):
                 async with self.http.post(
-                    self.endpoint.url, data=jsonrpc.dumps(message), headers=await self.headers()
+                    self.endpoint.url,
+                    data=jsonrpc.dumps(message),
+                    headers=await self.headers(),
+                    allow_redirects=False,
                 ) as resp:
                     self._capture_session(resp)
                     await resp.read()
@@ -119,7 +136,9 @@ class HttpWire:
         with mapped_errors("ending the session"):
             async with asyncio.timeout(5):
                 headers = await self.headers()
-                async with self.http.delete(self.endpoint.url, headers=headers) as resp:
+                async with self.http.delete(
+                    self.endpoint.url, headers=headers, allow_redirects=False
+                ) as resp:
                     await resp.read()
 
     async def open_get(self, last_event_id: str | None = None) -> aiohttp.ClientResponse:
@@ -129,7 +148,10 @@ class HttpWire:
             headers["Last-Event-ID"] = last_event_id
         with mapped_errors("opening a GET stream"):
             return await self.http.get(
-                self.endpoint.url, headers=headers, timeout=stream_timeout(self.endpoint.timeout_s)
+                self.endpoint.url,
+                headers=headers,
+                timeout=stream_timeout(self.endpoint.timeout_s),
+                allow_redirects=False,  # headers (credentials) never follow to another origin
             )
 
     async def exchange(
@@ -150,6 +172,7 @@ class HttpWire:
                 data=jsonrpc.dumps(message),
                 headers={**await self.headers(), **(extra or {})},
                 timeout=stream_timeout(self.endpoint.timeout_s),
+                allow_redirects=False,
             ) as resp:
                 self._capture_session(resp)
                 self._check_status(resp)

@@ -45,8 +45,12 @@ class SseSession(DuplexSession):
         headers = await self.endpoint.request_headers(Accept="text/event-stream")
         with mapped_errors("opening the SSE stream"):
             resp = await self.http.get(
-                self.endpoint.url, headers=headers, timeout=stream_timeout(self.endpoint.timeout_s)
+                self.endpoint.url,
+                headers=headers,
+                timeout=stream_timeout(self.endpoint.timeout_s),
+                allow_redirects=False,  # a redirect would carry the headers to another origin
             )
+        self.endpoint.refused(resp.status)
         ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if resp.status != 200 or ctype != "text/event-stream":
             resp.release()
@@ -88,6 +92,9 @@ class SseSession(DuplexSession):
                                 self._deliver(message)
         except UpstreamError as exc:
             error = exc
+        except Exception as exc:  # noqa: BLE001 - whatever broke the reader, the session is dead
+            log.exception("upstream_reader_failed", upstream=self.name)
+            error = UpstreamError(f"reading the SSE stream failed: {type(exc).__name__}")
         if not found.done():
             found.set_exception(error)
         log.info("upstream_sse_stream_ended", upstream=self.name, error=str(error))
@@ -100,10 +107,14 @@ class SseSession(DuplexSession):
         with mapped_errors("posting to the SSE endpoint"):
             async with asyncio.timeout(self.endpoint.timeout_s):
                 async with self.http.post(
-                    self.post_url, data=jsonrpc.dumps(message), headers=headers
+                    self.post_url,
+                    data=jsonrpc.dumps(message),
+                    headers=headers,
+                    allow_redirects=False,
                 ) as resp:
                     await resp.read()
-                    if resp.status >= 400:
+                    self.endpoint.refused(resp.status)
+                    if resp.status >= 300:
                         raise UpstreamError(f"upstream answered HTTP {resp.status} to a message")
 
     async def _disconnect(self) -> None:

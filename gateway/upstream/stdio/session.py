@@ -159,6 +159,11 @@ class StdioSession(DuplexSession):
             self._lost(UpstreamError(f"the stdio server sent {exc}"))
             spawn(self._disconnect(), name=f"stdio-stop-{self.name}")
             return
+        except Exception as exc:  # noqa: BLE001 - whatever broke the reader, the session is dead
+            log.exception("upstream_reader_failed", upstream=self.name)
+            self._lost(UpstreamError(f"reading the stdio server failed: {type(exc).__name__}"))
+            spawn(self._disconnect(), name=f"stdio-stop-{self.name}")
+            return
         status = await self.proc.wait()
         if self._stopping:
             return  # closed on purpose; `_disconnect` logs the ending
