@@ -68,7 +68,11 @@ class RedisBus:
 
     async def close(self) -> None:
         for task in self._tasks:
-            await cancel_and_wait(task)
+            try:
+                async with asyncio.timeout(5):  # bounded, whatever the client does
+                    await cancel_and_wait(task)
+            except TimeoutError:
+                log.warning("fleet_task_stuck", task=task.get_name())
         try:
             await self.client.delete(self.replica_key(self.replica_id))
         except (RedisError, OSError):
@@ -85,6 +89,7 @@ class RedisBus:
                     log.info("fleet_joined", replica=self.replica_id)
                 self.healthy = True
             except (RedisError, OSError) as exc:
+                _stop_if_cancelled(exc)
                 if self.healthy:
                     log.warning("fleet_heartbeat_failed", error=str(exc))
                 self.healthy = False
@@ -96,6 +101,7 @@ class RedisBus:
             try:
                 popped = await self.client.blpop([key], timeout=_POLL_S)
             except (RedisError, OSError) as exc:
+                _stop_if_cancelled(exc)
                 log.warning("fleet_inbox_failed", error=str(exc))
                 await clocks.sleep(self.clock, _POLL_S)
                 continue
@@ -144,6 +150,18 @@ class RedisBus:
         except (RedisError, OSError) as exc:
             raise StoreError(f"Redis: {exc}") from exc
         return None if popped is None else _text(popped[1])
+
+
+def _stop_if_cancelled(exc: BaseException) -> None:
+    """A cancellation that redis-py turned into a connection error is still a cancellation:
+    a loop that carried on would hold up the shutdown that cancelled it.
+
+    Raises:
+        CancelledError: this task is being cancelled.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError() from exc
 
 
 def _text(raw: str | bytes) -> str:
