@@ -11,7 +11,7 @@ works as before: the principal is a hash of whatever `Authorization` arrived.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -122,26 +122,47 @@ class FrontDoor:
         if needs:
             self.authenticator.require(caller.identity, (*self.authenticator.scopes, *needs))
 
-    def visible_tools(self, caller: Caller, result: dict[str, Any]) -> dict[str, Any]:
-        """`tools/list` as this caller may see it: tools it lacks scopes for are left out.
-
-        A list that depends on who asks is private to the caller.
+    def visible(self, caller: Caller, method: str, result: dict[str, Any]) -> dict[str, Any]:
+        """A list (`tools/list`, `prompts/list`, `resources/list`) as this caller may see
+        it: entries it lacks scopes for are left out, and a list that depends on who asks
+        is private to the caller.
         """
-        if self.authenticator is None or caller.identity is None:
+        listed = _LISTS.get(method)
+        if listed is None or self.authenticator is None or caller.identity is None:
             return result
-        if not any(t.scopes for t in self.upstream.tools.values()):
+        member, field, called = listed
+        if not any(t.scopes for t in self._targets(called).values()):
             return result
-        identity = caller.identity
-        tools = result.get("tools")
-        if isinstance(tools, list):
+        entries = result.get(member)
+        if isinstance(entries, list):
+            identity = caller.identity
             result = dict(result)
-            result["tools"] = [t for t in tools if _may(identity, self._tool_needs(t))]
+            result[member] = [
+                e for e in entries if _may(identity, self._needs(called, _field(e, field)))
+            ]
             result["cacheScope"] = "private"
         return result
 
-    def _tool_needs(self, tool: Any) -> Iterable[str]:
-        name = tool.get("name") if isinstance(tool, dict) else None
-        return self._needs("tools/call", name if isinstance(name, str) else None)
+    def _targets(self, method: str) -> Mapping[str, Any]:
+        upstream = self.upstream
+        return {
+            "tools/call": upstream.tools,
+            "prompts/get": upstream.prompts,
+            "resources/read": upstream.resources,
+        }[method]
+
+
+#: list method -> (its result's member, the entry's name field, the method that uses it)
+_LISTS = {
+    "tools/list": ("tools", "name", "tools/call"),
+    "prompts/list": ("prompts", "name", "prompts/get"),
+    "resources/list": ("resources", "uri", "resources/read"),
+}
+
+
+def _field(entry: Any, field: str) -> str | None:
+    value = entry.get(field) if isinstance(entry, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def _may(identity: Identity, needs: Iterable[str]) -> bool:

@@ -108,8 +108,7 @@ class McpEndpoint:
                 result = translate.discover_result(info, self.upstream.cache)
             else:
                 result = await self._pass_through(message)
-                if message.method == "tools/list":
-                    result = self.front_door.visible_tools(caller, result)
+                result = self.front_door.visible(caller, message.method, result)
             reply, status = jsonrpc.result(message.id, result), 200
         except RpcError as exc:
             outcome = "error"

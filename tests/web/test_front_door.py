@@ -335,7 +335,7 @@ async def test_behind_a_path_prefix_the_advertised_metadata_url_is_served(
         await server.close()
 
 
-async def test_completing_a_prompts_arguments_needs_the_prompts_scopes(
+async def test_a_prompts_scopes_guard_its_completions_and_its_place_in_the_list(
     legacy: LegacyServer, issuer: AuthServer, tmp_path: Path
 ) -> None:
     config = {
@@ -362,6 +362,20 @@ async def test_completing_a_prompts_arguments_needs_the_prompts_scopes(
     finally:
         await server.close()
     assert status == 403 and 'scope="hr' in headers["WWW-Authenticate"]
+    server = TestServer(build_app(parse_config(config, env={})), host="127.0.0.1")
+    await server.start_server()
+    listing = {"jsonrpc": "2.0", "id": 4, "method": "prompts/list", "params": {"_meta": META}}
+    try:
+        async with aiohttp.ClientSession() as http:
+            status, listed, _ = await Front(server, http).post(listing, issuer.sign())
+            names = {p["name"] for p in listed["result"]["prompts"]}
+            assert "interview" not in names and "plain" in names
+            assert listed["result"]["cacheScope"] == "private"
+            hr = issuer.sign(issuer.claims(scope="hr"))
+            status, listed, _ = await Front(server, http).post(listing, hr)
+            assert "interview" in {p["name"] for p in listed["result"]["prompts"]}
+    finally:
+        await server.close()
 
 
 def test_urls_in_logs_carry_no_credentials_and_any_host_list() -> None:
