@@ -115,17 +115,20 @@ class DuplexSession:
     # -- exchanges ---------------------------------------------------------------------
 
     async def send(self, message: dict[str, Any]) -> None:
-        """Write a response or notification. Raises: UpstreamError."""
+        """Write a response or notification, within `timeout_s`.
+
+        A server that does not take it in time is hung: the session is retired.
+
+        Raises:
+            UpstreamError
+        """
         if self._ended is not None:
             raise self._ended
         try:
             async with asyncio.timeout(self.timeout_s):
                 await self._write(message)
         except TimeoutError as exc:
-            error = UpstreamError("the upstream stopped reading its input")
-            self._lost(error)
-            spawn(self._disconnect(), name=f"upstream-retire-{self.name}")
-            raise error from exc
+            raise self._retire(UpstreamError("the upstream stopped reading its input")) from exc
 
     async def pump(
         self,
@@ -139,17 +142,9 @@ class DuplexSession:
         self._call = (message["id"], inbox, done)
         self.requests += 1
         try:
-            if self._ended is not None:
-                raise self._ended
-            async with asyncio.timeout(self.timeout_s):
-                await self._write(message)
+            await self.send(message)
             cursor.accepted = True
             await done.wait()
-        except TimeoutError:
-            error = UpstreamError("the upstream stopped reading its input")
-            self._lost(error)
-            spawn(self._disconnect(), name=f"upstream-retire-{self.name}")
-            inbox.put_nowait(StreamEnd(error))
         except UpstreamError as exc:
             inbox.put_nowait(StreamEnd(exc))
         finally:
@@ -185,12 +180,10 @@ class DuplexSession:
         except TimeoutError as exc:
             # A server that does not answer within timeout_s is hung: retire the session,
             # so the pool starts another instead of every request waiting here in turn.
-            error = UpstreamError(f"upstream did not answer {message['method']} in time")
             self._waiters.pop(rid, None)
             waiter.cancel()  # this caller gets the error raised; nobody else awaits it
-            self._lost(error)
-            spawn(self._disconnect(), name=f"upstream-retire-{self.name}")
-            raise error from exc
+            error = UpstreamError(f"upstream did not answer {message['method']} in time")
+            raise self._retire(error) from exc
         finally:
             self._waiters.pop(rid, None)
 
@@ -220,6 +213,12 @@ class DuplexSession:
         answer = answer_outside_call(message)
         if answer is not None:
             spawn(self._answer_quietly(answer), name=f"upstream-outside-answer-{self.name}")
+
+    def _retire(self, error: UpstreamError) -> UpstreamError:
+        """The session is unusable: fail everyone waiting, stop the transport; `error` back."""
+        self._lost(error)
+        spawn(self._disconnect(), name=f"upstream-retire-{self.name}")
+        return error
 
     def _lost(self, error: UpstreamError) -> None:
         """The stream ended: fail everyone waiting; the session is dead."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cases import CASE_IDS, CASES, drive, text_of
+from tests.support.cases import CASE_IDS, CASES, complete_case, drive, text_of
 from tests.support.inprocess import Gateway
 from tests.support.legacy import body_runs  # also imported from here by test_robustness.py
 
@@ -25,21 +25,7 @@ async def test_modern_client_completes_legacy_tool_through_gateway(
     rounds: list[list[str]],
     text: str,
 ) -> None:
-    run_id = uuid.uuid4().hex
-    reply = await drive(
-        modern,
-        {
-            "op": "call_tool",
-            "url": gateway.url,
-            "name": tool,
-            "arguments": {**arguments, "run_id": run_id},
-        },
-    )
-    assert reply["rounds"] == rounds
-    assert text_of(reply) == text
-    assert reply["result"]["resultType"] == "complete"
-    assert await body_runs(gateway, tool, run_id) == 1
-    assert gateway.bridge.calls == {}
+    await complete_case(gateway, modern, tool, arguments, rounds, text)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ three transports, each driven by the mcp 2.x client pinned to 2026-07-28."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,8 @@ import pytest
 
 from tests.peers.npm import EverythingServer, everything_stdio_command, ts_server_command
 from tests.peers.tooling import LegacyServer, legacy_stdio_command
-from tests.support.cases import CASE_IDS, CASES, drive, text_of
+from tests.support.cases import CASE_IDS, CASES, complete_case, drive, text_of
 from tests.support.inprocess import Gateway
-from tests.support.legacy import body_runs
 from tests.support.wire import rpc
 
 pytestmark = pytest.mark.peers
@@ -55,14 +53,7 @@ async def test_every_interactive_tool_completes_over_stdio_and_sse(
     rounds: list[list[str]],
     text: str,
 ) -> None:
-    run_id = uuid.uuid4().hex
-    command = {"op": "call_tool", "url": legacy_over.url, "name": tool}
-    command["arguments"] = {**arguments, "run_id": run_id}
-    reply = await drive(modern, command)
-    assert reply["rounds"] == rounds
-    assert text_of(reply) == text
-    assert await body_runs(legacy_over, tool, run_id) == 1
-    assert legacy_over.bridge.calls == {}
+    await complete_case(legacy_over, modern, tool, arguments, rounds, text)
 
 
 async def test_progress_prompts_and_resources_over_stdio_and_sse(

@@ -4,9 +4,12 @@ mcp 2.x client that completes them."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 from tests.peers.tooling import ModernClient
+from tests.support.inprocess import Gateway
+from tests.support.legacy import body_runs
 
 # (tool, arguments, the rounds the client sees (input keys per round), the final text)
 CASES = [
@@ -67,3 +70,23 @@ def text_of(reply: dict[str, Any]) -> str:
     if "contents" in result:
         return " ".join(c.get("text", "") for c in result["contents"])
     return " ".join(m["content"]["text"] for m in result["messages"])
+
+
+async def complete_case(
+    gateway: Gateway,
+    modern: ModernClient,
+    tool: str,
+    arguments: dict[str, Any],
+    rounds: list[list[str]],
+    text: str,
+) -> None:
+    """The modern client completes `tool` through `gateway` with exactly these rounds and
+    this text; the tool's body ran once and the gateway holds no call afterwards."""
+    run_id = uuid.uuid4().hex
+    command = {"op": "call_tool", "url": gateway.url, "name": tool}
+    reply = await drive(modern, {**command, "arguments": {**arguments, "run_id": run_id}})
+    assert reply["rounds"] == rounds
+    assert text_of(reply) == text
+    assert reply["result"]["resultType"] == "complete"
+    assert await body_runs(gateway, tool, run_id) == 1
+    assert gateway.bridge.calls == {}

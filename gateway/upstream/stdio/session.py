@@ -156,13 +156,11 @@ class StdioSession(DuplexSession):
                         self._deliver(message)
         except MessageTooLarge as exc:
             log.warning("upstream_message_too_large", upstream=self.name, error=str(exc))
-            self._lost(UpstreamError(f"the stdio server sent {exc}"))
-            spawn(self._disconnect(), name=f"stdio-stop-{self.name}")
+            self._retire(UpstreamError(f"the stdio server sent {exc}"))
             return
         except Exception as exc:  # noqa: BLE001 - whatever broke the reader, the session is dead
             log.exception("upstream_reader_failed", upstream=self.name)
-            self._lost(UpstreamError(f"reading the stdio server failed: {type(exc).__name__}"))
-            spawn(self._disconnect(), name=f"stdio-stop-{self.name}")
+            self._retire(UpstreamError(f"reading the stdio server failed: {type(exc).__name__}"))
             return
         status = await self.proc.wait()
         if self._stopping:
