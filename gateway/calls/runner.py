@@ -3,9 +3,10 @@
 A call takes a session of its own from the pool, sends the legacy request, and
 reads what the server says in the order it says it. The sans-IO `CallMachine`
 decides what each message means; this module does the I/O it asks for: relay a
-notification to the client, answer the server, wait a short coalescing window
-after a question for its siblings, hand the call to `Suspender` when the window
-closes, finish it when the server answers. Every round is bounded by
+notification to the client, answer the server, gather a question's siblings
+(`Pace` says whether to wait `limits.coalesce_ms` for them or only for what is
+already buffered), hand the call to `Suspender` when the round closes, finish it
+when the server answers. Every round is bounded by
 `limits.hold_timeout_s`; a client that goes away cancels its call upstream.
 """
 
@@ -21,6 +22,7 @@ from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.calls.endings import Endings
 from gateway.calls.live import LiveCall, Registry
+from gateway.calls.pace import Pace, Target
 from gateway.calls.suspension import Suspender, server_info
 from gateway.clock import Clock
 from gateway.config import REPLAY, LimitsConfig, UpstreamConfig
@@ -71,6 +73,7 @@ class Runner:
         self.clock = clock
         self.limits = limits
         self.metrics = metrics
+        self.pace = Pace(limits.coalesce_ms / 1000)
 
     async def start(
         self,
@@ -157,6 +160,8 @@ class Runner:
                 raise CallLost()
             self.registry.fire(call, Trigger.RESUME)
             await cancel_and_wait(call.expiry)
+            if _holds_question(call.inbox):
+                self.pace.sibling_late(_target(call))
             responses = front.params.get("inputResponses") or {}
             log.info(
                 "call_resumed",
@@ -234,14 +239,21 @@ class Runner:
 
     async def _read(self, call: LiveCall, notify: Notify) -> dict[str, Any]:
         machine = call.machine
-        window = self.limits.coalesce_ms / 1000
+        target = _target(call)
+        grace = self.pace.grace_s(target)
+        asked = 0
         # Answers still missing after a retry: ask again once the window closes.
-        closes_at = self.clock.monotonic() + window if machine.pending else None
+        closes_at = self.clock.monotonic() + self.pace.window_s if machine.pending else None
         while True:
+            if asked and not grace and await _settled(call.inbox):
+                self.pace.round_closed(target, asked)
+                return await self.suspender.suspend(call)
             try:
                 async with clocks.deadline(self.clock, closes_at):
                     item = await call.inbox.get()
             except TimeoutError:
+                if asked:
+                    self.pace.round_closed(target, asked)
                 return await self.suspender.suspend(call)
             if isinstance(item, StreamEnd):
                 raise item.error
@@ -251,7 +263,8 @@ class Runner:
                 elif isinstance(action, Answer):
                     await call.session.send(action.message())
                 elif isinstance(action, Asked):
-                    closes_at = self.clock.monotonic() + window
+                    asked += 1
+                    closes_at = self.clock.monotonic() + grace
                 elif isinstance(action, Refused):
                     await self.endings.end(call, Trigger.FAIL, "capability not declared")
                     raise MissingClientCapability(action.required)
@@ -288,3 +301,32 @@ def round_context(front: FrontRequest) -> RoundContext:
         progress_token=envelope.progress_token,
         log_level=envelope.log_level,
     )
+
+
+#: Event-loop turns a closing round yields, so that what the upstream has already
+#: delivered to this process (a socket read, a parsed event) reaches the inbox.
+SETTLE_TURNS = 3
+
+
+async def _settled(inbox: asyncio.Queue[Any]) -> bool:
+    """Whether nothing more is buffered for the call: the inbox stays empty while the
+    loop runs its ready callbacks a few times (a turn, not a timed wait)."""
+    for _ in range(SETTLE_TURNS):
+        if not inbox.empty():
+            return False
+        await asyncio.sleep(0)
+    return inbox.empty()
+
+
+def _holds_question(inbox: asyncio.Queue[Any]) -> bool:
+    """Whether a server request waits in the inbox (it came while the call was parked)."""
+    items = []
+    while not inbox.empty():
+        items.append(inbox.get_nowait())
+    for item in items:
+        inbox.put_nowait(item)
+    return any(isinstance(i, dict) and "method" in i and "id" in i for i in items)
+
+
+def _target(call: LiveCall) -> Target:
+    return (call.upstream.name, call.machine.method, call.target)

@@ -1,0 +1,355 @@
+"""The performance report: every goal figure of the gateway, measured in one run.
+
+    .venv/bin/python bench/report.py [--quick] [--only passthrough,roundtrip,...]
+
+Each figure is a ratio against a baseline measured in the same run on the same
+machine (the same mcp 1.x legacy server driven directly by a legacy client), so
+the figures compare across machines while the absolute numbers do not. The
+gateways run with the shipped default logging, their stderr on a pipe that is
+drained, as a container runtime would.
+
+Sections (each starts its own processes and stops them):
+  passthrough  `tools/call echo` at 32 clients and at 1; CPU per call (/proc)
+  roundtrip    `greet` (call -> input_required -> retry -> complete), 1 and 16 clients
+  parking      a burst of calls that all park; memory per parked call
+  fleet        a resume on the owning replica against one forwarded by another
+  stdio        the same server behind the gateway over stdio, against HTTP direct
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bridge_bench import (  # noqa: E402
+    ACCEPT,
+    LegacyClient,
+    greet_round_trip,
+    measure,
+    modern_echo,
+    modern_request,
+    read_reply,
+)
+from gateway.protocol.state import generate_key  # noqa: E402
+from tests.peers.tooling import (  # noqa: E402
+    LegacyServer,
+    RedisServer,
+    free_port,
+    legacy_stdio_command,
+    wait_for_port,
+)
+
+Op = Callable[[int], Awaitable[None]]
+MakeOp = Callable[[aiohttp.ClientSession], Awaitable[Op]]
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Goal:
+    name: str
+    value: float
+    target: float
+    higher_is_better: bool
+    unit: str = "x"
+
+    @property
+    def met(self) -> bool:
+        return self.value >= self.target if self.higher_is_better else self.value <= self.target
+
+    def line(self) -> str:
+        sign = ">=" if self.higher_is_better else "<="
+        mark = "met" if self.met else "SHORT"
+        return f"  {self.name:<58} {self.value:8.2f}{self.unit:<3} goal {sign} {self.target:g}{self.unit}  {mark}"
+
+
+GOALS: list[Goal] = []
+
+
+def goal(name: str, value: float, target: float, higher: bool, unit: str = "x") -> None:
+    GOALS.append(Goal(name, value, target, higher, unit))
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+@contextmanager
+def cpu_of(pid: int, into: dict[str, float]) -> Iterator[None]:
+    before = cpu_s(pid)
+    yield
+    into["cpu_s"] = cpu_s(pid) - before
+
+
+class Gateway:
+    """`mrtr-gateway serve` with the shipped defaults but for `config`; stderr drained."""
+
+    def __init__(self, config: dict[str, Any], folder: Path, name: str, env: dict[str, str] | None = None) -> None:
+        import subprocess
+
+        self.port = free_port()
+        path = folder / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        args = [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port", str(self.port)]
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("MRTR_GATEWAY_")}
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**clean, **(env or {})}
+        )
+        self.log_bytes = 0
+        self._drain = threading.Thread(target=self._read, daemon=True)
+        self._drain.start()
+        wait_for_port(self.port, self.proc)
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        while chunk := self.proc.stderr.read1(65536):  # type: ignore[attr-defined]
+            self.log_bytes += len(chunk)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def upstream(name: str, url: str, **extra: Any) -> dict[str, Any]:
+    return {"upstreams": [{"name": name, "url": url, **extra}]}
+
+
+def echo_to(url: str) -> MakeOp:
+    async def make(http: aiohttp.ClientSession) -> Op:
+        return lambda rid: modern_echo(http, url, rid)
+
+    return make
+
+
+def greet_at(url: str) -> MakeOp:
+    async def make(http: aiohttp.ClientSession) -> Op:
+        return lambda rid: greet_round_trip(http, url, rid)
+
+    return make
+
+
+def direct_echo(url: str) -> MakeOp:
+    async def make(http: aiohttp.ClientSession) -> Op:
+        client = LegacyClient(http, url)
+        await client.open()
+        return lambda _rid: client.echo()
+
+    return make
+
+
+def direct_greet(url: str) -> MakeOp:
+    async def make(http: aiohttp.ClientSession) -> Op:
+        client = LegacyClient(http, url)
+        client.headers["Accept"] = ACCEPT
+        await client.open_with_elicitation()
+        return lambda _rid: client.greet()
+
+    return make
+
+
+async def timed(label: str, workers: int, per: int, make: MakeOp, pid: int | None = None) -> dict[str, Any]:
+    usage: dict[str, float] = {}
+    if pid is None:
+        return await measure(label, workers, per, make)
+    with cpu_of(pid, usage):
+        result = await measure(label, workers, per, make)
+    result.update(usage)
+    return result
+
+
+async def passthrough(args: argparse.Namespace, folder: Path) -> None:
+    print("passthrough: tools/call echo")
+    legacy = LegacyServer()
+    gw = Gateway(upstream("legacy", legacy.url, pool={"min_idle": 4}), folder, "pass")
+    n, seq = (40, 200) if args.quick else (150, 600)
+    try:
+        direct = await timed("direct, 32 clients", 32, n, direct_echo(legacy.url), legacy.proc.pid)
+        server_cpu = cpu_s(legacy.proc.pid)
+        through = await timed("gateway, 32 clients", 32, n, echo_to(gw.url), gw.pid)
+        server_in_gw = cpu_s(legacy.proc.pid) - server_cpu
+        direct1 = await measure("direct, 1 client", 1, seq, direct_echo(legacy.url))
+        through1 = await measure("gateway, 1 client", 1, seq, echo_to(gw.url))
+    finally:
+        gw.stop()
+        legacy.stop()
+    gw_per = through["cpu_s"] / through["ops"] * 1000
+    legacy_per = direct["cpu_s"] / direct["ops"] * 1000
+    legacy_gw_per = server_in_gw / through["ops"] * 1000
+    print(
+        f"  CPU per call: gateway {gw_per:.3f} ms, legacy server {legacy_per:.3f} ms direct "
+        f"({legacy_gw_per:.3f} ms behind the gateway); gateway logs {gw.log_bytes / max(through['ops'], 1):.0f} B/call"
+    )
+    goal("pass-through throughput, 32 clients (gateway/direct)", through["per_s"] / direct["per_s"], 0.95, True)
+    goal("pass-through sequential p50 (gateway - direct)", through1["p50_ms"] - direct1["p50_ms"], 0.4, False, "ms")
+    goal("gateway CPU per pass-through call (/ legacy server's)", gw_per / legacy_per, 0.25, False)
+
+
+async def roundtrip(args: argparse.Namespace, folder: Path) -> None:
+    print("roundtrip: greet (call -> input_required -> retry -> complete)")
+    legacy = LegacyServer()
+    gw = Gateway(upstream("legacy", legacy.url, pool={"min_idle": 4}), folder, "round")
+    n1, n16 = (100, 20) if args.quick else (300, 60)
+    try:
+        direct1 = await measure("direct legacy client, 1 client", 1, n1, direct_greet(legacy.url))
+        through1 = await measure("gateway, 1 client", 1, n1, greet_at(gw.url))
+        direct16 = await measure("direct legacy client, 16 clients", 16, n16, direct_greet(legacy.url))
+        through16 = await measure("gateway, 16 clients", 16, n16, greet_at(gw.url))
+    finally:
+        gw.stop()
+        legacy.stop()
+    goal("round trip p50, 1 client (gateway/direct)", through1["p50_ms"] / direct1["p50_ms"], 1.5, False)
+    goal("round-trip throughput, 16 clients (gateway/direct)", through16["per_s"] / direct16["per_s"], 0.9, True)
+
+
+async def burst(count: int, concurrency: int, op: Callable[[aiohttp.ClientSession, int], Awaitable[None]]) -> float:
+    """Calls per second of `count` operations, `concurrency` at a time."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+        queue = iter(range(count))
+
+        async def worker() -> None:
+            for i in queue:
+                await op(http, i)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return count / (time.perf_counter() - started)
+
+
+async def parking(args: argparse.Namespace, folder: Path) -> None:
+    count = 400 if args.quick else 2000
+    concurrency = 32
+    print(f"parking: a burst of {count} calls that all park, {concurrency} at a time")
+    legacy = LegacyServer()
+    limits = {"max_parked_calls": 4 * count, "max_parked_per_principal": 4 * count}
+    gw = Gateway(
+        {**upstream("legacy", legacy.url, pool={"max_sessions": 4 * count}), "limits": limits},
+        folder,
+        "park",
+    )
+    try:
+
+        async def open_session(http: aiohttp.ClientSession, _i: int) -> None:
+            await LegacyClient(http, legacy.url).open({"elicitation": {"form": {}}})
+
+        async def park(http: aiohttp.ClientSession, i: int) -> None:
+            body, headers = modern_request(i, "greet", {})
+            async with http.post(gw.url, json=body, headers=headers) as resp:
+                result = (await read_reply(resp))["result"]
+            assert result["resultType"] == "input_required", result
+
+        warm = 50
+        await burst(warm, 8, park)  # the gateway's first calls: imports, caches
+        base_rss = rss_kb(gw.pid)
+        gw_rate = await burst(count, concurrency, park)
+        per_call_kb = (rss_kb(gw.pid) - base_rss) / count
+        direct_rate = await burst(count, concurrency, open_session)
+    finally:
+        gw.stop()
+        legacy.stop()
+    print(
+        f"  legacy server opens {direct_rate:.0f} sessions/s; the gateway parks {gw_rate:.0f} calls/s; "
+        f"{per_call_kb:.1f} KB of gateway memory per parked call"
+    )
+    goal(f"parking burst of {count} (gateway / legacy session opens)", gw_rate / direct_rate, 0.8, True)
+    goal("gateway memory per parked call", per_call_kb, 40, False, "KB")
+
+
+async def fleet(args: argparse.Namespace, folder: Path) -> None:
+    from bench.fleet_bench import measure as resumes
+
+    rounds = 60 if args.quick else 200
+    print("fleet: resume on the owner against a resume forwarded by another replica")
+    redis_server, legacy = RedisServer(), LegacyServer()
+    config = {**upstream("legacy", legacy.url), "store": {"url": redis_server.url}}
+    env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key()}
+    a = Gateway(config, folder, "fleet-a", {**env, "MRTR_GATEWAY_REPLICA_ID": "a"})
+    b = Gateway(config, folder, "fleet-b", {**env, "MRTR_GATEWAY_REPLICA_ID": "b"})
+    try:
+        same = await resumes("same replica (A -> A)", a.url, a.url, rounds, 1)
+        cross = await resumes("cross replica (A -> B -> A)", a.url, b.url, rounds, 1)
+    finally:
+        a.stop()
+        b.stop()
+        legacy.stop()
+        redis_server.stop()
+    goal("cross-replica resume p50 (cross - same)", cross["p50"] - same["p50"], 1.0, False, "ms")
+
+
+async def stdio(args: argparse.Namespace, folder: Path) -> None:
+    print("stdio: the gateway over stdio against the same server over HTTP, direct")
+    legacy = LegacyServer()
+    workers = 8
+    pool = {"min_idle": workers, "max_sessions": 4 * workers}
+    command = legacy_stdio_command(folder)
+    gw = Gateway({"upstreams": [{"name": "stdio", "command": command, "pool": pool}]}, folder, "stdio")
+    n, rounds = (40, 20) if args.quick else (150, 60)
+    try:
+        direct = await measure(f"echo direct HTTP, {workers} clients", workers, n, direct_echo(legacy.url))
+        through = await measure(f"echo gateway stdio, {workers} clients", workers, n, echo_to(gw.url))
+        direct1 = await measure("greet direct HTTP, 1 client", 1, rounds, direct_greet(legacy.url))
+        through1 = await measure("greet gateway stdio, 1 client", 1, rounds, greet_at(gw.url))
+    finally:
+        gw.stop()
+        legacy.stop()
+    goal("stdio pass-through throughput (gateway stdio / direct HTTP)", through["per_s"] / direct["per_s"], 0.95, True)
+    goal("stdio round trip p50, 1 client (gateway stdio / direct HTTP)", through1["p50_ms"] / direct1["p50_ms"], 1.5, False)
+
+
+SECTIONS = {
+    "passthrough": passthrough,
+    "roundtrip": roundtrip,
+    "parking": parking,
+    "fleet": fleet,
+    "stdio": stdio,
+}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    args = parser.parse_args()
+    print(f"cores={os.cpu_count()}  (clients, gateways and servers share them)")
+    with tempfile.TemporaryDirectory(prefix="mrtr-report-") as tmp:
+        for name in args.only.split(","):
+            await SECTIONS[name](args, Path(tmp))
+    print("goals:")
+    for g in GOALS:
+        print(g.line())
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
