@@ -82,8 +82,10 @@ async def main(n: int) -> None:
     base = rows[0][1]
     print(f"per request, n={n}, issuer keys cached ({issuer.jwks_fetches} JWKS fetch(es) in all)")
     for name, seconds in rows:
-        print(f"  {name:32s} {seconds * 1e6:8.1f} us   {seconds / base:7.1f}x baseline   "
-              f"{seconds / 0.0005:5.2f}x a 0.5 ms pass-through")
+        print(
+            f"  {name:32s} {seconds * 1e6:8.1f} us   {seconds / base:7.1f}x baseline   "
+            f"{seconds / 0.0005:5.2f}x a 0.5 ms pass-through"
+        )
     await fetcher.close()
     await issuer.down()
 

@@ -108,13 +108,24 @@ def cpu_of(pid: int, into: dict[str, float]) -> Iterator[None]:
 class Gateway:
     """`mrtr-gateway serve` with the shipped defaults but for `config`; stderr drained."""
 
-    def __init__(self, config: dict[str, Any], folder: Path, name: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, config: dict[str, Any], folder: Path, name: str, env: dict[str, str] | None = None
+    ) -> None:
         import subprocess
 
         self.port = free_port()
         path = folder / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
-        args = [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port", str(self.port)]
+        args = [
+            sys.executable,
+            "-m",
+            "gateway",
+            "serve",
+            "--config",
+            str(path),
+            "--port",
+            str(self.port),
+        ]
         clean = {k: v for k, v in os.environ.items() if not k.startswith("MRTR_GATEWAY_")}
         self.proc = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**clean, **(env or {})}
@@ -180,7 +191,9 @@ def direct_greet(url: str) -> MakeOp:
     return make
 
 
-async def timed(label: str, workers: int, per: int, make: MakeOp, pid: int | None = None) -> dict[str, Any]:
+async def timed(
+    label: str, workers: int, per: int, make: MakeOp, pid: int | None = None
+) -> dict[str, Any]:
     usage: dict[str, float] = {}
     if pid is None:
         return await measure(label, workers, per, make)
@@ -212,8 +225,19 @@ async def passthrough(args: argparse.Namespace, folder: Path) -> None:
         f"  CPU per call: gateway {gw_per:.3f} ms, legacy server {legacy_per:.3f} ms direct "
         f"({legacy_gw_per:.3f} ms behind the gateway); gateway logs {gw.log_bytes / max(through['ops'], 1):.0f} B/call"
     )
-    goal("pass-through throughput, 32 clients (gateway/direct)", through["per_s"] / direct["per_s"], 0.95, True)
-    goal("pass-through sequential p50 (gateway - direct)", through1["p50_ms"] - direct1["p50_ms"], 0.4, False, "ms")
+    goal(
+        "pass-through throughput, 32 clients (gateway/direct)",
+        through["per_s"] / direct["per_s"],
+        0.95,
+        True,
+    )
+    goal(
+        "pass-through sequential p50 (gateway - direct)",
+        through1["p50_ms"] - direct1["p50_ms"],
+        0.4,
+        False,
+        "ms",
+    )
     goal("gateway CPU per pass-through call (/ legacy server's)", gw_per / legacy_per, 0.25, False)
 
 
@@ -225,16 +249,30 @@ async def roundtrip(args: argparse.Namespace, folder: Path) -> None:
     try:
         direct1 = await measure("direct legacy client, 1 client", 1, n1, direct_greet(legacy.url))
         through1 = await measure("gateway, 1 client", 1, n1, greet_at(gw.url))
-        direct16 = await measure("direct legacy client, 16 clients", 16, n16, direct_greet(legacy.url))
+        direct16 = await measure(
+            "direct legacy client, 16 clients", 16, n16, direct_greet(legacy.url)
+        )
         through16 = await measure("gateway, 16 clients", 16, n16, greet_at(gw.url))
     finally:
         gw.stop()
         legacy.stop()
-    goal("round trip p50, 1 client (gateway/direct)", through1["p50_ms"] / direct1["p50_ms"], 1.5, False)
-    goal("round-trip throughput, 16 clients (gateway/direct)", through16["per_s"] / direct16["per_s"], 0.9, True)
+    goal(
+        "round trip p50, 1 client (gateway/direct)",
+        through1["p50_ms"] / direct1["p50_ms"],
+        1.5,
+        False,
+    )
+    goal(
+        "round-trip throughput, 16 clients (gateway/direct)",
+        through16["per_s"] / direct16["per_s"],
+        0.9,
+        True,
+    )
 
 
-async def burst(count: int, concurrency: int, op: Callable[[aiohttp.ClientSession, int], Awaitable[None]]) -> float:
+async def burst(
+    count: int, concurrency: int, op: Callable[[aiohttp.ClientSession, int], Awaitable[None]]
+) -> float:
     """Calls per second of `count` operations, `concurrency` at a time."""
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
         queue = iter(range(count))
@@ -283,7 +321,12 @@ async def parking(args: argparse.Namespace, folder: Path) -> None:
         f"  legacy server opens {direct_rate:.0f} sessions/s; the gateway parks {gw_rate:.0f} calls/s; "
         f"{per_call_kb:.1f} KB of gateway memory per parked call"
     )
-    goal(f"parking burst of {count} (gateway / legacy session opens)", gw_rate / direct_rate, 0.8, True)
+    goal(
+        f"parking burst of {count} (gateway / legacy session opens)",
+        gw_rate / direct_rate,
+        0.8,
+        True,
+    )
     goal("gateway memory per parked call", per_call_kb, 40, False, "KB")
 
 
@@ -314,18 +357,34 @@ async def stdio(args: argparse.Namespace, folder: Path) -> None:
     workers = 8
     pool = {"min_idle": workers, "max_sessions": 4 * workers}
     command = legacy_stdio_command(folder)
-    gw = Gateway({"upstreams": [{"name": "stdio", "command": command, "pool": pool}]}, folder, "stdio")
+    gw = Gateway(
+        {"upstreams": [{"name": "stdio", "command": command, "pool": pool}]}, folder, "stdio"
+    )
     n, rounds = (40, 20) if args.quick else (150, 60)
     try:
-        direct = await measure(f"echo direct HTTP, {workers} clients", workers, n, direct_echo(legacy.url))
-        through = await measure(f"echo gateway stdio, {workers} clients", workers, n, echo_to(gw.url))
+        direct = await measure(
+            f"echo direct HTTP, {workers} clients", workers, n, direct_echo(legacy.url)
+        )
+        through = await measure(
+            f"echo gateway stdio, {workers} clients", workers, n, echo_to(gw.url)
+        )
         direct1 = await measure("greet direct HTTP, 1 client", 1, rounds, direct_greet(legacy.url))
         through1 = await measure("greet gateway stdio, 1 client", 1, rounds, greet_at(gw.url))
     finally:
         gw.stop()
         legacy.stop()
-    goal("stdio pass-through throughput (gateway stdio / direct HTTP)", through["per_s"] / direct["per_s"], 0.95, True)
-    goal("stdio round trip p50, 1 client (gateway stdio / direct HTTP)", through1["p50_ms"] / direct1["p50_ms"], 1.5, False)
+    goal(
+        "stdio pass-through throughput (gateway stdio / direct HTTP)",
+        through["per_s"] / direct["per_s"],
+        0.95,
+        True,
+    )
+    goal(
+        "stdio round trip p50, 1 client (gateway stdio / direct HTTP)",
+        through1["p50_ms"] / direct1["p50_ms"],
+        1.5,
+        False,
+    )
 
 
 SECTIONS = {

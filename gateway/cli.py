@@ -21,12 +21,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import os
 import shlex
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import structlog
 
 from gateway import __version__
 from gateway.aio import spawn
@@ -179,15 +182,42 @@ def _serve_config(args: argparse.Namespace) -> GatewayConfig:
     return parse_config({"upstreams": [upstream]}, overrides=overrides)
 
 
-def serve(config: GatewayConfig) -> None:
+LoopChoice = tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]
+
+
+def serve(config: GatewayConfig, loop: LoopChoice = (None, "asyncio")) -> None:
     """Run the gateway until SIGTERM or SIGINT (a second one ends a drain at once)."""
     from gateway.logging import configure
 
     configure(config.logging.level, config.logging.format)
-    asyncio.run(_run(config))
+    factory, name = loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(_run(config, name))
 
 
-async def _run(config: GatewayConfig) -> None:
+ENV_EVENT_LOOP = "MRTR_GATEWAY_EVENT_LOOP"
+
+
+def event_loop(choice: str) -> LoopChoice:
+    """The event loop to run on: uvloop where it is installed (`auto`), or asyncio's own.
+
+    Raises:
+        ConfigError: `uvloop` was asked for and is not installed, or an unknown choice.
+    """
+    if choice not in ("auto", "uvloop", "asyncio"):
+        raise ConfigError(f"{ENV_EVENT_LOOP}: must be auto, uvloop or asyncio")
+    if choice == "asyncio":
+        return None, "asyncio"
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigError(f"{ENV_EVENT_LOOP}=uvloop: uvloop is not installed") from None
+        return None, "asyncio"
+    return uvloop.new_event_loop, "uvloop"
+
+
+async def _run(config: GatewayConfig, loop_name: str = "asyncio") -> None:
     # Imported here so that check-config and keygen never load aiohttp, redis or the app.
     from aiohttp import web
 
@@ -198,6 +228,7 @@ async def _run(config: GatewayConfig) -> None:
     await runner.setup()
     site = web.TCPSite(runner, config.listen.host, config.listen.port)
     await site.start()
+    structlog.get_logger("gateway").info("gateway_started", event_loop=loop_name)
     for upstream in config.upstreams:
         print(
             f"mrtr-gateway: http://{config.listen.host}:{config.listen.port}{upstream.path}"
@@ -262,8 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             return 0
         config = _serve_config(args)
+        loop = event_loop(os.environ.get(ENV_EVENT_LOOP, "auto"))
     except ConfigError as exc:
         print(f"mrtr-gateway: configuration error: {exc}", file=sys.stderr)
         return 2
-    serve(config)
+    serve(config, loop)
     return 0

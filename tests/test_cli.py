@@ -15,6 +15,7 @@ import pytest
 from gateway import cli
 from gateway.cli import main
 from gateway.config import GatewayConfig
+from gateway.errors import ConfigError
 from gateway.protocol.state import generate_key, parse_key
 from tests.peers.tooling import GatewayProcess
 from tests.support.cases import drive
@@ -82,7 +83,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[GatewayConfig]:
         if name.startswith("MRTR_GATEWAY_"):
             monkeypatch.delenv(name)
     configs: list[GatewayConfig] = []
-    monkeypatch.setattr(cli, "serve", configs.append)
+    monkeypatch.setattr(cli, "serve", lambda config, _loop: configs.append(config))
     return configs
 
 
@@ -219,8 +220,8 @@ async def test_quick_start_serve_bridges_a_legacy_server_and_stops_on_sigterm(
         err = gateway.logs()
         gateway.stop()
     assert status == 0
-    assert '"event": "sealing_key_ephemeral"' in err
-    assert '"event": "call_completed"' in err
+    assert '"event":"sealing_key_ephemeral"' in err
+    assert '"event":"request_served"' in err and '"outcome":"complete"' in err
     assert 'requestState":' not in err and "gw1." not in err  # never logged
 
 
@@ -253,7 +254,7 @@ async def test_a_second_signal_ends_a_drain_at_once(legacy) -> None:
     finally:
         gateway.stop()
     assert status == 0
-    assert '"event": "call_cancelled"' in err and "gateway shutting down" in err
+    assert '"event":"call_cancelled"' in err and "gateway shutting down" in err
 
 
 def test_apikey_prints_the_key_first_then_the_entry_holding_only_its_hash(capsys) -> None:
@@ -269,3 +270,17 @@ def test_apikey_prints_the_key_first_then_the_entry_holding_only_its_hash(capsys
     assert loaded.id == "ci-bot" and set(loaded.scopes) == {"mcp:tools", "admin"}
     assert ApiKeyStore([loaded]).check(key) is not None
     assert main(["apikey", "--id", "bad id", "--scopes", "x"]) == 2
+
+
+def test_the_event_loop_is_uvloop_where_installed_and_asyncio_on_request() -> None:
+    factory, name = cli.event_loop("auto")
+    assert name == "uvloop" and factory is not None  # installed with the gateway here
+    assert cli.event_loop("asyncio") == (None, "asyncio")
+    with pytest.raises(ConfigError, match="must be auto, uvloop or asyncio"):
+        cli.event_loop("trio")
+
+
+def test_an_unknown_event_loop_is_a_configuration_error(monkeypatch, capsys) -> None:
+    monkeypatch.setenv(cli.ENV_EVENT_LOOP, "fastest")
+    assert main(["serve", "--upstream", "http://127.0.0.1:1/mcp"]) == 2
+    assert "MRTR_GATEWAY_EVENT_LOOP: must be auto, uvloop or asyncio" in capsys.readouterr().err

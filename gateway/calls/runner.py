@@ -110,7 +110,7 @@ class Runner:
             session.pump(message, call.inbox, call.cursor, front.trace), name=f"call-pump-{call_id}"
         )
         structlog.contextvars.bind_contextvars(call_id=call_id)
-        log.info(
+        log.debug(
             "call_started",
             upstream=upstream.name,
             method=front.method,
@@ -163,11 +163,9 @@ class Runner:
             if _holds_question(call.inbox):
                 self.pace.sibling_late(_target(call))
             responses = front.params.get("inputResponses") or {}
-            log.info(
-                "call_resumed",
-                round=call.machine.round,
-                answered=sorted(set(responses) & set(call.machine.pending)),
-            )
+            answered = sorted(set(responses) & set(call.machine.pending))
+            structlog.contextvars.bind_contextvars(answered=answered)
+            log.debug("call_resumed", round=call.machine.round, answered=answered)
             answers = call.machine.deliver(responses)
             for key, problem in call.machine.refusals().items():
                 log.info("form_answer_refused", key=key, problem=problem)
@@ -274,7 +272,8 @@ class Runner:
     async def _finish(self, call: LiveCall, finished: Finished) -> dict[str, Any]:
         machine = call.machine
         await self.endings.complete(call)
-        log.info(
+        structlog.contextvars.bind_contextvars(rounds=machine.round)
+        log.debug(
             "call_completed",
             rounds=machine.round,
             outcome="error" if finished.error is not None else "result",

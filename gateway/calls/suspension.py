@@ -149,7 +149,9 @@ class Suspender:
         call.expiry = spawn(
             self._expire_at(call, machine.round, deadline), name=f"call-expiry-{call.id}"
         )
-        log.info("call_suspended", round=machine.round, asked=sorted(machine.pending))
+        asked = sorted(machine.pending)
+        structlog.contextvars.bind_contextvars(round=machine.round, asked=asked)
+        log.debug("call_suspended", round=machine.round, asked=asked)
         return input_required(call, token, machine.input_required())
 
     async def _replay_round(self, call: LiveCall) -> dict[str, Any]:
@@ -165,7 +167,8 @@ class Suspender:
                 f"the answers of this call no longer fit in requestState "
                 f"({len(token)} > {self.limits.max_state_bytes} bytes)"
             )
-        log.info("call_suspended", round=machine.round, asked=sorted(asked), mode=REPLAY)
+        structlog.contextvars.bind_contextvars(round=machine.round, asked=sorted(asked))
+        log.debug("call_suspended", round=machine.round, asked=sorted(asked), mode=REPLAY)
         return input_required(call, token, asked)
 
     def _record(self, call: LiveCall, issued: int, deadline: int) -> SuspendedCall:

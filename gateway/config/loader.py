@@ -133,8 +133,8 @@ def _logging(sec: Section, env: Mapping[str, str]) -> LoggingConfig:
     config = LoggingConfig(**{key: value.lower() for key, value in values.items()})
     if config.level not in ("debug", "info", "warning", "error"):
         raise ConfigError("logging.level: must be debug, info, warning or error")
-    if config.format not in ("console", "json"):
-        raise ConfigError("logging.format: must be console or json")
+    if config.format not in ("auto", "console", "json"):
+        raise ConfigError("logging.format: must be auto, console or json")
     return config
 
 

@@ -89,7 +89,7 @@ class FleetConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoggingConfig:
     level: str = "info"
-    format: str = "console"
+    format: str = "auto"  # auto: console on a terminal, else JSON lines
 
 
 PARK = "park"

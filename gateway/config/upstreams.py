@@ -93,9 +93,7 @@ def _targets(section: Section) -> dict[str, TargetConfig]:
     return targets
 
 
-def parse_upstream(
-    data: Any, path: str, env: Mapping[str, str], base: Path
-) -> UpstreamConfig:
+def parse_upstream(data: Any, path: str, env: Mapping[str, str], base: Path) -> UpstreamConfig:
     """One `upstreams[]` entry. Raises: ConfigError naming the key path and the fix."""
     sec = Section(data, path)
     values = sec.scalars(UpstreamConfig)

@@ -34,8 +34,6 @@ from gateway.upstream.port import PooledSession, SessionExpired, SessionFactory,
 log = structlog.get_logger("gateway.upstream")
 
 
-
-
 class SessionPool:
     def __init__(
         self,

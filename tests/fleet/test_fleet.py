@@ -191,7 +191,7 @@ async def test_a_cross_replica_retry_is_served_by_the_owner_and_relays_notificat
         ("b", "after 2"),
     ]
     assert final["result"]["content"][0]["text"] == "done (accept)"
-    await other.await_line('"event": "retry_forwarded"', timeout=10)  # the log reader may lag
+    await other.await_line('"event":"retry_forwarded"', timeout=10)  # the log reader may lag
     assert await body_runs(fleet, "chatty_progress", run_id) == 1
 
 
@@ -209,7 +209,7 @@ async def test_owner_killed_takeover_continues_the_call_where_the_upstream_allow
     status, reply = await fleet.post(survivor.base + "/resumable", retry)
     assert status == 200, reply
     assert reply["result"].get("content", [{}])[0].get("text") == "Hello, alice!", reply
-    await survivor.await_line('"event": "call_taken_over"', timeout=10)  # the log reader may lag
+    await survivor.await_line('"event":"call_taken_over"', timeout=10)  # the log reader may lag
     assert await body_runs(fleet, "greet", run_id, "/resumable", via=survivor) == 1
 
 
@@ -244,7 +244,7 @@ async def test_owner_killed_a_replay_safe_tool_completes_by_replay(
         reply["result"]["content"][0]["text"]
         == "Registered alice (age 41) with favourite color teal"
     )
-    await survivor.await_line('"event": "call_replayed"', timeout=10)  # the log reader may lag
+    await survivor.await_line('"event":"call_replayed"', timeout=10)  # the log reader may lag
     assert await body_runs(fleet, "register", run_id, via=survivor) == 2  # replay-safe: ran again
 
 
@@ -383,7 +383,7 @@ async def test_sigterm_drains_parked_calls_whose_retries_still_complete(fleet: F
         status, first = await fleet.post(draining.base + "/mcp", rpc("tools/call", greet))
         firsts.append((greet, first["result"]["requestState"]))
     draining.send_signal(signal.SIGTERM)
-    await draining.await_line('"event": "drain_started"', timeout=10)
+    await draining.await_line('"event":"drain_started"', timeout=10)
     async with fleet.http.get(draining.base + "/readyz") as resp:
         assert resp.status == 503 and (await resp.json())["draining"]
     status, refused = await fleet.post(
@@ -399,4 +399,4 @@ async def test_sigterm_drains_parked_calls_whose_retries_still_complete(fleet: F
         assert reply["result"]["content"][0]["text"] == "Hello, alice!"
     code = await asyncio.to_thread(draining.wait, 15)
     assert code == 0
-    assert '"event": "drain_finished"' in draining.logs()
+    assert '"event":"drain_finished"' in draining.logs()
