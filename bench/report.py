@@ -23,7 +23,6 @@ import asyncio
 import os
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -106,7 +105,9 @@ def cpu_of(pid: int, into: dict[str, float]) -> Iterator[None]:
 
 
 class Gateway:
-    """`mrtr-gateway serve` with the shipped defaults but for `config`; stderr drained."""
+    """`mrtr-gateway serve` with the shipped defaults but for `config`; its stderr goes to
+    a file, as a container runtime's log driver takes it (no reader in this busy process
+    that could lag and block the gateway's writes)."""
 
     def __init__(
         self, config: dict[str, Any], folder: Path, name: str, env: dict[str, str] | None = None
@@ -116,30 +117,20 @@ class Gateway:
         self.port = free_port()
         path = folder / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
-        args = [
-            sys.executable,
-            "-m",
-            "gateway",
-            "serve",
-            "--config",
-            str(path),
-            "--port",
-            str(self.port),
-        ]
+        args = [sys.executable, "-m", "gateway", "serve", "--config", str(path)]
+        args += ["--port", str(self.port)]
         clean = {k: v for k, v in os.environ.items() if not k.startswith("MRTR_GATEWAY_")}
-        self.proc = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**clean, **(env or {})}
-        )
-        self.log_bytes = 0
-        self._drain = threading.Thread(target=self._read, daemon=True)
-        self._drain.start()
+        self.log_path = folder / f"{name}.log"
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                args, stdout=subprocess.DEVNULL, stderr=log, env={**clean, **(env or {})}
+            )
         wait_for_port(self.port, self.proc)
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        while chunk := self.proc.stderr.read1(65536):  # type: ignore[attr-defined]
-            self.log_bytes += len(chunk)
+    @property
+    def log_bytes(self) -> int:
+        return self.log_path.stat().st_size
 
     @property
     def pid(self) -> int:

@@ -7,8 +7,9 @@ cannot be read any further.
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from gateway.protocol import jsonrpc
 
 
 class MessageTooLarge(ValueError):
@@ -45,11 +46,11 @@ class LineReader:
 def decode_line(line: bytes) -> dict[str, Any] | None:
     """The JSON-RPC message on one line, or None when it is not one (servers print junk)."""
     try:
-        item = json.loads(line)
-    except ValueError:
+        item = jsonrpc.loads(line)
+    except (ValueError, RecursionError):
         return None
     return item if isinstance(item, dict) else None
 
 
 def encode_line(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    return jsonrpc.dumps(message) + b"\n"

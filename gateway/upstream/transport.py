@@ -9,7 +9,6 @@ Nothing here decides what a message means.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from gateway.errors import UpstreamError
-from gateway.protocol import sse
+from gateway.protocol import jsonrpc, sse
 
 _DRAIN_S = 1.0
 
@@ -58,8 +57,8 @@ def message_of(event: sse.Event) -> dict[str, Any] | None:
     if event.event != "message" or not event.data:
         return None
     try:
-        item = json.loads(event.data)
-    except ValueError:
+        item = jsonrpc.loads(event.data)
+    except (ValueError, RecursionError):
         return None
     return item if isinstance(item, dict) else None
 
@@ -67,8 +66,8 @@ def message_of(event: sse.Event) -> dict[str, Any] | None:
 def parse_message(body: bytes) -> dict[str, Any]:
     """Raises: UpstreamError when the body is not one JSON-RPC message."""
     try:
-        item = json.loads(body)
-    except ValueError as exc:
+        item = jsonrpc.loads(body)
+    except (ValueError, RecursionError) as exc:
         raise UpstreamError("upstream sent a body that is not JSON") from exc
     if not isinstance(item, dict):
         raise UpstreamError("upstream sent a JSON body that is not one message")
@@ -78,9 +77,9 @@ def parse_message(body: bytes) -> dict[str, Any]:
 def error_text(body: bytes) -> str:
     """The message of a JSON-RPC error body, or the start of any other body."""
     try:
-        item = json.loads(body)
+        item = jsonrpc.loads(body)
         return str(item["error"]["message"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, RecursionError, KeyError, TypeError):
         return body[:200].decode("utf-8", "replace") or "no body"
 
 

@@ -31,16 +31,24 @@ class ResponseChannel:
         self._stream: web.StreamResponse | None = None
         self._lock = asyncio.Lock()
         self._keepalive: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def start_keepalive(self) -> None:
+        """Keep the client's response alive if the answer takes `keepalive_s`: a timer,
+        and a task only once it fires (most answers come first and cost no task)."""
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self.keepalive_s, self._fire_keepalive)
+
+    def _fire_keepalive(self) -> None:
+        self._timer = None
         self._keepalive = spawn(self._keep_alive(), name="client-keepalive")
 
     async def _keep_alive(self) -> None:
         while True:
-            await asyncio.sleep(self.keepalive_s)
             async with self._lock:
                 stream = await self._commit()
                 await stream.write(sse.KEEPALIVE)
+            await asyncio.sleep(self.keepalive_s)
 
     async def _commit(self) -> web.StreamResponse:
         if self._stream is None:
@@ -57,7 +65,7 @@ class ResponseChannel:
 
     async def finish(self, message: dict[str, Any], status: int = 200) -> web.StreamResponse:
         """Send the final JSON-RPC message; on a stream nothing may follow it."""
-        await cancel_and_wait(self._keepalive)
+        await self.close()
         async with self._lock:
             if self._stream is None:
                 return web.Response(
@@ -68,4 +76,7 @@ class ResponseChannel:
             return self._stream
 
     async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         await cancel_and_wait(self._keepalive)
