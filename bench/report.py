@@ -302,9 +302,19 @@ async def parking(args: argparse.Namespace, folder: Path) -> None:
         warm = 50
         await burst(warm, 8, park)  # the gateway's first calls: imports, caches
         base_rss = rss_kb(gw.pid)
+        server, gateway = legacy.proc.pid, gw.pid
+        before = time.perf_counter(), cpu_s(server), cpu_s(gateway)
         gw_rate = await burst(count, concurrency, park)
+        after = time.perf_counter(), cpu_s(server), cpu_s(gateway)
         per_call_kb = (rss_kb(gw.pid) - base_rss) / count
         direct_rate = await burst(count, concurrency, open_session)
+        done = time.perf_counter(), cpu_s(server)
+        wall = after[0] - before[0]
+        print(
+            f"  while parking: legacy server busy {100 * (after[1] - before[1]) / wall:.0f}% of a core, "
+            f"gateway {100 * (after[2] - before[2]) / wall:.0f}%; while opening sessions alone: "
+            f"server {100 * (done[1] - after[1]) / (done[0] - after[0]):.0f}%"
+        )
     finally:
         gw.stop()
         legacy.stop()

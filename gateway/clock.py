@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Protocol
+from typing import Any, Protocol
+
+from gateway.aio import cancel_and_wait, spawn
 
 
 class Timer(Protocol):
@@ -93,3 +95,37 @@ async def deadline(clock: Clock, when: float | None) -> AsyncIterator[None]:
 def timeout(clock: Clock, seconds: float | None) -> AbstractAsyncContextManager[None]:
     """`deadline` `seconds` from now."""
     return deadline(clock, None if seconds is None else clock.monotonic() + seconds)
+
+
+class Later:
+    """A coroutine that starts at `when` on `clock`: until then it costs one timer, not a
+    task (a parked call's deadline is one of these for each of thousands of calls)."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        when: float,
+        start: Callable[[], Coroutine[Any, Any, None]],
+        *,
+        name: str,
+    ) -> None:
+        self._start = start
+        self._name = name
+        self.task: asyncio.Task[None] | None = None
+        self._timer: Timer | None = clock.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self.task = spawn(self._start(), name=self._name)
+
+    def done(self) -> bool:
+        """Cancelled before it started, or started and finished."""
+        return self._timer is None and (self.task is None or self.task.done())
+
+    async def cancel(self) -> None:
+        """Never start it, or stop it and wait if it has started (not from inside it)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.task is not None and self.task is not asyncio.current_task():
+            await cancel_and_wait(self.task)

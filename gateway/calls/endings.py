@@ -16,6 +16,7 @@ import structlog
 
 from gateway.aio import cancel_and_wait, spawn
 from gateway.calls.live import LiveCall, Registry
+from gateway.clock import Later
 from gateway.errors import StoreError, UpstreamError
 from gateway.observability import Metrics
 from gateway.protocol import jsonrpc
@@ -48,9 +49,8 @@ class Endings:
         if call.phase in FINAL_PHASES:
             return
         self.registry.fire(call, trigger)
-        expiry = call.expiry if call.expiry is not asyncio.current_task() else None
         ending = spawn(
-            self._wind_up(call, reason, release_questions, expiry), name=f"call-end-{call.id}"
+            self._wind_up(call, reason, release_questions, call.expiry), name=f"call-end-{call.id}"
         )
         await asyncio.shield(ending)
 
@@ -64,11 +64,12 @@ class Endings:
         call: LiveCall,
         reason: str,
         release_questions: bool,
-        expiry: asyncio.Task[None] | None,
+        expiry: Later | None,
     ) -> None:
         machine = call.machine
         try:
-            await cancel_and_wait(expiry)
+            if expiry is not None:
+                await expiry.cancel()  # not if it is what ends the call
             cancelled = jsonrpc.notification(
                 "notifications/cancelled", {"requestId": machine.upstream_id, "reason": reason}
             )

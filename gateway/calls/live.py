@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from gateway.clock import Later
 from gateway.config import UpstreamConfig
 from gateway.protocol.call import CallMachine, Phase, Trigger
 from gateway.upstream.port import Inbox, StreamCursor, UpstreamPool, UpstreamSession
@@ -34,7 +35,7 @@ class LiveCall:
     started: float  # on the core's clock
     stateless: bool = False  # replay mode: nothing parked, the journal rides in requestState
     pump: asyncio.Task[None] | None = None
-    expiry: asyncio.Task[None] | None = None
+    expiry: Later | None = None  # the suspension deadline, while parked
     ended: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property

@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from gateway import clock as clocks
-from gateway.aio import cancel_and_wait, spawn
+from gateway.aio import spawn
 from gateway.calls.endings import Endings
 from gateway.calls.live import LiveCall, Registry
 from gateway.calls.pace import Pace, Target
@@ -159,7 +159,8 @@ class Runner:
             if call.phase is not Phase.SUSPENDED:
                 raise CallLost()
             self.registry.fire(call, Trigger.RESUME)
-            await cancel_and_wait(call.expiry)
+            if call.expiry is not None:
+                await call.expiry.cancel()
             if _holds_question(call.inbox):
                 self.pace.sibling_late(_target(call))
             responses = front.params.get("inputResponses") or {}

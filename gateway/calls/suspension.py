@@ -16,7 +16,6 @@ from typing import Any
 import structlog
 
 from gateway import clock as clocks
-from gateway.aio import spawn
 from gateway.calls.admission import Admission
 from gateway.calls.endings import Endings
 from gateway.calls.live import LiveCall, Registry
@@ -146,8 +145,12 @@ class Suspender:
         except StoreError:
             await self.endings.end(call, Trigger.FAIL, "store unavailable")
             raise
-        call.expiry = spawn(
-            self._expire_at(call, machine.round, deadline), name=f"call-expiry-{call.id}"
+        round_, clock = machine.round, self.clock
+        call.expiry = clocks.Later(
+            clock,
+            clock.monotonic() + max(0.0, (deadline - clock.wall_ms()) / 1000),
+            lambda: self._expired(call, round_),
+            name=f"call-expiry-{call.id}",
         )
         asked = sorted(machine.pending)
         structlog.contextvars.bind_contextvars(round=machine.round, asked=asked)
@@ -196,9 +199,9 @@ class Suspender:
 
     # -- the deadline --------------------------------------------------------------------
 
-    async def _expire_at(self, call: LiveCall, round_: int, deadline_ms: int) -> None:
+    async def _expired(self, call: LiveCall, round_: int) -> None:
+        """The deadline of `round_` passed: abandon the call unless a retry has it."""
         clock = self.clock
-        await clocks.sleep(clock, max(0.0, (deadline_ms - clock.wall_ms()) / 1000))
         if not _waits_in(call, round_):
             return
         try:
