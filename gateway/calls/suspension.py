@@ -129,22 +129,17 @@ class Suspender:
         machine = call.machine
         until = self.clock.wall_ms() + int(self.limits.suspension_ttl_s * 1000)
         cap = self.limits.max_parked_per_principal
+        self.registry.fire(call, Trigger.SUSPEND)
+        token, issued, deadline = self._mint(call, round_=machine.round, mode=PARK)
         try:
             # Counted in the store, so the cap holds across the whole fleet.
-            held = await self.store.hold(call.principal, call.id, until, cap)
+            held = await self.store.park_held(self._record(call, issued, deadline), until, cap)
         except StoreError:
             await self.endings.end(call, Trigger.FAIL, "store unavailable")
             raise
         if not held:
             await self.endings.end(call, Trigger.FAIL, PrincipalBusy.reason)
             raise PrincipalBusy()
-        self.registry.fire(call, Trigger.SUSPEND)
-        token, issued, deadline = self._mint(call, round_=machine.round, mode=PARK)
-        try:
-            await self.store.park(self._record(call, issued, deadline))
-        except StoreError:
-            await self.endings.end(call, Trigger.FAIL, "store unavailable")
-            raise
         round_, clock = machine.round, self.clock
         call.expiry = clocks.Later(
             clock,

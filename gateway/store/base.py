@@ -113,6 +113,14 @@ class SuspendedCallStore(Protocol):
         """The call no longer counts for its principal. Raises: StoreError."""
         ...
 
+    async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
+        """`hold` for `record.principal`, then `park`, in one step (one round trip where
+        the backend can): False, and nothing parked, when the principal is at its cap.
+
+        Raises: StoreError.
+        """
+        ...
+
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...
@@ -148,6 +156,10 @@ class TimedStore:
     async def unhold(self, principal: str, call_id: str) -> None:
         async with self.metrics.timed_store("unhold"):
             await self.inner.unhold(principal, call_id)
+
+    async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
+        async with self.metrics.timed_store("park"):
+            return await self.inner.park_held(record, until_ms, cap)
 
     async def ping(self) -> bool:
         return await self.inner.ping()

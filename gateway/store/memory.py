@@ -50,6 +50,12 @@ class MemoryStore:
         self._held[principal] = held
         return True
 
+    async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
+        if not await self.hold(record.principal, record.call_id, until_ms, cap):
+            return False
+        await self.park(record)
+        return True
+
     async def unhold(self, principal: str, call_id: str) -> None:
         held = self._held.get(principal)
         if held is not None:

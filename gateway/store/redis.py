@@ -55,6 +55,22 @@ redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1
 """
 
+# KEYS[1] the principal's parked calls, KEYS[2] the call's record; ARGV as _HOLD, then
+# the record's json, round, status and ttl: _HOLD, and the record written only if held.
+_PARK_HELD = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local known = redis.call('ZSCORE', KEYS[1], ARGV[2])
+if not known and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'json', ARGV[6], 'round', ARGV[7], 'status', ARGV[8])
+redis.call('PEXPIRE', KEYS[2], ARGV[9])
+return 1
+"""
+
 RedisClient = aioredis.Redis | RedisCluster
 
 
@@ -104,6 +120,10 @@ class RedisStore:
         self.prefix = prefix
         self._claim = client.register_script(_CLAIM)
         self._hold = client.register_script(_HOLD)
+        self._park_held = client.register_script(_PARK_HELD)
+        # A cluster keeps a principal's set and a call's record in different slots,
+        # which one script may not touch: there, holding and parking are two trips.
+        self._one_trip = not isinstance(client, RedisCluster)
 
     def key(self, call_id: str) -> str:
         return f"{self.prefix}{{{call_id}}}:rec"
@@ -166,6 +186,26 @@ class RedisStore:
         ttl = max(1, until_ms - now + GRACE_MS)
         args: list[str | int] = [now, call_id, until_ms, cap, ttl]
         held = await self._run(lambda: self._hold(keys=[self.held_key(principal)], args=args))
+        return bool(held)
+
+    async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
+        ttl_ms = record.deadline_ms + GRACE_MS - self.clock.wall_ms()
+        if not self._one_trip or ttl_ms <= 0:
+            if not await self.hold(record.principal, record.call_id, until_ms, cap):
+                return False
+            await self.park(record)
+            return True
+        now = self.clock.wall_ms()
+        keys = [self.held_key(record.principal), self.key(record.call_id)]
+        args: list[str | int] = [
+            now,
+            record.call_id,
+            until_ms,
+            cap,
+            max(1, until_ms - now + GRACE_MS),
+        ]
+        args += [record.to_json(), record.round, record.status, ttl_ms]
+        held = await self._run(lambda: self._park_held(keys=keys, args=args))
         return bool(held)
 
     async def unhold(self, principal: str, call_id: str) -> None:

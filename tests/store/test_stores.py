@@ -172,3 +172,16 @@ def test_store_urls_name_their_forms() -> None:
         connect("redis+sentinel://h1:26379")
     with pytest.raises(ConfigError, match="unsupported scheme"):
         connect("memcached://h")
+
+
+async def test_parking_and_holding_are_one_step_that_parks_nothing_at_the_cap(store) -> None:
+    until = START_WALL_MS + 60_000
+    first, second = record("c1"), record("c2")
+    assert await store.park_held(first, until, 1)
+    assert (await store.get("c1")) == first
+    assert not await store.park_held(second, until, 1)  # the principal is at its cap
+    assert await store.get("c2") is None
+    assert await store.park_held(replace(first, round=2), until, 1)  # the same call again
+    assert (await store.claim("c1", 2)) is not None
+    await store.unhold(first.principal, "c1")
+    assert await store.park_held(second, until, 1)
