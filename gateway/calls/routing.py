@@ -56,6 +56,10 @@ class Bus(Protocol):
         """Into `replica_id`'s inbox."""
         ...
 
+    async def deliver(self, replica_id: str, payload: str) -> bool:
+        """Into `replica_id`'s inbox if it is alive now; False, and nothing sent, if not."""
+        ...
+
     async def reply(self, key: str, payload: str) -> None: ...
 
     async def receive(self, key: str) -> str | None:
@@ -94,8 +98,10 @@ class Routing:
         Raises:
             RpcError: CallLost when neither the owner, takeover nor replay can serve it.
         """
-        if record.owner != self.bus.replica_id and await self.bus.alive(record.owner):
-            return await self._forward(record, front, notify)
+        if record.owner != self.bus.replica_id:
+            forwarded = await self._forward(record, front, notify)
+            if forwarded is not None:
+                return forwarded
         log.warning("call_owner_lost", owner=record.owner, round=record.round)
         if record.session_id and record.last_event_id:
             try:
@@ -119,7 +125,8 @@ class Routing:
 
     async def _forward(
         self, record: SuspendedCall, front: FrontRequest, notify: Notify
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | None:
+        """The owner's outcome of the retry; None when the owner is gone (nothing sent)."""
         reply = self.bus.new_reply_key()
         resume = messages.Resume(
             call=record.call_id,
@@ -129,7 +136,14 @@ class Routing:
             params=front.params,
             reply=reply,
         )
-        await self.bus.send(record.owner, messages.encode(resume))
+        payload = messages.encode(resume)
+        # One round trip in the common case; a missing heartbeat gets the patience of
+        # `alive` (after a Redis restart the owners beat again within a heartbeat).
+        delivered = await self.bus.deliver(record.owner, payload)
+        if not delivered and await self.bus.alive(record.owner):
+            delivered = await self.bus.deliver(record.owner, payload)
+        if not delivered:
+            return None
         log.info("retry_forwarded", owner=record.owner)
         started = self.clock.monotonic()
         try:

@@ -1,10 +1,12 @@
 """Cross-replica plumbing on Redis: who is alive, and how a retry reaches a call's owner.
 
-Each replica writes `<prefix>replica:<id>` every `heartbeat_s` with a TTL of two
-heartbeats, so a replica that dies is known to be gone within about two heartbeats.
-Each replica reads its own inbox list `<prefix>inbox:<id>` (BLPOP); a retry that lands
-on another replica is pushed there, and the owner answers on a per-request reply list
-that the receiving replica reads. Every wait is bounded; reply lists expire.
+Each replica writes `<prefix>{replica:<id>}:beat` every `heartbeat_s` with a TTL of
+two heartbeats, so a replica that dies is known to be gone within about two
+heartbeats. Each replica reads its own inbox list `<prefix>{replica:<id>}:inbox`
+(BLPOP); a retry that lands on another replica is pushed there, in one round trip
+that also checks the owner's heartbeat (both keys share a cluster slot), and the
+owner answers on a per-request reply list that the receiving replica reads. Every
+wait is bounded; reply lists expire.
 
 This module moves opaque payloads; what they mean is `gateway.calls`' business
 (`gateway.calls.messages`). It implements `gateway.calls.routing.Bus`.
@@ -32,6 +34,15 @@ Handler = Callable[[str], Coroutine[Any, Any, None]]
 _REPLY_TTL_MS = 120_000
 _POLL_S = 1.0
 
+# KEYS[1] the owner's heartbeat, KEYS[2] its inbox; ARGV payload, ttl. Pushed only while
+# the owner beats: a message never waits in the inbox of a replica known to be gone.
+_DELIVER = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+"""
+
 
 class RedisBus:
     def __init__(
@@ -50,12 +61,13 @@ class RedisBus:
         self.heartbeat_s = heartbeat_s
         self._tasks: list[asyncio.Task[None]] = []
         self.healthy = False
+        self._deliver = client.register_script(_DELIVER)
 
     def replica_key(self, replica_id: str) -> str:
-        return f"{self.prefix}replica:{replica_id}"
+        return f"{self.prefix}{{replica:{replica_id}}}:beat"
 
     def inbox_key(self, replica_id: str) -> str:
-        return f"{self.prefix}inbox:{replica_id}"
+        return f"{self.prefix}{{replica:{replica_id}}}:inbox"
 
     def new_reply_key(self) -> str:
         return f"{self.prefix}reply:{self.replica_id}:{secrets.token_hex(8)}"
@@ -129,6 +141,15 @@ class RedisBus:
     async def send(self, replica_id: str, payload: str) -> None:
         """Push `payload` into a replica's inbox. Raises: StoreError."""
         await self._push(self.inbox_key(replica_id), payload)
+
+    async def deliver(self, replica_id: str, payload: str) -> bool:
+        """Push `payload` into a replica's inbox if it beats now (one round trip); False,
+        with nothing pushed, when its heartbeat is missing. Raises: StoreError."""
+        keys = [self.replica_key(replica_id), self.inbox_key(replica_id)]
+        try:
+            return bool(await self._deliver(keys=keys, args=[payload, _REPLY_TTL_MS]))
+        except (RedisError, OSError) as exc:
+            raise StoreError(f"Redis: {exc}") from exc
 
     async def reply(self, key: str, payload: str) -> None:
         """Push one reply event for a forwarded request. Raises: StoreError."""

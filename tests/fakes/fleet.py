@@ -61,6 +61,12 @@ class MemoryBus:
         if replica_id in self.network.alive:
             spawn(self.network.handlers[replica_id](payload), name=f"inbox-{replica_id}")
 
+    async def deliver(self, replica_id: str, payload: str) -> bool:
+        if replica_id not in self.network.alive:
+            return False
+        await self.send(replica_id, payload)
+        return True
+
     async def reply(self, key: str, payload: str) -> None:
         self.network.replies[key].put_nowait(payload)
 

@@ -118,7 +118,7 @@ async def body_runs(
 async def until_dead(fleet: Fleet, redis_url: str, replica: GatewayProcess) -> None:
     """Wait until the fleet sees the replica gone: Redis expired its heartbeat key (a keyspace
     notification, listened to before looking, so it cannot be missed), bounded."""
-    key = f"{fleet.prefix}replica:{replica.replica_id}".encode()
+    key = f"{fleet.prefix}{{replica:{replica.replica_id}}}:beat".encode()
     client = aioredis.from_url(redis_url)
     try:
         await client.config_set("notify-keyspace-events", "Ex")  # on every (re)started server
