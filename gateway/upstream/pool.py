@@ -3,8 +3,10 @@
 Interruptible calls (`tools/call`, `prompts/get`, `resources/read`) own a session
 exclusively while in flight, so every server request on it belongs to that
 call. Plain requests share one session per capability set. After an idle
-session is taken, the pool opens a replacement in the background, so owning a
-session costs the caller no handshake. Sessions idle past `idle_timeout_s` are
+session is taken, the pool opens replacements in the background, in parallel,
+so owning a session costs the caller no handshake: as many as the recent rate of
+acquisitions times the time a session takes to open (at least `min_idle`), so a
+burst of parking calls finds sessions ready. Sessions idle past `idle_timeout_s` are
 closed (keeping `min_idle`); the total is bounded by `max_sessions`.
 
 The pool does not know the transport: it makes sessions with the factory it is
@@ -29,6 +31,7 @@ from gateway.errors import CapacityExceeded, SessionsBusy, UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import Version
+from gateway.upstream.demand import Demand
 from gateway.upstream.port import PooledSession, SessionExpired, SessionFactory, UpstreamSession
 
 log = structlog.get_logger("gateway.upstream")
@@ -69,6 +72,8 @@ class SessionPool:
         self._openers: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
         self._probe: asyncio.Task[None] | None = None
         self._closings: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
+        self.demand = Demand()
+        self._warming: defaultdict[str, int] = defaultdict(int)  # opening ahead, per caps
 
     def _failed(self) -> None:
         self.reachable = False
@@ -137,8 +142,10 @@ class SessionPool:
                 f"the next try is in {wait:.1f} s"
             )
         session = self.new_session(caps)
+        started = self.clock.monotonic()
         try:
             self.info = await session.open()
+            self.demand.opened(self.clock.monotonic() - started)
             self.reachable = True
             self._failures, self._retry_at = 0, 0.0
         except BaseException as exc:
@@ -218,11 +225,17 @@ class SessionPool:
             UpstreamError: no session could be opened.
             CapacityExceeded: `max_sessions` stayed busy for `acquire_timeout_s`.
         """
+        self.demand.acquired(self.clock.monotonic())
         session = self._take_idle(caps) or await self._reserve(caps)
         if session is None:
+            self._refill(caps)  # this caller opens its own; the next ones find theirs
             session = await self._open(caps)
         self._refill(caps)
         return session
+
+    def reserve_target(self) -> int:
+        """Idle sessions to keep ready, at least `min_idle` (see `Demand`)."""
+        return self.demand.reserve(self.limits.min_idle, self.limits.max_sessions)
 
     async def adopt(self, caps: ClientCaps, session_id: str, version: Version) -> PooledSession:
         """Take over a session another replica opened (its call continues here).
@@ -276,18 +289,25 @@ class SessionPool:
             self._freed.notify_all()
 
     def _refill(self, caps: ClientCaps) -> None:
-        if len(self._idle[caps.key]) < self.limits.min_idle and not self._closing:
+        """Open sessions ahead of demand, in parallel, up to `reserve_target`."""
+        if self._closing:
+            return
+        ready = len(self._idle[caps.key]) + self._warming[caps.key]
+        for _ in range(self.reserve_target() - ready):
+            if self._count >= self.limits.max_sessions:
+                return
+            self._count += 1  # the slot is taken now, so a burst never over-opens
+            self._warming[caps.key] += 1
             self._openers.add(spawn(self._prewarm(caps), name=f"pool-prewarm-{self.name}"))
 
     async def _prewarm(self, caps: ClientCaps) -> None:
-        if self._count >= self.limits.max_sessions:
-            return
-        self._count += 1
         try:
             session = await self._open(caps)
         except UpstreamError as exc:
             log.warning("upstream_prewarm_failed", upstream=self.name, error=str(exc))
             return
+        finally:
+            self._warming[caps.key] -= 1
         if self._closing:
             self._forget(session)
         else:

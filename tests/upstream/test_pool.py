@@ -15,6 +15,7 @@ from gateway.errors import SessionsBusy, UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
+from gateway.upstream.demand import Demand
 from gateway.upstream.pool import SessionPool
 from gateway.upstream.port import Inbox, StreamCursor
 from tests.fakes.clock import ManualClock
@@ -191,3 +192,31 @@ async def test_a_caller_waiting_for_a_slot_gets_the_session_a_prewarm_just_opene
     async with asyncio.timeout(5):  # without a wake-up it would wait the full 30 s
         session = await second
     assert session.alive and sessions.size == 2
+
+
+def test_the_reserve_is_the_recent_rate_times_the_time_to_open() -> None:
+    demand = Demand()
+    assert demand.reserve(1, 64) == 1  # nothing seen yet: min_idle
+    demand.opened(0.5)
+    for _ in range(9):
+        demand.acquired(10.0)
+    assert demand.reserve(1, 64) == 5  # 9/s x 0.5 s, rounded up
+    assert demand.reserve(1, 4) == 4  # never past max_sessions
+    demand.acquired(11.0)  # a second later, the burst is forgotten
+    assert demand.reserve(1, 64) == 1
+
+
+async def test_sessions_ahead_of_demand_open_side_by_side_and_no_more_than_wanted() -> None:
+    clock, factory = ManualClock(), Factory()
+    sessions = SessionPool("fake", factory, PoolLimits(min_idle=0, max_sessions=50), clock=clock)
+    sessions.demand.opened(0.5)  # opening takes half a second ...
+    for _ in range(7):
+        sessions.demand.acquired(clock.now)  # ... and 8 calls come this second: keep 4 ready
+    taken = spawn(sessions.acquire(ClientCaps()), name="acquire")
+    async with asyncio.timeout(5):
+        opening = [await factory.opening.get() for _ in range(5)]  # its own, 4 ahead, at once
+    assert sessions.size == 5 and factory.opening.empty()
+    factory.gate.set()
+    assert await taken in opening
+    await asyncio.gather(*list(sessions._openers))
+    assert sessions.size == 5  # no more were opened than were wanted

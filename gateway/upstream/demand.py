@@ -1,0 +1,27 @@
+"""How many sessions a pool should keep ready: the recent rate of acquisitions times
+the time a session takes to open (Little's law). Pure bookkeeping on given times."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+
+class Demand:
+    def __init__(self, *, window_s: float = 1.0) -> None:
+        self.window_s = window_s
+        self.open_s = 0.0  # a moving average of how long opening a session took
+        self._acquired: deque[float] = deque()
+
+    def acquired(self, now: float) -> None:
+        self._acquired.append(now)
+        while self._acquired and self._acquired[0] <= now - self.window_s:
+            self._acquired.popleft()
+
+    def opened(self, took_s: float) -> None:
+        self.open_s = took_s if not self.open_s else 0.8 * self.open_s + 0.2 * took_s
+
+    def reserve(self, floor: int, ceiling: int) -> int:
+        """Idle sessions to keep ready, between `floor` and `ceiling`."""
+        wanted = math.ceil(len(self._acquired) / self.window_s * self.open_s)
+        return min(ceiling, max(floor, wanted))
