@@ -310,10 +310,14 @@ async def parking(args: argparse.Namespace, folder: Path) -> None:
         direct_rate = await burst(count, concurrency, open_session)
         done = time.perf_counter(), cpu_s(server)
         wall = after[0] - before[0]
+        per_park, per_open = (after[1] - before[1]) / count, (done[1] - after[1]) / count
         print(
             f"  while parking: legacy server busy {100 * (after[1] - before[1]) / wall:.0f}% of a core, "
             f"gateway {100 * (after[2] - before[2]) / wall:.0f}%; while opening sessions alone: "
-            f"server {100 * (done[1] - after[1]) / (done[0] - after[0]):.0f}%"
+            f"server {100 * (done[1] - after[1]) / (done[0] - after[0]):.0f}%\n"
+            f"  legacy server CPU: {1000 * per_park:.2f} ms per parked call (session, GET stream, "
+            f"call, question), {1000 * per_open:.2f} ms per bare session open: a server-bound "
+            f"burst parks at most {per_open / per_park:.2f}x the open rate"
         )
     finally:
         gw.stop()
