@@ -26,8 +26,11 @@ class Served:
 
 
 class RoundRobin:
-    def __init__(self, backends: list[str]) -> None:
+    def __init__(self, backends: list[str], *, skip_refused: bool = False) -> None:
         self.backends = backends
+        # Like a Service whose endpoints follow readiness: a backend refusing connections
+        # (its process is down) is skipped for the next one.
+        self.skip_refused = skip_refused
         self._next = itertools.cycle(range(len(backends)))
         self.served: list[Served] = []
         self.http: aiohttp.ClientSession | None = None
@@ -61,7 +64,24 @@ class RoundRobin:
             )
         )
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
-        url = self.backends[index] + request.path_qs
+        for _ in range(len(self.backends) if self.skip_refused else 1):
+            url = self.backends[index] + request.path_qs
+            try:
+                return await self._relay(request, url, body, headers)
+            except aiohttp.ClientConnectorError:
+                if not self.skip_refused:
+                    raise
+                index = next(self._next)
+            except aiohttp.ClientError as exc:  # the backend died before its answer began
+                if not self.skip_refused:
+                    raise
+                return web.Response(status=502, text=f"bad gateway: {type(exc).__name__}")
+        return web.Response(status=503, text="no backend accepts connections")
+
+    async def _relay(
+        self, request: web.Request, url: str, body: bytes, headers: dict[str, str]
+    ) -> web.StreamResponse:
+        assert self.http is not None
         async with self.http.request(request.method, url, data=body, headers=headers) as upstream:
             response = web.StreamResponse(
                 status=upstream.status,

@@ -1,0 +1,314 @@
+"""The fleet under fire: replicas, Redis, a balancer and legacy servers under load while
+faults are injected; every outcome is counted by kind and the guarantees are checked.
+
+    .venv/bin/python scripts/chaos.py            # 40 s, 24 clients, every fault
+    .venv/bin/python scripts/chaos.py --short    # the CI form: 15 s, 8 clients
+
+Three `mrtr-gateway serve` replicas share a real redis-server (persisting nothing, so
+a restart loses every key) and sit behind a round-robin balancer that, like a
+Service, skips a replica that refuses connections. Their replica ids are fixed
+(`gw-0`...), as the Helm chart sets them from the pod name, so a restarted
+replica comes back under the same name. Two mcp 1.x servers: `plain` (no event
+store: a dead owner's call can only be replayed, and `register` is replay-safe) and
+`resumable` (an event store: a dead owner's call is taken over).
+
+Clients call `greet` (one round) and `register` (two rounds) on both and answer
+every question; a request that fails on the way (its replica died under it) is
+sent again once, as a client would. Faults: `kill -9` of a replica and a restart,
+SIGTERM (drain) and a restart, a Redis restart with its data lost.
+
+Checks, printed at the end (exit status 1 if any fails):
+- no dirty failure (a 5xx without a JSON-RPC error, a wrong answer, a traceback);
+- no duplicated tool body where none may run twice (takeover never re-runs a body;
+  a replay re-runs only a replay-safe one), and no completion whose body never ran;
+- no call lost where the upstream allows takeover or the tool is replay-safe;
+- no call failed by the Redis restart; no call still parked once the clients are done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import random
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from aiohttp.test_utils import TestServer
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gateway.protocol.state import generate_key  # noqa: E402
+from tests.peers.balancer import RoundRobin  # noqa: E402
+from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer  # noqa: E402
+from tests.support.wire import default_headers, parse_sse_messages, rpc  # noqa: E402
+
+ANSWERS = {
+    "elicit.username": {"action": "accept", "content": {"username": "alice"}},
+    "elicit.age+color": {"action": "accept", "content": {"age": 30, "color": "green"}},
+}
+EXPECTED = {
+    "greet": "Hello, alice!",
+    "register": "Registered alice (age 30) with favourite color green",
+}
+# (path, tool, whether a dead owner's call can go on: takeover or a replay-safe replay)
+TARGETS = [
+    ("/plain", "greet", False),
+    ("/plain", "register", True),
+    ("/resumable", "greet", True),
+    ("/resumable", "register", True),
+]
+
+
+@dataclass
+class Tally:
+    outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
+    dirty: list[str] = field(default_factory=list)
+    lost_where_recoverable: list[str] = field(default_factory=list)
+    failed_in_redis_restart: list[str] = field(default_factory=list)
+    completed: list[tuple[str, str, str]] = field(default_factory=list)  # path, tool, run id
+    redis_down: tuple[float, float] | None = None
+
+
+class Fleet:
+    def __init__(self, folder: Path) -> None:
+        self.redis = RedisServer()
+        self.plain = LegacyServer()
+        self.resumable = LegacyServer(event_store=True)
+        config = {
+            "store": {"url": self.redis.url},
+            "fleet": {"heartbeat_s": 0.3, "drain_timeout_s": 10},
+            "limits": {"max_parked_per_principal": 1000},
+            "upstreams": [
+                {
+                    "name": "plain",
+                    "url": self.plain.url,
+                    "path": "/plain",
+                    "tools": {"register": {"replay_safe": True}},
+                },
+                {"name": "resumable", "url": self.resumable.url, "path": "/resumable"},
+            ],
+        }
+        path = folder / "gateway.yaml"
+        path.write_text(yaml.safe_dump(config))
+        env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key()}
+        self.replicas = [GatewayProcess(path, env, f"gw-{i}") for i in range(3)]
+        self.balancer = RoundRobin([r.base for r in self.replicas], skip_refused=True)
+        self.lb: TestServer | None = None
+
+    async def start(self) -> str:
+        self.lb = TestServer(self.balancer.app(), host="127.0.0.1")
+        await self.lb.start_server()
+        return str(self.lb.make_url(""))
+
+    async def stop(self) -> None:
+        if self.lb is not None:
+            await self.lb.close()
+        await asyncio.gather(*(asyncio.to_thread(r.stop) for r in self.replicas))
+        for process in (self.plain, self.resumable, self.redis):
+            process.stop()
+
+
+async def restart(replica: GatewayProcess) -> None:
+    await asyncio.to_thread(replica.start)
+    await asyncio.to_thread(replica.wait_for_line, GatewayProcess.READY, 30)
+
+
+async def faults(fleet: Fleet, tally: Tally, short: bool, log: list[str]) -> None:
+    """The fault schedule; each step logged with its time."""
+    started = time.monotonic()
+
+    def note(text: str) -> None:
+        log.append(f"{time.monotonic() - started:5.1f}s  {text}")
+
+    async def at(seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds - (time.monotonic() - started)))
+
+    victim = fleet.replicas[1]
+    await at(3 if short else 5)
+    note(f"kill -9 {victim.replica_id}")
+    victim.kill9()
+    await asyncio.sleep(1.0)
+    await restart(victim)
+    note(f"{victim.replica_id} restarted (same replica id)")
+    if not short:
+        drained = fleet.replicas[2]
+        await at(12)
+        note(f"SIGTERM {drained.replica_id} (drain)")
+        drained.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(drained.wait, 30)
+        await restart(drained)
+        note(f"{drained.replica_id} restarted")
+    await at(8 if short else 20)
+    note("redis-server restarted, its data lost")
+    down = time.monotonic()
+    tally.redis_down = (down, float("inf"))
+    fleet.redis.kill()
+    await asyncio.sleep(0.5)
+    await asyncio.to_thread(fleet.redis.start)
+    tally.redis_down = (down, time.monotonic())
+    note("redis-server back")
+    if not short:
+        victim = fleet.replicas[0]
+        await at(28)
+        note(f"kill -9 {victim.replica_id}")
+        victim.kill9()
+        await asyncio.sleep(1.0)
+        await restart(victim)
+        note(f"{victim.replica_id} restarted")
+
+
+async def post(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> tuple[int, Any]:
+    async with http.post(url, json=body, headers=default_headers(body)) as resp:
+        raw = await resp.read()
+        if resp.headers.get("Content-Type", "").startswith("text/event-stream"):
+            messages = parse_sse_messages(raw)
+            return resp.status, messages[-1] if messages else None
+        try:
+            return resp.status, json.loads(raw)
+        except ValueError:
+            return resp.status, raw[:200].decode(errors="replace")
+
+
+async def one_call(http: aiohttp.ClientSession, base: str, target: tuple[str, str, bool], tally: Tally) -> None:
+    path, tool, recoverable = target
+    run_id = uuid.uuid4().hex
+    params: dict[str, Any] = {"name": tool, "arguments": {"run_id": run_id}}
+    rid = 0
+    while True:
+        rid += 1
+        sent = time.monotonic()
+        for attempt in (1, 2):  # a request that died with its replica is sent again once
+            try:
+                status, reply = await post(http, base + path, rpc("tools/call", params, rid=rid))
+                if status in (502, 503) and not isinstance(reply, dict):  # the balancer's
+                    raise aiohttp.ClientError(str(reply))
+                break
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                if attempt == 2:
+                    tally.outcomes[f"connection failed twice ({type(exc).__name__})"] += 1
+                    return
+        if not isinstance(reply, dict):
+            tally.outcomes["dirty"] += 1
+            tally.dirty.append(f"{path} {tool}: HTTP {status} {reply!r}")
+            return
+        if "error" in reply:
+            error = reply["error"]
+            kind = f"error {error.get('code')} ({status}): {error.get('message', '')[:70]}"
+            tally.outcomes[kind] += 1
+            if status >= 500 and "lost" in error.get("message", "") and recoverable:
+                tally.lost_where_recoverable.append(f"{path} {tool} {run_id}")
+            down = tally.redis_down
+            if down is not None and down[0] - 1 <= sent <= down[1] + 2:
+                tally.failed_in_redis_restart.append(f"{path} {tool}: {kind}")
+            return
+        result = reply["result"]
+        if result.get("resultType") == "input_required":
+            answers = {key: ANSWERS[key] for key in result["inputRequests"]}
+            params = {**params, "requestState": result["requestState"], "inputResponses": answers}
+            continue
+        text = result.get("content", [{}])[0].get("text")
+        if text != EXPECTED[tool]:
+            tally.outcomes["dirty"] += 1
+            tally.dirty.append(f"{path} {tool}: wrong answer {text!r}")
+            return
+        tally.outcomes[f"complete ({path} {tool})"] += 1
+        tally.completed.append((path, tool, run_id))
+        return
+
+
+async def client(base: str, until: float, tally: Tally, seed: int) -> None:
+    rng = random.Random(seed)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        while time.monotonic() < until:
+            await one_call(http, base, rng.choice(TARGETS), tally)
+
+
+async def body_runs(http: aiohttp.ClientSession, url: str, tool: str, run_id: str) -> int:
+    args = {"name": "runs", "arguments": {"tool": tool, "run_id": run_id}}
+    _, reply = await post(http, url, rpc("tools/call", args))
+    return int(reply["result"]["content"][0]["text"])
+
+
+async def parked_now(http: aiohttp.ClientSession, replicas: list[GatewayProcess]) -> dict[str, float]:
+    counts = {}
+    for replica in replicas:
+        async with http.get(replica.base + "/metrics") as resp:
+            for line in (await resp.text()).splitlines():
+                if line.startswith(("mrtr_parked_calls ", "mrtr_live_calls ")):
+                    name, value = line.split()
+                    counts[f"{replica.replica_id} {name}"] = float(value)
+    return counts
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--short", action="store_true", help="the CI form")
+    parser.add_argument("--clients", type=int)
+    parser.add_argument("--seconds", type=float)
+    args = parser.parse_args()
+    clients = args.clients or (8 if args.short else 24)
+    seconds = args.seconds or (15.0 if args.short else 40.0)
+    tally, log = Tally(), []
+    with tempfile.TemporaryDirectory(prefix="mrtr-chaos-") as tmp:
+        fleet = Fleet(Path(tmp))
+        try:
+            base = await fleet.start()
+            until = time.monotonic() + seconds
+            chaos = asyncio.ensure_future(faults(fleet, tally, args.short, log))
+            await asyncio.gather(*(client(base, until, tally, seed) for seed in range(clients)))
+            await chaos
+            async with aiohttp.ClientSession() as http:
+                duplicated, never_ran = [], []
+                for path, tool, run_id in tally.completed:
+                    upstream = fleet.plain if path == "/plain" else fleet.resumable
+                    runs = await body_runs(http, upstream.url, tool, run_id)
+                    replay_safe = path == "/plain" and tool == "register"
+                    if runs == 0:
+                        never_ran.append(f"{path} {tool} {run_id}")
+                    elif runs > 1 and not replay_safe:
+                        duplicated.append(f"{path} {tool} {run_id} ran {runs} times")
+                # Every client is done: nothing may stay parked (bounded wait for endings).
+                deadline = time.monotonic() + 10
+                while True:
+                    left = {k: v for k, v in (await parked_now(http, fleet.replicas)).items() if v}
+                    if not left or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.5)
+        finally:
+            await fleet.stop()
+    print("faults:")
+    for line in log:
+        print("  " + line)
+    print(f"outcomes ({sum(tally.outcomes.values())} calls, {clients} clients, {seconds:g} s):")
+    for kind, count in sorted(tally.outcomes.items(), key=lambda kv: -kv[1]):
+        print(f"  {count:6d}  {kind}")
+    checks = {
+        "no dirty failure": tally.dirty,
+        "no duplicated tool body": duplicated,
+        "no completion that never ran": never_ran,
+        "no call lost where takeover or replay was possible": tally.lost_where_recoverable,
+        "no call failed by the Redis restart": tally.failed_in_redis_restart,
+        "nothing parked once the clients are done": [f"{k}={v:g}" for k, v in left.items()],
+    }
+    print("checks:")
+    failed = False
+    for name, problems in checks.items():
+        print(f"  {'ok  ' if not problems else 'FAIL'}  {name}" + (f": {problems[:5]}" if problems else ""))
+        failed = failed or bool(problems)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
