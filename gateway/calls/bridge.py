@@ -45,6 +45,7 @@ class Bridge:
         metrics: Metrics | None = None,
         clock: Clock | None = None,
         bus: Bus | None = None,
+        owner: str | None = None,
     ) -> None:
         self.config = config
         self.limits = config.limits
@@ -69,7 +70,7 @@ class Bridge:
             endings=self.endings,
             clock=self.clock,
             limits=self.limits,
-            replica_id=config.replica_id,
+            replica_id=owner or config.replica_id,
         )
         self.runner = Runner(
             registry=self.calls,

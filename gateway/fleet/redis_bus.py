@@ -151,6 +151,17 @@ class RedisBus:
         except (RedisError, OSError) as exc:
             raise StoreError(f"Redis: {exc}") from exc
 
+    async def retract(self, replica_id: str, payload: str) -> bool:
+        """Take `payload` back out of a replica's inbox; False if it was read already.
+
+        Raises: StoreError.
+        """
+        try:
+            removed = await self.client.lrem(self.inbox_key(replica_id), 1, payload)
+        except (RedisError, OSError) as exc:
+            raise StoreError(f"Redis: {exc}") from exc
+        return bool(removed)
+
     async def reply(self, key: str, payload: str) -> None:
         """Push one reply event for a forwarded request. Raises: StoreError."""
         await self._push(key, payload)

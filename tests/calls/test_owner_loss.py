@@ -126,22 +126,50 @@ async def test_a_call_whose_owner_died_is_lost_when_neither_takeover_nor_replay_
         await b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE))
     assert lost.value.status == 502 and lost.value.code == -32603
     assert server.calls.empty()  # the tool was never run a second time
-    assert await b.store.get(call_id) is None and not b.pool.adopted
+    assert await b.store.get(call_id) is None
+    # The stranded upstream call is cancelled on its session, not left to run on.
+    cancelled = await server.next_sent()
+    assert cancelled["method"] == "notifications/cancelled"
+    assert cancelled["params"]["requestId"] == session.call_id
+    assert b.pool.adopted == [session.id] and b.pool.released[-1][1] is False
 
 
-async def test_an_owner_dying_during_a_forward_loses_the_call_clearly(
+async def test_an_owner_dying_after_taking_a_forward_hands_the_call_to_takeover(
     clock: ManualClock, server: ScriptedServer, network: Network
 ) -> None:
     a, b = two_replicas(clock, server, network)
-    first, _ = await ask_username(a, server, clock)
+    first, session = await ask_username(a, server, clock)
     retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
-    await server.next_sent()  # the owner took the retry ...
+    await server.next_sent()  # the owner took the retry and answered upstream ...
     await network.polls.get()  # ... and the receiving replica waits for its reply
     network.kill("a")
     await clock.armed(clock.now + POLL_S)
     clock.advance(POLL_S)
-    with pytest.raises(CallLost):
-        await retry
+    taken = await server.next_call()  # the receiving replica continues the stream
+    assert taken.id == session.id and b.pool.adopted == [session.id]
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    taken.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
+    assert (await retry)["content"][0]["text"] == "Hello, alice!"
+
+
+async def test_a_forward_the_dead_owner_never_read_is_taken_back_and_replayed(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    server.resumable = False
+    a, b = two_replicas(clock, server, network, tools={"greet": {"replay_safe": True}})
+    first, _ = await ask_username(a, server, clock)
+    network.stalled.add("a")  # alive, its inbox not read yet
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    await network.polls.get()
+    network.kill("a")
+    await clock.armed(clock.now + POLL_S)
+    clock.advance(POLL_S)
+    again = await server.next_call()  # replayed from its journal on the receiving replica
+    again.elicit(1)
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    again.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
+    assert (await retry)["content"][0]["text"] == "Hello, alice!"
+    assert network.held["a"] == []  # taken back: the dead owner's inbox holds nothing
 
 
 async def test_an_owner_that_never_answers_a_forward_is_given_up_after_the_hold_timeout(
