@@ -138,6 +138,7 @@ def build_app(config: GatewayConfig) -> web.Application:
             pools[upstream.name] = pool
         metrics.bind(parked=lambda: bridge.parked, live=lambda: len(bridge.calls), pools=pools)
         if bus is not None:
+            bus.on_data_loss = bridge.restore_records
             bus.start(bridge.serve_forwarded)
         log.info(
             "gateway_started",

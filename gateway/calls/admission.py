@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 
+from gateway import clock as clocks
 from gateway.clock import Clock
 from gateway.config import UpstreamConfig
 from gateway.errors import InvalidRequestState
@@ -35,7 +36,11 @@ class Admission:
         clock: Clock,
         metrics: Metrics,
         audience: str,
+        missing_grace_s: float = 0.0,
     ) -> None:
+        # On a fleet, a record missing because the store just lost its data is written
+        # back by its owner within a heartbeat: a retry looks again once after this.
+        self.missing_grace_s = missing_grace_s
         self.codec = codec
         self.store = store
         self.clock = clock
@@ -85,6 +90,9 @@ class Admission:
         """
         with self._refusals(upstream):
             record = await self.store.get(claims.call)
+            if record is None and self.missing_grace_s:
+                await clocks.sleep(self.clock, self.missing_grace_s)
+                record = await self.store.get(claims.call)
             if record is None:
                 raise InvalidRequestState("no live call (finished, expired or never parked)")
             if record.round != claims.round or record.status != PARKED:

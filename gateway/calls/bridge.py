@@ -61,9 +61,10 @@ class Bridge:
             clock=self.clock,
             metrics=self.metrics,
             audience=config.sealing.audience,
+            missing_grace_s=1.5 * config.fleet.heartbeat_s if bus is not None else 0.0,
         )
         self.endings = Endings(self.calls, store, self.metrics)
-        suspender = Suspender(
+        self.suspender = suspender = Suspender(
             registry=self.calls,
             store=store,
             admission=self.admission,
@@ -128,6 +129,10 @@ class Bridge:
         if self.routing is None:
             raise CallLost()
         return await self.routing.elsewhere(upstream, record, front, notify)
+
+    async def restore_records(self) -> None:
+        """The store lost its data: write back the records of the calls parked here."""
+        await self.suspender.restore()
 
     async def serve_forwarded(self, payload: str) -> None:
         """A message another replica pushed into this replica's inbox."""

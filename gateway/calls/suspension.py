@@ -131,6 +131,7 @@ class Suspender:
         cap = self.limits.max_parked_per_principal
         self.registry.fire(call, Trigger.SUSPEND)
         token, issued, deadline = self._mint(call, round_=machine.round, mode=PARK)
+        call.parked_ms = (issued, deadline)
         try:
             # Counted in the store, so the cap holds across the whole fleet.
             held = await self.store.park_held(self._record(call, issued, deadline), until, cap)
@@ -168,6 +169,23 @@ class Suspender:
         structlog.contextvars.bind_contextvars(round=machine.round, asked=sorted(asked))
         log.debug("call_suspended", round=machine.round, asked=sorted(asked), mode=REPLAY)
         return input_required(call, token, asked)
+
+    async def restore(self) -> None:
+        """The store lost its data: write back the record of every call parked here, so
+        its retry resumes it. A call whose record cannot come back is ended at once
+        (cancelled upstream), never left parked until its deadline."""
+        parked = [c for c in self.registry.values() if c.phase is Phase.SUSPENDED]
+        restored = 0
+        for call in parked:
+            if call.stateless or call.phase is not Phase.SUSPENDED:
+                continue
+            issued, deadline = call.parked_ms
+            try:
+                restored += await self.store.restore(self._record(call, issued, deadline), deadline)
+            except StoreError as exc:
+                log.warning("call_record_lost", call_id=call.id, error=str(exc))
+                await self.endings.end(call, Trigger.FAIL, "its record was lost with the store")
+        log.info("call_records_restored", restored=restored, parked=len(parked))
 
     def _record(self, call: LiveCall, issued: int, deadline: int) -> SuspendedCall:
         machine = call.machine

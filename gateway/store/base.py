@@ -121,6 +121,15 @@ class SuspendedCallStore(Protocol):
         """
         ...
 
+    async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
+        """Write back the record of a call its owner still holds, after the store lost it:
+        only if no record of the call exists (one that does may be another replica's
+        now), and held for its principal. False when one exists.
+
+        Raises: StoreError.
+        """
+        ...
+
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...
@@ -160,6 +169,10 @@ class TimedStore:
     async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
         async with self.metrics.timed_store("park"):
             return await self.inner.park_held(record, until_ms, cap)
+
+    async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
+        async with self.metrics.timed_store("restore"):
+            return await self.inner.restore(record, until_ms)
 
     async def ping(self) -> bool:
         return await self.inner.ping()

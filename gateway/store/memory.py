@@ -56,6 +56,13 @@ class MemoryStore:
         await self.park(record)
         return True
 
+    async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
+        if self._live(record.call_id) is not None:
+            return False
+        await self.hold(record.principal, record.call_id, until_ms, cap=1 << 30)
+        await self.park(record)
+        return True
+
     async def unhold(self, principal: str, call_id: str) -> None:
         held = self._held.get(principal)
         if held is not None:

@@ -18,17 +18,22 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
+import structlog
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import BusyLoadingError, RedisError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway import clock as clocks
 from gateway.clock import Clock, SystemClock
 from gateway.errors import ConfigError, StoreError
 from gateway.store.base import GRACE_MS, PARKED, RESUMING, SuspendedCall
 
 T = TypeVar("T")
+log = structlog.get_logger("gateway.store")
 
 # A record is a hash: the immutable JSON, and the round and status a claim checks.
 # KEYS[1] record; ARGV round, parked, resuming. A record parked at that round becomes
@@ -71,7 +76,47 @@ redis.call('PEXPIRE', KEYS[2], ARGV[9])
 return 1
 """
 
+# KEYS[1] the principal's parked calls, KEYS[2] the call's record; ARGV call, until,
+# ttl of the set, json, round, status, ttl of the record. Written only if no record is.
+_RESTORE = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('HSET', KEYS[2], 'json', ARGV[4], 'round', ARGV[5], 'status', ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[7])
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
 RedisClient = aioredis.Redis | RedisCluster
+
+#: How long a store or bus operation rides out an unreachable Redis (a restart, a
+#: failover) before it fails: a client sees no error for an outage shorter than this.
+RIDE_OUT_S = 3.0
+_OUTAGE = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, TryAgainError, OSError)
+
+
+async def ride_out(clock: Clock, op: Callable[[], Awaitable[T]], budget_s: float = RIDE_OUT_S) -> T:
+    """Run `op`, trying again while Redis cannot be reached, for up to `budget_s`.
+
+    Every operation given here may run twice (its first reply lost with a dropped
+    connection): each is idempotent, or its duplicate is harmless (see the callers).
+
+    Raises:
+        StoreError: Redis refused the operation, or stayed unreachable.
+    """
+    give_up = clock.monotonic() + budget_s
+    delay = 0.05
+    while True:
+        try:
+            return await op()
+        except _OUTAGE as exc:
+            if clock.monotonic() + delay > give_up:
+                raise StoreError(f"Redis unreachable for {budget_s:g} s: {exc}") from exc
+            log.info("store_unreachable_retrying", error=str(exc), retry_in_s=delay)
+        except RedisError as exc:
+            raise StoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
+        await clocks.sleep(clock, delay)
+        delay = min(delay * 2, 0.5)
 
 
 def connect(url: str, *, timeout_s: float = 2.0) -> RedisClient:
@@ -113,14 +158,21 @@ def connect(url: str, *, timeout_s: float = 2.0) -> RedisClient:
 
 class RedisStore:
     def __init__(
-        self, client: RedisClient, *, prefix: str = "mrtr:", clock: Clock | None = None
+        self,
+        client: RedisClient,
+        *,
+        prefix: str = "mrtr:",
+        clock: Clock | None = None,
+        ride_out_s: float = RIDE_OUT_S,
     ) -> None:
         self.client = client
+        self.ride_out_s = ride_out_s
         self.clock = clock or SystemClock()
         self.prefix = prefix
         self._claim = client.register_script(_CLAIM)
         self._hold = client.register_script(_HOLD)
         self._park_held = client.register_script(_PARK_HELD)
+        self._restore = client.register_script(_RESTORE)
         # A cluster keeps a principal's set and a call's record in different slots,
         # which one script may not touch: there, holding and parking are two trips.
         self._one_trip = not isinstance(client, RedisCluster)
@@ -129,10 +181,7 @@ class RedisStore:
         return f"{self.prefix}{{{call_id}}}:rec"
 
     async def _run(self, op: Callable[[], Awaitable[T]]) -> T:
-        try:
-            return await op()
-        except (RedisError, OSError) as exc:
-            raise StoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
+        return await ride_out(self.clock, op, self.ride_out_s)
 
     async def park(self, record: SuspendedCall) -> None:
         ttl_ms = record.deadline_ms + GRACE_MS - self.clock.wall_ms()
@@ -207,6 +256,23 @@ class RedisStore:
         args += [record.to_json(), record.round, record.status, ttl_ms]
         held = await self._run(lambda: self._park_held(keys=keys, args=args))
         return bool(held)
+
+    async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
+        now = self.clock.wall_ms()
+        ttl_ms = record.deadline_ms + GRACE_MS - now
+        if ttl_ms <= 0:
+            return False
+        key = self.key(record.call_id)
+        if not self._one_trip:  # a cluster: the two keys live in different slots
+            if await self._run(lambda: self.client.exists(key)):
+                return False
+            await self.park(record)
+            await self.hold(record.principal, record.call_id, until_ms, cap=1 << 30)
+            return True
+        keys = [self.held_key(record.principal), key]
+        args: list[str | int] = [record.call_id, until_ms, max(1, until_ms - now + GRACE_MS)]
+        args += [record.to_json(), record.round, record.status, ttl_ms]
+        return bool(await self._run(lambda: self._restore(keys=keys, args=args)))
 
     async def unhold(self, principal: str, call_id: str) -> None:
         await self._run(lambda: self.client.zrem(self.held_key(principal), call_id))
