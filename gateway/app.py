@@ -139,6 +139,7 @@ def build_app(config: GatewayConfig) -> web.Application:
         metrics.bind(parked=lambda: bridge.parked, live=lambda: len(bridge.calls), pools=pools)
         if bus is not None:
             bus.on_data_loss = bridge.restore_records
+            bus.on_lease_regained = bridge.hand_over_lost
             bus.start(bridge.serve_forwarded)
         log.info(
             "gateway_started",

@@ -23,7 +23,7 @@ from gateway.calls.runner import Notify, Runner
 from gateway.calls.suspension import Suspender
 from gateway.clock import Clock, SystemClock
 from gateway.config import REPLAY, GatewayConfig, UpstreamConfig
-from gateway.errors import CallLost, Draining
+from gateway.errors import CallLost, Draining, LeaseLost
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.call import CallMachine, Trigger
@@ -54,6 +54,7 @@ class Bridge:
         self.metrics = metrics or Metrics()
         self.clock = clock or SystemClock()
         self.draining = False
+        self.bus = bus
         self.calls = Registry()
         self.admission = Admission(
             codec=codec,
@@ -122,6 +123,8 @@ class Bridge:
             return await self.runner.start(
                 upstream, front, principal, digest, notify, known=known, round_=claims.round
             )
+        if claims.call in self.calls and self.bus is not None and not self.bus.holds_lease():
+            raise LeaseLost()  # cut off from the fleet: another replica may own it now
         record = await self.admission.claim(upstream, claims, responses)
         call = self.calls.get(record.call_id)
         if call is not None:
@@ -133,6 +136,10 @@ class Bridge:
     async def restore_records(self) -> None:
         """The store lost its data: write back the records of the calls parked here."""
         await self.suspender.restore()
+
+    async def hand_over_lost(self) -> None:
+        """The lease is back after a time without it: let go of calls taken over meanwhile."""
+        await self.suspender.hand_over_lost()
 
     async def serve_forwarded(self, payload: str) -> None:
         """A message another replica pushed into this replica's inbox."""

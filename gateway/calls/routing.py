@@ -30,6 +30,7 @@ from gateway.config import LimitsConfig, UpstreamConfig
 from gateway.errors import (
     CallLost,
     CapacityExceeded,
+    LeaseLost,
     RelayedError,
     RpcError,
     StoreError,
@@ -70,6 +71,10 @@ class Bus(Protocol):
 
     async def retract(self, replica_id: str, payload: str) -> bool:
         """Take back a message `replica_id` has not read; False once it has."""
+        ...
+
+    def holds_lease(self) -> bool:
+        """Whether this replica's heartbeat is surely in the store: it may serve its calls."""
         ...
 
     async def reply(self, key: str, payload: str) -> None: ...
@@ -246,6 +251,9 @@ class Routing:
             SessionExpired: the upstream forgot the session; nothing was sent.
         """
         assert record.session_id is not None
+        # The record names this replica from now on: its previous owner, if it was only
+        # cut off, learns from it that the call is not its own any more.
+        await self.store.take(record, self.bus.replica_id)
         pool = self.runner.pools[upstream.name]
         session = await pool.adopt(
             ClientCaps.from_key(record.caps), record.session_id, Version(record.protocol_version)
@@ -327,6 +335,8 @@ class Routing:
         call = self.registry.get(message.call)
         if call is None or call.phase is not Phase.SUSPENDED or call.machine.round != message.round:
             raise CallLost()
+        if not self.bus.holds_lease():
+            raise LeaseLost()
         structlog.contextvars.bind_contextvars(call_id=call.id, round=call.machine.round)
         reply = message.reply
 

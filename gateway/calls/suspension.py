@@ -221,15 +221,42 @@ class Suspender:
             if await self.store.claim(call.id, round_) is None:
                 # A retry claimed the round first and normally resumes it at once (which
                 # cancels this task). If nothing has resumed it after a grace period, the
-                # claimer failed on the way (e.g. its client left, or a forward was lost).
+                # claimer failed on the way (e.g. its client left, or a forward was lost)
+                # or took the call over (this replica was cut off, judged dead).
                 await clocks.sleep(clock, min(self.limits.hold_timeout_s, CLAIM_GRACE_S))
                 if not _waits_in(call, round_):
                     return
+                if not await self._still_mine(call):
+                    await self.endings.abandon(call, "another replica holds the call")
+                    return
                 log.warning("claimed_round_never_resumed", round=round_)
         except StoreError as exc:
-            log.warning("store_claim_failed", error=str(exc))  # the deadline passed regardless
+            # Whether another replica took it over cannot be known: say nothing upstream.
+            log.warning("store_claim_failed", error=str(exc))
+            await self.endings.abandon(call, "its ownership cannot be checked")
+            return
         if call.phase is Phase.SUSPENDED:
             await self.endings.end(call, Trigger.EXPIRE, "suspension deadline passed")
+
+    async def _still_mine(self, call: LiveCall) -> bool:
+        """Whether the store still names this replica the call's owner.
+
+        Raises: StoreError.
+        """
+        record = await self.store.get(call.id)
+        return record is not None and record.owner == self.replica_id
+
+    async def hand_over_lost(self) -> None:
+        """After a time without the lease: let go, quietly, of every parked call whose
+        record names another owner now or is gone (taken over and finished)."""
+        for call in [c for c in self.registry.values() if c.phase is Phase.SUSPENDED]:
+            try:
+                if call.stateless or await self._still_mine(call):
+                    continue
+            except StoreError as exc:
+                log.warning("ownership_check_failed", call_id=call.id, error=str(exc))
+                continue
+            await self.endings.abandon(call, "taken over while this replica was cut off")
 
 
 def _waits_in(call: LiveCall, round_: int) -> bool:

@@ -66,6 +66,7 @@ class RedisBus:
         # empty replica): the owners write back the records of the calls they hold.
         self._epoch: bytes | None = None
         self.on_data_loss: Callable[[], Coroutine[Any, Any, None]] | None = None
+        self.on_lease_regained: Callable[[], Coroutine[Any, Any, None]] | None = None
         # The lease: this replica may serve its calls only while its heartbeat is surely
         # in Redis. Others judge it dead only after the heartbeat's TTL and their patience
         # (`alive`), so it stops strictly before anyone can take a call over.
@@ -110,9 +111,14 @@ class RedisBus:
         while True:
             try:
                 sent = self.clock.monotonic()
-                await self._beat(ttl_ms)
+                lapsed = self._epoch is not None and not self.holds_lease()
+                lost_data = await self._beat(ttl_ms)
                 # The TTL counts from when Redis set the key, which is after we sent it.
                 self._lease_until = sent + ttl_ms / 1000
+                if lapsed and not lost_data:
+                    log.warning("fleet_lease_regained", replica=self.replica_id)
+                    if self.on_lease_regained is not None:
+                        spawn(self.on_lease_regained(), name="fleet-hand-over")
                 if not self.healthy:
                     log.info("fleet_joined", replica=self.replica_id)
                 self.healthy = True
@@ -123,17 +129,20 @@ class RedisBus:
                 self.healthy = False
             await clocks.sleep(self.clock, self.heartbeat_s)
 
-    async def _beat(self, ttl_ms: int) -> None:
+    async def _beat(self, ttl_ms: int) -> bool:
+        """Renew the heartbeat; True when the store has lost its data since the last one."""
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.set(self.replica_key(self.replica_id), str(self.clock.wall_ms()), px=ttl_ms)
             pipe.set(self.epoch_key(), secrets.token_hex(8), nx=True)
             pipe.get(self.epoch_key())
             _, created, epoch = await pipe.execute()
         known, self._epoch = self._epoch, epoch
-        if known is not None and (created or epoch != known):
-            log.warning("store_data_lost", detail="writing back the records of the calls held here")
-            if self.on_data_loss is not None:
-                spawn(self.on_data_loss(), name="fleet-restore")
+        if known is None or (not created and epoch == known):
+            return False
+        log.warning("store_data_lost", detail="writing back the records of the calls held here")
+        if self.on_data_loss is not None:
+            spawn(self.on_data_loss(), name="fleet-restore")
+        return True
 
     async def _inbox(self, handler: Handler) -> None:
         key = self.inbox_key(self.replica_id)

@@ -121,6 +121,14 @@ class SuspendedCallStore(Protocol):
         """
         ...
 
+    async def take(self, record: SuspendedCall, owner: str) -> bool:
+        """Name `owner` as the call's owner from now on (a takeover); False if the record
+        is gone. The replica named before learns from it that the call is no longer its.
+
+        Raises: StoreError.
+        """
+        ...
+
     async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
         """Write back the record of a call its owner still holds, after the store lost it:
         only if no record of the call exists (one that does may be another replica's
@@ -169,6 +177,10 @@ class TimedStore:
     async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
         async with self.metrics.timed_store("park"):
             return await self.inner.park_held(record, until_ms, cap)
+
+    async def take(self, record: SuspendedCall, owner: str) -> bool:
+        async with self.metrics.timed_store("take"):
+            return await self.inner.take(record, owner)
 
     async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
         async with self.metrics.timed_store("restore"):

@@ -6,6 +6,8 @@ claim is atomic because nothing here awaits between the check and the update.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gateway.clock import Clock, SystemClock
 from gateway.store.base import GRACE_MS, PARKED, SuspendedCall
 
@@ -54,6 +56,13 @@ class MemoryStore:
         if not await self.hold(record.principal, record.call_id, until_ms, cap):
             return False
         await self.park(record)
+        return True
+
+    async def take(self, record: SuspendedCall, owner: str) -> bool:
+        current = self._live(record.call_id)
+        if current is None:
+            return False
+        self._records[record.call_id] = replace(current, owner=owner)
         return True
 
     async def restore(self, record: SuspendedCall, until_ms: int) -> bool:

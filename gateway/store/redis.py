@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -84,6 +85,13 @@ redis.call('HSET', KEYS[2], 'json', ARGV[4], 'round', ARGV[5], 'status', ARGV[6]
 redis.call('PEXPIRE', KEYS[2], ARGV[7])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+# KEYS[1] the record; ARGV its json naming the new owner. Nothing if the record is gone.
+_TAKE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'json', ARGV[1])
 return 1
 """
 
@@ -173,6 +181,7 @@ class RedisStore:
         self._hold = client.register_script(_HOLD)
         self._park_held = client.register_script(_PARK_HELD)
         self._restore = client.register_script(_RESTORE)
+        self._take = client.register_script(_TAKE)
         # A cluster keeps a principal's set and a call's record in different slots,
         # which one script may not touch: there, holding and parking are two trips.
         self._one_trip = not isinstance(client, RedisCluster)
@@ -256,6 +265,12 @@ class RedisStore:
         args += [record.to_json(), record.round, record.status, ttl_ms]
         held = await self._run(lambda: self._park_held(keys=keys, args=args))
         return bool(held)
+
+    async def take(self, record: SuspendedCall, owner: str) -> bool:
+        # The json keeps the status it was parked with; the hash field says claimed.
+        text = replace(record, owner=owner, status=PARKED).to_json()
+        keys = [self.key(record.call_id)]
+        return bool(await self._run(lambda: self._take(keys=keys, args=[text])))
 
     async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
         now = self.clock.wall_ms()

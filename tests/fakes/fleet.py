@@ -29,6 +29,7 @@ class Network:
         self.clock = clock
         self.handlers: dict[str, Handler] = {}
         self.alive: set[str] = set()
+        self.cut_off: set[str] = set()  # alive, but unable to renew their lease
         self.stalled: set[str] = set()  # replicas whose inbox holds what it is sent
         self.held: defaultdict[str, list[str]] = defaultdict(list)
         self.replies: defaultdict[str, asyncio.Queue[str]] = defaultdict(asyncio.Queue)
@@ -70,6 +71,9 @@ class MemoryBus:
             return False
         await self.send(replica_id, payload)
         return True
+
+    def holds_lease(self) -> bool:
+        return self.replica_id not in self.network.cut_off
 
     async def retract(self, replica_id: str, payload: str) -> bool:
         held = self.network.held[replica_id]

@@ -203,3 +203,23 @@ async def test_a_redis_restart_of_a_moment_is_ridden_out_without_an_error() -> N
     finally:
         await backend.close()
         own.stop()
+
+
+async def test_a_takeover_names_the_new_owner_and_keeps_the_claim(store) -> None:
+    await store.park(record())
+    claimed = await store.claim("c1", 1)
+    assert claimed is not None and await store.take(claimed, "replica-b")
+    now = await store.get("c1")
+    assert now is not None and now.owner == "replica-b" and now.status == RESUMING
+    await store.delete("c1")
+    assert not await store.take(claimed, "replica-c")  # gone: nothing to take
+
+
+async def test_a_restore_writes_back_only_a_missing_record(store) -> None:
+    until = START_WALL_MS + 60_000
+    assert await store.restore(record(), until)
+    claimed = await store.claim("c1", 1)
+    assert claimed is not None
+    assert not await store.restore(record(), until)  # it exists: left as it is
+    now = await store.get("c1")
+    assert now is not None and now.status == RESUMING
