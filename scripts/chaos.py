@@ -48,9 +48,11 @@ from aiohttp.test_utils import TestServer
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gateway.aio import spawn  # noqa: E402
 from gateway.protocol.state import generate_key  # noqa: E402
 from tests.peers.balancer import RoundRobin  # noqa: E402
 from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer  # noqa: E402
+from tests.support.legacy import LegacyClient  # noqa: E402
 from tests.support.wire import default_headers, parse_sse_messages, rpc  # noqa: E402
 
 ANSWERS = {
@@ -180,7 +182,9 @@ async def post(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> t
             return resp.status, raw[:200].decode(errors="replace")
 
 
-async def one_call(http: aiohttp.ClientSession, base: str, target: tuple[str, str, bool], tally: Tally) -> None:
+async def one_call(
+    http: aiohttp.ClientSession, base: str, target: tuple[str, str, bool], tally: Tally
+) -> None:
     path, tool, recoverable = target
     run_id = uuid.uuid4().hex
     params: dict[str, Any] = {"name": tool, "arguments": {"run_id": run_id}}
@@ -194,7 +198,7 @@ async def one_call(http: aiohttp.ClientSession, base: str, target: tuple[str, st
                 if status in (502, 503) and not isinstance(reply, dict):  # the balancer's
                     raise aiohttp.ClientError(str(reply))
                 break
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 if attempt == 2:
                     tally.outcomes[f"connection failed twice ({type(exc).__name__})"] += 1
                     return
@@ -206,8 +210,10 @@ async def one_call(http: aiohttp.ClientSession, base: str, target: tuple[str, st
             error = reply["error"]
             kind = f"error {error.get('code')} ({status}): {error.get('message', '')[:70]}"
             tally.outcomes[kind] += 1
-            if status >= 500 and "lost" in error.get("message", "") and recoverable:
-                tally.lost_where_recoverable.append(f"{path} {tool} {run_id}")
+            # A call that had started (a requestState was issued) and cannot go on is lost,
+            # whatever the words: "lost", or its state no longer resumes anything.
+            if recoverable and "requestState" in params:
+                tally.lost_where_recoverable.append(f"{path} {tool}: {kind}")
             down = tally.redis_down
             if down is not None and down[0] - 1 <= sent <= down[1] + 2:
                 tally.failed_in_redis_restart.append(f"{path} {tool}: {kind}")
@@ -235,13 +241,15 @@ async def client(base: str, until: float, tally: Tally, seed: int) -> None:
             await one_call(http, base, rng.choice(TARGETS), tally)
 
 
-async def body_runs(http: aiohttp.ClientSession, url: str, tool: str, run_id: str) -> int:
-    args = {"name": "runs", "arguments": {"tool": tool, "run_id": run_id}}
-    _, reply = await post(http, url, rpc("tools/call", args))
-    return int(reply["result"]["content"][0]["text"])
+async def body_runs(client: LegacyClient, tool: str, run_id: str) -> int:
+    """How many times the body ran for `run_id`, asked of the legacy server directly."""
+    result = await client.call_tool("runs", {"tool": tool, "run_id": run_id})
+    return int(result["content"][0]["text"])
 
 
-async def parked_now(http: aiohttp.ClientSession, replicas: list[GatewayProcess]) -> dict[str, float]:
+async def parked_now(
+    http: aiohttp.ClientSession, replicas: list[GatewayProcess]
+) -> dict[str, float]:
     counts = {}
     for replica in replicas:
         async with http.get(replica.base + "/metrics") as resp:
@@ -266,14 +274,17 @@ async def main() -> int:
         try:
             base = await fleet.start()
             until = time.monotonic() + seconds
-            chaos = asyncio.ensure_future(faults(fleet, tally, args.short, log))
+            chaos = spawn(faults(fleet, tally, args.short, log), name="faults")
             await asyncio.gather(*(client(base, until, tally, seed) for seed in range(clients)))
             await chaos
             async with aiohttp.ClientSession() as http:
                 duplicated, never_ran = [], []
+                servers = {"/plain": LegacyClient(http, fleet.plain.url)}
+                servers["/resumable"] = LegacyClient(http, fleet.resumable.url)
+                for each in servers.values():
+                    await each.open()
                 for path, tool, run_id in tally.completed:
-                    upstream = fleet.plain if path == "/plain" else fleet.resumable
-                    runs = await body_runs(http, upstream.url, tool, run_id)
+                    runs = await body_runs(servers[path], tool, run_id)
                     replay_safe = path == "/plain" and tool == "register"
                     if runs == 0:
                         never_ran.append(f"{path} {tool} {run_id}")
@@ -305,7 +316,8 @@ async def main() -> int:
     print("checks:")
     failed = False
     for name, problems in checks.items():
-        print(f"  {'ok  ' if not problems else 'FAIL'}  {name}" + (f": {problems[:5]}" if problems else ""))
+        detail = f": {problems[:5]}" if problems else ""
+        print(f"  {'ok  ' if not problems else 'FAIL'}  {name}{detail}")
         failed = failed or bool(problems)
     return 1 if failed else 0
 
