@@ -63,6 +63,8 @@ class Bridge:
             metrics=self.metrics,
             audience=config.sealing.audience,
             missing_grace_s=1.5 * config.fleet.heartbeat_s if bus is not None else 0.0,
+            claimer=owner or config.replica_id,
+            alive=bus.alive if bus is not None else None,
         )
         self.endings = Endings(self.calls, store, self.metrics)
         self.suspender = suspender = Suspender(

@@ -218,7 +218,7 @@ class Suspender:
         if not _waits_in(call, round_):
             return
         try:
-            if await self.store.claim(call.id, round_) is None:
+            if await self.store.claim(call.id, round_, self.replica_id) is None:
                 # A retry claimed the round first and normally resumes it at once (which
                 # cancels this task). If nothing has resumed it after a grace period, the
                 # claimer failed on the way (e.g. its client left, or a forward was lost)

@@ -52,6 +52,7 @@ class SuspendedCall:
     deadline_ms: int
     created_ms: int
     version: int = RECORD_VERSION
+    claimer: str = ""  # the replica whose retry claimed the round (while resuming)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -69,8 +70,8 @@ class SuspendedCall:
         except (ValueError, TypeError, AttributeError) as exc:
             raise StoreError("unreadable suspended-call record") from exc
 
-    def claimed(self) -> SuspendedCall:
-        return replace(self, status=RESUMING)
+    def claimed(self, by: str = "") -> SuspendedCall:
+        return replace(self, status=RESUMING, claimer=by)
 
 
 class SuspendedCallStore(Protocol):
@@ -87,12 +88,21 @@ class SuspendedCallStore(Protocol):
         """The live record, or None. Raises: StoreError."""
         ...
 
-    async def claim(self, call_id: str, round_: int) -> SuspendedCall | None:
-        """Atomically move a record parked at `round_` to resuming and return it.
+    async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
+        """Atomically move a record parked at `round_` to resuming by `claimer`, and
+        return it.
 
         Returns None when there is no such record, it waits in another round, or
         the round was already claimed: each round resumes at most once.
         Raises: StoreError.
+        """
+        ...
+
+    async def steal(
+        self, call_id: str, round_: int, dead: str, claimer: str
+    ) -> SuspendedCall | None:
+        """Atomically hand a round `dead` claimed (and died resuming) to `claimer`;
+        None unless the record is resuming `round_` for `dead`. Raises: StoreError.
         """
         ...
 
@@ -158,9 +168,15 @@ class TimedStore:
         async with self.metrics.timed_store("get"):
             return await self.inner.get(call_id)
 
-    async def claim(self, call_id: str, round_: int) -> SuspendedCall | None:
+    async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
         async with self.metrics.timed_store("claim"):
-            return await self.inner.claim(call_id, round_)
+            return await self.inner.claim(call_id, round_, claimer)
+
+    async def steal(
+        self, call_id: str, round_: int, dead: str, claimer: str
+    ) -> SuspendedCall | None:
+        async with self.metrics.timed_store("steal"):
+            return await self.inner.steal(call_id, round_, dead, claimer)
 
     async def delete(self, call_id: str) -> None:
         async with self.metrics.timed_store("delete"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gateway.clock import Clock, SystemClock
-from gateway.store.base import GRACE_MS, PARKED, SuspendedCall
+from gateway.store.base import GRACE_MS, PARKED, RESUMING, SuspendedCall
 
 
 class MemoryStore:
@@ -31,13 +31,25 @@ class MemoryStore:
     async def get(self, call_id: str) -> SuspendedCall | None:
         return self._live(call_id)
 
-    async def claim(self, call_id: str, round_: int) -> SuspendedCall | None:
+    async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
         record = self._live(call_id)
         if record is None or record.status != PARKED or record.round != round_:
             return None
-        claimed = record.claimed()
+        claimed = record.claimed(claimer)
         self._records[call_id] = claimed
         return claimed
+
+    async def steal(
+        self, call_id: str, round_: int, dead: str, claimer: str
+    ) -> SuspendedCall | None:
+        record = self._live(call_id)
+        if record is None or record.status != RESUMING or record.round != round_:
+            return None
+        if record.claimer != dead:
+            return None
+        stolen = record.claimed(claimer)
+        self._records[call_id] = stolen
+        return stolen
 
     async def delete(self, call_id: str) -> None:
         self._records.pop(call_id, None)

@@ -43,7 +43,19 @@ _CLAIM = """
 local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'json')
 if not v[3] then return false end
 if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) then return false end
-redis.call('HSET', KEYS[1], 'status', ARGV[3])
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'claimer', ARGV[4])
+return v[3]
+"""
+
+# KEYS[1] record; ARGV round, resuming, dead, claimer. A round resuming for `dead` is
+# handed to `claimer` (its JSON returned); anything else returns false.
+_STEAL = """
+local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'json', 'claimer')
+if not v[3] then return false end
+if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) or v[4] ~= ARGV[3] then
+  return false
+end
+redis.call('HSET', KEYS[1], 'claimer', ARGV[4])
 return v[3]
 """
 
@@ -178,6 +190,7 @@ class RedisStore:
         self.clock = clock or SystemClock()
         self.prefix = prefix
         self._claim = client.register_script(_CLAIM)
+        self._steal = client.register_script(_STEAL)
         self._hold = client.register_script(_HOLD)
         self._park_held = client.register_script(_PARK_HELD)
         self._restore = client.register_script(_RESTORE)
@@ -216,21 +229,31 @@ class RedisStore:
         await self._run(write)
 
     async def get(self, call_id: str) -> SuspendedCall | None:
-        raw, status = await self._run(
-            lambda: self.client.hmget(self.key(call_id), ["json", "status"])
+        raw, status, claimer = await self._run(
+            lambda: self.client.hmget(self.key(call_id), ["json", "status", "claimer"])
         )
         if raw is None:
             return None
         record = SuspendedCall.from_json(raw)
-        return record.claimed() if status in (RESUMING, RESUMING.encode()) else record
+        if status in (RESUMING, RESUMING.encode()):
+            return record.claimed(_text(claimer or b""))
+        return record
 
-    async def claim(self, call_id: str, round_: int) -> SuspendedCall | None:
-        raw = await self._run(
-            lambda: self._claim(keys=[self.key(call_id)], args=[round_, PARKED, RESUMING])
-        )
+    async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
+        args: list[str | int] = [round_, PARKED, RESUMING, claimer]
+        raw = await self._run(lambda: self._claim(keys=[self.key(call_id)], args=args))
         if not raw:
             return None
-        return SuspendedCall.from_json(raw).claimed()
+        return SuspendedCall.from_json(raw).claimed(claimer)
+
+    async def steal(
+        self, call_id: str, round_: int, dead: str, claimer: str
+    ) -> SuspendedCall | None:
+        args: list[str | int] = [round_, RESUMING, dead, claimer]
+        raw = await self._run(lambda: self._steal(keys=[self.key(call_id)], args=args))
+        if not raw:
+            return None
+        return SuspendedCall.from_json(raw).claimed(claimer)
 
     async def delete(self, call_id: str) -> None:
         await self._run(lambda: self.client.delete(self.key(call_id)))
@@ -300,3 +323,7 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+def _text(raw: str | bytes) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw

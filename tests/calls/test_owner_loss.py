@@ -7,7 +7,7 @@ import pytest
 
 from gateway.aio import spawn
 from gateway.calls import messages
-from gateway.errors import CallLost, PrincipalBusy, UpstreamError
+from gateway.errors import CallLost, InvalidRequestState, PrincipalBusy, UpstreamError
 from gateway.protocol.call import Phase
 from gateway.store.memory import MemoryStore
 from tests.fakes.clock import ManualClock
@@ -285,3 +285,31 @@ async def test_a_process_session_dies_with_its_owner_lost_or_replayed(
     assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
     again.respond()
     assert (await retry)["resultType"] == "complete" and not b.pool.adopted
+
+
+async def test_a_round_whose_claimer_died_resuming_it_is_claimed_again_and_taken_over(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    (call_id,) = a.bridge.calls
+    assert await a.store.claim(call_id, 1, "a") is not None  # a took the retry ...
+    network.kill("a")  # ... and died resuming it; the client sends the retry again
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    taken = await server.next_call()
+    assert taken.id == session.id  # the stream goes on at b
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    taken.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
+    assert (await retry)["content"][0]["text"] == "Hello, alice!"
+
+
+async def test_a_round_being_resumed_by_a_live_replica_is_not_claimed_again(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, _ = await ask_username(a, server, clock)
+    (call_id,) = a.bridge.calls
+    assert await a.store.claim(call_id, 1, "a") is not None  # a is resuming it
+    with pytest.raises(InvalidRequestState):
+        await b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE))
+    assert server.nothing_sent()

@@ -223,3 +223,13 @@ async def test_a_restore_writes_back_only_a_missing_record(store) -> None:
     assert not await store.restore(record(), until)  # it exists: left as it is
     now = await store.get("c1")
     assert now is not None and now.status == RESUMING
+
+
+async def test_a_round_claimed_by_a_replica_that_died_can_be_handed_to_another(store) -> None:
+    await store.park(record())
+    assert (await store.claim("c1", 1, "a~1")).claimer == "a~1"
+    assert (await store.get("c1")).claimer == "a~1"
+    assert await store.steal("c1", 1, "someone-else", "b~1") is None  # not its claimer
+    stolen = await store.steal("c1", 1, "a~1", "b~1")
+    assert stolen is not None and stolen.claimer == "b~1" and stolen.status == RESUMING
+    assert await store.steal("c1", 1, "a~1", "c~1") is None  # handed once only
