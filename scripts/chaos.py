@@ -80,6 +80,10 @@ class Tally:
     failed_in_redis_restart: list[str] = field(default_factory=list)
     completed: list[tuple[str, str, str]] = field(default_factory=list)  # path, tool, run id
     redis_down: tuple[float, float] | None = None
+    started: float = field(default_factory=time.monotonic)
+    when: collections.defaultdict[str, list[float]] = field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
 
 
 class Fleet:
@@ -192,16 +196,23 @@ async def one_call(
     while True:
         rid += 1
         sent = time.monotonic()
-        for attempt in (1, 2):  # a request that died with its replica is sent again once
+        for attempt in range(1, 6):
             try:
                 status, reply = await post(http, base + path, rpc("tools/call", params, rid=rid))
                 if status in (502, 503) and not isinstance(reply, dict):  # the balancer's
                     raise aiohttp.ClientError(str(reply))
+                if status == 503 and attempt < 5:  # draining, busy: as it says, send it again
+                    continue
                 break
             except (TimeoutError, aiohttp.ClientError) as exc:
-                if attempt == 2:
+                # The request died with its replica: sent again once. A first request may
+                # have started its tool there: the new one is another run (a new run id).
+                if attempt >= 2:
                     tally.outcomes[f"connection failed twice ({type(exc).__name__})"] += 1
                     return
+                if "requestState" not in params:
+                    run_id = uuid.uuid4().hex
+                    params = {"name": tool, "arguments": {"run_id": run_id}}
         if not isinstance(reply, dict):
             tally.outcomes["dirty"] += 1
             tally.dirty.append(f"{path} {tool}: HTTP {status} {reply!r}")
@@ -210,6 +221,7 @@ async def one_call(
             error = reply["error"]
             kind = f"error {error.get('code')} ({status}): {error.get('message', '')[:70]}"
             tally.outcomes[kind] += 1
+            tally.when[kind].append(round(sent - tally.started, 1))
             # A call that had started (a requestState was issued) and cannot go on is lost,
             # whatever the words: "lost", or its state no longer resumes anything.
             if recoverable and "requestState" in params:
@@ -265,6 +277,7 @@ async def main() -> int:
     parser.add_argument("--short", action="store_true", help="the CI form")
     parser.add_argument("--clients", type=int)
     parser.add_argument("--seconds", type=float)
+    parser.add_argument("--keep-logs", type=Path, help="copy every replica's log here")
     args = parser.parse_args()
     clients = args.clients or (8 if args.short else 24)
     seconds = args.seconds or (15.0 if args.short else 40.0)
@@ -298,13 +311,18 @@ async def main() -> int:
                         break
                     await asyncio.sleep(0.5)
         finally:
+            if args.keep_logs:
+                args.keep_logs.mkdir(parents=True, exist_ok=True)
+                for replica in fleet.replicas:
+                    (args.keep_logs / f"{replica.replica_id}.log").write_text(replica.logs())
             await fleet.stop()
     print("faults:")
     for line in log:
         print("  " + line)
     print(f"outcomes ({sum(tally.outcomes.values())} calls, {clients} clients, {seconds:g} s):")
     for kind, count in sorted(tally.outcomes.items(), key=lambda kv: -kv[1]):
-        print(f"  {count:6d}  {kind}")
+        at = tally.when.get(kind)
+        print(f"  {count:6d}  {kind}" + (f"  at {sorted(at)[:8]} s" if at else ""))
     checks = {
         "no dirty failure": tally.dirty,
         "no duplicated tool body": duplicated,

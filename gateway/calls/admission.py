@@ -39,7 +39,9 @@ class Admission:
         missing_grace_s: float = 0.0,
         claimer: str = "",
         alive: Callable[[str], Awaitable[bool]] | None = None,
+        claimer_ttl_s: float = 0.0,
     ) -> None:
+        self.claimer_ttl_s = claimer_ttl_s
         # On a fleet: who claims (this replica), and whether another replica is alive: a
         # round claimed by a replica that died resuming it may be claimed again.
         self.claimer = claimer
@@ -119,8 +121,15 @@ class Admission:
             InvalidRequestState: the claimer lives (the round is being resumed), or none.
         """
         dead = record.claimer
-        if self.alive is None or not dead or dead == self.claimer or await self.alive(dead):
+        if self.alive is None or not dead or dead == self.claimer:
             raise InvalidRequestState("round already resumed (replay)")
+        # A claimer killed a moment ago still has a heartbeat for up to its TTL: give it
+        # that long to prove it lives (it beats on) or that it died (the beat lapses).
+        give_up = self.clock.monotonic() + self.claimer_ttl_s
+        while await self.alive(dead):
+            if self.clock.monotonic() >= give_up:
+                raise InvalidRequestState("round already resumed (replay)")
+            await clocks.sleep(self.clock, self.claimer_ttl_s / 8)
         stolen = await self.store.steal(record.call_id, record.round, dead, self.claimer)
         if stolen is None:
             raise InvalidRequestState("round already resumed (replay)")

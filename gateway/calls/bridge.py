@@ -65,6 +65,7 @@ class Bridge:
             missing_grace_s=1.5 * config.fleet.heartbeat_s if bus is not None else 0.0,
             claimer=owner or config.replica_id,
             alive=bus.alive if bus is not None else None,
+            claimer_ttl_s=2.5 * config.fleet.heartbeat_s,  # the heartbeat's TTL, and some
         )
         self.endings = Endings(self.calls, store, self.metrics)
         self.suspender = suspender = Suspender(

@@ -310,6 +310,30 @@ async def test_a_round_being_resumed_by_a_live_replica_is_not_claimed_again(
     first, _ = await ask_username(a, server, clock)
     (call_id,) = a.bridge.calls
     assert await a.store.claim(call_id, 1, "a") is not None  # a is resuming it
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    ttl = 2.5 * b.config.fleet.heartbeat_s
+    for _ in range(8):  # b gives a's heartbeat its TTL to lapse; a beats on
+        await clock.armed(clock.now + ttl / 8)
+        clock.advance(ttl / 8)
     with pytest.raises(InvalidRequestState):
-        await b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE))
+        await retry
     assert server.nothing_sent()
+
+
+async def test_a_claimer_killed_a_moment_ago_is_waited_for_until_its_heartbeat_lapses(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    (call_id,) = a.bridge.calls
+    assert await a.store.claim(call_id, 1, "a") is not None
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    step = 2.5 * b.config.fleet.heartbeat_s / 8
+    await clock.armed(clock.now + step)  # its heartbeat is still there ...
+    network.kill("a")  # ... until it lapses
+    clock.advance(step)
+    taken = await server.next_call()
+    assert taken.id == session.id
+    await server.next_sent()
+    taken.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
+    assert (await retry)["content"][0]["text"] == "Hello, alice!"
