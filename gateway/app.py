@@ -7,6 +7,7 @@ close in one `cleanup_ctx` generator.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
@@ -70,6 +71,11 @@ def build_app(config: GatewayConfig) -> web.Application:
         client_max_size=config.limits.max_body_bytes + 1,
     )
     clock = SystemClock()
+    # This process's identity in the fleet: the configured name plus an incarnation that
+    # changes at every start, so a replica restarted under the same name (a pod keeps its
+    # name) is a new owner and its predecessor's calls go to takeover or replay.
+    incarnation = secrets.token_hex(4)
+    owner = f"{config.replica_id}~{incarnation}"
     bus: RedisBus | None = None
     client: RedisClient | None = None
     store: SuspendedCallStore
@@ -79,7 +85,7 @@ def build_app(config: GatewayConfig) -> web.Application:
         bus = RedisBus(
             client,
             prefix=config.store.key_prefix,
-            replica_id=config.replica_id,
+            replica_id=owner,
             heartbeat_s=config.fleet.heartbeat_s,
             clock=clock,
         )
@@ -96,6 +102,7 @@ def build_app(config: GatewayConfig) -> web.Application:
         metrics=metrics,
         clock=clock,
         bus=bus,
+        owner=owner,
     )
     app[BRIDGE] = bridge
     fetcher = AiohttpFetcher()  # issuers' metadata and keys, upstream token endpoints
@@ -131,10 +138,13 @@ def build_app(config: GatewayConfig) -> web.Application:
             pools[upstream.name] = pool
         metrics.bind(parked=lambda: bridge.parked, live=lambda: len(bridge.calls), pools=pools)
         if bus is not None:
+            bus.on_data_loss = bridge.restore_records
+            bus.on_lease_regained = bridge.hand_over_lost
             bus.start(bridge.serve_forwarded)
         log.info(
             "gateway_started",
             replica=config.replica_id,
+            incarnation=incarnation,
             upstreams={u.path: _where(u) for u in config.upstreams},
             store=redact(config.store.url),
             auth="none" if config.auth is None else "required",

@@ -36,6 +36,7 @@ translated at the boundary (`raise UpstreamError(...) from exc`).
     │   │   ├── UpstreamExited         -32603 / 502, a stdio server's process ended
     │   │   └── UpstreamTimeout        -32603 / 502, a round outlived hold_timeout_s
     │   └── StoreError                 -32603 / 503, the suspended-call store failed
+    │       └── LeaseLost              -32603 / 503, this replica cannot renew its lease
     └── ConfigError                    startup only; never reaches the wire
 
 Security failures (`InvalidRequestState`) keep their reason for the log; the wire
@@ -333,3 +334,10 @@ class StoreError(RpcError):
     http_status = 503
     default_message = "The gateway's call store is unavailable"
     public_detail = False
+
+
+class LeaseLost(StoreError):
+    """This replica could not renew its lease (its heartbeat) in the store: until it can,
+    it resumes none of its calls, since another replica may have taken them over."""
+
+    default_message = "This gateway replica is cut off from its fleet; retry"

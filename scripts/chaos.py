@@ -48,9 +48,11 @@ from aiohttp.test_utils import TestServer
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gateway.aio import spawn  # noqa: E402
 from gateway.protocol.state import generate_key  # noqa: E402
 from tests.peers.balancer import RoundRobin  # noqa: E402
 from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer  # noqa: E402
+from tests.support.legacy import LegacyClient  # noqa: E402
 from tests.support.wire import default_headers, parse_sse_messages, rpc  # noqa: E402
 
 ANSWERS = {
@@ -78,6 +80,10 @@ class Tally:
     failed_in_redis_restart: list[str] = field(default_factory=list)
     completed: list[tuple[str, str, str]] = field(default_factory=list)  # path, tool, run id
     redis_down: tuple[float, float] | None = None
+    started: float = field(default_factory=time.monotonic)
+    when: collections.defaultdict[str, list[float]] = field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
 
 
 class Fleet:
@@ -180,7 +186,9 @@ async def post(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> t
             return resp.status, raw[:200].decode(errors="replace")
 
 
-async def one_call(http: aiohttp.ClientSession, base: str, target: tuple[str, str, bool], tally: Tally) -> None:
+async def one_call(
+    http: aiohttp.ClientSession, base: str, target: tuple[str, str, bool], tally: Tally
+) -> None:
     path, tool, recoverable = target
     run_id = uuid.uuid4().hex
     params: dict[str, Any] = {"name": tool, "arguments": {"run_id": run_id}}
@@ -188,16 +196,23 @@ async def one_call(http: aiohttp.ClientSession, base: str, target: tuple[str, st
     while True:
         rid += 1
         sent = time.monotonic()
-        for attempt in (1, 2):  # a request that died with its replica is sent again once
+        for attempt in range(1, 6):
             try:
                 status, reply = await post(http, base + path, rpc("tools/call", params, rid=rid))
                 if status in (502, 503) and not isinstance(reply, dict):  # the balancer's
                     raise aiohttp.ClientError(str(reply))
+                if status == 503 and attempt < 5:  # draining, busy: as it says, send it again
+                    continue
                 break
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                if attempt == 2:
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                # The request died with its replica: sent again once. A first request may
+                # have started its tool there: the new one is another run (a new run id).
+                if attempt >= 2:
                     tally.outcomes[f"connection failed twice ({type(exc).__name__})"] += 1
                     return
+                if "requestState" not in params:
+                    run_id = uuid.uuid4().hex
+                    params = {"name": tool, "arguments": {"run_id": run_id}}
         if not isinstance(reply, dict):
             tally.outcomes["dirty"] += 1
             tally.dirty.append(f"{path} {tool}: HTTP {status} {reply!r}")
@@ -206,8 +221,11 @@ async def one_call(http: aiohttp.ClientSession, base: str, target: tuple[str, st
             error = reply["error"]
             kind = f"error {error.get('code')} ({status}): {error.get('message', '')[:70]}"
             tally.outcomes[kind] += 1
-            if status >= 500 and "lost" in error.get("message", "") and recoverable:
-                tally.lost_where_recoverable.append(f"{path} {tool} {run_id}")
+            tally.when[kind].append(round(sent - tally.started, 1))
+            # A call that had started (a requestState was issued) and cannot go on is lost,
+            # whatever the words: "lost", or its state no longer resumes anything.
+            if recoverable and "requestState" in params:
+                tally.lost_where_recoverable.append(f"{path} {tool}: {kind}")
             down = tally.redis_down
             if down is not None and down[0] - 1 <= sent <= down[1] + 2:
                 tally.failed_in_redis_restart.append(f"{path} {tool}: {kind}")
@@ -235,13 +253,15 @@ async def client(base: str, until: float, tally: Tally, seed: int) -> None:
             await one_call(http, base, rng.choice(TARGETS), tally)
 
 
-async def body_runs(http: aiohttp.ClientSession, url: str, tool: str, run_id: str) -> int:
-    args = {"name": "runs", "arguments": {"tool": tool, "run_id": run_id}}
-    _, reply = await post(http, url, rpc("tools/call", args))
-    return int(reply["result"]["content"][0]["text"])
+async def body_runs(client: LegacyClient, tool: str, run_id: str) -> int:
+    """How many times the body ran for `run_id`, asked of the legacy server directly."""
+    result = await client.call_tool("runs", {"tool": tool, "run_id": run_id})
+    return int(result["content"][0]["text"])
 
 
-async def parked_now(http: aiohttp.ClientSession, replicas: list[GatewayProcess]) -> dict[str, float]:
+async def parked_now(
+    http: aiohttp.ClientSession, replicas: list[GatewayProcess]
+) -> dict[str, float]:
     counts = {}
     for replica in replicas:
         async with http.get(replica.base + "/metrics") as resp:
@@ -257,6 +277,7 @@ async def main() -> int:
     parser.add_argument("--short", action="store_true", help="the CI form")
     parser.add_argument("--clients", type=int)
     parser.add_argument("--seconds", type=float)
+    parser.add_argument("--keep-logs", type=Path, help="copy every replica's log here")
     args = parser.parse_args()
     clients = args.clients or (8 if args.short else 24)
     seconds = args.seconds or (15.0 if args.short else 40.0)
@@ -266,14 +287,17 @@ async def main() -> int:
         try:
             base = await fleet.start()
             until = time.monotonic() + seconds
-            chaos = asyncio.ensure_future(faults(fleet, tally, args.short, log))
+            chaos = spawn(faults(fleet, tally, args.short, log), name="faults")
             await asyncio.gather(*(client(base, until, tally, seed) for seed in range(clients)))
             await chaos
             async with aiohttp.ClientSession() as http:
                 duplicated, never_ran = [], []
+                servers = {"/plain": LegacyClient(http, fleet.plain.url)}
+                servers["/resumable"] = LegacyClient(http, fleet.resumable.url)
+                for each in servers.values():
+                    await each.open()
                 for path, tool, run_id in tally.completed:
-                    upstream = fleet.plain if path == "/plain" else fleet.resumable
-                    runs = await body_runs(http, upstream.url, tool, run_id)
+                    runs = await body_runs(servers[path], tool, run_id)
                     replay_safe = path == "/plain" and tool == "register"
                     if runs == 0:
                         never_ran.append(f"{path} {tool} {run_id}")
@@ -287,13 +311,18 @@ async def main() -> int:
                         break
                     await asyncio.sleep(0.5)
         finally:
+            if args.keep_logs:
+                args.keep_logs.mkdir(parents=True, exist_ok=True)
+                for replica in fleet.replicas:
+                    (args.keep_logs / f"{replica.replica_id}.log").write_text(replica.logs())
             await fleet.stop()
     print("faults:")
     for line in log:
         print("  " + line)
     print(f"outcomes ({sum(tally.outcomes.values())} calls, {clients} clients, {seconds:g} s):")
     for kind, count in sorted(tally.outcomes.items(), key=lambda kv: -kv[1]):
-        print(f"  {count:6d}  {kind}")
+        at = tally.when.get(kind)
+        print(f"  {count:6d}  {kind}" + (f"  at {sorted(at)[:8]} s" if at else ""))
     checks = {
         "no dirty failure": tally.dirty,
         "no duplicated tool body": duplicated,
@@ -305,7 +334,8 @@ async def main() -> int:
     print("checks:")
     failed = False
     for name, problems in checks.items():
-        print(f"  {'ok  ' if not problems else 'FAIL'}  {name}" + (f": {problems[:5]}" if problems else ""))
+        detail = f": {problems[:5]}" if problems else ""
+        print(f"  {'ok  ' if not problems else 'FAIL'}  {name}{detail}")
         failed = failed or bool(problems)
     return 1 if failed else 0
 

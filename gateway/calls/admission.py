@@ -9,12 +9,13 @@ to the log and the refusal counter only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import structlog
 
+from gateway import clock as clocks
 from gateway.clock import Clock
 from gateway.config import UpstreamConfig
 from gateway.errors import InvalidRequestState
@@ -35,7 +36,19 @@ class Admission:
         clock: Clock,
         metrics: Metrics,
         audience: str,
+        missing_grace_s: float = 0.0,
+        claimer: str = "",
+        alive: Callable[[str], Awaitable[bool]] | None = None,
+        claimer_ttl_s: float = 0.0,
     ) -> None:
+        self.claimer_ttl_s = claimer_ttl_s
+        # On a fleet: who claims (this replica), and whether another replica is alive: a
+        # round claimed by a replica that died resuming it may be claimed again.
+        self.claimer = claimer
+        self.alive = alive
+        # On a fleet, a record missing because the store just lost its data is written
+        # back by its owner within a heartbeat: a retry looks again once after this.
+        self.missing_grace_s = missing_grace_s
         self.codec = codec
         self.store = store
         self.clock = clock
@@ -85,12 +98,40 @@ class Admission:
         """
         with self._refusals(upstream):
             record = await self.store.get(claims.call)
+            if record is None and self.missing_grace_s:
+                await clocks.sleep(self.clock, self.missing_grace_s)
+                record = await self.store.get(claims.call)
             if record is None:
                 raise InvalidRequestState("no live call (finished, expired or never parked)")
-            if record.round != claims.round or record.status != PARKED:
+            if record.round != claims.round:
                 raise InvalidRequestState("round already resumed (replay)")
             check_answers([Pending.from_record(p) for p in record.pending], responses)
-            claimed = await self.store.claim(claims.call, claims.round)
+            if record.status != PARKED:
+                return await self._claim_from_the_dead(record)
+            claimed = await self.store.claim(claims.call, claims.round, self.claimer)
             if claimed is None:
                 raise InvalidRequestState("round already resumed (replay)")
         return claimed
+
+    async def _claim_from_the_dead(self, record: SuspendedCall) -> SuspendedCall:
+        """The round of a retry whose first claimer died resuming it (its client sent the
+        retry again): claimed again, so the call goes on by takeover or replay.
+
+        Raises:
+            InvalidRequestState: the claimer lives (the round is being resumed), or none.
+        """
+        dead = record.claimer
+        if self.alive is None or not dead or dead == self.claimer:
+            raise InvalidRequestState("round already resumed (replay)")
+        # A claimer killed a moment ago still has a heartbeat for up to its TTL: give it
+        # that long to prove it lives (it beats on) or that it died (the beat lapses).
+        give_up = self.clock.monotonic() + self.claimer_ttl_s
+        while await self.alive(dead):
+            if self.clock.monotonic() >= give_up:
+                raise InvalidRequestState("round already resumed (replay)")
+            await clocks.sleep(self.clock, self.claimer_ttl_s / 8)
+        stolen = await self.store.steal(record.call_id, record.round, dead, self.claimer)
+        if stolen is None:
+            raise InvalidRequestState("round already resumed (replay)")
+        log.warning("round_claimed_from_dead_replica", dead=dead)
+        return stolen

@@ -23,7 +23,7 @@ from gateway.calls.runner import Notify, Runner
 from gateway.calls.suspension import Suspender
 from gateway.clock import Clock, SystemClock
 from gateway.config import REPLAY, GatewayConfig, UpstreamConfig
-from gateway.errors import CallLost, Draining
+from gateway.errors import CallLost, Draining, LeaseLost
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.call import CallMachine, Trigger
@@ -45,6 +45,7 @@ class Bridge:
         metrics: Metrics | None = None,
         clock: Clock | None = None,
         bus: Bus | None = None,
+        owner: str | None = None,
     ) -> None:
         self.config = config
         self.limits = config.limits
@@ -53,6 +54,7 @@ class Bridge:
         self.metrics = metrics or Metrics()
         self.clock = clock or SystemClock()
         self.draining = False
+        self.bus = bus
         self.calls = Registry()
         self.admission = Admission(
             codec=codec,
@@ -60,16 +62,20 @@ class Bridge:
             clock=self.clock,
             metrics=self.metrics,
             audience=config.sealing.audience,
+            missing_grace_s=1.5 * config.fleet.heartbeat_s if bus is not None else 0.0,
+            claimer=owner or config.replica_id,
+            alive=bus.alive if bus is not None else None,
+            claimer_ttl_s=2.5 * config.fleet.heartbeat_s,  # the heartbeat's TTL, and some
         )
         self.endings = Endings(self.calls, store, self.metrics)
-        suspender = Suspender(
+        self.suspender = suspender = Suspender(
             registry=self.calls,
             store=store,
             admission=self.admission,
             endings=self.endings,
             clock=self.clock,
             limits=self.limits,
-            replica_id=config.replica_id,
+            replica_id=owner or config.replica_id,
         )
         self.runner = Runner(
             registry=self.calls,
@@ -120,6 +126,8 @@ class Bridge:
             return await self.runner.start(
                 upstream, front, principal, digest, notify, known=known, round_=claims.round
             )
+        if claims.call in self.calls and self.bus is not None and not self.bus.holds_lease():
+            raise LeaseLost()  # cut off from the fleet: another replica may own it now
         record = await self.admission.claim(upstream, claims, responses)
         call = self.calls.get(record.call_id)
         if call is not None:
@@ -127,6 +135,14 @@ class Bridge:
         if self.routing is None:
             raise CallLost()
         return await self.routing.elsewhere(upstream, record, front, notify)
+
+    async def restore_records(self) -> None:
+        """The store lost its data: write back the records of the calls parked here."""
+        await self.suspender.restore()
+
+    async def hand_over_lost(self) -> None:
+        """The lease is back after a time without it: let go of calls taken over meanwhile."""
+        await self.suspender.hand_over_lost()
 
     async def serve_forwarded(self, payload: str) -> None:
         """A message another replica pushed into this replica's inbox."""

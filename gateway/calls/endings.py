@@ -54,6 +54,24 @@ class Endings:
         )
         await asyncio.shield(ending)
 
+    async def abandon(self, call: LiveCall, reason: str) -> None:
+        """Let go of a call another replica owns now (it took the call over): nothing is
+        said upstream, the session is not ended there, the record is not touched."""
+        if call.phase in FINAL_PHASES:
+            return
+        self.registry.fire(call, Trigger.CANCEL)
+        try:
+            if call.expiry is not None:
+                await call.expiry.cancel()  # not if it is what abandons the call
+            self.registry.remove(call)
+            call.pool.discard(call.session)
+            await cancel_and_wait(call.pump)
+        finally:
+            self.registry.settled()
+            call.ended.set()
+        self.metrics.call_endings.labels("handed_over").inc()
+        log.info("call_handed_over", reason=reason, rounds=call.machine.round)
+
     def end_soon(self, call: LiveCall, trigger: Trigger, reason: str) -> None:
         """`end`, from a task that is being cancelled and must not wait for it."""
         if call.phase not in FINAL_PHASES:

@@ -36,6 +36,7 @@ class LiveCall:
     stateless: bool = False  # replay mode: nothing parked, the journal rides in requestState
     pump: asyncio.Task[None] | None = None
     expiry: Later | None = None  # the suspension deadline, while parked
+    parked_ms: tuple[int, int] = (0, 0)  # the round's issue time and deadline (wall ms)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property

@@ -27,8 +27,17 @@ from gateway.calls.live import Registry
 from gateway.calls.runner import Notify, Runner
 from gateway.clock import Clock
 from gateway.config import LimitsConfig, UpstreamConfig
-from gateway.errors import CallLost, RelayedError, RpcError, StoreError, UpstreamError
+from gateway.errors import (
+    CallLost,
+    CapacityExceeded,
+    LeaseLost,
+    RelayedError,
+    RpcError,
+    StoreError,
+    UpstreamError,
+)
 from gateway.observability import Metrics
+from gateway.protocol import jsonrpc
 from gateway.protocol.call import CallMachine, Pending, Phase
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope
@@ -58,6 +67,14 @@ class Bus(Protocol):
 
     async def deliver(self, replica_id: str, payload: str) -> bool:
         """Into `replica_id`'s inbox if it is alive now; False, and nothing sent, if not."""
+        ...
+
+    async def retract(self, replica_id: str, payload: str) -> bool:
+        """Take back a message `replica_id` has not read; False once it has."""
+        ...
+
+    def holds_lease(self) -> bool:
+        """Whether this replica's heartbeat is surely in the store: it may serve its calls."""
         ...
 
     async def reply(self, key: str, payload: str) -> None: ...
@@ -103,6 +120,18 @@ class Routing:
             if forwarded is not None:
                 return forwarded
         log.warning("call_owner_lost", owner=record.owner, round=record.round)
+        return await self._owner_lost(upstream, record, front, notify)
+
+    async def _owner_lost(
+        self, upstream: UpstreamConfig, record: SuspendedCall, front: FrontRequest, notify: Notify
+    ) -> dict[str, Any]:
+        """Serve a claimed retry whose owner is gone: take the call over where the upstream
+        allows it, else replay a replay-safe tool; else it is lost, and its stranded
+        upstream call is cancelled.
+
+        Raises:
+            CallLost
+        """
         if record.session_id and record.last_event_id:
             try:
                 return await self._take_over(upstream, record, front, notify)
@@ -121,7 +150,31 @@ class Routing:
                 known=CallMachine.known_answers(record.journal, responses),
                 round_=record.round,
             )
+        await self._cancel_stranded(upstream, record)
         raise CallLost(f"The call was lost: {LOST}")
+
+    async def _cancel_stranded(self, upstream: UpstreamConfig, record: SuspendedCall) -> None:
+        """Cancel a lost call upstream on its session, where the session can be reached."""
+        if not record.session_id:
+            return
+        pool = self.runner.pools[upstream.name]
+        caps = ClientCaps.from_key(record.caps)
+        try:
+            session = await pool.adopt(caps, record.session_id, Version(record.protocol_version))
+        except (UpstreamError, CapacityExceeded) as exc:
+            log.info("stranded_call_not_cancelled", error=exc.message)
+            return
+        cancelled = jsonrpc.notification(
+            "notifications/cancelled",
+            {"requestId": record.upstream_request_id, "reason": "its gateway replica stopped"},
+        )
+        try:
+            await session.send(cancelled)
+            log.info("stranded_call_cancelled", owner=record.owner)
+        except UpstreamError as exc:
+            log.info("stranded_call_not_cancelled", error=exc.message)
+        finally:
+            pool.release(session, reuse=False)
 
     async def _forward(
         self, record: SuspendedCall, front: FrontRequest, notify: Notify
@@ -147,18 +200,25 @@ class Routing:
         log.info("retry_forwarded", owner=record.owner)
         started = self.clock.monotonic()
         try:
-            return await self._relay(record, reply, notify)
+            return await self._relay(record, reply, payload, notify)
         finally:
             self.metrics.forward_seconds.observe(self.clock.monotonic() - started)
 
-    async def _relay(self, record: SuspendedCall, reply: str, notify: Notify) -> dict[str, Any]:
+    async def _relay(
+        self, record: SuspendedCall, reply: str, sent: str, notify: Notify
+    ) -> dict[str, Any] | None:
+        """The owner's outcome; None when the owner died before it answered."""
         give_up = self.clock.monotonic() + self.limits.hold_timeout_s + FORWARD_SLACK_S
         try:
             while True:
                 payload = await self.bus.receive(reply)
                 if payload is None:
                     if not await self.bus.alive(record.owner):
-                        raise CallLost(f"The call was lost while resuming: {LOST}")
+                        # Unread, it is taken back; read, the owner died resuming it. Either
+                        # way nobody else resumes this round: this replica holds its claim.
+                        retracted = await self.bus.retract(record.owner, sent)
+                        log.warning("forward_owner_died", owner=record.owner, read=not retracted)
+                        return None
                     if self.clock.monotonic() > give_up:
                         raise UpstreamError("the replica holding this call did not answer in time")
                     continue
@@ -191,6 +251,9 @@ class Routing:
             SessionExpired: the upstream forgot the session; nothing was sent.
         """
         assert record.session_id is not None
+        # The record names this replica from now on: its previous owner, if it was only
+        # cut off, learns from it that the call is not its own any more.
+        await self.store.take(record, self.bus.replica_id)
         pool = self.runner.pools[upstream.name]
         session = await pool.adopt(
             ClientCaps.from_key(record.caps), record.session_id, Version(record.protocol_version)
@@ -241,6 +304,8 @@ class Routing:
         if not isinstance(message, messages.Resume):
             log.warning("fleet_unexpected_message", kind=type(message).__name__)
             return
+        if message.reply in self._served:
+            return  # the same message again (a push retried after a dropped connection)
         current = asyncio.current_task()
         assert current is not None
         self._served[message.reply] = current
@@ -270,6 +335,8 @@ class Routing:
         call = self.registry.get(message.call)
         if call is None or call.phase is not Phase.SUSPENDED or call.machine.round != message.round:
             raise CallLost()
+        if not self.bus.holds_lease():
+            raise LeaseLost()
         structlog.contextvars.bind_contextvars(call_id=call.id, round=call.machine.round)
         reply = message.reply
 

@@ -131,6 +131,7 @@ class Suspender:
         cap = self.limits.max_parked_per_principal
         self.registry.fire(call, Trigger.SUSPEND)
         token, issued, deadline = self._mint(call, round_=machine.round, mode=PARK)
+        call.parked_ms = (issued, deadline)
         try:
             # Counted in the store, so the cap holds across the whole fleet.
             held = await self.store.park_held(self._record(call, issued, deadline), until, cap)
@@ -169,6 +170,23 @@ class Suspender:
         log.debug("call_suspended", round=machine.round, asked=sorted(asked), mode=REPLAY)
         return input_required(call, token, asked)
 
+    async def restore(self) -> None:
+        """The store lost its data: write back the record of every call parked here, so
+        its retry resumes it. A call whose record cannot come back is ended at once
+        (cancelled upstream), never left parked until its deadline."""
+        parked = [c for c in self.registry.values() if c.phase is Phase.SUSPENDED]
+        restored = 0
+        for call in parked:
+            if call.stateless or call.phase is not Phase.SUSPENDED:
+                continue
+            issued, deadline = call.parked_ms
+            try:
+                restored += await self.store.restore(self._record(call, issued, deadline), deadline)
+            except StoreError as exc:
+                log.warning("call_record_lost", call_id=call.id, error=str(exc))
+                await self.endings.end(call, Trigger.FAIL, "its record was lost with the store")
+        log.info("call_records_restored", restored=restored, parked=len(parked))
+
     def _record(self, call: LiveCall, issued: int, deadline: int) -> SuspendedCall:
         machine = call.machine
         return SuspendedCall(
@@ -200,18 +218,45 @@ class Suspender:
         if not _waits_in(call, round_):
             return
         try:
-            if await self.store.claim(call.id, round_) is None:
+            if await self.store.claim(call.id, round_, self.replica_id) is None:
                 # A retry claimed the round first and normally resumes it at once (which
                 # cancels this task). If nothing has resumed it after a grace period, the
-                # claimer failed on the way (e.g. its client left, or a forward was lost).
+                # claimer failed on the way (e.g. its client left, or a forward was lost)
+                # or took the call over (this replica was cut off, judged dead).
                 await clocks.sleep(clock, min(self.limits.hold_timeout_s, CLAIM_GRACE_S))
                 if not _waits_in(call, round_):
                     return
+                if not await self._still_mine(call):
+                    await self.endings.abandon(call, "another replica holds the call")
+                    return
                 log.warning("claimed_round_never_resumed", round=round_)
         except StoreError as exc:
-            log.warning("store_claim_failed", error=str(exc))  # the deadline passed regardless
+            # Whether another replica took it over cannot be known: say nothing upstream.
+            log.warning("store_claim_failed", error=str(exc))
+            await self.endings.abandon(call, "its ownership cannot be checked")
+            return
         if call.phase is Phase.SUSPENDED:
             await self.endings.end(call, Trigger.EXPIRE, "suspension deadline passed")
+
+    async def _still_mine(self, call: LiveCall) -> bool:
+        """Whether the store still names this replica the call's owner.
+
+        Raises: StoreError.
+        """
+        record = await self.store.get(call.id)
+        return record is not None and record.owner == self.replica_id
+
+    async def hand_over_lost(self) -> None:
+        """After a time without the lease: let go, quietly, of every parked call whose
+        record names another owner now or is gone (taken over and finished)."""
+        for call in [c for c in self.registry.values() if c.phase is Phase.SUSPENDED]:
+            try:
+                if call.stateless or await self._still_mine(call):
+                    continue
+            except StoreError as exc:
+                log.warning("ownership_check_failed", call_id=call.id, error=str(exc))
+                continue
+            await self.endings.abandon(call, "taken over while this replica was cut off")
 
 
 def _waits_in(call: LiveCall, round_: int) -> bool:

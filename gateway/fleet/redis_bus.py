@@ -25,8 +25,7 @@ from redis.exceptions import RedisError
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.clock import Clock
-from gateway.errors import StoreError
-from gateway.store.redis import RedisClient
+from gateway.store.redis import RedisClient, ride_out
 
 log = structlog.get_logger("gateway.fleet")
 
@@ -62,6 +61,23 @@ class RedisBus:
         self._tasks: list[asyncio.Task[None]] = []
         self.healthy = False
         self._deliver = client.register_script(_DELIVER)
+        # The fleet's epoch: a key every replica reads as it beats. Missing or changed, the
+        # Redis it names lost its data (a restart without persistence, a failover to an
+        # empty replica): the owners write back the records of the calls they hold.
+        self._epoch: bytes | None = None
+        self.on_data_loss: Callable[[], Coroutine[Any, Any, None]] | None = None
+        self.on_lease_regained: Callable[[], Coroutine[Any, Any, None]] | None = None
+        # The lease: this replica may serve its calls only while its heartbeat is surely
+        # in Redis. Others judge it dead only after the heartbeat's TTL and their patience
+        # (`alive`), so it stops strictly before anyone can take a call over.
+        self._lease_until = 0.0
+
+    def holds_lease(self) -> bool:
+        """Whether this replica's last heartbeat is recent enough to serve its calls."""
+        return self.clock.monotonic() < self._lease_until
+
+    def epoch_key(self) -> str:
+        return f"{self.prefix}fleet:epoch"
 
     def replica_key(self, replica_id: str) -> str:
         return f"{self.prefix}{{replica:{replica_id}}}:beat"
@@ -94,9 +110,15 @@ class RedisBus:
         ttl_ms = int(self.heartbeat_s * 2000)
         while True:
             try:
-                await self.client.set(
-                    self.replica_key(self.replica_id), str(self.clock.wall_ms()), px=ttl_ms
-                )
+                sent = self.clock.monotonic()
+                lapsed = self._epoch is not None and not self.holds_lease()
+                lost_data = await self._beat(ttl_ms)
+                # The TTL counts from when Redis set the key, which is after we sent it.
+                self._lease_until = sent + ttl_ms / 1000
+                if lapsed and not lost_data:
+                    log.warning("fleet_lease_regained", replica=self.replica_id)
+                    if self.on_lease_regained is not None:
+                        spawn(self.on_lease_regained(), name="fleet-hand-over")
                 if not self.healthy:
                     log.info("fleet_joined", replica=self.replica_id)
                 self.healthy = True
@@ -106,6 +128,21 @@ class RedisBus:
                     log.warning("fleet_heartbeat_failed", error=str(exc))
                 self.healthy = False
             await clocks.sleep(self.clock, self.heartbeat_s)
+
+    async def _beat(self, ttl_ms: int) -> bool:
+        """Renew the heartbeat; True when the store has lost its data since the last one."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.set(self.replica_key(self.replica_id), str(self.clock.wall_ms()), px=ttl_ms)
+            pipe.set(self.epoch_key(), secrets.token_hex(8), nx=True)
+            pipe.get(self.epoch_key())
+            _, created, epoch = await pipe.execute()
+        known, self._epoch = self._epoch, epoch
+        if known is None or (not created and epoch == known):
+            return False
+        log.warning("store_data_lost", detail="writing back the records of the calls held here")
+        if self.on_data_loss is not None:
+            spawn(self.on_data_loss(), name="fleet-restore")
+        return True
 
     async def _inbox(self, handler: Handler) -> None:
         key = self.inbox_key(self.replica_id)
@@ -128,15 +165,13 @@ class RedisBus:
         Raises:
             StoreError
         """
+        key = self.replica_key(replica_id)
         patience = self.clock.monotonic() + 1.5 * self.heartbeat_s
-        try:
-            while not await self.client.exists(self.replica_key(replica_id)):
-                if self.clock.monotonic() > patience:
-                    return False
-                await clocks.sleep(self.clock, self.heartbeat_s / 4)
-            return True
-        except (RedisError, OSError) as exc:
-            raise StoreError(f"Redis: {exc}") from exc
+        while not await ride_out(self.clock, lambda: self.client.exists(key)):
+            if self.clock.monotonic() > patience:
+                return False
+            await clocks.sleep(self.clock, self.heartbeat_s / 4)
+        return True
 
     async def send(self, replica_id: str, payload: str) -> None:
         """Push `payload` into a replica's inbox. Raises: StoreError."""
@@ -146,30 +181,39 @@ class RedisBus:
         """Push `payload` into a replica's inbox if it beats now (one round trip); False,
         with nothing pushed, when its heartbeat is missing. Raises: StoreError."""
         keys = [self.replica_key(replica_id), self.inbox_key(replica_id)]
-        try:
-            return bool(await self._deliver(keys=keys, args=[payload, _REPLY_TTL_MS]))
-        except (RedisError, OSError) as exc:
-            raise StoreError(f"Redis: {exc}") from exc
+        # Run twice (a reply lost with its connection), the owner ignores the duplicate.
+        delivered = await ride_out(
+            self.clock, lambda: self._deliver(keys=keys, args=[payload, _REPLY_TTL_MS])
+        )
+        return bool(delivered)
+
+    async def retract(self, replica_id: str, payload: str) -> bool:
+        """Take `payload` back out of a replica's inbox; False if it was read already.
+
+        Raises: StoreError.
+        """
+        key = self.inbox_key(replica_id)
+        return bool(await ride_out(self.clock, lambda: self.client.lrem(key, 1, payload)))
 
     async def reply(self, key: str, payload: str) -> None:
         """Push one reply event for a forwarded request. Raises: StoreError."""
         await self._push(key, payload)
 
     async def _push(self, key: str, payload: str) -> None:
-        try:
+        """Run twice, a reply is read once (the reader stops at the outcome) and a
+        forwarded message is recognised as a duplicate by its reply key."""
+
+        async def push() -> None:
             async with self.client.pipeline(transaction=False) as pipe:
                 pipe.rpush(key, payload)
                 pipe.pexpire(key, _REPLY_TTL_MS)
                 await pipe.execute()
-        except (RedisError, OSError) as exc:
-            raise StoreError(f"Redis: {exc}") from exc
+
+        await ride_out(self.clock, push)
 
     async def receive(self, key: str) -> str | None:
         """The next reply event on `key`, or None after a second. Raises: StoreError."""
-        try:
-            popped = await self.client.blpop([key], timeout=_POLL_S)
-        except (RedisError, OSError) as exc:
-            raise StoreError(f"Redis: {exc}") from exc
+        popped = await ride_out(self.clock, lambda: self.client.blpop([key], timeout=_POLL_S))
         return None if popped is None else _text(popped[1])
 
 

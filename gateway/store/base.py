@@ -52,6 +52,7 @@ class SuspendedCall:
     deadline_ms: int
     created_ms: int
     version: int = RECORD_VERSION
+    claimer: str = ""  # the replica whose retry claimed the round (while resuming)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -69,8 +70,8 @@ class SuspendedCall:
         except (ValueError, TypeError, AttributeError) as exc:
             raise StoreError("unreadable suspended-call record") from exc
 
-    def claimed(self) -> SuspendedCall:
-        return replace(self, status=RESUMING)
+    def claimed(self, by: str = "") -> SuspendedCall:
+        return replace(self, status=RESUMING, claimer=by)
 
 
 class SuspendedCallStore(Protocol):
@@ -87,12 +88,21 @@ class SuspendedCallStore(Protocol):
         """The live record, or None. Raises: StoreError."""
         ...
 
-    async def claim(self, call_id: str, round_: int) -> SuspendedCall | None:
-        """Atomically move a record parked at `round_` to resuming and return it.
+    async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
+        """Atomically move a record parked at `round_` to resuming by `claimer`, and
+        return it.
 
         Returns None when there is no such record, it waits in another round, or
         the round was already claimed: each round resumes at most once.
         Raises: StoreError.
+        """
+        ...
+
+    async def steal(
+        self, call_id: str, round_: int, dead: str, claimer: str
+    ) -> SuspendedCall | None:
+        """Atomically hand a round `dead` claimed (and died resuming) to `claimer`;
+        None unless the record is resuming `round_` for `dead`. Raises: StoreError.
         """
         ...
 
@@ -121,6 +131,23 @@ class SuspendedCallStore(Protocol):
         """
         ...
 
+    async def take(self, record: SuspendedCall, owner: str) -> bool:
+        """Name `owner` as the call's owner from now on (a takeover); False if the record
+        is gone. The replica named before learns from it that the call is no longer its.
+
+        Raises: StoreError.
+        """
+        ...
+
+    async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
+        """Write back the record of a call its owner still holds, after the store lost it:
+        only if no record of the call exists (one that does may be another replica's
+        now), and held for its principal. False when one exists.
+
+        Raises: StoreError.
+        """
+        ...
+
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...
@@ -141,9 +168,15 @@ class TimedStore:
         async with self.metrics.timed_store("get"):
             return await self.inner.get(call_id)
 
-    async def claim(self, call_id: str, round_: int) -> SuspendedCall | None:
+    async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
         async with self.metrics.timed_store("claim"):
-            return await self.inner.claim(call_id, round_)
+            return await self.inner.claim(call_id, round_, claimer)
+
+    async def steal(
+        self, call_id: str, round_: int, dead: str, claimer: str
+    ) -> SuspendedCall | None:
+        async with self.metrics.timed_store("steal"):
+            return await self.inner.steal(call_id, round_, dead, claimer)
 
     async def delete(self, call_id: str) -> None:
         async with self.metrics.timed_store("delete"):
@@ -160,6 +193,14 @@ class TimedStore:
     async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
         async with self.metrics.timed_store("park"):
             return await self.inner.park_held(record, until_ms, cap)
+
+    async def take(self, record: SuspendedCall, owner: str) -> bool:
+        async with self.metrics.timed_store("take"):
+            return await self.inner.take(record, owner)
+
+    async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
+        async with self.metrics.timed_store("restore"):
+            return await self.inner.restore(record, until_ms)
 
     async def ping(self) -> bool:
         return await self.inner.ping()

@@ -6,8 +6,10 @@ claim is atomic because nothing here awaits between the check and the update.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gateway.clock import Clock, SystemClock
-from gateway.store.base import GRACE_MS, PARKED, SuspendedCall
+from gateway.store.base import GRACE_MS, PARKED, RESUMING, SuspendedCall
 
 
 class MemoryStore:
@@ -29,13 +31,25 @@ class MemoryStore:
     async def get(self, call_id: str) -> SuspendedCall | None:
         return self._live(call_id)
 
-    async def claim(self, call_id: str, round_: int) -> SuspendedCall | None:
+    async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
         record = self._live(call_id)
         if record is None or record.status != PARKED or record.round != round_:
             return None
-        claimed = record.claimed()
+        claimed = record.claimed(claimer)
         self._records[call_id] = claimed
         return claimed
+
+    async def steal(
+        self, call_id: str, round_: int, dead: str, claimer: str
+    ) -> SuspendedCall | None:
+        record = self._live(call_id)
+        if record is None or record.status != RESUMING or record.round != round_:
+            return None
+        if record.claimer != dead:
+            return None
+        stolen = record.claimed(claimer)
+        self._records[call_id] = stolen
+        return stolen
 
     async def delete(self, call_id: str) -> None:
         self._records.pop(call_id, None)
@@ -53,6 +67,20 @@ class MemoryStore:
     async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
         if not await self.hold(record.principal, record.call_id, until_ms, cap):
             return False
+        await self.park(record)
+        return True
+
+    async def take(self, record: SuspendedCall, owner: str) -> bool:
+        current = self._live(record.call_id)
+        if current is None:
+            return False
+        self._records[record.call_id] = replace(current, owner=owner)
+        return True
+
+    async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
+        if self._live(record.call_id) is not None:
+            return False
+        await self.hold(record.principal, record.call_id, until_ms, cap=1 << 30)
         await self.park(record)
         return True
 

@@ -14,21 +14,27 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
+import structlog
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import BusyLoadingError, RedisError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway import clock as clocks
 from gateway.clock import Clock, SystemClock
 from gateway.errors import ConfigError, StoreError
 from gateway.store.base import GRACE_MS, PARKED, RESUMING, SuspendedCall
 
 T = TypeVar("T")
+log = structlog.get_logger("gateway.store")
 
 # A record is a hash: the immutable JSON, and the round and status a claim checks.
 # KEYS[1] record; ARGV round, parked, resuming. A record parked at that round becomes
@@ -37,7 +43,19 @@ _CLAIM = """
 local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'json')
 if not v[3] then return false end
 if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) then return false end
-redis.call('HSET', KEYS[1], 'status', ARGV[3])
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'claimer', ARGV[4])
+return v[3]
+"""
+
+# KEYS[1] record; ARGV round, resuming, dead, claimer. A round resuming for `dead` is
+# handed to `claimer` (its JSON returned); anything else returns false.
+_STEAL = """
+local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'json', 'claimer')
+if not v[3] then return false end
+if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) or v[4] ~= ARGV[3] then
+  return false
+end
+redis.call('HSET', KEYS[1], 'claimer', ARGV[4])
 return v[3]
 """
 
@@ -71,7 +89,54 @@ redis.call('PEXPIRE', KEYS[2], ARGV[9])
 return 1
 """
 
+# KEYS[1] the principal's parked calls, KEYS[2] the call's record; ARGV call, until,
+# ttl of the set, json, round, status, ttl of the record. Written only if no record is.
+_RESTORE = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('HSET', KEYS[2], 'json', ARGV[4], 'round', ARGV[5], 'status', ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[7])
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+# KEYS[1] the record; ARGV its json naming the new owner. Nothing if the record is gone.
+_TAKE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'json', ARGV[1])
+return 1
+"""
+
 RedisClient = aioredis.Redis | RedisCluster
+
+#: How long a store or bus operation rides out an unreachable Redis (a restart, a
+#: failover) before it fails: a client sees no error for an outage shorter than this.
+RIDE_OUT_S = 3.0
+_OUTAGE = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, TryAgainError, OSError)
+
+
+async def ride_out(clock: Clock, op: Callable[[], Awaitable[T]], budget_s: float = RIDE_OUT_S) -> T:
+    """Run `op`, trying again while Redis cannot be reached, for up to `budget_s`.
+
+    Every operation given here may run twice (its first reply lost with a dropped
+    connection): each is idempotent, or its duplicate is harmless (see the callers).
+
+    Raises:
+        StoreError: Redis refused the operation, or stayed unreachable.
+    """
+    give_up = clock.monotonic() + budget_s
+    delay = 0.05
+    while True:
+        try:
+            return await op()
+        except _OUTAGE as exc:
+            if clock.monotonic() + delay > give_up:
+                raise StoreError(f"Redis unreachable for {budget_s:g} s: {exc}") from exc
+            log.info("store_unreachable_retrying", error=str(exc), retry_in_s=delay)
+        except RedisError as exc:
+            raise StoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
+        await clocks.sleep(clock, delay)
+        delay = min(delay * 2, 0.5)
 
 
 def connect(url: str, *, timeout_s: float = 2.0) -> RedisClient:
@@ -113,14 +178,23 @@ def connect(url: str, *, timeout_s: float = 2.0) -> RedisClient:
 
 class RedisStore:
     def __init__(
-        self, client: RedisClient, *, prefix: str = "mrtr:", clock: Clock | None = None
+        self,
+        client: RedisClient,
+        *,
+        prefix: str = "mrtr:",
+        clock: Clock | None = None,
+        ride_out_s: float = RIDE_OUT_S,
     ) -> None:
         self.client = client
+        self.ride_out_s = ride_out_s
         self.clock = clock or SystemClock()
         self.prefix = prefix
         self._claim = client.register_script(_CLAIM)
+        self._steal = client.register_script(_STEAL)
         self._hold = client.register_script(_HOLD)
         self._park_held = client.register_script(_PARK_HELD)
+        self._restore = client.register_script(_RESTORE)
+        self._take = client.register_script(_TAKE)
         # A cluster keeps a principal's set and a call's record in different slots,
         # which one script may not touch: there, holding and parking are two trips.
         self._one_trip = not isinstance(client, RedisCluster)
@@ -129,10 +203,7 @@ class RedisStore:
         return f"{self.prefix}{{{call_id}}}:rec"
 
     async def _run(self, op: Callable[[], Awaitable[T]]) -> T:
-        try:
-            return await op()
-        except (RedisError, OSError) as exc:
-            raise StoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
+        return await ride_out(self.clock, op, self.ride_out_s)
 
     async def park(self, record: SuspendedCall) -> None:
         ttl_ms = record.deadline_ms + GRACE_MS - self.clock.wall_ms()
@@ -158,21 +229,31 @@ class RedisStore:
         await self._run(write)
 
     async def get(self, call_id: str) -> SuspendedCall | None:
-        raw, status = await self._run(
-            lambda: self.client.hmget(self.key(call_id), ["json", "status"])
+        raw, status, claimer = await self._run(
+            lambda: self.client.hmget(self.key(call_id), ["json", "status", "claimer"])
         )
         if raw is None:
             return None
         record = SuspendedCall.from_json(raw)
-        return record.claimed() if status in (RESUMING, RESUMING.encode()) else record
+        if status in (RESUMING, RESUMING.encode()):
+            return record.claimed(_text(claimer or b""))
+        return record
 
-    async def claim(self, call_id: str, round_: int) -> SuspendedCall | None:
-        raw = await self._run(
-            lambda: self._claim(keys=[self.key(call_id)], args=[round_, PARKED, RESUMING])
-        )
+    async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
+        args: list[str | int] = [round_, PARKED, RESUMING, claimer]
+        raw = await self._run(lambda: self._claim(keys=[self.key(call_id)], args=args))
         if not raw:
             return None
-        return SuspendedCall.from_json(raw).claimed()
+        return SuspendedCall.from_json(raw).claimed(claimer)
+
+    async def steal(
+        self, call_id: str, round_: int, dead: str, claimer: str
+    ) -> SuspendedCall | None:
+        args: list[str | int] = [round_, RESUMING, dead, claimer]
+        raw = await self._run(lambda: self._steal(keys=[self.key(call_id)], args=args))
+        if not raw:
+            return None
+        return SuspendedCall.from_json(raw).claimed(claimer)
 
     async def delete(self, call_id: str) -> None:
         await self._run(lambda: self.client.delete(self.key(call_id)))
@@ -208,6 +289,29 @@ class RedisStore:
         held = await self._run(lambda: self._park_held(keys=keys, args=args))
         return bool(held)
 
+    async def take(self, record: SuspendedCall, owner: str) -> bool:
+        # The json keeps the status it was parked with; the hash field says claimed.
+        text = replace(record, owner=owner, status=PARKED).to_json()
+        keys = [self.key(record.call_id)]
+        return bool(await self._run(lambda: self._take(keys=keys, args=[text])))
+
+    async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
+        now = self.clock.wall_ms()
+        ttl_ms = record.deadline_ms + GRACE_MS - now
+        if ttl_ms <= 0:
+            return False
+        key = self.key(record.call_id)
+        if not self._one_trip:  # a cluster: the two keys live in different slots
+            if await self._run(lambda: self.client.exists(key)):
+                return False
+            await self.park(record)
+            await self.hold(record.principal, record.call_id, until_ms, cap=1 << 30)
+            return True
+        keys = [self.held_key(record.principal), key]
+        args: list[str | int] = [record.call_id, until_ms, max(1, until_ms - now + GRACE_MS)]
+        args += [record.to_json(), record.round, record.status, ttl_ms]
+        return bool(await self._run(lambda: self._restore(keys=keys, args=args)))
+
     async def unhold(self, principal: str, call_id: str) -> None:
         await self._run(lambda: self.client.zrem(self.held_key(principal), call_id))
 
@@ -219,3 +323,7 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+def _text(raw: str | bytes) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw

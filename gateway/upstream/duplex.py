@@ -86,7 +86,7 @@ class DuplexSession:
         self._open = True
         return self.info
 
-    async def close(self) -> None:
+    async def close(self, *, end: bool = True) -> None:  # never adopted: always ends
         self._open = False
         await self._disconnect()
 

@@ -9,8 +9,7 @@ acquisitions times the time a session takes to open (at least `min_idle`), so a
 burst of parking calls finds sessions ready. Sessions idle past `idle_timeout_s` are
 closed (keeping `min_idle`); the total is bounded by `max_sessions`.
 
-The pool does not know the transport: it makes sessions with the factory it is
-given (Streamable HTTP today), and needs only what `PooledSession` lists.
+The pool does not know the transport: it makes sessions with the factory it is given.
 """
 
 from __future__ import annotations
@@ -274,13 +273,18 @@ class SessionPool:
             return
         self._forget(session)
 
-    def _forget(self, session: PooledSession) -> None:
-        self._count -= 1
-        self._closings.add(spawn(self._close_and_notify(session), name=f"pool-close-{self.name}"))
+    def discard(self, given: UpstreamSession) -> None:
+        (session := cast(PooledSession, given)).detach()
+        self._forget(session, end=False)
 
-    async def _close_and_notify(self, session: PooledSession) -> None:
+    def _forget(self, session: PooledSession, *, end: bool = True) -> None:
+        self._count -= 1
+        closing = self._close_and_notify(session, end=end)
+        self._closings.add(spawn(closing, name=f"pool-close-{self.name}"))
+
+    async def _close_and_notify(self, session: PooledSession, *, end: bool = True) -> None:
         await session.wait_quiet()
-        await session.close()
+        await session.close(end=end)
         await self._notify_freed()
 
     async def _notify_freed(self) -> None:

@@ -147,6 +147,10 @@ class UpstreamPool(Protocol):
         """Give a session back: kept for the next call when `reuse`, else closed."""
         ...
 
+    def discard(self, session: UpstreamSession) -> None:
+        """Let go of a session another replica now uses: closed here, not ended upstream."""
+        ...
+
     async def request(
         self,
         caps: ClientCaps,
@@ -179,7 +183,9 @@ class PooledSession(UpstreamSession, Protocol):
 
     async def adopt(self, session_id: str, version: Version) -> None: ...
 
-    async def close(self) -> None: ...
+    async def close(self, *, end: bool = True) -> None:
+        """Close the session here; `end` also ends it upstream (where that means anything)."""
+        ...
 
     async def wait_quiet(self) -> None: ...
 

@@ -7,7 +7,7 @@ import pytest
 
 from gateway.aio import spawn
 from gateway.calls import messages
-from gateway.errors import CallLost, PrincipalBusy, UpstreamError
+from gateway.errors import CallLost, InvalidRequestState, PrincipalBusy, UpstreamError
 from gateway.protocol.call import Phase
 from gateway.store.memory import MemoryStore
 from tests.fakes.clock import ManualClock
@@ -126,22 +126,50 @@ async def test_a_call_whose_owner_died_is_lost_when_neither_takeover_nor_replay_
         await b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE))
     assert lost.value.status == 502 and lost.value.code == -32603
     assert server.calls.empty()  # the tool was never run a second time
-    assert await b.store.get(call_id) is None and not b.pool.adopted
+    assert await b.store.get(call_id) is None
+    # The stranded upstream call is cancelled on its session, not left to run on.
+    cancelled = await server.next_sent()
+    assert cancelled["method"] == "notifications/cancelled"
+    assert cancelled["params"]["requestId"] == session.call_id
+    assert b.pool.adopted == [session.id] and b.pool.released[-1][1] is False
 
 
-async def test_an_owner_dying_during_a_forward_loses_the_call_clearly(
+async def test_an_owner_dying_after_taking_a_forward_hands_the_call_to_takeover(
     clock: ManualClock, server: ScriptedServer, network: Network
 ) -> None:
     a, b = two_replicas(clock, server, network)
-    first, _ = await ask_username(a, server, clock)
+    first, session = await ask_username(a, server, clock)
     retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
-    await server.next_sent()  # the owner took the retry ...
+    await server.next_sent()  # the owner took the retry and answered upstream ...
     await network.polls.get()  # ... and the receiving replica waits for its reply
     network.kill("a")
     await clock.armed(clock.now + POLL_S)
     clock.advance(POLL_S)
-    with pytest.raises(CallLost):
-        await retry
+    taken = await server.next_call()  # the receiving replica continues the stream
+    assert taken.id == session.id and b.pool.adopted == [session.id]
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    taken.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
+    assert (await retry)["content"][0]["text"] == "Hello, alice!"
+
+
+async def test_a_forward_the_dead_owner_never_read_is_taken_back_and_replayed(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    server.resumable = False
+    a, b = two_replicas(clock, server, network, tools={"greet": {"replay_safe": True}})
+    first, _ = await ask_username(a, server, clock)
+    network.stalled.add("a")  # alive, its inbox not read yet
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    await network.polls.get()
+    network.kill("a")
+    await clock.armed(clock.now + POLL_S)
+    clock.advance(POLL_S)
+    again = await server.next_call()  # replayed from its journal on the receiving replica
+    again.elicit(1)
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    again.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
+    assert (await retry)["content"][0]["text"] == "Hello, alice!"
+    assert network.held["a"] == []  # taken back: the dead owner's inbox holds nothing
 
 
 async def test_an_owner_that_never_answers_a_forward_is_given_up_after_the_hold_timeout(
@@ -257,3 +285,55 @@ async def test_a_process_session_dies_with_its_owner_lost_or_replayed(
     assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
     again.respond()
     assert (await retry)["resultType"] == "complete" and not b.pool.adopted
+
+
+async def test_a_round_whose_claimer_died_resuming_it_is_claimed_again_and_taken_over(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    (call_id,) = a.bridge.calls
+    assert await a.store.claim(call_id, 1, "a") is not None  # a took the retry ...
+    network.kill("a")  # ... and died resuming it; the client sends the retry again
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    taken = await server.next_call()
+    assert taken.id == session.id  # the stream goes on at b
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    taken.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
+    assert (await retry)["content"][0]["text"] == "Hello, alice!"
+
+
+async def test_a_round_being_resumed_by_a_live_replica_is_not_claimed_again(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, _ = await ask_username(a, server, clock)
+    (call_id,) = a.bridge.calls
+    assert await a.store.claim(call_id, 1, "a") is not None  # a is resuming it
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    ttl = 2.5 * b.config.fleet.heartbeat_s
+    for _ in range(8):  # b gives a's heartbeat its TTL to lapse; a beats on
+        await clock.armed(clock.now + ttl / 8)
+        clock.advance(ttl / 8)
+    with pytest.raises(InvalidRequestState):
+        await retry
+    assert server.nothing_sent()
+
+
+async def test_a_claimer_killed_a_moment_ago_is_waited_for_until_its_heartbeat_lapses(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    (call_id,) = a.bridge.calls
+    assert await a.store.claim(call_id, 1, "a") is not None
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    step = 2.5 * b.config.fleet.heartbeat_s / 8
+    await clock.armed(clock.now + step)  # its heartbeat is still there ...
+    network.kill("a")  # ... until it lapses
+    clock.advance(step)
+    taken = await server.next_call()
+    assert taken.id == session.id
+    await server.next_sent()
+    taken.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
+    assert (await retry)["content"][0]["text"] == "Hello, alice!"

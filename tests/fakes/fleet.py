@@ -29,6 +29,9 @@ class Network:
         self.clock = clock
         self.handlers: dict[str, Handler] = {}
         self.alive: set[str] = set()
+        self.cut_off: set[str] = set()  # alive, but unable to renew their lease
+        self.stalled: set[str] = set()  # replicas whose inbox holds what it is sent
+        self.held: defaultdict[str, list[str]] = defaultdict(list)
         self.replies: defaultdict[str, asyncio.Queue[str]] = defaultdict(asyncio.Queue)
         self.delivered: list[tuple[str, messages.Message]] = []
         self.polls: asyncio.Queue[str] = asyncio.Queue()  # reply keys a receiver found empty
@@ -58,7 +61,9 @@ class MemoryBus:
 
     async def send(self, replica_id: str, payload: str) -> None:
         self.network.delivered.append((replica_id, messages.decode(payload)))
-        if replica_id in self.network.alive:
+        if replica_id in self.network.stalled:  # alive, but not reading its inbox yet
+            self.network.held[replica_id].append(payload)
+        elif replica_id in self.network.alive:
             spawn(self.network.handlers[replica_id](payload), name=f"inbox-{replica_id}")
 
     async def deliver(self, replica_id: str, payload: str) -> bool:
@@ -66,6 +71,16 @@ class MemoryBus:
             return False
         await self.send(replica_id, payload)
         return True
+
+    def holds_lease(self) -> bool:
+        return self.replica_id not in self.network.cut_off
+
+    async def retract(self, replica_id: str, payload: str) -> bool:
+        held = self.network.held[replica_id]
+        if payload in held:
+            held.remove(payload)
+            return True
+        return False
 
     async def reply(self, key: str, payload: str) -> None:
         self.network.replies[key].put_nowait(payload)

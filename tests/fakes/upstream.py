@@ -180,6 +180,7 @@ class ScriptedPool:
         self.info: UpstreamInfo | None = INFO
         self.released: list[tuple[ScriptedSession, bool]] = []
         self.adopted: list[str] = []
+        self.discarded: list[ScriptedSession] = []
 
     @property
     def size(self) -> int:
@@ -207,6 +208,9 @@ class ScriptedPool:
 
     def release(self, session: Any, *, reuse: bool) -> None:
         self.released.append((session, reuse))
+
+    def discard(self, session: Any) -> None:
+        self.discarded.append(session)
 
     def released_reuse(self, session: ScriptedSession) -> bool | None:
         for each, reuse in self.released:

@@ -118,8 +118,11 @@ async def body_runs(
 async def until_dead(fleet: Fleet, redis_url: str, replica: GatewayProcess) -> None:
     """Wait until the fleet sees the replica gone: Redis expired its heartbeat key (a keyspace
     notification, listened to before looking, so it cannot be missed), bounded."""
-    key = f"{fleet.prefix}{{replica:{replica.replica_id}}}:beat".encode()
     client = aioredis.from_url(redis_url)
+    # Its heartbeat is under its name and this start's incarnation: `<name>~<incarnation>`.
+    pattern = f"{fleet.prefix}{{replica:{replica.replica_id}~*}}:beat"
+    found = [k async for k in client.scan_iter(pattern)]
+    key = found[0] if found else b"(already gone)"
     try:
         await client.config_set("notify-keyspace-events", "Ex")  # on every (re)started server
         async with client.pubsub() as pubsub, asyncio.timeout(10):
@@ -193,6 +196,26 @@ async def test_a_cross_replica_retry_is_served_by_the_owner_and_relays_notificat
     assert final["result"]["content"][0]["text"] == "done (accept)"
     await other.await_line('"event":"retry_forwarded"', timeout=10)  # the log reader may lag
     assert await body_runs(fleet, "chatty_progress", run_id) == 1
+
+
+async def test_an_owner_restarted_under_its_name_is_a_new_owner_and_takes_its_calls_over(
+    fleet: Fleet, redis_server: RedisServer
+) -> None:
+    run_id = uuid.uuid4().hex
+    owner = fleet.replicas[0]
+    greet = {"name": "greet", "arguments": {"run_id": run_id}}
+    status, first = await fleet.post(owner.base + "/resumable", rpc("tools/call", greet))
+    state = first["result"]["requestState"]
+    owner.kill9()
+    await until_dead(fleet, redis_server.url, owner)
+    await asyncio.to_thread(owner.start)  # the same replica id, as a pod keeps its name
+    await asyncio.to_thread(owner.wait_for_line, GatewayProcess.READY, 30)
+    retry = rpc("tools/call", {**greet, "requestState": state, "inputResponses": ALICE}, rid=2)
+    status, reply = await fleet.post(owner.base + "/resumable", retry)
+    assert status == 200, reply
+    assert reply["result"]["content"][0]["text"] == "Hello, alice!", reply
+    await owner.await_line('"event":"call_taken_over"', timeout=10)
+    assert await body_runs(fleet, "greet", run_id, "/resumable", via=owner) == 1
 
 
 async def test_owner_killed_takeover_continues_the_call_where_the_upstream_allows(

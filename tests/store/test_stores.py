@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 import redis.asyncio as aioredis
 
+from gateway.aio import spawn
 from gateway.errors import ConfigError, StoreError
 from gateway.store.base import GRACE_MS, PARKED, RESUMING, SuspendedCall
 from gateway.store.memory import MemoryStore
@@ -130,9 +131,9 @@ async def test_an_unknown_record_version_is_a_store_error_not_a_guess(
         await backend.close()
 
 
-async def test_an_unreachable_redis_is_a_store_error() -> None:
-    backend = RedisStore(connect("redis://127.0.0.1:1/0", timeout_s=0.5))
-    with pytest.raises(StoreError):
+async def test_an_unreachable_redis_is_a_store_error_once_the_ride_out_is_over() -> None:
+    backend = RedisStore(connect("redis://127.0.0.1:1/0", timeout_s=0.5), ride_out_s=0.2)
+    with pytest.raises(StoreError, match="unreachable for 0.2 s"):
         await backend.get("c1")
     assert not await backend.ping()
     await backend.close()
@@ -185,3 +186,50 @@ async def test_parking_and_holding_are_one_step_that_parks_nothing_at_the_cap(st
     assert (await store.claim("c1", 2)) is not None
     await store.unhold(first.principal, "c1")
     assert await store.park_held(second, until, 1)
+
+
+async def test_a_redis_restart_of_a_moment_is_ridden_out_without_an_error() -> None:
+    own = RedisServer()
+    backend = RedisStore(connect(own.url))
+    try:
+        await backend.park(record())
+        own.kill()
+        parking = spawn(backend.park(record("c2")), name="park-while-down")
+        reading = spawn(backend.get("c1"), name="read-while-down")
+        await asyncio.to_thread(own.start)  # back, empty: it persists nothing
+        await parking
+        assert await reading is None  # the data is gone, but no error reached the caller
+        assert await backend.get("c2") is not None
+    finally:
+        await backend.close()
+        own.stop()
+
+
+async def test_a_takeover_names_the_new_owner_and_keeps_the_claim(store) -> None:
+    await store.park(record())
+    claimed = await store.claim("c1", 1)
+    assert claimed is not None and await store.take(claimed, "replica-b")
+    now = await store.get("c1")
+    assert now is not None and now.owner == "replica-b" and now.status == RESUMING
+    await store.delete("c1")
+    assert not await store.take(claimed, "replica-c")  # gone: nothing to take
+
+
+async def test_a_restore_writes_back_only_a_missing_record(store) -> None:
+    until = START_WALL_MS + 60_000
+    assert await store.restore(record(), until)
+    claimed = await store.claim("c1", 1)
+    assert claimed is not None
+    assert not await store.restore(record(), until)  # it exists: left as it is
+    now = await store.get("c1")
+    assert now is not None and now.status == RESUMING
+
+
+async def test_a_round_claimed_by_a_replica_that_died_can_be_handed_to_another(store) -> None:
+    await store.park(record())
+    assert (await store.claim("c1", 1, "a~1")).claimer == "a~1"
+    assert (await store.get("c1")).claimer == "a~1"
+    assert await store.steal("c1", 1, "someone-else", "b~1") is None  # not its claimer
+    stolen = await store.steal("c1", 1, "a~1", "b~1")
+    assert stolen is not None and stolen.claimer == "b~1" and stolen.status == RESUMING
+    assert await store.steal("c1", 1, "a~1", "c~1") is None  # handed once only

@@ -52,7 +52,8 @@ class FakeSession:
     async def adopt(self, session_id: str, version: Version) -> None:
         self.id, self._open = session_id, True
 
-    async def close(self) -> None:
+    async def close(self, *, end: bool = True) -> None:
+        self.ended = end
         self.closed.set()
 
     async def wait_quiet(self) -> None:

@@ -99,13 +99,14 @@ class HttpSession:
         self._get_task = spawn(self._standalone_stream(), name=f"upstream-get-{self.endpoint.name}")
         return self.info
 
-    async def close(self) -> None:
-        """Stop the GET stream and end the session upstream (DELETE), best effort."""
+    async def close(self, *, end: bool = True) -> None:
+        """Stop the GET stream and end the session upstream (DELETE), best effort; not
+        ended when another replica took it over (`end=False`)."""
         if self._closing:
             return
         self._closing = True
         await cancel_and_wait(self._get_task)
-        if self.wire.session_id is None:
+        if self.wire.session_id is None or not end:
             return
         try:
             await self.wire.delete()

@@ -1,0 +1,73 @@
+"""Fencing: a replica cut off from the fleet (it cannot renew its lease) resumes none of
+its calls, and once a call was taken over elsewhere its old owner lets it go without a
+word upstream: exactly one replica ever resumes a call. Two replicas on fakes."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.aio import spawn
+from gateway.errors import LeaseLost
+from gateway.protocol.call import Phase
+from tests.fakes.clock import ManualClock
+from tests.fakes.fleet import Network
+from tests.fakes.harness import ALICE, ask_username, call_tool, two_replicas
+from tests.fakes.upstream import ScriptedServer
+
+
+async def test_a_replica_without_its_lease_resumes_nothing_and_uses_up_no_round(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, _ = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    network.cut_off.add("a")
+    retry = call_tool(rid=2, state=first["requestState"], answers=ALICE)
+    with pytest.raises(LeaseLost) as refused:
+        await a.call(retry)
+    assert refused.value.status == 503 and server.nothing_sent()
+    network.cut_off.discard("a")  # the lease is back: the same retry resumes the call
+    (call,) = a.bridge.calls.values()
+    task = spawn(a.call(retry), name="retry")
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    session.respond()
+    assert (await task)["resultType"] == "complete" and call.phase is Phase.DONE
+
+
+async def take_over_in_store(a_store, call_id: str, new_owner: str) -> None:
+    """What another replica's takeover leaves in the store: the round claimed, itself named."""
+    claimed = await a_store.claim(call_id, 1)
+    assert claimed is not None and await a_store.take(claimed, new_owner)
+
+
+async def test_a_call_taken_over_elsewhere_is_let_go_at_its_deadline_without_a_word(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, _ = two_replicas(clock, server, network)
+    await ask_username(a, server, clock)
+    (call,) = a.bridge.calls.values()
+    await take_over_in_store(a.store, call.id, "b")
+    ttl = a.config.limits.suspension_ttl_s
+    await clock.armed(clock.now + ttl)
+    clock.advance(ttl)  # the deadline: the round is claimed by someone else ...
+    grace = min(a.config.limits.hold_timeout_s, 30.0)
+    await clock.armed(clock.now + grace)
+    clock.advance(grace)  # ... and nobody resumed it here: the record names b
+    await call.ended.wait()
+    assert call.phase is Phase.CANCELLED and not a.bridge.calls
+    assert server.nothing_sent()  # no answer, no cancellation: b's call goes on
+    assert a.pool.discarded == [call.session] and a.pool.released == []
+    assert (await a.store.get(call.id)) is not None  # b's record is left alone
+
+
+async def test_after_a_time_cut_off_a_replica_lets_go_of_the_calls_taken_meanwhile(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, _ = two_replicas(clock, server, network)
+    await ask_username(a, server, clock)
+    await ask_username(a, server, clock)
+    taken, kept = a.bridge.calls.values()
+    await take_over_in_store(a.store, taken.id, "b")
+    await a.bridge.hand_over_lost()
+    assert taken.phase is Phase.CANCELLED and a.pool.discarded == [taken.session]
+    assert kept.phase is Phase.SUSPENDED and list(a.bridge.calls) == [kept.id]
+    assert server.nothing_sent()
