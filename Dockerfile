@@ -13,7 +13,7 @@ WORKDIR /src
 RUN python3 -m venv /opt/venv
 COPY pyproject.toml README.md ./
 COPY gateway ./gateway
-RUN /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check . \
+RUN /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check ".[otel]" \
  && /opt/venv/bin/python -m compileall -q /opt/venv
 
 FROM ${BASE}

@@ -26,6 +26,7 @@ from gateway.protocol.state import AesGcmKeyRing, StateCodec
 from gateway.store.base import SuspendedCallStore, TimedStore
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisClient, RedisStore, connect
+from gateway.tracing import TRACING
 from gateway.upstream.factory import restart_backoff_s, session_factory
 from gateway.upstream.pool import SessionPool
 from gateway.upstream.port import UpstreamPool
@@ -76,6 +77,7 @@ def build_app(config: GatewayConfig) -> web.Application:
     # name) is a new owner and its predecessor's calls go to takeover or replay.
     incarnation = secrets.token_hex(4)
     owner = f"{config.replica_id}~{incarnation}"
+    TRACING.configure("mrtr-gateway", owner)
     bus: RedisBus | None = None
     client: RedisClient | None = None
     store: SuspendedCallStore
@@ -136,7 +138,12 @@ def build_app(config: GatewayConfig) -> web.Application:
             )
             pool.start()
             pools[upstream.name] = pool
-        metrics.bind(parked=lambda: bridge.parked, live=lambda: len(bridge.calls), pools=pools)
+        metrics.bind(
+            parked=lambda: bridge.parked,
+            live=lambda: len(bridge.calls),
+            pools=pools,
+            lease=bus.holds_lease if bus is not None else (lambda: True),
+        )
         if bus is not None:
             bus.on_data_loss = bridge.restore_records
             bus.on_lease_regained = bridge.hand_over_lost
@@ -157,6 +164,7 @@ def build_app(config: GatewayConfig) -> web.Application:
             )
         yield
         await bridge.close()
+        TRACING.shutdown()
         if bus is not None:
             await bus.close()
         for each in pools.values():

@@ -17,6 +17,8 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from gateway.tracing import TRACING
+
 
 class Sized(Protocol):
     @property
@@ -111,11 +113,37 @@ class Metrics:
         self.store_errors = Counter(
             "mrtr_store_errors", "Failed store operations", ["op"], registry=r
         )
+        self.handoffs = Counter(
+            "mrtr_fleet_handoffs",
+            "Retries served away from the replica that parked their call, by how "
+            "(forwarded, taken_over, replayed, lost, claimed_from_dead)",
+            ["kind"],
+            registry=r,
+        )
+        self.drain_timeouts = Counter(
+            "mrtr_drain_timeouts", "Drains that ended with calls still held", registry=r
+        )
+        self.store_data_losses = Counter(
+            "mrtr_store_data_losses",
+            "Times the store was found empty (its records written back)",
+            registry=r,
+        )
+        self.lease = Gauge(
+            "mrtr_fleet_lease",
+            "1 while this replica's heartbeat is surely in the store (it may serve its calls)",
+            registry=r,
+        )
 
     def bind(
-        self, *, parked: Callable[[], int], live: Callable[[], int], pools: Mapping[str, Sized]
+        self,
+        *,
+        parked: Callable[[], int],
+        live: Callable[[], int],
+        pools: Mapping[str, Sized],
+        lease: Callable[[], bool] = lambda: True,
     ) -> None:
         """Gauges read at scrape time from the live objects (no bookkeeping on the hot path)."""
+        self.lease.set_function(lambda: float(lease()))
         self.parked.set_function(lambda: float(parked()))
         self.live.set_function(lambda: float(live()))
         for name in list(pools):
@@ -125,7 +153,8 @@ class Metrics:
     async def timed_store(self, op: str) -> AsyncIterator[None]:
         started = time.perf_counter()
         try:
-            yield
+            with TRACING.span(f"store {op}"):
+                yield
         except Exception:
             self.store_errors.labels(op).inc()
             raise

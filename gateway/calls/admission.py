@@ -134,4 +134,5 @@ class Admission:
         if stolen is None:
             raise InvalidRequestState("round already resumed (replay)")
         log.warning("round_claimed_from_dead_replica", dead=dead)
+        self.metrics.handoffs.labels("claimed_from_dead").inc()
         return stolen

@@ -138,6 +138,7 @@ class Bridge:
 
     async def restore_records(self) -> None:
         """The store lost its data: write back the records of the calls parked here."""
+        self.metrics.store_data_losses.inc()
         await self.suspender.restore()
 
     async def hand_over_lost(self) -> None:
@@ -159,6 +160,7 @@ class Bridge:
             log.info("drain_finished")
         except TimeoutError:
             log.warning("drain_timeout", calls=len(self.calls))
+            self.metrics.drain_timeouts.inc()
         await self.close()
 
     async def close(self) -> None:

@@ -11,7 +11,7 @@ replica of another version is refused, never half-read.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from gateway.protocol.jsonrpc import RequestId
@@ -25,6 +25,7 @@ class Resume:
     method: str
     params: dict[str, Any]
     reply: str
+    trace: dict[str, str] = field(default_factory=dict)  # W3C context of the forward
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,10 @@ def decode(text: str | bytes) -> Message:
     if kind is None:
         raise ValueError("unknown fleet message")
     names = {f.name for f in fields(kind)}
-    if set(data) != names:
+    required = {
+        f.name for f in fields(kind) if f.default is MISSING and f.default_factory is MISSING
+    }
+    if not required <= set(data) <= names:
         raise ValueError(f"a {kind.__name__} message has the fields {sorted(names)}")
     try:
         return kind(**data)

@@ -43,6 +43,7 @@ from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope
 from gateway.protocol.versions import Version
 from gateway.store.base import SuspendedCall, SuspendedCallStore
+from gateway.tracing import TRACING
 from gateway.upstream.port import SessionExpired, StreamCursor
 
 log = structlog.get_logger("gateway.calls")
@@ -134,13 +135,15 @@ class Routing:
         """
         if record.session_id and record.last_event_id:
             try:
-                return await self._take_over(upstream, record, front, notify)
+                with TRACING.span("mcp takeover", attributes={"mcp.previous_owner": record.owner}):
+                    return await self._take_over(upstream, record, front, notify)
             except SessionExpired:
                 log.info("takeover_impossible", reason="upstream session gone")
         await self._forget(record)
         if upstream.target(record.method, record.target).replay_safe:
             responses = front.params.get("inputResponses") or {}
             log.info("call_replayed", journal=len(record.journal))
+            self.metrics.handoffs.labels("replayed").inc()
             return await self.runner.start(
                 upstream,
                 front,
@@ -151,6 +154,7 @@ class Routing:
                 round_=record.round,
             )
         await self._cancel_stranded(upstream, record)
+        self.metrics.handoffs.labels("lost").inc()
         raise CallLost(f"The call was lost: {LOST}")
 
     async def _cancel_stranded(self, upstream: UpstreamConfig, record: SuspendedCall) -> None:
@@ -181,6 +185,12 @@ class Routing:
     ) -> dict[str, Any] | None:
         """The owner's outcome of the retry; None when the owner is gone (nothing sent)."""
         reply = self.bus.new_reply_key()
+        with TRACING.span("mcp forward", kind="client", attributes={"mcp.owner": record.owner}):
+            return await self._forward_traced(record, front, notify, reply)
+
+    async def _forward_traced(
+        self, record: SuspendedCall, front: FrontRequest, notify: Notify, reply: str
+    ) -> dict[str, Any] | None:
         resume = messages.Resume(
             call=record.call_id,
             round=record.round,
@@ -188,6 +198,7 @@ class Routing:
             method=front.method,
             params=front.params,
             reply=reply,
+            trace=TRACING.carrier(),
         )
         payload = messages.encode(resume)
         # One round trip in the common case; a missing heartbeat gets the patience of
@@ -198,6 +209,7 @@ class Routing:
         if not delivered:
             return None
         log.info("retry_forwarded", owner=record.owner)
+        self.metrics.handoffs.labels("forwarded").inc()
         started = self.clock.monotonic()
         try:
             return await self._relay(record, reply, payload, notify)
@@ -278,6 +290,7 @@ class Routing:
             name=f"call-pump-{record.call_id}",
         )
         log.info("call_taken_over", previous_owner=record.owner, round=record.round)
+        self.metrics.handoffs.labels("taken_over").inc()
         answers = machine.deliver(front.params.get("inputResponses") or {})
         return await self.runner.drive(call, front, notify, answers)
 
@@ -311,7 +324,8 @@ class Routing:
         self._served[message.reply] = current
         reply = message.reply
         try:
-            result = await self._serve_resume(message)
+            with TRACING.span("mcp serve forwarded", parent=message.trace, kind="server"):
+                result = await self._serve_resume(message)
             await self.bus.reply(reply, messages.encode(messages.Outcome(result)))
         except RpcError as exc:
             failure = messages.Failure(exc.error_object(), exc.status)

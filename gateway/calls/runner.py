@@ -47,6 +47,7 @@ from gateway.protocol.call import (
     Trigger,
 )
 from gateway.protocol.inbound import FrontRequest
+from gateway.tracing import TRACING
 from gateway.upstream.port import StreamCursor, StreamEnd, UpstreamPool, UpstreamSession
 
 log = structlog.get_logger("gateway.calls")
@@ -192,7 +193,10 @@ class Runner:
         started = self.clock.monotonic()
         outcome = "error"
         try:
-            result = await self._round(call, front, notify, answers or [])
+            with TRACING.span(
+                "mcp round", attributes={"mcp.call": call.id, "mcp.round": call.machine.round}
+            ):
+                result = await self._round(call, front, notify, answers or [])
             outcome = str(result.get("resultType", "complete"))
             return result
         finally:

@@ -19,6 +19,7 @@ from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import PayloadTooLarge, RpcError
 from gateway.protocol import inbound, jsonrpc, params, translate
 from gateway.protocol.capabilities import ClientCaps
+from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool
 from gateway.web.channel import ResponseChannel
 from gateway.web.front_door import FrontDoor
@@ -94,33 +95,42 @@ class McpEndpoint:
         channel = ResponseChannel(request, keepalive_s=self.config.limits.keepalive_s)
         started = time.monotonic()
         outcome = "complete"
-        try:
-            self.front_door.check_request(caller, message.method, message.params)
-            if message.method == "tools/call":
-                declared = await self.tool_headers.for_tool(message.target)
-                params.check_param_headers(declared, message.params.get("arguments"), headers)
-            if message.method in inbound.INTERRUPTIBLE:
-                channel.start_keepalive()
-                result = await self.bridge.handle(self.upstream, message, principal, channel.notify)
-                outcome = result.get("resultType", "complete")
-            elif message.method == "server/discover":
-                info = await self.pool.upstream_info()
-                result = translate.discover_result(info, self.upstream.cache)
-            else:
-                result = await self._pass_through(message)
-                result = self.front_door.visible(caller, message.method, result)
-            reply, status = jsonrpc.result(message.id, result), 200
-        except RpcError as exc:
-            outcome = "error"
-            reply, status = rpc_error_reply(exc, message.id)
-            log.info(
-                "request_failed",
-                code=exc.error_object()["code"],
-                error=exc.message,
-                kind=type(exc).__name__,
-            )
-        finally:
-            await channel.close()
+        span = TRACING.span(
+            f"mcp {message.method}",
+            parent=message.trace,
+            kind="server",
+            attributes={"mcp.method": message.method, "mcp.upstream": self.upstream.name},
+        )
+        with span:
+            try:
+                self.front_door.check_request(caller, message.method, message.params)
+                if message.method == "tools/call":
+                    declared = await self.tool_headers.for_tool(message.target)
+                    params.check_param_headers(declared, message.params.get("arguments"), headers)
+                if message.method in inbound.INTERRUPTIBLE:
+                    channel.start_keepalive()
+                    result = await self.bridge.handle(
+                        self.upstream, message, principal, channel.notify
+                    )
+                    outcome = result.get("resultType", "complete")
+                elif message.method == "server/discover":
+                    info = await self.pool.upstream_info()
+                    result = translate.discover_result(info, self.upstream.cache)
+                else:
+                    result = await self._pass_through(message)
+                    result = self.front_door.visible(caller, message.method, result)
+                reply, status = jsonrpc.result(message.id, result), 200
+            except RpcError as exc:
+                outcome = "error"
+                reply, status = rpc_error_reply(exc, message.id)
+                log.info(
+                    "request_failed",
+                    code=exc.error_object()["code"],
+                    error=exc.message,
+                    kind=type(exc).__name__,
+                )
+            finally:
+                await channel.close()
         elapsed = time.monotonic() - started
         metrics = self.bridge.metrics
         metrics.requests.labels(message.method, outcome).inc()

@@ -3,6 +3,7 @@ and every manifest validated against the Kubernetes schemas (kubernetes-validate
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,8 @@ EVERYTHING = {
     "sealing": {"keys": [generate_key()]},
     "autoscaling": {"enabled": True},
     "serviceMonitor": {"enabled": True},
+    "prometheusRule": {"enabled": True},
+    "grafanaDashboard": {"enabled": True},
     "networkPolicy": {
         "enabled": True,
         "ingressFrom": [{"podSelector": {"matchLabels": {"role": "client"}}}],
@@ -155,6 +158,7 @@ def test_optional_parts_render_when_enabled() -> None:
     assert {
         "HorizontalPodAutoscaler",
         "ServiceMonitor",
+        "PrometheusRule",
         "NetworkPolicy",
         "Secret",
         "PodDisruptionBudget",
@@ -182,7 +186,7 @@ def test_every_rendered_manifest_passes_kubernetes_validate_strict(values: dict)
             kubernetes_validate.validate(manifest, KUBE, strict=True)
         except kubernetes_validate.SchemaNotFoundError:
             unchecked.append(manifest["kind"])  # CRDs have no bundled schema
-    assert set(unchecked) <= {"ServiceMonitor"}
+    assert set(unchecked) <= {"ServiceMonitor", "PrometheusRule"}
 
 
 AUTH_AND_STDIO = {
@@ -239,7 +243,7 @@ def test_auth_and_a_stdio_server_in_the_pod_render_and_mount_their_secrets(tmp_p
     assert volumes["api-keys"]["secret"]["secretName"] == "gw-api-keys"
     assert volumes["tmp"]["emptyDir"]["sizeLimit"] == "256Mi"
     for manifest in m.values():
-        if manifest["kind"] != "ServiceMonitor":
+        if manifest["kind"] not in ("ServiceMonitor", "PrometheusRule"):
             kubernetes_validate.validate(manifest, KUBE, strict=True)
     # The rendered config is one the gateway accepts, once the mounted files exist.
     (tmp_path / "api-keys.yaml").write_text("[]\n")
@@ -255,3 +259,19 @@ def test_an_upstream_needs_exactly_one_of_a_url_and_a_command() -> None:
     for upstream in ({"name": "x"}, {"name": "x", "url": "http://a/mcp", "command": ["b"]}):
         with pytest.raises(Exception, match="(?i)schema|oneOf|valid"):
             render({"config": {"upstreams": [upstream]}})
+
+
+def test_the_alerts_and_the_dashboard_name_metrics_the_gateway_exports() -> None:
+    from gateway.observability import Metrics
+
+    exported = {m.name for m in Metrics().registry.collect()}
+    exported |= {f"{name}_total" for name in exported} | {f"{n}_bucket" for n in exported}
+    m = render(EVERYTHING)
+    rules = m["PrometheusRule"]["spec"]["groups"][0]["rules"]
+    assert {r["alert"] for r in rules} >= {"MrtrCallsLost", "MrtrStoreErrors", "MrtrDrainTimeouts"}
+    (holder,) = [v for v in m.values() if v["metadata"]["name"].endswith("-dashboard")]
+    dashboard = json.loads(holder["data"]["mrtr-gateway.json"])
+    exprs = [r["expr"] for r in rules]
+    exprs += [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    named = {n for e in exprs for n in re.findall(r"\b(mrtr_[a-z_]+)", e)}
+    assert named and named <= exported, named - exported

@@ -1,0 +1,105 @@
+"""OpenTelemetry traces, when configured: a request, its rounds, forwards between
+replicas, takeovers and store calls, exported over OTLP/HTTP.
+
+Optional: the `otel` extra installs the SDK and exporter, and the standard variable
+`OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) turns tracing
+on. Without either, every `span` is a no-op costing one attribute check. A client's W3C
+`traceparent` (from `_meta` or the headers) is the parent of the request's span, and a
+forwarded retry carries its context to the owner, so one multi-round call across
+replicas is one trace. Span attributes never carry requestState, tokens or arguments.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger("gateway.tracing")
+
+ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+class Tracing:
+    """The process's tracer, or nothing (`enabled` False)."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self._tracer: Any = None
+        self._provider: Any = None
+        self._propagator: Any = None
+
+    def configure(self, service: str, replica: str, env: Mapping[str, str] = os.environ) -> None:
+        if not any(env.get(name) for name in ENDPOINT_VARS):
+            return
+        try:
+            from opentelemetry import trace
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+            from opentelemetry.trace.propagation.tracecontext import (
+                TraceContextTextMapPropagator,
+            )
+        except ImportError:
+            log.warning(
+                "tracing_unavailable",
+                detail="OTEL_EXPORTER_OTLP_ENDPOINT is set but the otel extra is not "
+                "installed: pip install 'mrtr-gateway[otel]'",
+            )
+            return
+        resource = Resource.create({"service.name": service, "service.instance.id": replica})
+        provider = TracerProvider(resource=resource)
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self._provider = provider
+        self._tracer = provider.get_tracer("mrtr-gateway")
+        self._propagator = TraceContextTextMapPropagator()
+        self._kinds = {
+            "server": trace.SpanKind.SERVER,
+            "client": trace.SpanKind.CLIENT,
+            "internal": trace.SpanKind.INTERNAL,
+        }
+        self.enabled = True
+        log.info("tracing_enabled", replica=replica)
+
+    @contextmanager
+    def span(
+        self,
+        name: str,
+        *,
+        parent: Mapping[str, str] | None = None,
+        kind: str = "internal",
+        attributes: Mapping[str, Any] | None = None,
+    ) -> Iterator[None]:
+        """A span around the block, child of the current one or of `parent` (W3C
+        trace context); an exception raised through it is recorded."""
+        if not self.enabled:
+            yield
+            return
+        context = self._propagator.extract(dict(parent)) if parent else None
+        with self._tracer.start_as_current_span(
+            name,
+            context=context,
+            kind=self._kinds[kind],
+            attributes={k: v for k, v in (attributes or {}).items() if v is not None},
+        ):
+            yield
+
+    def carrier(self) -> dict[str, str]:
+        """The current span's context, to send along (a forward to another replica)."""
+        if not self.enabled:
+            return {}
+        carrier: dict[str, str] = {}
+        self._propagator.inject(carrier)
+        return carrier
+
+    def shutdown(self) -> None:
+        """Export what is buffered (bounded by the SDK's own timeouts)."""
+        if self._provider is not None:
+            self._provider.shutdown()
+
+
+TRACING = Tracing()
