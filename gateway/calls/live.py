@@ -37,6 +37,7 @@ class LiveCall:
     pump: asyncio.Task[None] | None = None
     expiry: Later | None = None  # the suspension deadline, while parked
     parked_ms: tuple[int, int] = (0, 0)  # the round's issue time and deadline (wall ms)
+    stored: bool = False  # its record for this round is written (checks of ownership wait)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property

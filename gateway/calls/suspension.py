@@ -131,7 +131,7 @@ class Suspender:
         cap = self.limits.max_parked_per_principal
         self.registry.fire(call, Trigger.SUSPEND)
         token, issued, deadline = self._mint(call, round_=machine.round, mode=PARK)
-        call.parked_ms = (issued, deadline)
+        call.parked_ms, call.stored = (issued, deadline), False
         try:
             # Counted in the store, so the cap holds across the whole fleet.
             held = await self.store.park_held(self._record(call, issued, deadline), until, cap)
@@ -141,6 +141,7 @@ class Suspender:
         if not held:
             await self.endings.end(call, Trigger.FAIL, PrincipalBusy.reason)
             raise PrincipalBusy()
+        call.stored = True
         round_, clock = machine.round, self.clock
         call.expiry = clocks.Later(
             clock,
@@ -249,7 +250,10 @@ class Suspender:
     async def hand_over_lost(self) -> None:
         """After a time without the lease: let go, quietly, of every parked call whose
         record names another owner now or is gone (taken over and finished)."""
-        for call in [c for c in self.registry.values() if c.phase is Phase.SUSPENDED]:
+        # A call still being parked (its record not yet written) is not judged: it was
+        # not parked while the lease was lost.
+        parked = [c for c in self.registry.values() if c.phase is Phase.SUSPENDED and c.stored]
+        for call in parked:
             try:
                 if call.stateless or await self._still_mine(call):
                     continue

@@ -4,14 +4,18 @@ word upstream: exactly one replica ever resumes a call. Two replicas on fakes.""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from gateway.aio import spawn
 from gateway.errors import LeaseLost
 from gateway.protocol.call import Phase
+from gateway.store.base import SuspendedCall
+from gateway.store.memory import MemoryStore
 from tests.fakes.clock import ManualClock
 from tests.fakes.fleet import Network
-from tests.fakes.harness import ALICE, ask_username, call_tool, two_replicas
+from tests.fakes.harness import ALICE, WINDOW, ask_username, call_tool, two_replicas
 from tests.fakes.upstream import ScriptedServer
 
 
@@ -71,3 +75,35 @@ async def test_after_a_time_cut_off_a_replica_lets_go_of_the_calls_taken_meanwhi
     assert taken.phase is Phase.CANCELLED and a.pool.discarded == [taken.session]
     assert kept.phase is Phase.SUSPENDED and list(a.bridge.calls) == [kept.id]
     assert server.nothing_sent()
+
+
+async def test_a_call_still_being_parked_when_the_lease_comes_back_is_kept(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    class SlowStore(MemoryStore):
+        """Parking waits for the test (a store riding out a failover)."""
+
+        def __init__(self, clock: ManualClock) -> None:
+            super().__init__(clock)
+            self.parking = asyncio.Event()
+            self.go_on = asyncio.Event()
+
+        async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
+            self.parking.set()
+            await self.go_on.wait()
+            return await super().park_held(record, until_ms, cap)
+
+    a, _ = two_replicas(clock, server, network)
+    slow = SlowStore(clock)
+    a.bridge.suspender.store = slow
+    pending = spawn(a.call(call_tool()), name="call")
+    session = await server.next_call()
+    session.elicit(7)
+    await clock.armed(clock.now + WINDOW)
+    clock.advance(WINDOW)
+    await slow.parking.wait()  # suspended, its record not written yet ...
+    await a.bridge.hand_over_lost()  # ... when the lease comes back: not judged
+    slow.go_on.set()
+    assert (await pending)["resultType"] == "input_required"
+    (call,) = a.bridge.calls.values()
+    assert call.phase is Phase.SUSPENDED and a.pool.discarded == []
