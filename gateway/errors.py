@@ -341,3 +341,7 @@ class LeaseLost(StoreError):
     it resumes none of its calls, since another replica may have taken them over."""
 
     default_message = "This gateway replica is cut off from its fleet; retry"
+    reason = "lease_lost"
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message, {"reason": self.reason})

@@ -219,6 +219,7 @@ async def one_call(
                 if status in (502, 503) and not isinstance(reply, dict):  # the balancer's
                     raise aiohttp.ClientError(str(reply))
                 if status == 503 and attempt < 5:  # draining, busy: as it says, send it again
+                    await asyncio.sleep(0.3 * attempt)  # backing off, as a client should
                     continue
                 break
             except (TimeoutError, aiohttp.ClientError) as exc:

@@ -240,6 +240,10 @@ class Routing:
                 elif isinstance(event, messages.Outcome):
                     return event.result
                 elif isinstance(event, messages.Failure):
+                    if (event.error.get("data") or {}).get("reason") == LeaseLost.reason:
+                        # The owner refused it untouched: the round goes back to parked,
+                        # so the client's next retry finds it once the owner is back.
+                        await self.store.unclaim(record.call_id, record.round, self.bus.replica_id)
                     raise RelayedError(event.error, event.status)
                 else:
                     raise UpstreamError(f"unexpected fleet reply {type(event).__name__}")

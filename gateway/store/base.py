@@ -131,6 +131,11 @@ class SuspendedCallStore(Protocol):
         """
         ...
 
+    async def unclaim(self, call_id: str, round_: int, claimer: str) -> bool:
+        """Give back a round `claimer` claimed but could not resume (its owner refused it
+        untouched): parked again, for the client's next retry. Raises: StoreError."""
+        ...
+
     async def take(self, record: SuspendedCall, owner: str) -> bool:
         """Name `owner` as the call's owner from now on (a takeover); False if the record
         is gone. The replica named before learns from it that the call is no longer its.
@@ -193,6 +198,10 @@ class TimedStore:
     async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
         async with self.metrics.timed_store("park"):
             return await self.inner.park_held(record, until_ms, cap)
+
+    async def unclaim(self, call_id: str, round_: int, claimer: str) -> bool:
+        async with self.metrics.timed_store("unclaim"):
+            return await self.inner.unclaim(call_id, round_, claimer)
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
         async with self.metrics.timed_store("take"):

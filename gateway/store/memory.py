@@ -70,6 +70,15 @@ class MemoryStore:
         await self.park(record)
         return True
 
+    async def unclaim(self, call_id: str, round_: int, claimer: str) -> bool:
+        record = self._live(call_id)
+        if record is None or record.status != RESUMING or record.round != round_:
+            return False
+        if record.claimer != claimer:
+            return False
+        self._records[call_id] = replace(record, status=PARKED, claimer="")
+        return True
+
     async def take(self, record: SuspendedCall, owner: str) -> bool:
         current = self._live(record.call_id)
         if current is None:

@@ -100,6 +100,17 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 
+# KEYS[1] record; ARGV round, resuming, claimer, parked. A round resuming for `claimer`
+# is parked again; anything else returns 0.
+_UNCLAIM = """
+local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'claimer')
+if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) or v[3] ~= ARGV[3] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[4], 'claimer', '')
+return 1
+"""
+
 # KEYS[1] the record; ARGV its json naming the new owner. Nothing if the record is gone.
 _TAKE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -195,6 +206,7 @@ class RedisStore:
         self._park_held = client.register_script(_PARK_HELD)
         self._restore = client.register_script(_RESTORE)
         self._take = client.register_script(_TAKE)
+        self._unclaim = client.register_script(_UNCLAIM)
         # A cluster keeps a principal's set and a call's record in different slots,
         # which one script may not touch: there, holding and parking are two trips.
         self._one_trip = not isinstance(client, RedisCluster)
@@ -288,6 +300,10 @@ class RedisStore:
         args += [record.to_json(), record.round, record.status, ttl_ms]
         held = await self._run(lambda: self._park_held(keys=keys, args=args))
         return bool(held)
+
+    async def unclaim(self, call_id: str, round_: int, claimer: str) -> bool:
+        args: list[str | int] = [round_, RESUMING, claimer, PARKED]
+        return bool(await self._run(lambda: self._unclaim(keys=[self.key(call_id)], args=args)))
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
         # The json keeps the status it was parked with; the hash field says claimed.

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from gateway.aio import spawn
-from gateway.errors import LeaseLost
+from gateway.errors import LeaseLost, RelayedError
 from gateway.protocol.call import Phase
 from gateway.store.base import SuspendedCall
 from gateway.store.memory import MemoryStore
@@ -107,3 +107,20 @@ async def test_a_call_still_being_parked_when_the_lease_comes_back_is_kept(
     assert (await pending)["resultType"] == "input_required"
     (call,) = a.bridge.calls.values()
     assert call.phase is Phase.SUSPENDED and a.pool.discarded == []
+
+
+async def test_a_forward_the_cut_off_owner_refuses_gives_the_round_back(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    network.cut_off.add("a")  # a still beats for b (partly cut off), but holds no lease
+    retry = call_tool(rid=2, state=first["requestState"], answers=ALICE)
+    with pytest.raises(RelayedError) as refused:
+        await b.call(retry)
+    assert refused.value.status == 503 and server.nothing_sent()
+    network.cut_off.discard("a")
+    again = spawn(b.call(retry), name="again")  # the round was given back: it resumes
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    session.respond()
+    assert (await again)["resultType"] == "complete"

@@ -233,3 +233,13 @@ async def test_a_round_claimed_by_a_replica_that_died_can_be_handed_to_another(s
     stolen = await store.steal("c1", 1, "a~1", "b~1")
     assert stolen is not None and stolen.claimer == "b~1" and stolen.status == RESUMING
     assert await store.steal("c1", 1, "a~1", "c~1") is None  # handed once only
+
+
+async def test_a_round_its_claimer_could_not_resume_is_parked_again(store) -> None:
+    await store.park(record())
+    assert await store.claim("c1", 1, "b~1") is not None
+    assert not await store.unclaim("c1", 1, "c~1")  # not its claim
+    assert await store.unclaim("c1", 1, "b~1")
+    again = await store.get("c1")
+    assert again is not None and again.status == PARKED and again.claimer == ""
+    assert await store.claim("c1", 1, "c~1") is not None  # the next retry takes it
