@@ -203,9 +203,13 @@ class Routing:
         payload = messages.encode(resume)
         # One round trip in the common case; a missing heartbeat gets the patience of
         # `alive` (after a Redis restart the owners beat again within a heartbeat).
-        delivered = await self.bus.deliver(record.owner, payload)
-        if not delivered and await self.bus.alive(record.owner):
+        try:
             delivered = await self.bus.deliver(record.owner, payload)
+            if not delivered and await self.bus.alive(record.owner):
+                delivered = await self.bus.deliver(record.owner, payload)
+        except StoreError:
+            await self._give_back(record)  # nobody has it: the next retry may claim it
+            raise
         if not delivered:
             return None
         log.info("retry_forwarded", owner=record.owner)
@@ -243,7 +247,7 @@ class Routing:
                     if (event.error.get("data") or {}).get("reason") == LeaseLost.reason:
                         # The owner refused it untouched: the round goes back to parked,
                         # so the client's next retry finds it once the owner is back.
-                        await self.store.unclaim(record.call_id, record.round, self.bus.replica_id)
+                        await self._give_back(record)
                     raise RelayedError(event.error, event.status)
                 else:
                     raise UpstreamError(f"unexpected fleet reply {type(event).__name__}")
@@ -251,6 +255,13 @@ class Routing:
             cancel = messages.Cancel(call=record.call_id, reply=reply)
             spawn(self._send_quietly(record.owner, cancel), name="fleet-cancel")
             raise
+
+    async def _give_back(self, record: SuspendedCall) -> None:
+        """Park again a round this replica claimed and nobody resumed, best effort."""
+        try:
+            await self.store.unclaim(record.call_id, record.round, self.bus.replica_id)
+        except StoreError as exc:
+            log.warning("round_not_given_back", error=str(exc))
 
     async def _send_quietly(self, owner: str, message: messages.Message) -> None:
         try:

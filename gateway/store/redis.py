@@ -24,7 +24,15 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import BusyLoadingError, RedisError, TryAgainError
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    MasterDownError,
+    ReadOnlyError,
+    RedisError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -123,7 +131,19 @@ RedisClient = aioredis.Redis | RedisCluster
 #: How long a store or bus operation rides out an unreachable Redis (a restart, a
 #: failover) before it fails: a client sees no error for an outage shorter than this.
 RIDE_OUT_S = 3.0
-_OUTAGE = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, TryAgainError, OSError)
+# What a restart, a Sentinel failover (a demoted primary is read-only for a moment) or
+# a Cluster failover (slots uncovered until a replica takes them) look like.
+_OUTAGE = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    BusyLoadingError,
+    TryAgainError,
+    ClusterDownError,
+    MasterDownError,
+    ReadOnlyError,
+    SlotNotCoveredError,
+    OSError,
+)
 
 
 async def ride_out(clock: Clock, op: Callable[[], Awaitable[T]], budget_s: float = RIDE_OUT_S) -> T:

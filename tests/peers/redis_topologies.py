@@ -9,6 +9,7 @@ and ended by `stop()`. Nothing persists: a process restarted comes back empty.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -19,6 +20,23 @@ from tests.peers.tooling import LoggedProcess, free_port
 
 SERVICE = "mymaster"
 READY = "Ready to accept connections"
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (10,000 higher) is free and valid too."""
+    while True:
+        port = free_port()
+        if port <= 55535 and _free(port + 10000):
+            return port
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _server(port: int, *extra: str, name: str) -> LoggedProcess:
@@ -70,7 +88,7 @@ class SentinelSet:
 class ClusterSet:
     def __init__(self, primaries: int = 3) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="mrtr-cluster-"))
-        self.ports = [free_port() for _ in range(2 * primaries)]
+        self.ports = [_cluster_port() for _ in range(2 * primaries)]
         self.nodes = {
             port: _server(
                 port,
