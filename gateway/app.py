@@ -83,7 +83,13 @@ def build_app(config: GatewayConfig) -> web.Application:
     store: SuspendedCallStore
     if config.store.shared:
         client = connect(config.store.url)
-        store = RedisStore(client, prefix=config.store.key_prefix, clock=clock)
+        store = RedisStore(
+            client,
+            prefix=config.store.key_prefix,
+            clock=clock,
+            replicas_acked=config.store.replicas_acked,
+            wait_ms=config.store.wait_ms,
+        )
         bus = RedisBus(
             client,
             prefix=config.store.key_prefix,

@@ -100,7 +100,9 @@ class Fleet:
         self.plain = LegacyServer()
         self.resumable = LegacyServer(event_store=True)
         config = {
-            "store": {"url": store_url},
+            # On Sentinel and Cluster, a record is on a replica before its client hears
+            # of it, so a failover keeps it (standalone has none: WAIT is skipped).
+            "store": {"url": store_url, "replicas_acked": 0 if store == "standalone" else 1},
             "fleet": {"heartbeat_s": 0.3, "drain_timeout_s": 10},
             "limits": {"max_parked_per_principal": 1000},
             "upstreams": [

@@ -227,7 +227,14 @@ class Routing:
         give_up = self.clock.monotonic() + self.limits.hold_timeout_s + FORWARD_SLACK_S
         try:
             while True:
-                payload = await self.bus.receive(reply)
+                try:
+                    payload = await self.bus.receive(reply)
+                except StoreError:
+                    # Unread by the owner, the forward is taken back and the round given
+                    # back for the client's next retry; read, the owner is resuming it.
+                    if await self._retract_quietly(record.owner, sent):
+                        await self._give_back(record)
+                    raise
                 if payload is None:
                     if not await self.bus.alive(record.owner):
                         # Unread, it is taken back; read, the owner died resuming it. Either
@@ -255,6 +262,12 @@ class Routing:
             cancel = messages.Cancel(call=record.call_id, reply=reply)
             spawn(self._send_quietly(record.owner, cancel), name="fleet-cancel")
             raise
+
+    async def _retract_quietly(self, owner: str, sent: str) -> bool:
+        try:
+            return await self.bus.retract(owner, sent)
+        except StoreError:
+            return False
 
     async def _give_back(self, record: SuspendedCall) -> None:
         """Park again a round this replica claimed and nobody resumed, best effort."""

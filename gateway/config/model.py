@@ -63,6 +63,10 @@ class SealingConfig:
 class StoreConfig:
     url: str = "memory://"
     key_prefix: str = "mrtr:"
+    # Replicas that must have a parked call's record before its client is answered
+    # (Redis WAIT, bounded by wait_ms): a failover to a replica then keeps the record.
+    replicas_acked: int = 0
+    wait_ms: int = 200
 
     @property
     def shared(self) -> bool:

@@ -215,7 +215,11 @@ class RedisStore:
         prefix: str = "mrtr:",
         clock: Clock | None = None,
         ride_out_s: float = RIDE_OUT_S,
+        replicas_acked: int = 0,
+        wait_ms: int = 200,
     ) -> None:
+        self.replicas_acked = replicas_acked
+        self.wait_ms = wait_ms
         self.client = client
         self.ride_out_s = ride_out_s
         self.clock = clock or SystemClock()
@@ -302,6 +306,31 @@ class RedisStore:
         return bool(held)
 
     async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
+        held = await self._park_held_once(record, until_ms, cap)
+        if held:
+            await self._replicated(self.key(record.call_id))
+        return held
+
+    async def _replicated(self, key: str) -> None:
+        """Wait (bounded) until `replicas_acked` replicas have what was written to `key`;
+        fewer is logged, not failed: the call is parked either way."""
+        if not self.replicas_acked:
+            return
+        if isinstance(self.client, RedisCluster):
+            node = self.client.get_node_from_key(key)
+            acked = await self._run(
+                lambda: self.client.execute_command(
+                    "WAIT", self.replicas_acked, self.wait_ms, target_nodes=node
+                )
+            )
+        else:
+            acked = await self._run(
+                lambda: self.client.execute_command("WAIT", self.replicas_acked, self.wait_ms)
+            )
+        if int(acked) < self.replicas_acked:
+            log.warning("store_write_not_replicated", acked=int(acked), wanted=self.replicas_acked)
+
+    async def _park_held_once(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
         ttl_ms = record.deadline_ms + GRACE_MS - self.clock.wall_ms()
         if not self._one_trip or ttl_ms <= 0:
             if not await self.hold(record.principal, record.call_id, until_ms, cap):
