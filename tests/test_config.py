@@ -107,7 +107,12 @@ FULL = {
         "oauth": {"issuer": "https://login.example.com", "scopes": ["mcp"]},
     },
     "sealing": {"audience": "staging"},
-    "store": {"url": "redis://redis:6379/1", "key_prefix": "gw:", "replicas_acked": 1, "wait_ms": 150},
+    "store": {
+        "url": "redis://redis:6379/1",
+        "key_prefix": "gw:",
+        "replicas_acked": 1,
+        "wait_ms": 150,
+    },
     "fleet": {"heartbeat_s": 2, "drain_timeout_s": 5},
     "logging": {"level": "debug", "format": "json"},
     "allowed_origins": ["https://app.example.com"],
