@@ -23,7 +23,7 @@ from gateway.calls.runner import Notify, Runner
 from gateway.calls.suspension import Suspender
 from gateway.clock import Clock, SystemClock
 from gateway.config import REPLAY, GatewayConfig, UpstreamConfig
-from gateway.errors import CallLost, Draining, LeaseLost
+from gateway.errors import CallLost, Draining, InvalidRequestState, LeaseLost
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.call import CallMachine, Trigger
@@ -128,13 +128,22 @@ class Bridge:
             )
         if claims.call in self.calls and self.bus is not None and not self.bus.holds_lease():
             raise LeaseLost()  # cut off from the fleet: another replica may own it now
-        record = await self.admission.claim(upstream, claims, responses)
+        try:
+            record = await self.admission.claim(upstream, claims, responses)
+        except InvalidRequestState:
+            if self.routing is None:
+                raise
+            return await self.routing.outcomes.answered_before(claims.call, claims.round)
         call = self.calls.get(record.call_id)
         if call is not None:
-            return await self.runner.resume(call, front, notify)
-        if self.routing is None:
+            result = await self.runner.resume(call, front, notify)
+        elif self.routing is None:
             raise CallLost()
-        return await self.routing.elsewhere(upstream, record, front, notify)
+        else:
+            result = await self.routing.elsewhere(upstream, record, front, notify)
+        if self.routing is not None:
+            await self.routing.outcomes.remember(record.call_id, record.round, result)
+        return result
 
     async def restore_records(self) -> None:
         """The store lost its data: write back the records of the calls parked here."""

@@ -24,6 +24,7 @@ import structlog
 from gateway.aio import spawn
 from gateway.calls import messages
 from gateway.calls.live import Registry
+from gateway.calls.outcomes import Outcomes
 from gateway.calls.runner import Notify, Runner
 from gateway.clock import Clock
 from gateway.config import LimitsConfig, UpstreamConfig
@@ -105,6 +106,7 @@ class Routing:
         self.limits = limits
         self.metrics = metrics
         self._served: dict[str, asyncio.Task[Any]] = {}
+        self.outcomes = Outcomes(store=store, limits=limits, metrics=metrics)
 
     # -- receiving side ----------------------------------------------------------------
 
@@ -354,6 +356,7 @@ class Routing:
         try:
             with TRACING.span("mcp serve forwarded", parent=message.trace, kind="server"):
                 result = await self._serve_resume(message)
+            await self.outcomes.remember(message.call, message.round, result)  # before replying
             await self.bus.reply(reply, messages.encode(messages.Outcome(result)))
         except RpcError as exc:
             failure = messages.Failure(exc.error_object(), exc.status)

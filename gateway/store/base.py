@@ -131,6 +131,15 @@ class SuspendedCallStore(Protocol):
         """
         ...
 
+    async def remember(self, call_id: str, round_: int, outcome: str, ttl_ms: int) -> None:
+        """Keep the outcome of a resumed round (JSON) for `ttl_ms`: a retry of that round
+        sent again (its first answer lost with a replica) gets it again. Raises: StoreError."""
+        ...
+
+    async def recall(self, call_id: str, round_: int) -> str | None:
+        """The outcome `remember`ed for a round, if any. Raises: StoreError."""
+        ...
+
     async def unclaim(self, call_id: str, round_: int, claimer: str) -> bool:
         """Give back a round `claimer` claimed but could not resume (its owner refused it
         untouched): parked again, for the client's next retry. Raises: StoreError."""
@@ -198,6 +207,14 @@ class TimedStore:
     async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
         async with self.metrics.timed_store("park"):
             return await self.inner.park_held(record, until_ms, cap)
+
+    async def remember(self, call_id: str, round_: int, outcome: str, ttl_ms: int) -> None:
+        async with self.metrics.timed_store("remember"):
+            await self.inner.remember(call_id, round_, outcome, ttl_ms)
+
+    async def recall(self, call_id: str, round_: int) -> str | None:
+        async with self.metrics.timed_store("recall"):
+            return await self.inner.recall(call_id, round_)
 
     async def unclaim(self, call_id: str, round_: int, claimer: str) -> bool:
         async with self.metrics.timed_store("unclaim"):

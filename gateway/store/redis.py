@@ -39,92 +39,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from gateway import clock as clocks
 from gateway.clock import Clock, SystemClock
 from gateway.errors import ConfigError, StoreError
+from gateway.store import redis_scripts as lua
 from gateway.store.base import GRACE_MS, PARKED, RESUMING, SuspendedCall
 
 T = TypeVar("T")
 log = structlog.get_logger("gateway.store")
-
-# A record is a hash: the immutable JSON, and the round and status a claim checks.
-# KEYS[1] record; ARGV round, parked, resuming. A record parked at that round becomes
-# resuming and its JSON is returned; anything else returns false.
-_CLAIM = """
-local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'json')
-if not v[3] then return false end
-if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) then return false end
-redis.call('HSET', KEYS[1], 'status', ARGV[3], 'claimer', ARGV[4])
-return v[3]
-"""
-
-# KEYS[1] record; ARGV round, resuming, dead, claimer. A round resuming for `dead` is
-# handed to `claimer` (its JSON returned); anything else returns false.
-_STEAL = """
-local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'json', 'claimer')
-if not v[3] then return false end
-if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) or v[4] ~= ARGV[3] then
-  return false
-end
-redis.call('HSET', KEYS[1], 'claimer', ARGV[4])
-return v[3]
-"""
-
-# KEYS[1] the principal's parked calls (a sorted set scored by until); ARGV now, call,
-# until, cap, ttl. Forgets calls past their time, then adds (or moves) the call unless
-# the principal is at its cap: one round trip, atomic, for the whole fleet.
-_HOLD = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-local known = redis.call('ZSCORE', KEYS[1], ARGV[2])
-if not known and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then
-  return 0
-end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return 1
-"""
-
-# KEYS[1] the principal's parked calls, KEYS[2] the call's record; ARGV as _HOLD, then
-# the record's json, round, status and ttl: _HOLD, and the record written only if held.
-_PARK_HELD = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-local known = redis.call('ZSCORE', KEYS[1], ARGV[2])
-if not known and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then
-  return 0
-end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-redis.call('DEL', KEYS[2])
-redis.call('HSET', KEYS[2], 'json', ARGV[6], 'round', ARGV[7], 'status', ARGV[8])
-redis.call('PEXPIRE', KEYS[2], ARGV[9])
-return 1
-"""
-
-# KEYS[1] the principal's parked calls, KEYS[2] the call's record; ARGV call, until,
-# ttl of the set, json, round, status, ttl of the record. Written only if no record is.
-_RESTORE = """
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-redis.call('HSET', KEYS[2], 'json', ARGV[4], 'round', ARGV[5], 'status', ARGV[6])
-redis.call('PEXPIRE', KEYS[2], ARGV[7])
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
-"""
-
-# KEYS[1] record; ARGV round, resuming, claimer, parked. A round resuming for `claimer`
-# is parked again; anything else returns 0.
-_UNCLAIM = """
-local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'claimer')
-if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) or v[3] ~= ARGV[3] then
-  return 0
-end
-redis.call('HSET', KEYS[1], 'status', ARGV[4], 'claimer', '')
-return 1
-"""
-
-# KEYS[1] the record; ARGV its json naming the new owner. Nothing if the record is gone.
-_TAKE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'json', ARGV[1])
-return 1
-"""
 
 RedisClient = aioredis.Redis | RedisCluster
 
@@ -224,13 +143,13 @@ class RedisStore:
         self.ride_out_s = ride_out_s
         self.clock = clock or SystemClock()
         self.prefix = prefix
-        self._claim = client.register_script(_CLAIM)
-        self._steal = client.register_script(_STEAL)
-        self._hold = client.register_script(_HOLD)
-        self._park_held = client.register_script(_PARK_HELD)
-        self._restore = client.register_script(_RESTORE)
-        self._take = client.register_script(_TAKE)
-        self._unclaim = client.register_script(_UNCLAIM)
+        self._claim = client.register_script(lua.CLAIM)
+        self._steal = client.register_script(lua.STEAL)
+        self._hold = client.register_script(lua.HOLD)
+        self._park_held = client.register_script(lua.PARK_HELD)
+        self._restore = client.register_script(lua.RESTORE)
+        self._take = client.register_script(lua.TAKE)
+        self._unclaim = client.register_script(lua.UNCLAIM)
         # A cluster keeps a principal's set and a call's record in different slots,
         # which one script may not touch: there, holding and parking are two trips.
         self._one_trip = not isinstance(client, RedisCluster)
@@ -349,6 +268,14 @@ class RedisStore:
         args += [record.to_json(), record.round, record.status, ttl_ms]
         held = await self._run(lambda: self._park_held(keys=keys, args=args))
         return bool(held)
+
+    async def remember(self, call_id: str, round_: int, outcome: str, ttl_ms: int) -> None:
+        key = f"{self.prefix}{{{call_id}}}:out:{round_}"
+        await self._run(lambda: self.client.set(key, outcome, px=max(1, ttl_ms)))
+
+    async def recall(self, call_id: str, round_: int) -> str | None:
+        raw = await self._run(lambda: self.client.get(f"{self.prefix}{{{call_id}}}:out:{round_}"))
+        return None if raw is None else _text(raw)
 
     async def unclaim(self, call_id: str, round_: int, claimer: str) -> bool:
         args: list[str | int] = [round_, RESUMING, claimer, PARKED]

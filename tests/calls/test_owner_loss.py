@@ -337,3 +337,19 @@ async def test_a_claimer_killed_a_moment_ago_is_waited_for_until_its_heartbeat_l
     await server.next_sent()
     taken.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
     assert (await retry)["content"][0]["text"] == "Hello, alice!"
+
+
+async def test_a_retry_sent_again_gets_the_outcome_its_first_sending_had(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    retry = call_tool(rid=2, state=first["requestState"], answers=ALICE)
+    answered = spawn(b.call(retry), name="r")  # forwarded to a, which resumes the call
+    await server.next_sent()
+    session.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
+    result = await answered
+    # The client never saw it (the relaying replica died, say) and sends it again:
+    for replica in (a, b):
+        assert await replica.call(retry) == result
+    assert server.nothing_sent()  # nothing ran a second time

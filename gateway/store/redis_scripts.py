@@ -1,0 +1,84 @@
+"""The Lua scripts of the Redis store: each one round trip, atomic on its keys (which
+share a cluster slot where a script touches more than one)."""
+
+# A record is a hash: the immutable JSON, and the round and status a claim checks.
+# KEYS[1] record; ARGV round, parked, resuming. A record parked at that round becomes
+# resuming and its JSON is returned; anything else returns false.
+CLAIM = """
+local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'json')
+if not v[3] then return false end
+if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) then return false end
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'claimer', ARGV[4])
+return v[3]
+"""
+
+# KEYS[1] record; ARGV round, resuming, dead, claimer. A round resuming for `dead` is
+# handed to `claimer` (its JSON returned); anything else returns false.
+STEAL = """
+local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'json', 'claimer')
+if not v[3] then return false end
+if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) or v[4] ~= ARGV[3] then
+  return false
+end
+redis.call('HSET', KEYS[1], 'claimer', ARGV[4])
+return v[3]
+"""
+
+# KEYS[1] the principal's parked calls (a sorted set scored by until); ARGV now, call,
+# until, cap, ttl. Forgets calls past their time, then adds (or moves) the call unless
+# the principal is at its cap: one round trip, atomic, for the whole fleet.
+HOLD = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local known = redis.call('ZSCORE', KEYS[1], ARGV[2])
+if not known and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
+# KEYS[1] the principal's parked calls, KEYS[2] the call's record; ARGV as _HOLD, then
+# the record's json, round, status and ttl: _HOLD, and the record written only if held.
+PARK_HELD = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local known = redis.call('ZSCORE', KEYS[1], ARGV[2])
+if not known and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'json', ARGV[6], 'round', ARGV[7], 'status', ARGV[8])
+redis.call('PEXPIRE', KEYS[2], ARGV[9])
+return 1
+"""
+
+# KEYS[1] the principal's parked calls, KEYS[2] the call's record; ARGV call, until,
+# ttl of the set, json, round, status, ttl of the record. Written only if no record is.
+RESTORE = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('HSET', KEYS[2], 'json', ARGV[4], 'round', ARGV[5], 'status', ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[7])
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+# KEYS[1] record; ARGV round, resuming, claimer, parked. A round resuming for `claimer`
+# is parked again; anything else returns 0.
+UNCLAIM = """
+local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'claimer')
+if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) or v[3] ~= ARGV[3] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[4], 'claimer', '')
+return 1
+"""
+
+# KEYS[1] the record; ARGV its json naming the new owner. Nothing if the record is gone.
+TAKE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'json', ARGV[1])
+return 1
+"""
