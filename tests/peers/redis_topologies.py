@@ -9,6 +9,7 @@ and ended by `stop()`. Nothing persists: a process restarted comes back empty.
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -39,8 +40,10 @@ def _free(port: int) -> bool:
     return True
 
 
-def _server(port: int, *extra: str, name: str) -> LoggedProcess:
+def _server(port: int, *extra: str, name: str, folder: Path) -> LoggedProcess:
+    """A redis-server working in `folder` (a replica writes the primary's data there)."""
     args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    args += ["--dir", str(folder)]
     args += ["--appendonly", "no", "--protected-mode", "no", *extra]
     process = LoggedProcess(args, name=name, stdout_too=True)
     process.start()
@@ -52,16 +55,21 @@ class SentinelSet:
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="mrtr-sentinel-"))
         self.primary_port, replica_port = free_port(), free_port()
-        self.primary = _server(self.primary_port, name="redis-primary")
+        self.primary = _server(self.primary_port, name="redis-primary", folder=self.folder)
         self.replica = _server(
-            replica_port, "--replicaof", "127.0.0.1", str(self.primary_port), name="redis-replica"
+            replica_port,
+            "--replicaof",
+            "127.0.0.1",
+            str(self.primary_port),
+            name="redis-replica",
+            folder=self.folder,
         )
         self.sentinels: list[LoggedProcess] = []
         self.sentinel_ports = [free_port() for _ in range(3)]
         for port in self.sentinel_ports:
             conf = self.folder / f"sentinel-{port}.conf"
             conf.write_text(
-                f"port {port}\nbind 127.0.0.1\nprotected-mode no\n"
+                f"port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {self.folder}\n"
                 f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary_port} 2\n"
                 f"sentinel down-after-milliseconds {SERVICE} 500\n"
                 f"sentinel failover-timeout {SERVICE} 3000\n"
@@ -73,7 +81,12 @@ class SentinelSet:
             sentinel.start()
             sentinel.wait_for_line("Sentinel ID")
             self.sentinels.append(sentinel)
-        self.replica.wait_for_line("MASTER <-> REPLICA sync: Finished with success")
+        self.replica.wait_for_line(  # a full sync, or a partial one
+            lambda line: (
+                "sync: Finished with success" in line
+                or "Successful partial resynchronization" in line
+            )
+        )
         hosts = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
         self.url = f"redis+sentinel://{hosts}/{SERVICE}/0"
 
@@ -83,6 +96,7 @@ class SentinelSet:
     def stop(self) -> None:
         for process in [*self.sentinels, self.replica, self.primary]:
             process.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class ClusterSet:
@@ -99,6 +113,7 @@ class ClusterSet:
                 "--cluster-node-timeout",
                 "1000",
                 name=f"redis-node-{port}",
+                folder=self.folder,
             )
             for port in self.ports
         }
@@ -141,3 +156,4 @@ class ClusterSet:
     def stop(self) -> None:
         for node in self.nodes.values():
             node.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
