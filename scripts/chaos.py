@@ -89,6 +89,18 @@ class Tally:
 
 class Fleet:
     def __init__(self, folder: Path, store: str) -> None:
+        self.replicas: list[GatewayProcess] = []
+        self.redis: RedisServer | None = None
+        self.topology: SentinelSet | ClusterSet | None = None
+        self.plain = self.resumable = None
+        self.lb: TestServer | None = None
+        try:
+            self._start(folder, store)
+        except BaseException:
+            self._stop_processes()  # whatever started is ended, even when a start fails
+            raise
+
+    def _start(self, folder: Path, store: str) -> None:
         self.store = store
         self.topology: SentinelSet | ClusterSet | None = None
         if store == "sentinel":
@@ -118,9 +130,9 @@ class Fleet:
         path = folder / "gateway.yaml"
         path.write_text(yaml.safe_dump(config))
         env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key()}
-        self.replicas = [GatewayProcess(path, env, f"gw-{i}") for i in range(3)]
+        for i in range(3):
+            self.replicas.append(GatewayProcess(path, env, f"gw-{i}"))
         self.balancer = RoundRobin([r.base for r in self.replicas], skip_refused=True)
-        self.lb: TestServer | None = None
 
     async def start(self) -> str:
         self.lb = TestServer(self.balancer.app(), host="127.0.0.1")
@@ -130,7 +142,11 @@ class Fleet:
     async def stop(self) -> None:
         if self.lb is not None:
             await self.lb.close()
-        await asyncio.gather(*(asyncio.to_thread(r.stop) for r in self.replicas))
+        await asyncio.to_thread(self._stop_processes)
+
+    def _stop_processes(self) -> None:
+        for replica in self.replicas:
+            replica.stop()
         for process in (self.plain, self.resumable, self.redis, self.topology):
             if process is not None:
                 process.stop()

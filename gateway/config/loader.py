@@ -112,7 +112,7 @@ _STORE_SCHEMES = (
 
 
 def _store(sec: Section, env: Mapping[str, str]) -> StoreConfig:
-    values = sec.scalars(StoreConfig)
+    values = sec.scalars(StoreConfig, zero_ok={"replicas_acked"})
     sec.done()
     _from_env(values, "url", env, ENV_STORE_URL)
     store = StoreConfig(**values)

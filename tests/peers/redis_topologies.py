@@ -54,6 +54,15 @@ def _server(port: int, *extra: str, name: str, folder: Path) -> LoggedProcess:
 class SentinelSet:
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="mrtr-sentinel-"))
+        self.sentinels: list[LoggedProcess] = []
+        self.primary = self.replica = None
+        try:
+            self._start()
+        except BaseException:
+            self.stop()  # whatever started is ended, even when a start fails
+            raise
+
+    def _start(self) -> None:
         self.primary_port, replica_port = free_port(), free_port()
         self.primary = _server(self.primary_port, name="redis-primary", folder=self.folder)
         self.replica = _server(
@@ -64,7 +73,6 @@ class SentinelSet:
             name="redis-replica",
             folder=self.folder,
         )
-        self.sentinels: list[LoggedProcess] = []
         self.sentinel_ports = [free_port() for _ in range(3)]
         for port in self.sentinel_ports:
             conf = self.folder / f"sentinel-{port}.conf"
@@ -91,11 +99,13 @@ class SentinelSet:
         self.url = f"redis+sentinel://{hosts}/{SERVICE}/0"
 
     def kill_primary(self) -> None:
+        assert self.primary is not None
         self.primary.kill9()
 
     def stop(self) -> None:
         for process in [*self.sentinels, self.replica, self.primary]:
-            process.stop()
+            if process is not None:
+                process.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -103,8 +113,16 @@ class ClusterSet:
     def __init__(self, primaries: int = 3) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="mrtr-cluster-"))
         self.ports = [_cluster_port() for _ in range(2 * primaries)]
-        self.nodes = {
-            port: _server(
+        self.nodes: dict[int, LoggedProcess] = {}
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        for port in self.ports:
+            self.nodes[port] = _server(
                 port,
                 "--cluster-enabled",
                 "yes",
@@ -115,8 +133,6 @@ class ClusterSet:
                 name=f"redis-node-{port}",
                 folder=self.folder,
             )
-            for port in self.ports
-        }
         subprocess.run(
             [
                 "redis-cli",
