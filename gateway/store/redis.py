@@ -85,6 +85,12 @@ async def ride_out(clock: Clock, op: Callable[[], Awaitable[T]], budget_s: float
             log.info("store_unreachable_retrying", error=str(exc), retry_in_s=delay)
         except RedisError as exc:
             raise StoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
+        except (IndexError, KeyError, AttributeError, TypeError) as exc:
+            # The client itself failing mid topology change (a Cluster failover has been
+            # seen to leave redis-py's slot table half-built): an outage too, not a 500.
+            if clock.monotonic() + delay > give_up:
+                raise StoreError(f"Redis client failed: {type(exc).__name__}: {exc}") from exc
+            log.warning("store_client_failed_retrying", error=repr(exc), retry_in_s=delay)
         await clocks.sleep(clock, delay)
         delay = min(delay * 2, 0.5)
 
