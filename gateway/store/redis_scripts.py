@@ -26,8 +26,8 @@ return v[3]
 
 # KEYS[1] the principal's parked calls (a sorted set scored by until); ARGV now, call,
 # until, cap, ttl. Forgets calls past their time, then adds (or moves) the call unless
-# the principal is at its cap: one round trip, atomic, for the whole fleet.
-HOLD = """
+# the principal is at its cap (returns 0 then): atomic, for the whole fleet.
+_HOLD_STEPS = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 local known = redis.call('ZSCORE', KEYS[1], ARGV[2])
 if not known and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then
@@ -35,24 +35,20 @@ if not known and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then
 end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return 1
 """
 
-# KEYS[1] the principal's parked calls, KEYS[2] the call's record; ARGV as _HOLD, then
-# the record's json, round, status and ttl: _HOLD, and the record written only if held.
-PARK_HELD = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-local known = redis.call('ZSCORE', KEYS[1], ARGV[2])
-if not known and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then
-  return 0
-end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-redis.call('DEL', KEYS[2])
+HOLD = _HOLD_STEPS + "return 1\n"
+
+# KEYS[1] the principal's parked calls, KEYS[2] the call's record; ARGV as HOLD, then
+# the record's json, round, status and ttl: HOLD, and the record written only if held.
+PARK_HELD = (
+    _HOLD_STEPS
+    + """redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], 'json', ARGV[6], 'round', ARGV[7], 'status', ARGV[8])
 redis.call('PEXPIRE', KEYS[2], ARGV[9])
 return 1
 """
+)
 
 # KEYS[1] the principal's parked calls, KEYS[2] the call's record; ARGV call, until,
 # ttl of the set, json, round, status, ttl of the record. Written only if no record is.
