@@ -26,6 +26,12 @@ from gateway.store.base import PARKED, SuspendedCall, SuspendedCallStore
 
 log = structlog.get_logger("gateway.calls")
 
+#: On a fleet, in heartbeats: how long a retry that finds no record waits for its owner
+#: to write it back (a store that lost its data), and how long a claimer that may have
+#: died is given to prove it lives (its heartbeat's TTL is two beats).
+MISSING_RECORD_BEATS = 1.5
+CLAIMER_PATIENCE_BEATS = 2.5
+
 
 class Admission:
     def __init__(

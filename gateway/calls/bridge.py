@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from gateway import clock as clocks
-from gateway.calls.admission import Admission
+from gateway.calls.admission import CLAIMER_PATIENCE_BEATS, MISSING_RECORD_BEATS, Admission
 from gateway.calls.endings import Endings
 from gateway.calls.live import Registry
 from gateway.calls.routing import Bus, Routing
@@ -56,16 +56,17 @@ class Bridge:
         self.draining = False
         self.bus = bus
         self.calls = Registry()
+        beat = config.fleet.heartbeat_s
         self.admission = Admission(
             codec=codec,
             store=store,
             clock=self.clock,
             metrics=self.metrics,
             audience=config.sealing.audience,
-            missing_grace_s=1.5 * config.fleet.heartbeat_s if bus is not None else 0.0,
+            missing_grace_s=MISSING_RECORD_BEATS * beat if bus is not None else 0.0,
             claimer=owner or config.replica_id,
             alive=bus.alive if bus is not None else None,
-            claimer_ttl_s=2.5 * config.fleet.heartbeat_s,  # the heartbeat's TTL, and some
+            claimer_ttl_s=CLAIMER_PATIENCE_BEATS * beat,
         )
         self.endings = Endings(self.calls, store, self.metrics)
         self.suspender = suspender = Suspender(
@@ -133,15 +134,17 @@ class Bridge:
         except InvalidRequestState:
             if self.routing is None:
                 raise
-            return await self.routing.outcomes.answered_before(claims.call, claims.round)
+            before = await self.routing.outcomes.answered_before(claims.call, claims.round)
+            if before is None:
+                raise
+            return before
         call = self.calls.get(record.call_id)
-        if call is not None:
-            result = await self.runner.resume(call, front, notify)
-        elif self.routing is None:
-            raise CallLost()
-        else:
-            result = await self.routing.elsewhere(upstream, record, front, notify)
-        if self.routing is not None:
+        if call is None:
+            if self.routing is None:
+                raise CallLost()
+            return await self.routing.elsewhere(upstream, record, front, notify)
+        result = await self.runner.resume(call, front, notify)
+        if self.routing is not None:  # whoever resumes a round keeps its outcome
             await self.routing.outcomes.remember(record.call_id, record.round, result)
         return result
 

@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from gateway.config import LimitsConfig
-from gateway.errors import InvalidRequestState, StoreError
+from gateway.errors import StoreError
 from gateway.observability import Metrics
 from gateway.protocol import jsonrpc
 from gateway.store.base import SuspendedCallStore
@@ -36,27 +36,25 @@ class Outcomes:
         self.metrics = metrics
 
     async def remember(self, call_id: str, round_: int, result: dict[str, Any]) -> None:
+        """Keep the outcome of a round this replica resumed (the owner, a takeover or a
+        replay: whoever resumes it, once)."""
         text = jsonrpc.dumps(result)
         if len(text) > REMEMBERED_BYTES:
             return
         ttl_ms = int(self.limits.suspension_ttl_s * 1000)  # as long as its state may live
         try:
-            await self.store.remember(call_id, round_, text.decode(), ttl_ms)
+            await self.store.remember(call_id, round_, text, ttl_ms)
         except StoreError as exc:
             log.warning("outcome_not_remembered", error=str(exc))
 
-    async def answered_before(self, call_id: str, round_: int) -> dict[str, Any]:
-        """The outcome of a round resumed already.
-
-        Raises:
-            InvalidRequestState: none is kept (the refusal the retry had).
-        """
+    async def answered_before(self, call_id: str, round_: int) -> dict[str, Any] | None:
+        """The outcome of a round resumed already, or None when none is kept."""
         try:
             remembered = await self.store.recall(call_id, round_)
         except StoreError:
-            remembered = None
+            return None
         if remembered is None:
-            raise InvalidRequestState("round already resumed (replay)")
+            return None
         log.info("retry_answered_again", round=round_)
         self.metrics.handoffs.labels("answered_again").inc()
         result: dict[str, Any] = jsonrpc.loads(remembered)

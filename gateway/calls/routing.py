@@ -123,7 +123,9 @@ class Routing:
             if forwarded is not None:
                 return forwarded
         log.warning("call_owner_lost", owner=record.owner, round=record.round)
-        return await self._owner_lost(upstream, record, front, notify)
+        result = await self._owner_lost(upstream, record, front, notify)
+        await self.outcomes.remember(record.call_id, record.round, result)  # resumed here
+        return result
 
     async def _owner_lost(
         self, upstream: UpstreamConfig, record: SuspendedCall, front: FrontRequest, notify: Notify

@@ -55,7 +55,8 @@ def decode(body: bytes) -> Any:
 
 
 #: A run of 20 digits may be an integer past 64 bits, which orjson would read as a float.
-_LONG_NUMBER = re.compile(rb"\d{20}")
+_LONG_NUMBER = re.compile(rb"[0-9]{20}")
+_LONG_NUMBER_TEXT = re.compile(r"[0-9]{20}")
 
 
 def loads(data: bytes | str) -> Any:
@@ -65,8 +66,10 @@ def loads(data: bytes | str) -> Any:
     Raises:
         ValueError, RecursionError: not JSON.
     """
-    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-    if _LONG_NUMBER.search(raw) is not None:
+    long_number = (
+        _LONG_NUMBER_TEXT.search(data) if isinstance(data, str) else _LONG_NUMBER.search(data)
+    )
+    if long_number is not None:
         return json.loads(data)
     try:
         return orjson.loads(data)

@@ -131,12 +131,12 @@ class SuspendedCallStore(Protocol):
         """
         ...
 
-    async def remember(self, call_id: str, round_: int, outcome: str, ttl_ms: int) -> None:
+    async def remember(self, call_id: str, round_: int, outcome: bytes, ttl_ms: int) -> None:
         """Keep the outcome of a resumed round (JSON) for `ttl_ms`: a retry of that round
         sent again (its first answer lost with a replica) gets it again. Raises: StoreError."""
         ...
 
-    async def recall(self, call_id: str, round_: int) -> str | None:
+    async def recall(self, call_id: str, round_: int) -> bytes | None:
         """The outcome `remember`ed for a round, if any. Raises: StoreError."""
         ...
 
@@ -208,11 +208,11 @@ class TimedStore:
         async with self.metrics.timed_store("park"):
             return await self.inner.park_held(record, until_ms, cap)
 
-    async def remember(self, call_id: str, round_: int, outcome: str, ttl_ms: int) -> None:
+    async def remember(self, call_id: str, round_: int, outcome: bytes, ttl_ms: int) -> None:
         async with self.metrics.timed_store("remember"):
             await self.inner.remember(call_id, round_, outcome, ttl_ms)
 
-    async def recall(self, call_id: str, round_: int) -> str | None:
+    async def recall(self, call_id: str, round_: int) -> bytes | None:
         async with self.metrics.timed_store("recall"):
             return await self.inner.recall(call_id, round_)
 

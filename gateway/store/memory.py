@@ -16,7 +16,7 @@ class MemoryStore:
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock = clock or SystemClock()
         self._records: dict[str, SuspendedCall] = {}
-        self._outcomes: dict[tuple[str, int], tuple[str, int]] = {}
+        self._outcomes: dict[tuple[str, int], tuple[bytes, int]] = {}
         self._held: dict[str, dict[str, int]] = {}  # principal -> call -> until (wall ms)
 
     def _live(self, call_id: str) -> SuspendedCall | None:
@@ -71,14 +71,14 @@ class MemoryStore:
         await self.park(record)
         return True
 
-    async def remember(self, call_id: str, round_: int, outcome: str, ttl_ms: int) -> None:
+    async def remember(self, call_id: str, round_: int, outcome: bytes, ttl_ms: int) -> None:
         now = self.clock.wall_ms()
         if len(self._outcomes) > 10_000:
             self._outcomes = {k: v for k, v in self._outcomes.items() if v[1] > now}
         self._outcomes[call_id, round_] = (outcome, now + ttl_ms)
 
-    async def recall(self, call_id: str, round_: int) -> str | None:
-        outcome, until = self._outcomes.get((call_id, round_), ("", 0))
+    async def recall(self, call_id: str, round_: int) -> bytes | None:
+        outcome, until = self._outcomes.get((call_id, round_), (b"", 0))
         return outcome if until > self.clock.wall_ms() else None
 
     async def unclaim(self, call_id: str, round_: int, claimer: str) -> bool:

@@ -85,7 +85,7 @@ async def ride_out(clock: Clock, op: Callable[[], Awaitable[T]], budget_s: float
             log.info("store_unreachable_retrying", error=str(exc), retry_in_s=delay)
         except RedisError as exc:
             raise StoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
-        except (IndexError, KeyError, AttributeError, TypeError) as exc:
+        except (IndexError, KeyError, AttributeError) as exc:
             # The client itself failing mid topology change (a Cluster failover has been
             # seen to leave redis-py's slot table half-built): an outage too, not a 500.
             if clock.monotonic() + delay > give_up:
@@ -275,13 +275,13 @@ class RedisStore:
         held = await self._run(lambda: self._park_held(keys=keys, args=args))
         return bool(held)
 
-    async def remember(self, call_id: str, round_: int, outcome: str, ttl_ms: int) -> None:
+    async def remember(self, call_id: str, round_: int, outcome: bytes, ttl_ms: int) -> None:
         key = f"{self.prefix}{{{call_id}}}:out:{round_}"
         await self._run(lambda: self.client.set(key, outcome, px=max(1, ttl_ms)))
 
-    async def recall(self, call_id: str, round_: int) -> str | None:
+    async def recall(self, call_id: str, round_: int) -> bytes | None:
         raw = await self._run(lambda: self.client.get(f"{self.prefix}{{{call_id}}}:out:{round_}"))
-        return None if raw is None else _text(raw)
+        return None if raw is None else raw.encode() if isinstance(raw, str) else bytes(raw)
 
     async def unclaim(self, call_id: str, round_: int, claimer: str) -> bool:
         args: list[str | int] = [round_, RESUMING, claimer, PARKED]

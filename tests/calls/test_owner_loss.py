@@ -3,10 +3,14 @@ replica not holding its call, and every branch of an owner that is gone."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
 from gateway.aio import spawn
 from gateway.calls import messages
+from gateway.calls.admission import CLAIMER_PATIENCE_BEATS, MISSING_RECORD_BEATS
 from gateway.errors import CallLost, InvalidRequestState, PrincipalBusy, UpstreamError
 from gateway.protocol.call import Phase
 from gateway.store.memory import MemoryStore
@@ -21,7 +25,7 @@ from tests.fakes.harness import (
     config,
     two_replicas,
 )
-from tests.fakes.upstream import ScriptedServer
+from tests.fakes.upstream import ScriptedServer, ScriptedSession
 
 
 async def test_a_retry_at_another_replica_is_forwarded_to_the_live_owner(
@@ -287,31 +291,42 @@ async def test_a_process_session_dies_with_its_owner_lost_or_replayed(
     assert (await retry)["resultType"] == "complete" and not b.pool.adopted
 
 
-async def test_a_round_whose_claimer_died_resuming_it_is_claimed_again_and_taken_over(
+async def claimed_by_a(
     clock: ManualClock, server: ScriptedServer, network: Network
-) -> None:
+) -> tuple[Replica, Replica, asyncio.Task[dict[str, Any]], ScriptedSession]:
+    """a parks a call and claims its retry; the client's retry sent again runs at b."""
     a, b = two_replicas(clock, server, network)
     first, session = await ask_username(a, server, clock)
     (call_id,) = a.bridge.calls
-    assert await a.store.claim(call_id, 1, "a") is not None  # a took the retry ...
-    network.kill("a")  # ... and died resuming it; the client sends the retry again
+    assert await a.store.claim(call_id, 1, "a") is not None
     retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    return a, b, retry, session
+
+
+async def completes_by_takeover(
+    server: ScriptedServer, session: ScriptedSession, retry: asyncio.Task[dict[str, Any]]
+) -> None:
+    """The stream goes on at the retrying replica, on the same upstream session."""
     taken = await server.next_call()
-    assert taken.id == session.id  # the stream goes on at b
+    assert taken.id == session.id
     assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
     taken.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
     assert (await retry)["content"][0]["text"] == "Hello, alice!"
 
 
+async def test_a_round_whose_claimer_died_resuming_it_is_claimed_again_and_taken_over(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    _, _, retry, session = await claimed_by_a(clock, server, network)
+    network.kill("a")  # a died resuming it, before the retry sent again runs at b
+    await completes_by_takeover(server, session, retry)
+
+
 async def test_a_round_being_resumed_by_a_live_replica_is_not_claimed_again(
     clock: ManualClock, server: ScriptedServer, network: Network
 ) -> None:
-    a, b = two_replicas(clock, server, network)
-    first, _ = await ask_username(a, server, clock)
-    (call_id,) = a.bridge.calls
-    assert await a.store.claim(call_id, 1, "a") is not None  # a is resuming it
-    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
-    ttl = 2.5 * b.config.fleet.heartbeat_s
+    _, b, retry, _ = await claimed_by_a(clock, server, network)  # a is resuming it
+    ttl = CLAIMER_PATIENCE_BEATS * b.config.fleet.heartbeat_s
     for _ in range(8):  # b gives a's heartbeat its TTL to lapse; a beats on
         await clock.armed(clock.now + ttl / 8)
         clock.advance(ttl / 8)
@@ -323,20 +338,12 @@ async def test_a_round_being_resumed_by_a_live_replica_is_not_claimed_again(
 async def test_a_claimer_killed_a_moment_ago_is_waited_for_until_its_heartbeat_lapses(
     clock: ManualClock, server: ScriptedServer, network: Network
 ) -> None:
-    a, b = two_replicas(clock, server, network)
-    first, session = await ask_username(a, server, clock)
-    (call_id,) = a.bridge.calls
-    assert await a.store.claim(call_id, 1, "a") is not None
-    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
-    step = 2.5 * b.config.fleet.heartbeat_s / 8
+    _, b, retry, session = await claimed_by_a(clock, server, network)
+    step = CLAIMER_PATIENCE_BEATS * b.config.fleet.heartbeat_s / 8
     await clock.armed(clock.now + step)  # its heartbeat is still there ...
     network.kill("a")  # ... until it lapses
     clock.advance(step)
-    taken = await server.next_call()
-    assert taken.id == session.id
-    await server.next_sent()
-    taken.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
-    assert (await retry)["content"][0]["text"] == "Hello, alice!"
+    await completes_by_takeover(server, session, retry)
 
 
 async def test_a_retry_sent_again_gets_the_outcome_its_first_sending_had(
@@ -350,7 +357,9 @@ async def test_a_retry_sent_again_gets_the_outcome_its_first_sending_had(
     session.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
     result = await answered
     # The client never saw it (the relaying replica died, say) and sends it again:
-    grace = 1.5 * a.config.fleet.heartbeat_s  # the call ended: its record is gone for good
+    grace = (
+        MISSING_RECORD_BEATS * a.config.fleet.heartbeat_s
+    )  # the call ended: its record is gone for good
     for replica in (a, b):
         again = spawn(replica.call(retry), name="again")
         await clock.armed(clock.now + grace)

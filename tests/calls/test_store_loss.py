@@ -5,6 +5,7 @@ whose record cannot come back is ended at once. Two replicas on fakes."""
 from __future__ import annotations
 
 from gateway.aio import spawn
+from gateway.calls.admission import MISSING_RECORD_BEATS
 from gateway.errors import StoreError
 from gateway.protocol.call import Phase
 from gateway.store.base import SuspendedCall
@@ -30,7 +31,7 @@ async def test_a_retry_after_the_store_lost_its_data_resumes_the_written_back_ca
     assert isinstance(store, MemoryStore)
     lose_everything(store)
     retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
-    grace = 1.5 * b.config.fleet.heartbeat_s
+    grace = MISSING_RECORD_BEATS * b.config.fleet.heartbeat_s
     await clock.armed(clock.now + grace)  # the record is missing: the retry waits a beat
     await a.bridge.restore_records()  # the owner's heartbeat saw the loss
     assert (await store.get(call_id)) is not None and list(store._held["alice"]) == [call_id]

@@ -42,3 +42,8 @@ def test_deep_nesting_still_encodes_and_absurd_nesting_is_a_parse_error() -> Non
         jsonrpc.decode(b"[" * 100_000 + b"]" * 100_000)
     with pytest.raises(ParseError):
         jsonrpc.decode(b"\xff not utf-8")
+
+
+def test_text_and_bytes_read_the_same() -> None:
+    text = '{"n": 123456789012345678901234567890, "s": "é"}'
+    assert jsonrpc.loads(text) == jsonrpc.loads(text.encode()) == json.loads(text)
