@@ -80,11 +80,11 @@ async def test_many_concurrent_calls_over_stdio_each_have_a_process_and_their_ow
     names = [f"user{n}" for n in range(8)]
     firsts = await asyncio.gather(
         *(
-            gateway.post(rpc("tools/call", {"name": "greet", "arguments": {}}, rid=n))
+            gateway.final(rpc("tools/call", {"name": "greet", "arguments": {}}, rid=n))
             for n in range(8)
         )
     )
-    states = [reply["result"]["requestState"] for _, reply, _ in firsts]
+    states = [reply["result"]["requestState"] for reply in firsts]
     pids = {call.session.pid for call in gateway.bridge.calls.values()}  # type: ignore[attr-defined]
     assert len(gateway.bridge.calls) == 8 and len(pids) == 8  # a process per parked call
     retries = [
@@ -102,8 +102,8 @@ async def test_many_concurrent_calls_over_stdio_each_have_a_process_and_their_ow
         )
         for n, (state, name) in enumerate(zip(states, names, strict=True))
     ]
-    finals = await asyncio.gather(*(gateway.post(body) for body in reversed(retries)))
-    texts = [reply["result"]["content"][0]["text"] for _, reply, _ in finals]
+    finals = await asyncio.gather(*(gateway.final(body) for body in reversed(retries)))
+    texts = [reply["result"]["content"][0]["text"] for reply in finals]
     assert texts == [f"Hello, {name}!" for name in reversed(names)]
 
 

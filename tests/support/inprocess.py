@@ -87,3 +87,10 @@ class Gateway:
             if ctype.startswith("application/json") and raw:
                 return resp.status, json.loads(raw), resp
             return resp.status, raw, resp
+
+    async def final(self, body: Any) -> Any:
+        """The final JSON-RPC message answering `body`, whichever way the gateway framed
+        it: one JSON object, or an SSE stream (it commits to one when the answer takes
+        `keepalive_s`, as a slow start of many stdio servers at once may)."""
+        _, reply, _ = await self.post(body)
+        return reply[-1] if isinstance(reply, list) else reply
