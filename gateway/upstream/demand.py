@@ -22,6 +22,9 @@ class Demand:
         self.open_s = took_s if not self.open_s else 0.8 * self.open_s + 0.2 * took_s
 
     def reserve(self, floor: int, ceiling: int) -> int:
-        """Idle sessions to keep ready, between `floor` and `ceiling`."""
-        wanted = math.ceil(len(self._acquired) / self.window_s * self.open_s)
+        """Idle sessions to keep ready, between `floor` and `ceiling`: never more than the
+        acquisitions of the last window (a slow start, say a stdio server taking seconds,
+        must not turn a burst of eight calls into dozens of processes)."""
+        recent = len(self._acquired)
+        wanted = min(recent, math.ceil(recent / self.window_s * self.open_s))
         return min(ceiling, max(floor, wanted))

@@ -205,6 +205,10 @@ def test_the_reserve_is_the_recent_rate_times_the_time_to_open() -> None:
     assert demand.reserve(1, 4) == 4  # never past max_sessions
     demand.acquired(11.0)  # a second later, the burst is forgotten
     assert demand.reserve(1, 64) == 1
+    demand.opened(30.0)  # a very slow start (the average is now 6.4 s) ...
+    for _ in range(7):
+        demand.acquired(11.5)
+    assert demand.reserve(1, 64) == 8  # ... keeps no more spares than the recent calls
 
 
 async def test_sessions_ahead_of_demand_open_side_by_side_and_no_more_than_wanted() -> None:
