@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
@@ -88,6 +89,33 @@ def cpu_s(pid: int) -> float:
     """User + system CPU seconds a process has used (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of a process's children and their descendants (the upstream servers a
+    gateway started over stdio)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        parent = todo.pop()
+        for child in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
+            with contextlib.suppress(OSError):
+                total += cpu_s(int(child))
+                todo.append(int(child))
+    return total
+
+
+async def settled(pid: int, *, quiet: float = 0.05, within_s: float = 120.0) -> None:
+    """Until the processes a gateway started have finished starting: their CPU use over a
+    half second stays under `quiet` of a core (a stdio server imports for seconds)."""
+    deadline = time.monotonic() + within_s
+    before = tree_cpu_s(pid)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        now = tree_cpu_s(pid)
+        if now - before < quiet * 0.5:
+            return
+        before = now
+    raise RuntimeError(f"the gateway's children were still busy after {within_s:g} s")
 
 
 def rss_kb(pid: int) -> int:
@@ -367,6 +395,10 @@ async def stdio(args: argparse.Namespace, folder: Path) -> None:
     )
     n, rounds = (40, 20) if args.quick else (150, 60)
     try:
+        # Steady state, as for the server measured directly: the pool has started the
+        # processes this load needs (each takes seconds to import) before it is measured.
+        await measure(f"warm-up, {workers} clients", workers, 5, echo_to(gw.url))
+        await settled(gw.pid)
         direct = await measure(
             f"echo direct HTTP, {workers} clients", workers, n, direct_echo(legacy.url)
         )

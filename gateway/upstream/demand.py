@@ -1,5 +1,6 @@
-"""How many sessions a pool should keep ready: the recent rate of acquisitions times
-the time a session takes to open (Little's law). Pure bookkeeping on given times."""
+"""How many sessions a pool should keep ready (the recent rate of acquisitions times
+the time a session takes to open: Little's law), and when a failed start may be
+tried again. Pure bookkeeping on given times."""
 
 from __future__ import annotations
 
@@ -28,3 +29,32 @@ class Demand:
         recent = len(self._acquired)
         wanted = min(recent, math.ceil(recent / self.window_s * self.open_s))
         return min(ceiling, max(floor, wanted))
+
+
+class Restarts:
+    """After a failed start, the next is tried only `backoff_s` later, doubling with each
+    failure in a row up to `MAX_BACKOFF_S`: a stdio server that crashes at start is not
+    restarted in a tight loop. No backoff when `backoff_s` is 0."""
+
+    MAX_BACKOFF_S = 30.0
+
+    def __init__(self, backoff_s: float) -> None:
+        self.backoff_s = backoff_s
+        self.failures = 0  # in a row
+        self._retry_at = 0.0
+
+    def wait_s(self, now: float) -> float:
+        """How long until a start may be tried (0 or less: now)."""
+        return self._retry_at - now
+
+    def succeeded(self) -> None:
+        self.failures, self._retry_at = 0, 0.0
+
+    def failed(self, now: float) -> float | None:
+        """Count a failed start; the delay before the next try, None without backoff."""
+        self.failures += 1
+        if not self.backoff_s:
+            return None
+        delay: float = min(self.MAX_BACKOFF_S, self.backoff_s * 2.0 ** (self.failures - 1))
+        self._retry_at = now + delay
+        return delay

@@ -24,19 +24,19 @@ import structlog
 
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
-from gateway.clock import Clock, SystemClock
+from gateway.clock import Clock
 from gateway.config import PoolLimits
 from gateway.errors import CapacityExceeded, SessionsBusy, UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import Version
-from gateway.upstream.demand import Demand
 from gateway.upstream.port import PooledSession, SessionExpired, SessionFactory, UpstreamSession
+from gateway.upstream.slots import SessionSlots
 
 log = structlog.get_logger("gateway.upstream")
 
 
-class SessionPool:
+class SessionPool(SessionSlots):
     def __init__(
         self,
         name: str,
@@ -47,41 +47,23 @@ class SessionPool:
         clock: Clock | None = None,
         restart_backoff_s: float = 0.0,
     ) -> None:
-        self.clock = clock or SystemClock()
-        # After a failed start, the next is tried only this long after (doubling up to 30 s):
-        # a stdio server that crashes at start is not restarted in a tight loop.
-        self.restart_backoff_s = restart_backoff_s
-        self._failures = 0
-        self._retry_at = 0.0
-        self.name = name
-        self.new_session = new_session
-        self.limits = limits
-        self._on_error = on_error
-        self.reachable = False  # the last attempt to open a session succeeded
+        super().__init__(
+            name,
+            new_session,
+            limits,
+            on_error=on_error,
+            clock=clock,
+            restart_backoff_s=restart_backoff_s,
+        )
         self._idle: dict[str, list[PooledSession]] = defaultdict(list)
         self._shared: dict[str, PooledSession] = {}
         self._shared_lock: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._count = 0
-        self._freed = asyncio.Condition()
-        self._closing = False
         self._reaper: asyncio.Task[None] | None = None
-        self.info: UpstreamInfo | None = None
-        # Sessions opening in the background (cancelled by close) and sessions closing
-        # (awaited by close: a stdio server takes a moment to stop).
+        # Sessions opening in the background (cancelled by close).
         self._openers: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
         self._probe: asyncio.Task[None] | None = None
-        self._closings: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
-        self.demand = Demand()
         self._warming: defaultdict[str, int] = defaultdict(int)  # opening ahead, per caps
-
-    def _failed(self) -> None:
-        self.reachable = False
-        if self._on_error is not None:
-            self._on_error()
-
-    @property
-    def size(self) -> int:
-        return self._count
+        self._awaiting: defaultdict[str, int] = defaultdict(int)  # callers waiting for those
 
     def start(self) -> None:
         self._reaper = spawn(self._reap(), name=f"pool-reaper-{self.name}")
@@ -126,54 +108,6 @@ class SessionPool:
         pending = {task for task in self._closings if not task.done()}
         if pending:
             await asyncio.wait(pending, timeout=10)
-
-    async def _open(self, caps: ClientCaps) -> PooledSession:
-        """Open a session in the slot the caller reserved (given back on any failure).
-
-        Raises:
-            UpstreamError: it failed to start, or a failed start is too recent to retry.
-        """
-        wait = self._retry_at - self.clock.monotonic()
-        if wait > 0:
-            self._count -= 1
-            raise UpstreamError(
-                f"upstream {self.name!r} failed to start {self._failures} time(s) in a row; "
-                f"the next try is in {wait:.1f} s"
-            )
-        session = self.new_session(caps)
-        started = self.clock.monotonic()
-        try:
-            self.info = await session.open()
-            self.demand.opened(self.clock.monotonic() - started)
-            self.reachable = True
-            self._failures, self._retry_at = 0, 0.0
-        except BaseException as exc:
-            # Whatever stopped it (a failure, or the caller's cancellation), the slot is
-            # given back and the half-open session closed, in a task of its own.
-            self._count -= 1
-            self._closings.add(spawn(session.close(), name=f"pool-close-{self.name}"))
-            spawn(self._notify_freed(), name=f"pool-freed-{self.name}")
-            if isinstance(exc, UpstreamError | TimeoutError):
-                self._start_failed(exc)
-            if isinstance(exc, TimeoutError):
-                raise UpstreamError("upstream did not answer initialize in time") from exc
-            raise
-        log.debug("upstream_session_opened", upstream=self.name, caps=caps.key)
-        return session
-
-    def _start_failed(self, exc: BaseException) -> None:
-        self._failed()
-        self._failures += 1
-        if self.restart_backoff_s:
-            delay = min(30.0, self.restart_backoff_s * 2 ** (self._failures - 1))
-            self._retry_at = self.clock.monotonic() + delay
-            log.warning(
-                "upstream_start_failed",
-                upstream=self.name,
-                error=str(exc),
-                failures=self._failures,
-                retry_in_s=delay,
-            )
 
     async def _reserve(self, caps: ClientCaps | None = None) -> PooledSession | None:
         """Take one slot of `max_sessions`, waiting a bounded time for one to free.
@@ -225,12 +159,39 @@ class SessionPool:
             CapacityExceeded: `max_sessions` stayed busy for `acquire_timeout_s`.
         """
         self.demand.acquired(self.clock.monotonic())
-        session = self._take_idle(caps) or await self._reserve(caps)
+        session = (
+            self._take_idle(caps) or await self._await_warming(caps) or await self._reserve(caps)
+        )
         if session is None:
             self._refill(caps)  # this caller opens its own; the next ones find theirs
             session = await self._open(caps)
         self._refill(caps)
         return session
+
+    async def _await_warming(self, caps: ClientCaps) -> PooledSession | None:
+        """A session of `caps` already opening ahead, when one is left for this caller.
+
+        Waiting for it costs less than opening another: a burst that finds the pool empty
+        while a slow server starts (a stdio process takes seconds) shares the sessions
+        already on their way instead of starting one more each. None when none is left
+        (all spoken for, or they failed), or none came within `acquire_timeout_s`.
+        """
+        key = caps.key
+        if self._warming[key] <= self._awaiting[key]:
+            return None
+        self._awaiting[key] += 1
+        try:
+            async with asyncio.timeout(self.limits.acquire_timeout_s):
+                async with self._freed:
+                    while self._warming[key] >= self._awaiting[key]:
+                        if (session := self._take_idle(caps)) is not None:
+                            return session
+                        await self._freed.wait()
+                    return self._take_idle(caps)
+        except TimeoutError:
+            return None
+        finally:
+            self._awaiting[key] -= 1
 
     def reserve_target(self) -> int:
         """Idle sessions to keep ready, at least `min_idle` (see `Demand`)."""
@@ -276,21 +237,6 @@ class SessionPool:
     def discard(self, given: UpstreamSession) -> None:
         (session := cast(PooledSession, given)).detach()
         self._forget(session, end=False)
-
-    def _forget(self, session: PooledSession, *, end: bool = True) -> None:
-        self._count -= 1
-        closing = self._close_and_notify(session, end=end)
-        self._closings.add(spawn(closing, name=f"pool-close-{self.name}"))
-
-    async def _close_and_notify(self, session: PooledSession, *, end: bool = True) -> None:
-        await session.wait_quiet()
-        await session.close(end=end)
-        await self._notify_freed()
-
-    async def _notify_freed(self) -> None:
-        """Wake those waiting for a slot: one was freed, or a session went back idle."""
-        async with self._freed:
-            self._freed.notify_all()
 
     def _refill(self, caps: ClientCaps) -> None:
         """Open sessions ahead of demand, in parallel, up to `reserve_target`."""

@@ -1,0 +1,121 @@
+"""The mechanism under the session pool: a bounded number of slots, sessions opened into
+them (with a backoff after failed starts) and closed out of them, and a condition that
+wakes whoever waits for a slot or an idle session. Which sessions to keep is the pool's
+policy (`gateway.upstream.pool`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Callable
+
+import structlog
+
+from gateway.aio import spawn
+from gateway.clock import Clock, SystemClock
+from gateway.config import PoolLimits
+from gateway.errors import UpstreamError
+from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.translate import UpstreamInfo
+from gateway.upstream.demand import Demand, Restarts
+from gateway.upstream.port import PooledSession, SessionFactory
+
+log = structlog.get_logger("gateway.upstream")
+
+
+class SessionSlots:
+    def __init__(
+        self,
+        name: str,
+        new_session: SessionFactory,
+        limits: PoolLimits,
+        *,
+        on_error: Callable[[], None] | None = None,
+        clock: Clock | None = None,
+        restart_backoff_s: float = 0.0,
+    ) -> None:
+        self.name = name
+        self.new_session = new_session
+        self.limits = limits
+        self.clock = clock or SystemClock()
+        self.restarts = Restarts(restart_backoff_s)
+        self.demand = Demand()
+        self.reachable = False  # the last attempt to open a session succeeded
+        self.info: UpstreamInfo | None = None
+        self._on_error = on_error
+        self._count = 0  # slots taken: sessions open, opening, or closing
+        self._freed = asyncio.Condition()
+        self._closing = False
+        # Sessions closing (awaited by close: a stdio server takes a moment to stop).
+        self._closings: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
+
+    def _failed(self) -> None:
+        self.reachable = False
+        if self._on_error is not None:
+            self._on_error()
+
+    @property
+    def size(self) -> int:
+        return self._count
+
+    async def _open(self, caps: ClientCaps) -> PooledSession:
+        """Open a session in the slot the caller reserved (given back on any failure).
+
+        Raises:
+            UpstreamError: it failed to start, or a failed start is too recent to retry.
+        """
+        wait = self.restarts.wait_s(self.clock.monotonic())
+        if wait > 0:
+            self._count -= 1
+            raise UpstreamError(
+                f"upstream {self.name!r} failed to start {self.restarts.failures} time(s) in a "
+                f"row; the next try is in {wait:.1f} s"
+            )
+        session = self.new_session(caps)
+        started = self.clock.monotonic()
+        try:
+            self.info = await session.open()
+            self.demand.opened(self.clock.monotonic() - started)
+            self.reachable = True
+            self.restarts.succeeded()
+        except BaseException as exc:
+            # Whatever stopped it (a failure, or the caller's cancellation), the slot is
+            # given back and the half-open session closed, in a task of its own.
+            self._count -= 1
+            self._closings.add(spawn(session.close(), name=f"pool-close-{self.name}"))
+            spawn(self._notify_freed(), name=f"pool-freed-{self.name}")
+            if isinstance(exc, UpstreamError | TimeoutError):
+                self._start_failed(exc)
+            if isinstance(exc, TimeoutError):
+                raise UpstreamError("upstream did not answer initialize in time") from exc
+            raise
+        log.debug("upstream_session_opened", upstream=self.name, caps=caps.key)
+        return session
+
+    def _start_failed(self, exc: BaseException) -> None:
+        self._failed()
+        delay = self.restarts.failed(self.clock.monotonic())
+        if delay is not None:
+            log.warning(
+                "upstream_start_failed",
+                upstream=self.name,
+                error=str(exc),
+                failures=self.restarts.failures,
+                retry_in_s=delay,
+            )
+
+    def _forget(self, session: PooledSession, *, end: bool = True) -> None:
+        self._count -= 1
+        closing = self._close_and_notify(session, end=end)
+        self._closings.add(spawn(closing, name=f"pool-close-{self.name}"))
+
+    async def _close_and_notify(self, session: PooledSession, *, end: bool = True) -> None:
+        await session.wait_quiet()
+        await session.close(end=end)
+        await self._notify_freed()
+
+    async def _notify_freed(self) -> None:
+        """Wake those waiting for a slot: one was freed, or a session went back idle."""
+        async with self._freed:
+            self._freed.notify_all()
