@@ -9,7 +9,8 @@ gateways run with the shipped default logging, their stderr on a pipe that is
 drained, as a container runtime would.
 
 Sections (each starts its own processes and stops them):
-  passthrough  `tools/call echo` at 32 clients and at 1; CPU per call (/proc)
+  passthrough  `tools/call echo` at 32 clients and at 1; CPU per call (/proc); beside
+               it the floor: a bare aiohttp proxy (bench/floor_proxy.py) on the same path
   roundtrip    `greet` (call -> input_required -> retry -> complete), 1 and 16 clients
   parking      a burst of calls that all park; memory per parked call
   fleet        a resume on the owning replica against one forwarded by another
@@ -222,27 +223,54 @@ async def timed(
     return result
 
 
+class FloorProxy:
+    """`bench/floor_proxy.py`: the least any proxy on this HTTP stack costs (no gateway work)."""
+
+    def __init__(self, upstream_url: str) -> None:
+        import subprocess
+
+        self.port = free_port()
+        script = str(ROOT / "bench" / "floor_proxy.py")
+        self.proc = subprocess.Popen([sys.executable, script, upstream_url, str(self.port)])
+        wait_for_port(self.port, self.proc)
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
 async def passthrough(args: argparse.Namespace, folder: Path) -> None:
     print("passthrough: tools/call echo")
     legacy = LegacyServer()
     gw = Gateway(upstream("legacy", legacy.url, pool={"min_idle": 4}), folder, "pass")
+    floor = FloorProxy(legacy.url)
     n, seq = (40, 200) if args.quick else (150, 600)
     try:
         direct = await timed("direct, 32 clients", 32, n, direct_echo(legacy.url), legacy.proc.pid)
         server_cpu = cpu_s(legacy.proc.pid)
         through = await timed("gateway, 32 clients", 32, n, echo_to(gw.url), gw.pid)
         server_in_gw = cpu_s(legacy.proc.pid) - server_cpu
+        least = await timed("floor proxy, 32 clients", 32, n, echo_to(floor.url), floor.proc.pid)
         direct1 = await measure("direct, 1 client", 1, seq, direct_echo(legacy.url))
         through1 = await measure("gateway, 1 client", 1, seq, echo_to(gw.url))
+        least1 = await measure("floor proxy, 1 client", 1, seq, echo_to(floor.url))
     finally:
+        floor.stop()
         gw.stop()
         legacy.stop()
     gw_per = through["cpu_s"] / through["ops"] * 1000
     legacy_per = direct["cpu_s"] / direct["ops"] * 1000
     legacy_gw_per = server_in_gw / through["ops"] * 1000
+    floor_per = least["cpu_s"] / least["ops"] * 1000
     print(
         f"  CPU per call: gateway {gw_per:.3f} ms, legacy server {legacy_per:.3f} ms direct "
-        f"({legacy_gw_per:.3f} ms behind the gateway); gateway logs {gw.log_bytes / max(through['ops'], 1):.0f} B/call"
+        f"({legacy_gw_per:.3f} ms behind the gateway); gateway logs {gw.log_bytes / max(through['ops'], 1):.0f} B/call\n"
+        f"  the floor (a bare aiohttp proxy): {floor_per:.3f} ms CPU per call "
+        f"({floor_per / legacy_per:.2f}x the server's), sequential p50 "
+        f"+{least1['p50_ms'] - direct1['p50_ms']:.2f} ms, throughput {least['per_s'] / direct['per_s']:.2f}x direct; "
+        f"the gateway's own work on top: {gw_per - floor_per:.3f} ms CPU, "
+        f"+{through1['p50_ms'] - least1['p50_ms']:.2f} ms p50"
     )
     goal(
         "pass-through throughput, 32 clients (gateway/direct)",

@@ -1,0 +1,90 @@
+"""The floor under any aiohttp proxy here: the least a pass-through `tools/call` can cost.
+
+    .venv/bin/python bench/floor_proxy.py UPSTREAM_URL PORT
+
+A deliberately minimal proxy on the gateway's own stack (aiohttp server and client,
+uvloop, orjson): it opens a few legacy sessions at start, then forwards each POST's
+tool call on one of them and answers the last SSE `data:` line as JSON. No checks,
+no logging, no metrics, no call bookkeeping: it is not correct, only cheap. The report
+measures it beside the gateway, so a figure can say how much of the gateway's cost is
+the HTTP stack every request crosses twice, and how much is the gateway's own work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import aiohttp
+import orjson
+import uvloop
+from aiohttp import web
+
+SESSIONS = 32
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+async def open_session(http: aiohttp.ClientSession, url: str) -> dict[str, str]:
+    """A legacy session's request headers, after its handshake."""
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "floor", "version": "0"},
+        },
+    }
+    async with http.post(url, data=orjson.dumps(hello), headers=HEADERS) as resp:
+        headers = {**HEADERS, "Mcp-Session-Id": resp.headers["Mcp-Session-Id"]}
+        await resp.read()
+    headers["MCP-Protocol-Version"] = "2025-11-25"
+    ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    async with http.post(url, data=orjson.dumps(ready), headers=headers) as resp:
+        await resp.read()
+    return headers
+
+
+def last_data(body: bytes) -> bytes:
+    """The last message of an SSE body (or the body itself when it is JSON)."""
+    found = body
+    for line in body.splitlines():
+        if line.startswith(b"data:") and line[5:].strip():
+            found = line[5:]
+    return found
+
+
+async def serve(url: str, port: int) -> None:
+    http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    free = asyncio.Queue[dict[str, str]]()
+    for headers in await asyncio.gather(*(open_session(http, url) for _ in range(SESSIONS))):
+        free.put_nowait(headers)
+
+    async def forward(request: web.Request) -> web.Response:
+        message = orjson.loads(await request.read())
+        params = message["params"]
+        call = {
+            "jsonrpc": "2.0",
+            "id": message["id"],
+            "method": "tools/call",
+            "params": {"name": params["name"], "arguments": params.get("arguments", {})},
+        }
+        headers = await free.get()
+        try:
+            async with http.post(url, data=orjson.dumps(call), headers=headers) as resp:
+                body = await resp.read()
+        finally:
+            free.put_nowait(headers)
+        return web.Response(body=last_data(body), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/mcp", forward)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    uvloop.run(serve(sys.argv[1], int(sys.argv[2])))
