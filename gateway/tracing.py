@@ -12,11 +12,13 @@ replicas is one trace. Span attributes never carry requestState, tokens or argum
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import structlog
+
+_NO_SPAN = nullcontext()
 
 log = structlog.get_logger("gateway.tracing")
 
@@ -65,7 +67,6 @@ class Tracing:
         self.enabled = True
         log.info("tracing_enabled", replica=replica)
 
-    @contextmanager
     def span(
         self,
         name: str,
@@ -73,20 +74,20 @@ class Tracing:
         parent: Mapping[str, str] | None = None,
         kind: str = "internal",
         attributes: Mapping[str, Any] | None = None,
-    ) -> Iterator[None]:
+    ) -> AbstractContextManager[object]:
         """A span around the block, child of the current one or of `parent` (W3C
-        trace context); an exception raised through it is recorded."""
+        trace context); an exception raised through it is recorded. Without tracing,
+        a shared do-nothing context (a request pays nothing for it)."""
         if not self.enabled:
-            yield
-            return
+            return _NO_SPAN
         context = self._propagator.extract(dict(parent)) if parent else None
-        with self._tracer.start_as_current_span(
+        span: AbstractContextManager[object] = self._tracer.start_as_current_span(
             name,
             context=context,
             kind=self._kinds[kind],
             attributes={k: v for k, v in (attributes or {}).items() if v is not None},
-        ):
-            yield
+        )
+        return span
 
     def carrier(self) -> dict[str, str]:
         """The current span's context, to send along (a forward to another replica)."""

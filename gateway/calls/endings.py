@@ -35,7 +35,12 @@ class Endings:
     async def complete(self, call: LiveCall) -> None:
         """The upstream answered the call: DONE, and its session goes back for reuse."""
         self.registry.fire(call, Trigger.COMPLETE)
-        await asyncio.shield(spawn(self._cleanup(call, reuse=True), name=f"call-done-{call.id}"))
+        if _in_store(call):
+            cleanup = spawn(self._cleanup(call, reuse=True), name=f"call-done-{call.id}")
+            await asyncio.shield(cleanup)
+        else:  # nothing to await (a call that never parked): no task for it
+            self._let_go(call, reuse=True)
+            self._settle(call)
         self.metrics.call_endings.labels(call.phase.value).inc()
         self.metrics.rounds_per_call.observe(call.machine.round)
 
@@ -67,8 +72,7 @@ class Endings:
             call.pool.discard(call.session)
             await cancel_and_wait(call.pump)
         finally:
-            self.registry.settled()
-            call.ended.set()
+            self._settle(call)
         self.metrics.call_endings.labels("handed_over").inc()
         log.info("call_handed_over", reason=reason, rounds=call.machine.round)
 
@@ -109,13 +113,12 @@ class Endings:
 
         `call.ended` is set once everything is done, the store record included.
         """
-        self.registry.remove(call)
-        call.pool.release(call.session, reuse=reuse and call.inbox.empty())
+        self._let_go(call, reuse=reuse)
         try:
             if not reuse:
                 await cancel_and_wait(call.pump)
             # else: the pump reads the end of the finished stream so its connection is reused
-            if call.machine.round and not call.stateless:
+            if _in_store(call):
                 try:
                     await self.store.delete(call.id)
                 except StoreError as exc:
@@ -125,5 +128,17 @@ class Endings:
                 except StoreError as exc:
                     log.warning("store_unhold_failed", error=str(exc))
         finally:
-            self.registry.settled()
-            call.ended.set()
+            self._settle(call)
+
+    def _let_go(self, call: LiveCall, *, reuse: bool) -> None:
+        self.registry.remove(call)
+        call.pool.release(call.session, reuse=reuse and call.inbox.empty())
+
+    def _settle(self, call: LiveCall) -> None:
+        self.registry.settled()
+        call.ended.set()
+
+
+def _in_store(call: LiveCall) -> bool:
+    """Whether the call has a record (and a hold) in the store to forget when it ends."""
+    return bool(call.machine.round) and not call.stateless
