@@ -11,8 +11,8 @@ of MCP methods, upstreams from the config, reasons from the code.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
+from types import TracebackType
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -149,17 +149,9 @@ class Metrics:
         for name in list(pools):
             self.upstream_sessions.labels(name).set_function(_size_of(pools, name))
 
-    @asynccontextmanager
-    async def timed_store(self, op: str) -> AsyncIterator[None]:
-        started = time.perf_counter()
-        try:
-            with TRACING.span(f"store {op}"):
-                yield
-        except Exception:
-            self.store_errors.labels(op).inc()
-            raise
-        finally:
-            self.store_seconds.labels(op).observe(time.perf_counter() - started)
+    def timed_store(self, op: str) -> StoreTimer:
+        """Time a store operation (and count its failures), in a span when tracing."""
+        return StoreTimer(self, op)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -167,3 +159,32 @@ class Metrics:
 
 def _size_of(pools: Mapping[str, Sized], name: str) -> Callable[[], float]:
     return lambda: float(pools[name].size) if name in pools else 0.0
+
+
+class StoreTimer:
+    """`Metrics.timed_store`: a plain context manager, for it wraps every store operation."""
+
+    __slots__ = ("metrics", "op", "started", "span")
+
+    def __init__(self, metrics: Metrics, op: str) -> None:
+        self.metrics = metrics
+        self.op = op
+        self.span = TRACING.span(f"store {op}")
+        self.started = 0.0
+
+    async def __aenter__(self) -> None:
+        self.started = time.perf_counter()
+        self.span.__enter__()
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.span.__exit__(kind, error, tb)
+        finally:
+            if kind is not None and issubclass(kind, Exception):
+                self.metrics.store_errors.labels(self.op).inc()
+            self.metrics.store_seconds.labels(self.op).observe(time.perf_counter() - self.started)
