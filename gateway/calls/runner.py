@@ -48,7 +48,7 @@ from gateway.protocol.call import (
 )
 from gateway.protocol.inbound import FrontRequest
 from gateway.tracing import TRACING
-from gateway.upstream.port import StreamCursor, StreamEnd, UpstreamPool, UpstreamSession
+from gateway.upstream.port import Inbox, StreamCursor, StreamEnd, UpstreamPool, UpstreamSession
 
 log = structlog.get_logger("gateway.calls")
 
@@ -137,7 +137,7 @@ class Runner:
             upstream=upstream,
             pool=pool,
             session=session,
-            inbox=asyncio.Queue(),
+            inbox=Inbox(),
             cursor=cursor or StreamCursor(),
             principal=principal,
             digest=digest,
@@ -312,7 +312,7 @@ def round_context(front: FrontRequest) -> RoundContext:
 SETTLE_TURNS = 3
 
 
-async def _settled(inbox: asyncio.Queue[Any]) -> bool:
+async def _settled(inbox: Inbox) -> bool:
     """Whether nothing more is buffered for the call: the inbox stays empty while the
     loop runs its ready callbacks a few times (a turn, not a timed wait)."""
     for _ in range(SETTLE_TURNS):
@@ -322,14 +322,9 @@ async def _settled(inbox: asyncio.Queue[Any]) -> bool:
     return inbox.empty()
 
 
-def _holds_question(inbox: asyncio.Queue[Any]) -> bool:
+def _holds_question(inbox: Inbox) -> bool:
     """Whether a server request waits in the inbox (it came while the call was parked)."""
-    items = []
-    while not inbox.empty():
-        items.append(inbox.get_nowait())
-    for item in items:
-        inbox.put_nowait(item)
-    return any(isinstance(i, dict) and "method" in i and "id" in i for i in items)
+    return any(isinstance(i, dict) and "method" in i and "id" in i for i in inbox.waiting())
 
 
 def _target(call: LiveCall) -> Target:

@@ -53,7 +53,44 @@ class StreamEnd:
     error: UpstreamError
 
 
-Inbox = asyncio.Queue[dict[str, Any] | StreamEnd]
+InboxItem = dict[str, Any] | StreamEnd
+
+
+class Inbox:
+    """What the server says about one call, in order, for its one reader (the call).
+
+    Unbounded, like the `asyncio.Queue` it replaces, and lighter: a list and, only while
+    the reader waits, a future. Thousands of parked calls hold one each.
+    """
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: list[InboxItem] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: InboxItem) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> InboxItem:
+        """The next item, waiting for one."""
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.pop(0)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def waiting(self) -> tuple[InboxItem, ...]:
+        """What is in it now, left in place."""
+        return tuple(self._items)
 
 
 class UpstreamSession(Protocol):

@@ -18,7 +18,7 @@ from gateway.config import PoolLimits
 from gateway.errors import UpstreamError, UpstreamExited
 from gateway.protocol.capabilities import ClientCaps
 from gateway.upstream.pool import SessionPool
-from gateway.upstream.port import StreamCursor, StreamEnd
+from gateway.upstream.port import Inbox, StreamCursor, StreamEnd
 from gateway.upstream.stdio.session import Command, StdioSession
 from tests.peers.tooling import GatewayProcess
 from tests.upstream.process_tools import children_of, exited
@@ -47,7 +47,7 @@ async def test_a_session_is_a_process_that_relays_a_question_and_a_1_mib_message
     try:
         assert info.server_info == {"name": "tiny", "version": "1"} and session.id is None
         assert len(await call_tool(session, "big", size=1 << 20)) == 1 << 20
-        inbox: asyncio.Queue[Any] = asyncio.Queue()
+        inbox = Inbox()
         session.attach(inbox)
         rid = session.next_id()
         message = {"jsonrpc": "2.0", "id": rid, "method": "tools/call"}
@@ -112,7 +112,7 @@ async def test_a_crash_mid_call_fails_that_call_clearly_and_the_next_call_works(
     pool = SessionPool("tiny", lambda caps: StdioSession(command(), caps), PoolLimits(min_idle=0))
     try:
         session = await pool.acquire(ClientCaps())
-        inbox: asyncio.Queue[Any] = asyncio.Queue()
+        inbox = Inbox()
         session.attach(inbox)
         message = {"jsonrpc": "2.0", "id": session.next_id(), "method": "tools/call"}
         message["params"] = {"name": "crash", "arguments": {}}

@@ -46,8 +46,7 @@ class HttpSession:
         self.requests = 0  # requests sent on this session, for recycling
         self._open = False
         self._inflight = 0
-        self._quiet = asyncio.Event()
-        self._quiet.set()
+        self._quiet: asyncio.Event | None = None  # made only when someone waits for quiet
         self._next_id = 0
         self._id_prefix = secrets.token_hex(4)
         self._owner: Inbox | None = None
@@ -148,7 +147,10 @@ class HttpSession:
 
     async def wait_quiet(self) -> None:
         """Until no request is in flight on this session."""
-        await self._quiet.wait()
+        if self._inflight:
+            if self._quiet is None:
+                self._quiet = asyncio.Event()
+            await self._quiet.wait()
 
     # -- ownership ---------------------------------------------------------------------
 
@@ -189,32 +191,32 @@ class HttpSession:
         for attempt in (1, 2):
             try:
                 async for item in self._post(message, rid, cursor, headers):
-                    await inbox.put(item)
+                    inbox.put_nowait(item)
                 return
             except SessionExpired as exc:
                 # The server refused the POST itself for an unknown session (e.g. it
                 # restarted): nothing ran, so initialise afresh and send it again, once.
                 # Once it took the request, a lost session is a lost call: never re-sent.
                 if cursor.accepted or attempt == 2:
-                    await inbox.put(StreamEnd(exc))
+                    inbox.put_nowait(StreamEnd(exc))
                     return
                 log.info("upstream_session_expired", upstream=self.endpoint.name)
                 try:
                     await self.reopen()
                 except UpstreamError as reopen_error:
-                    await inbox.put(StreamEnd(reopen_error))
+                    inbox.put_nowait(StreamEnd(reopen_error))
                     return
             except UpstreamError as exc:
-                await inbox.put(StreamEnd(exc))
+                inbox.put_nowait(StreamEnd(exc))
                 return
 
     async def pump_resumed(self, rid: Any, inbox: Inbox, cursor: StreamCursor) -> None:
         """Continue another replica's call stream (GET + Last-Event-ID) into `inbox`."""
         try:
             async for item in self.wire.resume(rid, cursor):
-                await inbox.put(item)
+                inbox.put_nowait(item)
         except UpstreamError as exc:
-            await inbox.put(StreamEnd(exc))
+            inbox.put_nowait(StreamEnd(exc))
 
     async def request(
         self,
@@ -256,14 +258,14 @@ class HttpSession:
         """POST `message` and yield its answer's messages, counting what is in flight."""
         self.requests += 1
         self._inflight += 1
-        self._quiet.clear()
         try:
             async for item in self.wire.exchange(message, rid, cursor, headers):
                 yield item
         finally:
             self._inflight -= 1
-            if self._inflight == 0:
+            if self._inflight == 0 and self._quiet is not None:
                 self._quiet.set()
+                self._quiet = None
 
     # -- the standalone stream -----------------------------------------------------------
 
