@@ -45,3 +45,32 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
             raise
     except Exception:  # noqa: BLE001 - it was being cancelled; its failure is logged by _done
         pass
+
+
+class Once:
+    """Something that happens once (a call's end), for any number to wait on.
+
+    `asyncio.Event`'s interface, lighter: a future only once someone waits, where an
+    Event keeps a deque from the start. Each of thousands of parked calls holds one.
+    """
+
+    __slots__ = ("_happened", "_future")
+
+    def __init__(self) -> None:
+        self._happened = False
+        self._future: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._happened = True
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
+    def is_set(self) -> bool:
+        return self._happened
+
+    async def wait(self) -> None:
+        if self._happened:
+            return
+        if self._future is None:
+            self._future = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._future)  # a waiter cancelled does not cancel the others

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from gateway.aio import Once
 from gateway.clock import Later
 from gateway.config import UpstreamConfig
 from gateway.protocol.call import CallMachine, Phase, Trigger
@@ -38,7 +39,7 @@ class LiveCall:
     expiry: Later | None = None  # the suspension deadline, while parked
     parked_ms: tuple[int, int] = (0, 0)  # the round's issue time and deadline (wall ms)
     stored: bool = False  # its record for this round is written (checks of ownership wait)
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    ended: Once = field(default_factory=Once)
 
     @property
     def id(self) -> str:
