@@ -6,8 +6,10 @@ call. Plain requests share one session per capability set. After an idle
 session is taken, the pool opens replacements in the background, in parallel,
 so owning a session costs the caller no handshake: as many as the recent rate of
 acquisitions times the time a session takes to open (at least `min_idle`), so a
-burst of parking calls finds sessions ready. Sessions idle past `idle_timeout_s` are
-closed (keeping `min_idle`); the total is bounded by `max_sessions`.
+burst of parking calls finds sessions ready; a caller that finds none waits for one
+already opening rather than starting another (a stdio server takes seconds to start).
+Sessions idle past `idle_timeout_s` are closed (keeping `min_idle`); the total is
+bounded by `max_sessions`. The slots themselves are `gateway.upstream.slots`.
 
 The pool does not know the transport: it makes sessions with the factory it is given.
 """
