@@ -314,6 +314,17 @@ async def parked_now(
     return counts
 
 
+def crash_summary(line: str) -> str:
+    """A crash's event and the end of its traceback (where it failed), from its log line."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return line.strip()[:400]
+    trace = str(entry.get("exception", "")).strip().splitlines()
+    where = " | ".join(part.strip() for part in trace[-6:])
+    return f"{entry.get('event')} {entry.get('path', entry.get('task', ''))}: {where}"[:1500]
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--short", action="store_true", help="the CI form")
@@ -373,13 +384,13 @@ async def main() -> int:
         at = tally.when.get(kind)
         print(f"  {count:6d}  {kind}" + (f"  at {sorted(at)[:8]} s" if at else ""))
     crashes = [
-        f"{replica.replica_id}: {line.strip()[:400]}"
+        f"{replica.replica_id}: {crash_summary(line)}"
         for replica in fleet.replicas
         for line in replica.logs().splitlines()
         if "unhandled_error" in line or "background_task_failed" in line
     ]
     if crashes:
-        print("gateway errors (their logs):")
+        print("gateway errors (their logs; the frames nearest the error):")
         for line in crashes[:10]:
             print("  " + line)
     checks = {

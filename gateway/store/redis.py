@@ -13,11 +13,14 @@ Every redis-py error becomes `StoreError` here.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import redis
 import redis.asyncio as aioredis
 import structlog
 from redis.asyncio.cluster import RedisCluster
@@ -85,14 +88,31 @@ async def ride_out(clock: Clock, op: Callable[[], Awaitable[T]], budget_s: float
             log.info("store_unreachable_retrying", error=str(exc), retry_in_s=delay)
         except RedisError as exc:
             raise StoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
-        except (IndexError, KeyError, AttributeError) as exc:
+        except Exception as exc:
             # The client itself failing mid topology change (a Cluster failover has been
-            # seen to leave redis-py's slot table half-built): an outage too, not a 500.
+            # seen to leave redis-py's slot table half-built, whatever the exception type):
+            # an outage too, not a 500. A failure of the gateway's own code is raised as is.
+            if not raised_by_client(exc):
+                raise
             if clock.monotonic() + delay > give_up:
                 raise StoreError(f"Redis client failed: {type(exc).__name__}: {exc}") from exc
             log.warning("store_client_failed_retrying", error=repr(exc), retry_in_s=delay)
         await clocks.sleep(clock, delay)
         delay = min(delay * 2, 0.5)
+
+
+_CLIENT_DIR = str(Path(redis.__file__).parent) + os.sep
+
+
+def raised_by_client(exc: BaseException) -> bool:
+    """Whether `exc` came out of the Redis client library (a frame of it is on its way up),
+    not from the gateway's own code alone."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(_CLIENT_DIR):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def connect(url: str, *, timeout_s: float = 2.0) -> RedisClient:

@@ -6,10 +6,9 @@ call. Plain requests share one session per capability set. After an idle
 session is taken, the pool opens replacements in the background, in parallel,
 so owning a session costs the caller no handshake: as many as the recent rate of
 acquisitions times the time a session takes to open (at least `min_idle`), so a
-burst of parking calls finds sessions ready; a caller that finds none waits for one
-already opening rather than starting another (a stdio server takes seconds to start).
-Sessions idle past `idle_timeout_s` are closed (keeping `min_idle`); the total is
-bounded by `max_sessions`. The slots themselves are `gateway.upstream.slots`.
+burst of parking calls finds sessions ready. Sessions idle past `idle_timeout_s` are
+closed (keeping `min_idle`); the total is bounded by `max_sessions`. The slots
+themselves are `gateway.upstream.slots`.
 
 The pool does not know the transport: it makes sessions with the factory it is given.
 """
@@ -65,7 +64,6 @@ class SessionPool(SessionSlots):
         self._openers: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
         self._probe: asyncio.Task[None] | None = None
         self._warming: defaultdict[str, int] = defaultdict(int)  # opening ahead, per caps
-        self._awaiting: defaultdict[str, int] = defaultdict(int)  # callers waiting for those
 
     def start(self) -> None:
         self._reaper = spawn(self._reap(), name=f"pool-reaper-{self.name}")
@@ -161,39 +159,12 @@ class SessionPool(SessionSlots):
             CapacityExceeded: `max_sessions` stayed busy for `acquire_timeout_s`.
         """
         self.demand.acquired(self.clock.monotonic())
-        session = (
-            self._take_idle(caps) or await self._await_warming(caps) or await self._reserve(caps)
-        )
+        session = self._take_idle(caps) or await self._reserve(caps)
         if session is None:
             self._refill(caps)  # this caller opens its own; the next ones find theirs
             session = await self._open(caps)
         self._refill(caps)
         return session
-
-    async def _await_warming(self, caps: ClientCaps) -> PooledSession | None:
-        """A session of `caps` already opening ahead, when one is left for this caller.
-
-        Waiting for it costs less than opening another: a burst that finds the pool empty
-        while a slow server starts (a stdio process takes seconds) shares the sessions
-        already on their way instead of starting one more each. None when none is left
-        (all spoken for, or they failed), or none came within `acquire_timeout_s`.
-        """
-        key = caps.key
-        if self._warming[key] <= self._awaiting[key]:
-            return None
-        self._awaiting[key] += 1
-        try:
-            async with asyncio.timeout(self.limits.acquire_timeout_s):
-                async with self._freed:
-                    while self._warming[key] >= self._awaiting[key]:
-                        if (session := self._take_idle(caps)) is not None:
-                            return session
-                        await self._freed.wait()
-                    return self._take_idle(caps)
-        except TimeoutError:
-            return None
-        finally:
-            self._awaiting[key] -= 1
 
     def reserve_target(self) -> int:
         """Idle sessions to keep ready, at least `min_idle` (see `Demand`)."""

@@ -200,7 +200,10 @@ async def test_a_third_party_server_from_npm_over_each_transport(
             "arguments": {"prompt": "hi"},
         },
     )
-    assert sampled["rounds"] == [["sampling"]] and "SAMPLED" in text_of(sampled)
+    # server-everything asks for the client's roots as a session starts: when the session
+    # it asks on already belongs to this call, that question rides in the call's round.
+    assert sampled["rounds"] in ([["sampling"]], [["roots", "sampling"]])
+    assert "SAMPLED" in text_of(sampled)
     roots = await drive(
         modern, {"op": "call_tool", "url": url, "name": "get-roots-list", "arguments": {}}
     )

@@ -44,7 +44,7 @@ class FakeSession:
     async def open(self) -> UpstreamInfo:
         self.factory.opening.put_nowait(self)
         await self.factory.gate.wait()
-        if self.factory.fail or self in self.factory.refused:
+        if self.factory.fail:
             raise UpstreamError("refused")
         self._open, self.info = True, INFO
         return INFO
@@ -90,7 +90,6 @@ class Factory:
         self.opening: asyncio.Queue[FakeSession] = asyncio.Queue()
         self.gate = asyncio.Event()
         self.fail = False
-        self.refused: list[FakeSession] = []  # these fail to open, whatever `fail` says
 
     def __call__(self, caps: ClientCaps) -> FakeSession:
         session = FakeSession(self, caps)
@@ -227,41 +226,3 @@ async def test_sessions_ahead_of_demand_open_side_by_side_and_no_more_than_wante
     assert await taken in opening
     await asyncio.gather(*list(sessions._openers))
     assert sessions.size == 5  # no more were opened than were wanted
-
-
-async def test_a_burst_waits_for_the_sessions_already_opening_instead_of_opening_more() -> None:
-    factory = Factory()
-    sessions = pool(factory, min_idle=3, max_sessions=20, acquire_timeout_s=30)
-    callers = [spawn(sessions.acquire(ClientCaps()), name=f"caller-{i}") for i in range(4)]
-    async with asyncio.timeout(5):
-        opening = [await factory.opening.get() for _ in range(4)]  # the first's own + 3 ahead
-    for _ in range(5):
-        await asyncio.sleep(0)
-    # A slow start (a stdio server takes seconds): the three later callers wait for the
-    # three spares on their way instead of each starting one more.
-    assert factory.opening.empty() and sessions.size == 4
-    factory.gate.set()
-    async with asyncio.timeout(5):
-        got = await asyncio.gather(*callers)
-    assert sorted(map(id, got)) == sorted(map(id, opening))
-    await asyncio.gather(*list(sessions._openers))
-    assert sessions.size == 4 + 3  # the four in use, and min_idle spares behind them
-
-
-async def test_a_caller_waiting_for_a_spare_that_fails_to_open_opens_its_own() -> None:
-    factory = Factory()
-    sessions = pool(factory, min_idle=1, max_sessions=20, acquire_timeout_s=30)
-    first = spawn(sessions.acquire(ClientCaps()), name="first")
-    async with asyncio.timeout(5):
-        await factory.opening.get()  # the first caller's own
-        spare = await factory.opening.get()  # and one ahead
-    second = spawn(sessions.acquire(ClientCaps()), name="second")
-    for _ in range(5):
-        await asyncio.sleep(0)
-    assert factory.opening.empty()  # the second waits for the spare
-    factory.refused.append(spare)
-    factory.gate.set()
-    async with asyncio.timeout(5):
-        own = await factory.opening.get()  # the spare failed: the second starts its own
-        assert own is not spare
-        assert (await second) is own and (await first).alive
