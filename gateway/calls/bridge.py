@@ -68,7 +68,9 @@ class Bridge:
             alive=bus.alive if bus is not None else None,
             claimer_ttl_s=CLAIMER_PATIENCE_BEATS * beat,
         )
-        self.endings = Endings(self.calls, store, self.metrics)
+        # On a fleet, whoever resumes a round keeps its outcome (`gateway.calls.outcomes`).
+        outcomes_ttl_s = self.limits.suspension_ttl_s if bus is not None else None
+        self.endings = Endings(self.calls, store, self.metrics, outcomes_ttl_s=outcomes_ttl_s)
         self.suspender = suspender = Suspender(
             registry=self.calls,
             store=store,
@@ -77,6 +79,7 @@ class Bridge:
             clock=self.clock,
             limits=self.limits,
             replica_id=owner or config.replica_id,
+            keeps_outcomes=bus is not None,
         )
         self.runner = Runner(
             registry=self.calls,
@@ -143,10 +146,7 @@ class Bridge:
             if self.routing is None:
                 raise CallLost()
             return await self.routing.elsewhere(upstream, record, front, notify)
-        result = await self.runner.resume(call, front, notify)
-        if self.routing is not None:  # whoever resumes a round keeps its outcome
-            await self.routing.outcomes.remember(record.call_id, record.round, result)
-        return result
+        return await self.runner.resume(call, front, notify)
 
     async def restore_records(self) -> None:
         """The store lost its data: write back the records of the calls parked here."""

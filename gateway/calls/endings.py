@@ -11,32 +11,50 @@ client request cancelled meanwhile never leaves a call half-ended.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import structlog
 
 from gateway.aio import cancel_and_wait, spawn
 from gateway.calls.live import LiveCall, Registry
+from gateway.calls.outcomes import to_keep
 from gateway.clock import Later
 from gateway.errors import StoreError, UpstreamError
 from gateway.observability import Metrics
 from gateway.protocol import jsonrpc
 from gateway.protocol.call import FINAL_PHASES, Trigger
-from gateway.store.base import SuspendedCallStore
+from gateway.store.base import Kept, SuspendedCallStore
 
 log = structlog.get_logger("gateway.calls")
 
 
 class Endings:
-    def __init__(self, registry: Registry, store: SuspendedCallStore, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        store: SuspendedCallStore,
+        metrics: Metrics,
+        *,
+        outcomes_ttl_s: float | None = None,
+    ) -> None:
         self.registry = registry
         self.store = store
         self.metrics = metrics
+        # On a fleet, how long a resumed round's outcome is kept (None: not kept).
+        self.outcomes_ttl_s = outcomes_ttl_s
 
-    async def complete(self, call: LiveCall) -> None:
-        """The upstream answered the call: DONE, and its session goes back for reuse."""
+    async def complete(self, call: LiveCall, result: dict[str, Any] | None = None) -> None:
+        """The upstream answered the call: DONE, and its session goes back for reuse.
+
+        `result` is the client's answer: on a fleet it is kept as the resumed round's
+        outcome with the deletion of the call's record (`gateway.calls.outcomes`).
+        """
         self.registry.fire(call, Trigger.COMPLETE)
         if _in_store(call):
-            cleanup = spawn(self._cleanup(call, reuse=True), name=f"call-done-{call.id}")
+            kept = None
+            if result is not None and self.outcomes_ttl_s is not None:
+                kept = to_keep(result, call.resumed, self.outcomes_ttl_s)
+            cleanup = spawn(self._cleanup(call, reuse=True, kept=kept), name=f"call-done-{call.id}")
             await asyncio.shield(cleanup)
         else:  # nothing to await (a call that never parked): no task for it
             self._let_go(call, reuse=True)
@@ -108,7 +126,7 @@ class Endings:
             self.metrics.call_endings.labels(machine.phase.value).inc()
         log.info(f"call_{machine.phase.value}", reason=reason, rounds=machine.round)
 
-    async def _cleanup(self, call: LiveCall, *, reuse: bool) -> None:
+    async def _cleanup(self, call: LiveCall, *, reuse: bool, kept: Kept | None = None) -> None:
         """Forget the call and give its session back; nothing before the release awaits.
 
         `call.ended` is set once everything is done, the store record included.
@@ -120,7 +138,7 @@ class Endings:
             # else: the pump reads the end of the finished stream so its connection is reused
             if _in_store(call):
                 try:
-                    await self.store.delete(call.id)
+                    await self.store.delete(call.id, kept)
                 except StoreError as exc:
                     log.warning("store_delete_failed", error=str(exc))
                 try:

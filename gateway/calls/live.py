@@ -39,6 +39,7 @@ class LiveCall:
     expiry: Later | None = None  # the suspension deadline, while parked
     parked_ms: tuple[int, int] = (0, 0)  # the round's issue time and deadline (wall ms)
     stored: bool = False  # its record for this round is written (checks of ownership wait)
+    resumed: int | None = None  # the round last resumed here, whose outcome is kept
     ended: Once = field(default_factory=Once)
 
     @property

@@ -3,10 +3,13 @@
 On a fleet a client's retry may reach a replica that claims the round, forwards it to
 the call's owner and dies before relaying the answer; the owner resumed the call all
 the same. The client sends the retry again, and finds the round resumed: without the
-outcome kept here, that call would be lost although it went on. The owner keeps it
-(`remember`) before it replies; any replica answers the retry sent again with it
-(`answered_before`). The retry passed `Admission.open` first: same principal, same
-request, state not expired. Outcomes over `REMEMBERED_BYTES` are not kept.
+outcome kept here, that call would be lost although it went on. Whoever resumes a
+round (the owner, a takeover) keeps its outcome in the very write that ends the round,
+the next round's record or the deletion of a completed call (`to_keep`, `Kept`), so no
+replica killed in between can leave a round resumed without its outcome. Any replica
+answers the retry sent again with it (`answered_before`). The retry passed
+`Admission.open` first: same principal, same request, state not expired. Outcomes over
+`REMEMBERED_BYTES` are not kept.
 """
 
 from __future__ import annotations
@@ -15,11 +18,10 @@ from typing import Any
 
 import structlog
 
-from gateway.config import LimitsConfig
 from gateway.errors import StoreError
 from gateway.observability import Metrics
 from gateway.protocol import jsonrpc
-from gateway.store.base import SuspendedCallStore
+from gateway.store.base import Kept, SuspendedCallStore
 
 log = structlog.get_logger("gateway.calls")
 
@@ -28,24 +30,9 @@ REMEMBERED_BYTES = 64 * 1024
 
 
 class Outcomes:
-    def __init__(
-        self, *, store: SuspendedCallStore, limits: LimitsConfig, metrics: Metrics
-    ) -> None:
+    def __init__(self, *, store: SuspendedCallStore, metrics: Metrics) -> None:
         self.store = store
-        self.limits = limits
         self.metrics = metrics
-
-    async def remember(self, call_id: str, round_: int, result: dict[str, Any]) -> None:
-        """Keep the outcome of a round this replica resumed (the owner, a takeover or a
-        replay: whoever resumes it, once)."""
-        text = jsonrpc.dumps(result)
-        if len(text) > REMEMBERED_BYTES:
-            return
-        ttl_ms = int(self.limits.suspension_ttl_s * 1000)  # as long as its state may live
-        try:
-            await self.store.remember(call_id, round_, text, ttl_ms)
-        except StoreError as exc:
-            log.warning("outcome_not_remembered", error=str(exc))
 
     async def answered_before(self, call_id: str, round_: int) -> dict[str, Any] | None:
         """The outcome of a round resumed already, or None when none is kept."""
@@ -59,3 +46,15 @@ class Outcomes:
         self.metrics.handoffs.labels("answered_again").inc()
         result: dict[str, Any] = jsonrpc.loads(remembered)
         return result
+
+
+def to_keep(result: dict[str, Any], round_: int | None, ttl_s: float) -> Kept | None:
+    """The outcome of a round resumed here (`round_`), to keep with the write that ends
+    it, for as long as its state may live; None when no round was resumed here or the
+    outcome is too large to keep."""
+    if round_ is None:
+        return None
+    text = jsonrpc.dumps(result)
+    if len(text) > REMEMBERED_BYTES:
+        return None
+    return Kept(round_, text, int(ttl_s * 1000))

@@ -106,7 +106,7 @@ class Routing:
         self.limits = limits
         self.metrics = metrics
         self._served: dict[str, asyncio.Task[Any]] = {}
-        self.outcomes = Outcomes(store=store, limits=limits, metrics=metrics)
+        self.outcomes = Outcomes(store=store, metrics=metrics)
 
     # -- receiving side ----------------------------------------------------------------
 
@@ -123,9 +123,7 @@ class Routing:
             if forwarded is not None:
                 return forwarded
         log.warning("call_owner_lost", owner=record.owner, round=record.round)
-        result = await self._owner_lost(upstream, record, front, notify)
-        await self.outcomes.remember(record.call_id, record.round, result)  # resumed here
-        return result
+        return await self._owner_lost(upstream, record, front, notify)
 
     async def _owner_lost(
         self, upstream: UpstreamConfig, record: SuspendedCall, front: FrontRequest, notify: Notify
@@ -317,6 +315,7 @@ class Routing:
         call = self.runner.launch(
             upstream, pool, session, machine, record.principal, record.digest, record.target, cursor
         )
+        call.resumed = record.round
         call.pump = spawn(
             session.pump_resumed(record.upstream_request_id, call.inbox, cursor),
             name=f"call-pump-{record.call_id}",
@@ -358,7 +357,6 @@ class Routing:
         try:
             with TRACING.span("mcp serve forwarded", parent=message.trace, kind="server"):
                 result = await self._serve_resume(message)
-            await self.outcomes.remember(message.call, message.round, result)  # before replying
             await self.bus.reply(reply, messages.encode(messages.Outcome(result)))
         except RpcError as exc:
             failure = messages.Failure(exc.error_object(), exc.status)

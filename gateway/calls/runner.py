@@ -160,6 +160,7 @@ class Runner:
             if call.phase is not Phase.SUSPENDED:
                 raise CallLost()
             self.registry.fire(call, Trigger.RESUME)
+            call.resumed = call.machine.round
             if call.expiry is not None:
                 await call.expiry.cancel()
             if _holds_question(call.inbox):
@@ -276,7 +277,6 @@ class Runner:
 
     async def _finish(self, call: LiveCall, finished: Finished) -> dict[str, Any]:
         machine = call.machine
-        await self.endings.complete(call)
         structlog.contextvars.bind_contextvars(rounds=machine.round)
         log.debug(
             "call_completed",
@@ -284,6 +284,21 @@ class Runner:
             outcome="error" if finished.error is not None else "result",
             duration_ms=round((self.clock.monotonic() - call.started) * 1000),
         )
+        try:
+            result = self._answer(call, finished)
+        except GatewayError:
+            await self.endings.complete(call)
+            raise
+        await self.endings.complete(call, result)  # on a fleet, kept as the round's outcome
+        return result
+
+    def _answer(self, call: LiveCall, finished: Finished) -> dict[str, Any]:
+        """The client's answer to the call the upstream finished.
+
+        Raises:
+            RpcError: the upstream's error, translated.
+        """
+        machine = call.machine
         if finished.error is not None:
             urls = translate.url_elicitations(finished.error)
             if urls is not None:

@@ -19,6 +19,7 @@ from gateway import clock as clocks
 from gateway.calls.admission import Admission
 from gateway.calls.endings import Endings
 from gateway.calls.live import LiveCall, Registry
+from gateway.calls.outcomes import to_keep
 from gateway.clock import Clock
 from gateway.config import PARK, REPLAY, LimitsConfig
 from gateway.errors import (
@@ -51,7 +52,10 @@ class Suspender:
         clock: Clock,
         limits: LimitsConfig,
         replica_id: str,
+        keeps_outcomes: bool = False,
     ) -> None:
+        # On a fleet, a resumed round's outcome is parked with the next round's record.
+        self.keeps_outcomes = keeps_outcomes
         self.registry = registry
         self.store = store
         self.admission = admission
@@ -132,9 +136,14 @@ class Suspender:
         self.registry.fire(call, Trigger.SUSPEND)
         token, issued, deadline = self._mint(call, round_=machine.round, mode=PARK)
         call.parked_ms, call.stored = (issued, deadline), False
+        result = input_required(call, token, machine.input_required())
+        kept = None
+        if self.keeps_outcomes:
+            kept = to_keep(result, call.resumed, self.limits.suspension_ttl_s)
         try:
             # Counted in the store, so the cap holds across the whole fleet.
-            held = await self.store.park_held(self._record(call, issued, deadline), until, cap)
+            record = self._record(call, issued, deadline)
+            held = await self.store.park_held(record, until, cap, kept)
         except StoreError:
             await self.endings.end(call, Trigger.FAIL, "store unavailable")
             raise
@@ -152,7 +161,7 @@ class Suspender:
         asked = sorted(machine.pending)
         structlog.contextvars.bind_contextvars(round=machine.round, asked=asked)
         log.debug("call_suspended", round=machine.round, asked=asked)
-        return input_required(call, token, machine.input_required())
+        return result
 
     async def _replay_round(self, call: LiveCall) -> dict[str, Any]:
         machine = call.machine

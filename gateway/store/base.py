@@ -74,6 +74,18 @@ class SuspendedCall:
         return replace(self, status=RESUMING, claimer=by)
 
 
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """A resumed round's outcome (its JSON), kept for `ttl_ms` with the write that ends
+    the round: the next round's record, or the deletion of a call that completed. A
+    replica killed in between cannot leave the round resumed without its outcome (see
+    `gateway.calls.outcomes`)."""
+
+    round: int
+    outcome: bytes
+    ttl_ms: int
+
+
 class SuspendedCallStore(Protocol):
     """Backends: `MemoryStore` (one replica), Redis (a fleet)."""
 
@@ -106,8 +118,8 @@ class SuspendedCallStore(Protocol):
         """
         ...
 
-    async def delete(self, call_id: str) -> None:
-        """Raises: StoreError."""
+    async def delete(self, call_id: str, kept: Kept | None = None) -> None:
+        """Forget the record, keeping `kept` in the same step. Raises: StoreError."""
         ...
 
     async def hold(self, principal: str, call_id: str, until_ms: int, cap: int) -> bool:
@@ -123,21 +135,19 @@ class SuspendedCallStore(Protocol):
         """The call no longer counts for its principal. Raises: StoreError."""
         ...
 
-    async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
-        """`hold` for `record.principal`, then `park`, in one step (one round trip where
-        the backend can): False, and nothing parked, when the principal is at its cap.
+    async def park_held(
+        self, record: SuspendedCall, until_ms: int, cap: int, kept: Kept | None = None
+    ) -> bool:
+        """`hold` for `record.principal`, then `park` (with `kept`, in the same write), in
+        one step (one round trip where the backend can): False, and nothing parked, when
+        the principal is at its cap.
 
         Raises: StoreError.
         """
         ...
 
-    async def remember(self, call_id: str, round_: int, outcome: bytes, ttl_ms: int) -> None:
-        """Keep the outcome of a resumed round (JSON) for `ttl_ms`: a retry of that round
-        sent again (its first answer lost with a replica) gets it again. Raises: StoreError."""
-        ...
-
     async def recall(self, call_id: str, round_: int) -> bytes | None:
-        """The outcome `remember`ed for a round, if any. Raises: StoreError."""
+        """The outcome kept for a round (`Kept`), if any. Raises: StoreError."""
         ...
 
     async def unclaim(self, call_id: str, round_: int, claimer: str) -> bool:
@@ -192,9 +202,9 @@ class TimedStore:
         async with self.metrics.timed_store("steal"):
             return await self.inner.steal(call_id, round_, dead, claimer)
 
-    async def delete(self, call_id: str) -> None:
+    async def delete(self, call_id: str, kept: Kept | None = None) -> None:
         async with self.metrics.timed_store("delete"):
-            await self.inner.delete(call_id)
+            await self.inner.delete(call_id, kept)
 
     async def hold(self, principal: str, call_id: str, until_ms: int, cap: int) -> bool:
         async with self.metrics.timed_store("hold"):
@@ -204,13 +214,11 @@ class TimedStore:
         async with self.metrics.timed_store("unhold"):
             await self.inner.unhold(principal, call_id)
 
-    async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
+    async def park_held(
+        self, record: SuspendedCall, until_ms: int, cap: int, kept: Kept | None = None
+    ) -> bool:
         async with self.metrics.timed_store("park"):
-            return await self.inner.park_held(record, until_ms, cap)
-
-    async def remember(self, call_id: str, round_: int, outcome: bytes, ttl_ms: int) -> None:
-        async with self.metrics.timed_store("remember"):
-            await self.inner.remember(call_id, round_, outcome, ttl_ms)
+            return await self.inner.park_held(record, until_ms, cap, kept)
 
     async def recall(self, call_id: str, round_: int) -> bytes | None:
         async with self.metrics.timed_store("recall"):

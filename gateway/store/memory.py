@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gateway.clock import Clock, SystemClock
-from gateway.store.base import GRACE_MS, PARKED, RESUMING, SuspendedCall
+from gateway.store.base import GRACE_MS, PARKED, RESUMING, Kept, SuspendedCall
 
 
 class MemoryStore:
@@ -52,8 +52,10 @@ class MemoryStore:
         self._records[call_id] = stolen
         return stolen
 
-    async def delete(self, call_id: str) -> None:
+    async def delete(self, call_id: str, kept: Kept | None = None) -> None:
         self._records.pop(call_id, None)
+        if kept is not None:
+            self._keep(call_id, kept.round, kept.outcome, kept.ttl_ms)
 
     async def hold(self, principal: str, call_id: str, until_ms: int, cap: int) -> bool:
         now = self.clock.wall_ms()
@@ -65,13 +67,17 @@ class MemoryStore:
         self._held[principal] = held
         return True
 
-    async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
+    async def park_held(
+        self, record: SuspendedCall, until_ms: int, cap: int, kept: Kept | None = None
+    ) -> bool:
         if not await self.hold(record.principal, record.call_id, until_ms, cap):
             return False
         await self.park(record)
+        if kept is not None:
+            self._keep(record.call_id, kept.round, kept.outcome, kept.ttl_ms)
         return True
 
-    async def remember(self, call_id: str, round_: int, outcome: bytes, ttl_ms: int) -> None:
+    def _keep(self, call_id: str, round_: int, outcome: bytes, ttl_ms: int) -> None:
         now = self.clock.wall_ms()
         if len(self._outcomes) > 10_000:
             self._outcomes = {k: v for k, v in self._outcomes.items() if v[1] > now}

@@ -43,7 +43,7 @@ from gateway import clock as clocks
 from gateway.clock import Clock, SystemClock
 from gateway.errors import ConfigError, StoreError
 from gateway.store import redis_scripts as lua
-from gateway.store.base import GRACE_MS, PARKED, RESUMING, SuspendedCall
+from gateway.store.base import GRACE_MS, PARKED, RESUMING, Kept, SuspendedCall
 
 T = TypeVar("T")
 log = structlog.get_logger("gateway.store")
@@ -186,14 +186,15 @@ class RedisStore:
     async def _run(self, op: Callable[[], Awaitable[T]]) -> T:
         return await ride_out(self.clock, op, self.ride_out_s)
 
-    async def park(self, record: SuspendedCall) -> None:
+    async def park(self, record: SuspendedCall, kept: Kept | None = None) -> None:
         ttl_ms = record.deadline_ms + GRACE_MS - self.clock.wall_ms()
         key = self.key(record.call_id)
-        if ttl_ms <= 0:  # lapsed already: there is nothing to keep
-            await self._run(lambda: self.client.delete(key))
+        if ttl_ms <= 0:  # lapsed already: there is nothing to park
+            await self.delete(record.call_id, kept)
             return
 
         async def write() -> None:
+            # One transaction: the outcome's key shares the record's cluster slot.
             async with self.client.pipeline(transaction=True) as pipe:
                 pipe.delete(key)
                 pipe.hset(
@@ -205,9 +206,17 @@ class RedisStore:
                     },
                 )
                 pipe.pexpire(key, ttl_ms)
+                if kept is not None:
+                    self._keep(pipe, record.call_id, kept)
                 await pipe.execute()
 
         await self._run(write)
+
+    def outcome_key(self, call_id: str, round_: int) -> str:
+        return f"{self.prefix}{{{call_id}}}:out:{round_}"
+
+    def _keep(self, pipe: Any, call_id: str, kept: Kept) -> None:
+        pipe.set(self.outcome_key(call_id, kept.round), kept.outcome, px=max(1, kept.ttl_ms))
 
     async def get(self, call_id: str) -> SuspendedCall | None:
         raw, status, claimer = await self._run(
@@ -236,8 +245,18 @@ class RedisStore:
             return None
         return SuspendedCall.from_json(raw).claimed(claimer)
 
-    async def delete(self, call_id: str) -> None:
-        await self._run(lambda: self.client.delete(self.key(call_id)))
+    async def delete(self, call_id: str, kept: Kept | None = None) -> None:
+        if kept is None:
+            await self._run(lambda: self.client.delete(self.key(call_id)))
+            return
+
+        async def write() -> None:
+            async with self.client.pipeline(transaction=True) as pipe:
+                self._keep(pipe, call_id, kept)
+                pipe.delete(self.key(call_id))
+                await pipe.execute()
+
+        await self._run(write)
 
     def held_key(self, principal: str) -> str:
         digest = hashlib.sha256(principal.encode()).hexdigest()[:32]
@@ -250,8 +269,10 @@ class RedisStore:
         held = await self._run(lambda: self._hold(keys=[self.held_key(principal)], args=args))
         return bool(held)
 
-    async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
-        held = await self._park_held_once(record, until_ms, cap)
+    async def park_held(
+        self, record: SuspendedCall, until_ms: int, cap: int, kept: Kept | None = None
+    ) -> bool:
+        held = await self._park_held_once(record, until_ms, cap, kept)
         if held:
             await self._replicated(self.key(record.call_id))
         return held
@@ -275,16 +296,20 @@ class RedisStore:
         if int(acked) < self.replicas_acked:
             log.warning("store_write_not_replicated", acked=int(acked), wanted=self.replicas_acked)
 
-    async def _park_held_once(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
+    async def _park_held_once(
+        self, record: SuspendedCall, until_ms: int, cap: int, kept: Kept | None
+    ) -> bool:
         ttl_ms = record.deadline_ms + GRACE_MS - self.clock.wall_ms()
         if not self._one_trip or ttl_ms <= 0:
             if not await self.hold(record.principal, record.call_id, until_ms, cap):
                 return False
-            await self.park(record)
+            await self.park(record, kept)
             return True
         now = self.clock.wall_ms()
         keys = [self.held_key(record.principal), self.key(record.call_id)]
-        args: list[str | int] = [
+        if kept is not None:
+            keys.append(self.outcome_key(record.call_id, kept.round))
+        args: list[str | int | bytes] = [
             now,
             record.call_id,
             until_ms,
@@ -292,15 +317,13 @@ class RedisStore:
             max(1, until_ms - now + GRACE_MS),
         ]
         args += [record.to_json(), record.round, record.status, ttl_ms]
+        if kept is not None:
+            args += [kept.outcome, max(1, kept.ttl_ms)]
         held = await self._run(lambda: self._park_held(keys=keys, args=args))
         return bool(held)
 
-    async def remember(self, call_id: str, round_: int, outcome: bytes, ttl_ms: int) -> None:
-        key = f"{self.prefix}{{{call_id}}}:out:{round_}"
-        await self._run(lambda: self.client.set(key, outcome, px=max(1, ttl_ms)))
-
     async def recall(self, call_id: str, round_: int) -> bytes | None:
-        raw = await self._run(lambda: self.client.get(f"{self.prefix}{{{call_id}}}:out:{round_}"))
+        raw = await self._run(lambda: self.client.get(self.outcome_key(call_id, round_)))
         return None if raw is None else raw.encode() if isinstance(raw, str) else bytes(raw)
 
     async def unclaim(self, call_id: str, round_: int, claimer: str) -> bool:

@@ -39,13 +39,15 @@ redis.call('PEXPIRE', KEYS[1], ARGV[5])
 
 HOLD = _HOLD_STEPS + "return 1\n"
 
-# KEYS[1] the principal's parked calls, KEYS[2] the call's record; ARGV as HOLD, then
-# the record's json, round, status and ttl: HOLD, and the record written only if held.
+# KEYS[1] the principal's parked calls, KEYS[2] the call's record, KEYS[3] (optional) the
+# resumed round's outcome; ARGV as HOLD, then the record's json, round, status and ttl,
+# then the outcome and its ttl: HOLD, and the record (and outcome) written only if held.
 PARK_HELD = (
     _HOLD_STEPS
     + """redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], 'json', ARGV[6], 'round', ARGV[7], 'status', ARGV[8])
 redis.call('PEXPIRE', KEYS[2], ARGV[9])
+if KEYS[3] then redis.call('SET', KEYS[3], ARGV[10], 'PX', ARGV[11]) end
 return 1
 """
 )

@@ -11,7 +11,7 @@ import pytest
 from gateway.aio import spawn
 from gateway.errors import LeaseLost, RelayedError
 from gateway.protocol.call import Phase
-from gateway.store.base import SuspendedCall
+from gateway.store.base import Kept, SuspendedCall
 from gateway.store.memory import MemoryStore
 from tests.fakes.clock import ManualClock
 from tests.fakes.fleet import Network
@@ -88,10 +88,12 @@ async def test_a_call_still_being_parked_when_the_lease_comes_back_is_kept(
             self.parking = asyncio.Event()
             self.go_on = asyncio.Event()
 
-        async def park_held(self, record: SuspendedCall, until_ms: int, cap: int) -> bool:
+        async def park_held(
+            self, record: SuspendedCall, until_ms: int, cap: int, kept: Kept | None = None
+        ) -> bool:
             self.parking.set()
             await self.go_on.wait()
-            return await super().park_held(record, until_ms, cap)
+            return await super().park_held(record, until_ms, cap, kept)
 
     a, _ = two_replicas(clock, server, network)
     slow = SlowStore(clock)

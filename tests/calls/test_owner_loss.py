@@ -366,3 +366,39 @@ async def test_a_retry_sent_again_gets_the_outcome_its_first_sending_had(
         clock.advance(grace)
         assert await again == result
     assert server.nothing_sent()  # nothing ran a second time
+
+
+async def test_an_owner_killed_right_after_parking_the_next_round_leaves_its_outcome(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    shared, parked = a.bridge.suspender.store, asyncio.Event()
+
+    class DiesAfterParking:
+        """a's store: a writes round 2, and is killed before it does anything else."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(shared, name)
+
+        async def park_held(self, record: Any, until_ms: int, cap: int, kept: Any = None) -> bool:
+            await shared.park_held(record, until_ms, cap, *([kept] if kept else []))
+            network.kill("a")
+            parked.set()
+            await asyncio.Event().wait()  # nothing after the write ever happens
+            return True
+
+    a.bridge.suspender.store = DiesAfterParking()  # type: ignore[assignment]
+    retry = call_tool(rid=2, state=first["requestState"], answers=ALICE)
+    lost = spawn(a.call(retry), name="never-answered")
+    await server.next_sent()  # the answer reached the server, which asks again
+    session.elicit(8, "color")
+    await clock.armed(clock.now + WINDOW)
+    clock.advance(WINDOW)
+    await parked.wait()
+    # The client never got round 2 and sends its retry again, to b: round 1 was resumed,
+    # and its outcome was kept in the very write that parked round 2.
+    again = await b.call(retry)
+    assert again["resultType"] == "input_required"
+    assert list(again["inputRequests"]) == ["elicit.color"]
+    lost.cancel()

@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from gateway.aio import spawn
 from gateway.errors import ConfigError, StoreError
-from gateway.store.base import GRACE_MS, PARKED, RESUMING, SuspendedCall
+from gateway.store.base import GRACE_MS, PARKED, RESUMING, Kept, SuspendedCall
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore, connect
 from tests.fakes.clock import START_WALL_MS, ManualClock
@@ -243,3 +243,26 @@ async def test_a_round_its_claimer_could_not_resume_is_parked_again(store) -> No
     again = await store.get("c1")
     assert again is not None and again.status == PARKED and again.claimer == ""
     assert await store.claim("c1", 1, "c~1") is not None  # the next retry takes it
+
+
+async def test_a_resumed_rounds_outcome_is_kept_with_the_write_that_ends_the_round(store) -> None:
+    await store.park(record(round_=1))
+    assert await store.claim("c1", 1, "replica-a") is not None
+    asked_again = Kept(1, b'{"resultType":"input_required"}', 60_000)
+    assert await store.park_held(record(round_=2), START_WALL_MS + 60_000, 5, asked_again)
+    assert (await store.get("c1")).round == 2  # type: ignore[union-attr]
+    assert await store.recall("c1", 1) == asked_again.outcome
+    assert await store.claim("c1", 2, "replica-a") is not None
+    done = Kept(2, b'{"content":[]}', 60_000)
+    await store.delete("c1", done)
+    assert await store.get("c1") is None
+    assert await store.recall("c1", 2) == done.outcome
+    assert await store.recall("c1", 1) == asked_again.outcome
+
+
+async def test_a_round_refused_for_the_principals_cap_keeps_nothing(store) -> None:
+    until = START_WALL_MS + 60_000
+    assert await store.park_held(record("other"), until, 1)
+    outcome = Kept(1, b"{}", 60_000)
+    assert not await store.park_held(record("c1", round_=2), until, 1, outcome)
+    assert await store.get("c1") is None and await store.recall("c1", 1) is None

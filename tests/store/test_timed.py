@@ -6,13 +6,13 @@ import pytest
 
 from gateway.errors import StoreError
 from gateway.observability import Metrics
-from gateway.store.base import TimedStore
+from gateway.store.base import Kept, TimedStore
 from gateway.store.memory import MemoryStore
 from tests.fakes.clock import ManualClock
 
 
 class Unreachable(MemoryStore):
-    async def delete(self, call_id: str) -> None:
+    async def delete(self, call_id: str, kept: Kept | None = None) -> None:
         raise StoreError("the store is unreachable")
 
 
