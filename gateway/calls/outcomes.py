@@ -34,6 +34,19 @@ class Outcomes:
         self.store = store
         self.metrics = metrics
 
+    async def keep_replayed(
+        self, call_id: str, round_: int, result: dict[str, Any], ttl_s: float
+    ) -> None:
+        """Keep the outcome of a round resumed by replaying its call, which ran under a new
+        call id: a retry sent again names the old one (whose record is forgotten)."""
+        kept = to_keep(result, round_, ttl_s)
+        if kept is None:
+            return
+        try:
+            await self.store.delete(call_id, kept)
+        except StoreError as exc:
+            log.warning("outcome_not_kept", error=str(exc))
+
     async def answered_before(self, call_id: str, round_: int) -> dict[str, Any] | None:
         """The outcome of a round resumed already, or None when none is kept."""
         try:

@@ -146,7 +146,7 @@ class Routing:
             responses = front.params.get("inputResponses") or {}
             log.info("call_replayed", journal=len(record.journal))
             self.metrics.handoffs.labels("replayed").inc()
-            return await self.runner.start(
+            result = await self.runner.start(
                 upstream,
                 front,
                 record.principal,
@@ -155,6 +155,9 @@ class Routing:
                 known=CallMachine.known_answers(record.journal, responses),
                 round_=record.round,
             )
+            ttl_s = self.limits.suspension_ttl_s
+            await self.outcomes.keep_replayed(record.call_id, record.round, result, ttl_s)
+            return result
         await self._cancel_stranded(upstream, record)
         self.metrics.handoffs.labels("lost").inc()
         raise CallLost(f"The call was lost: {LOST}")

@@ -114,7 +114,17 @@ async def test_a_replay_safe_call_is_replayed_from_its_journal_when_takeover_is_
     assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
     assert (await server.next_sent())["result"]["content"] == {"color": "red"}
     again.respond()
-    assert (await replay)["resultType"] == "complete"
+    replayed = await replay
+    assert replayed["resultType"] == "complete"
+    # The client never saw it and sends the retry again: the replay ran under a new call
+    # id, and its outcome was kept under the old one's.
+    grace = MISSING_RECORD_BEATS * b.config.fleet.heartbeat_s  # no record: looked for twice
+    resent = call_tool(rid=3, state=second["requestState"], answers=color)
+    sent_again = spawn(b.call(resent), name="sent-again")
+    await clock.armed(clock.now + grace)
+    clock.advance(grace)
+    assert await sent_again == replayed
+    assert server.nothing_sent() and server.calls.empty()  # nothing ran again
 
 
 async def test_a_call_whose_owner_died_is_lost_when_neither_takeover_nor_replay_can_serve(
