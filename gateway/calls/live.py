@@ -20,7 +20,7 @@ from gateway.protocol.call import CallMachine, Phase, Trigger
 from gateway.upstream.port import Inbox, StreamCursor, UpstreamPool, UpstreamSession
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class LiveCall:
     """A call whose upstream stream lives in this process."""
 

@@ -106,10 +106,7 @@ class UpstreamSession(Protocol):
         """The protocol version the session negotiated."""
         ...
 
-    @property
-    def info(self) -> UpstreamInfo | None:
-        """What the server said in `initialize`."""
-        ...
+    info: UpstreamInfo | None  # what the server said in `initialize`
 
     @property
     def id(self) -> str | None:

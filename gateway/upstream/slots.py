@@ -75,7 +75,10 @@ class SessionSlots:
         session = self.new_session(caps)
         started = self.clock.monotonic()
         try:
-            self.info = await session.open()
+            info = await session.open()
+            if info == self.info:  # the same server said the same: one copy for all sessions
+                session.info = self.info
+            self.info = session.info
             self.demand.opened(self.clock.monotonic() - started)
             self.reachable = True
             self.restarts.succeeded()

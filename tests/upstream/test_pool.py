@@ -226,3 +226,26 @@ async def test_sessions_ahead_of_demand_open_side_by_side_and_no_more_than_wante
     assert await taken in opening
     await asyncio.gather(*list(sessions._openers))
     assert sessions.size == 5  # no more were opened than were wanted
+
+
+async def test_sessions_of_a_server_that_says_the_same_share_one_copy_of_it() -> None:
+    factory = Factory()
+    factory.gate.set()
+
+    class FreshInfo(FakeSession):
+        async def open(self) -> UpstreamInfo:
+            await super().open()
+            self.info = UpstreamInfo("2025-11-25", {}, {"name": "fake", "version": "1"}, None)
+            return self.info  # equal to the last one, not the same object
+
+    factory_call = factory.__call__
+
+    def make(caps: ClientCaps) -> FakeSession:
+        made = factory_call(caps)
+        made.__class__ = FreshInfo
+        return made
+
+    sessions = SessionPool("fake", make, PoolLimits(min_idle=0, max_sessions=4))
+    one, two = await sessions.acquire(ClientCaps()), await sessions.acquire(ClientCaps())
+    assert one is not two and one.info == two.info
+    assert one.info is two.info is sessions.info  # a parked call holds no copy of its own
