@@ -18,44 +18,27 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import defaultdict
-from collections.abc import Callable, Mapping
-from typing import cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 import structlog
 
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
-from gateway.clock import Clock
-from gateway.config import PoolLimits
 from gateway.errors import CapacityExceeded, SessionsBusy, UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import Version
-from gateway.upstream.port import PooledSession, SessionExpired, SessionFactory, UpstreamSession
+from gateway.upstream.port import PooledSession, SessionExpired, UpstreamSession
 from gateway.upstream.slots import SessionSlots
 
 log = structlog.get_logger("gateway.upstream")
 
 
 class SessionPool(SessionSlots):
-    def __init__(
-        self,
-        name: str,
-        new_session: SessionFactory,
-        limits: PoolLimits,
-        *,
-        on_error: Callable[[], None] | None = None,
-        clock: Clock | None = None,
-        restart_backoff_s: float = 0.0,
-    ) -> None:
-        super().__init__(
-            name,
-            new_session,
-            limits,
-            on_error=on_error,
-            clock=clock,
-            restart_backoff_s=restart_backoff_s,
-        )
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Takes `SessionSlots`' arguments; adds what the pool keeps ready."""
+        super().__init__(*args, **kwargs)
         self._idle: dict[str, list[PooledSession]] = defaultdict(list)
         self._shared: dict[str, PooledSession] = {}
         self._shared_lock: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
