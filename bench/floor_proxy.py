@@ -2,9 +2,10 @@
 
     .venv/bin/python bench/floor_proxy.py UPSTREAM_URL PORT
 
-A deliberately minimal proxy on the gateway's own stack (aiohttp server and client,
-uvloop, orjson): it opens a few legacy sessions at start, then forwards each POST's
-tool call on one of them and answers the last SSE `data:` line as JSON. No checks,
+A deliberately minimal proxy on the gateway's own stack (aiohttp's server, the
+gateway's own upstream client `gateway.upstream.http.client`, uvloop, orjson): it
+opens a few legacy sessions at start, then forwards each POST's tool call on one of
+them and answers the last SSE `data:` line as JSON. No checks,
 no logging, no metrics, no call bookkeeping: it is not correct, only cheap. The report
 measures it beside the gateway, so a figure can say how much of the gateway's cost is
 the HTTP stack every request crosses twice, and how much is the gateway's own work.
@@ -14,17 +15,31 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 
-import aiohttp
 import orjson
 import uvloop
 from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gateway.upstream.http.client import Http1Client  # noqa: E402
 
 SESSIONS = 32
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
-async def open_session(http: aiohttp.ClientSession, url: str) -> dict[str, str]:
+async def post(http: Http1Client, url: str, body: bytes, headers: dict[str, str]) -> bytes:
+    async with await http.request("POST", url, headers, body, connect_timeout_s=5) as resp:
+        if resp.status >= 400:
+            raise RuntimeError(f"upstream answered HTTP {resp.status}")
+        session = resp.headers.get("mcp-session-id")
+        if session is not None:
+            headers["Mcp-Session-Id"] = session
+        return await resp.read()
+
+
+async def open_session(http: Http1Client, url: str) -> dict[str, str]:
     """A legacy session's request headers, after its handshake."""
     hello = {
         "jsonrpc": "2.0",
@@ -36,13 +51,11 @@ async def open_session(http: aiohttp.ClientSession, url: str) -> dict[str, str]:
             "clientInfo": {"name": "floor", "version": "0"},
         },
     }
-    async with http.post(url, data=orjson.dumps(hello), headers=HEADERS) as resp:
-        headers = {**HEADERS, "Mcp-Session-Id": resp.headers["Mcp-Session-Id"]}
-        await resp.read()
+    headers = dict(HEADERS)
+    await post(http, url, orjson.dumps(hello), headers)
     headers["MCP-Protocol-Version"] = "2025-11-25"
     ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    async with http.post(url, data=orjson.dumps(ready), headers=headers) as resp:
-        await resp.read()
+    await post(http, url, orjson.dumps(ready), headers)
     return headers
 
 
@@ -56,7 +69,7 @@ def last_data(body: bytes) -> bytes:
 
 
 async def serve(url: str, port: int) -> None:
-    http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    http = Http1Client()
     free = asyncio.Queue[dict[str, str]]()
     for headers in await asyncio.gather(*(open_session(http, url) for _ in range(SESSIONS))):
         free.put_nowait(headers)
@@ -72,8 +85,7 @@ async def serve(url: str, port: int) -> None:
         }
         headers = await free.get()
         try:
-            async with http.post(url, data=orjson.dumps(call), headers=headers) as resp:
-                body = await resp.read()
+            body = await post(http, url, orjson.dumps(call), headers)
         finally:
             free.put_nowait(headers)
         return web.Response(body=last_data(body), content_type="application/json")

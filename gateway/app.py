@@ -28,6 +28,7 @@ from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisClient, RedisStore, connect
 from gateway.tracing import TRACING
 from gateway.upstream.factory import restart_backoff_s, session_factory
+from gateway.upstream.http.client import Http1Client
 from gateway.upstream.pool import SessionPool
 from gateway.upstream.port import UpstreamPool
 from gateway.web.front_door import add_metadata_routes, build_front_doors
@@ -127,6 +128,7 @@ def build_app(config: GatewayConfig) -> web.Application:
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        h1 = Http1Client()  # Streamable HTTP upstreams: the gateway's own client
         for upstream in config.upstreams:
             source = credentials.get(upstream.name)
             pool = SessionPool(
@@ -136,6 +138,7 @@ def build_app(config: GatewayConfig) -> web.Application:
                     upstream,
                     source.authorization if source else None,
                     source.invalidate if source else None,
+                    h1=h1,
                 ),
                 upstream.pool,
                 on_error=metrics.upstream_errors.labels(upstream.name).inc,
@@ -177,6 +180,7 @@ def build_app(config: GatewayConfig) -> web.Application:
             await each.close()
         await store.close()
         await http.close()
+        await h1.close()
         await fetcher.close()
 
     app.cleanup_ctx.append(resources)

@@ -13,6 +13,7 @@ import aiohttp
 from gateway import __version__
 from gateway.config import SSE, STDIO, UpstreamConfig
 from gateway.protocol.capabilities import ClientCaps
+from gateway.upstream.http.client import Http1Client
 from gateway.upstream.http.session import HttpSession
 from gateway.upstream.http.wire import Endpoint
 from gateway.upstream.port import PooledSession, SessionFactory
@@ -28,8 +29,14 @@ def session_factory(
     upstream: UpstreamConfig,
     authorization: Callable[[], Awaitable[str]] | None = None,
     unauthorized: Callable[[], None] | None = None,
+    *,
+    h1: Http1Client,
 ) -> SessionFactory:
-    """Sessions of `upstream`'s transport; `authorization` gives the gateway's own token."""
+    """Sessions of `upstream`'s transport; `authorization` gives the gateway's own token.
+
+    Streamable HTTP sessions use the gateway's own HTTP/1.1 client `h1` (their hot
+    path); HTTP+SSE sessions use aiohttp's `http`.
+    """
     if upstream.transport == STDIO:
         command = Command(
             name=upstream.name,
@@ -62,7 +69,7 @@ def session_factory(
         return sse
 
     def streamable_http(caps: ClientCaps) -> PooledSession:
-        return HttpSession(http, endpoint, caps)
+        return HttpSession(h1, endpoint, caps)
 
     return streamable_http
 

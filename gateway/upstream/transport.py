@@ -43,10 +43,10 @@ def stream_timeout(connect_s: float) -> aiohttp.ClientTimeout:
 
 
 async def sse_events(
-    resp: aiohttp.ClientResponse, parser: sse.Parser
+    chunks: AsyncIterator[bytes], parser: sse.Parser
 ) -> AsyncIterator[list[sse.Event]]:
-    """The events of a response body, a batch per chunk received."""
-    async for chunk in resp.content.iter_any():
+    """The events of a response body (its chunks as received), a batch per chunk."""
+    async for chunk in chunks:
         events = parser.feed(chunk)
         if events:
             yield events
@@ -83,7 +83,7 @@ def error_text(body: bytes) -> str:
         return body[:200].decode("utf-8", "replace") or "no body"
 
 
-async def drain(resp: aiohttp.ClientResponse) -> None:
+async def drain(chunks: AsyncIterator[bytes]) -> None:
     """Read what follows the response (normally just the end of the stream), briefly.
 
     A stream left unread closes its keep-alive connection; the server SHOULD end the
@@ -91,9 +91,9 @@ async def drain(resp: aiohttp.ClientResponse) -> None:
     """
     try:
         async with asyncio.timeout(_DRAIN_S):
-            async for _chunk in resp.content.iter_any():
+            async for _chunk in chunks:
                 pass
-    except (TimeoutError, aiohttp.ClientError, OSError):
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
         pass
 
 

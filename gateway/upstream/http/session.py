@@ -17,7 +17,6 @@ import secrets
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import aiohttp
 import structlog
 
 from gateway.aio import cancel_and_wait, spawn
@@ -27,6 +26,7 @@ from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.outside import answer_outside_call
 from gateway.protocol.translate import UpstreamInfo, upstream_info
 from gateway.protocol.versions import Version
+from gateway.upstream.http.client import Http1Client, Response
 from gateway.upstream.http.wire import Endpoint, HttpWire
 from gateway.upstream.port import Inbox, SessionExpired, StreamCursor, StreamEnd
 from gateway.upstream.transport import sse_events
@@ -37,7 +37,7 @@ _RECONNECT_DELAY_S = 1.0
 
 
 class HttpSession:
-    def __init__(self, http: aiohttp.ClientSession, endpoint: Endpoint, caps: ClientCaps) -> None:
+    def __init__(self, http: Http1Client, endpoint: Endpoint, caps: ClientCaps) -> None:
         self.wire = HttpWire(http, endpoint)
         self.endpoint = endpoint
         self.caps = caps
@@ -269,7 +269,7 @@ class HttpSession:
 
     # -- the standalone stream -----------------------------------------------------------
 
-    async def _standalone_stream(self, first: aiohttp.ClientResponse | None = None) -> None:
+    async def _standalone_stream(self, first: Response | None = None) -> None:
         """Hold the GET stream open for the session's life; reconnect when it drops."""
         while not self._closing:
             delay = _RECONNECT_DELAY_S
@@ -290,15 +290,15 @@ class HttpSession:
                         delay = await self._read_standalone(resp, delay)
             except UpstreamError as exc:
                 log.info("upstream_get_stream_dropped", upstream=self.endpoint.name, error=str(exc))
-            except (aiohttp.ClientError, OSError, ValueError) as exc:
+            except (OSError, ValueError) as exc:
                 log.info("upstream_get_stream_dropped", upstream=self.endpoint.name, error=str(exc))
             if not self._closing:
                 await asyncio.sleep(delay)
 
-    async def _read_standalone(self, resp: aiohttp.ClientResponse, delay: float) -> float:
+    async def _read_standalone(self, resp: Response, delay: float) -> float:
         """Route the stream's messages until it ends; the server's retry hint is returned."""
         parser = sse.Parser()
-        async for events in sse_events(resp, parser):
+        async for events in sse_events(resp.chunks(), parser):
             for event in events:
                 if event.retry is not None:
                     delay = event.retry / 1000

@@ -14,12 +14,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import structlog
 
 from gateway.errors import UpstreamError
 from gateway.protocol import jsonrpc, sse
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
+from gateway.upstream.http.client import Http1Client, Response
 from gateway.upstream.port import SessionExpired, StreamCursor
 from gateway.upstream.transport import (
     drain,
@@ -29,12 +29,12 @@ from gateway.upstream.transport import (
     message_of,
     parse_message,
     sse_events,
-    stream_timeout,
 )
 
 log = structlog.get_logger("gateway.upstream")
 
 SESSION_HEADER = "Mcp-Session-Id"
+_SESSION_KEY = SESSION_HEADER.lower()  # response header names arrive lower-cased
 VERSION_HEADER = "MCP-Protocol-Version"
 _ACCEPT = "application/json, text/event-stream"
 _MAX_RESUME_ATTEMPTS = 6
@@ -74,7 +74,7 @@ class Endpoint:
 
 
 class HttpWire:
-    def __init__(self, http: aiohttp.ClientSession, endpoint: Endpoint) -> None:
+    def __init__(self, http: Http1Client, endpoint: Endpoint) -> None:
         self.http = http
         self.endpoint = endpoint
         self.session_id: str | None = None
@@ -93,16 +93,16 @@ class HttpWire:
         self.session_id = None
         self.gone = False
 
-    def _capture_session(self, resp: aiohttp.ClientResponse) -> None:
-        if self.session_id is None and SESSION_HEADER in resp.headers:
-            self.session_id = resp.headers[SESSION_HEADER]
+    def _capture_session(self, resp: Response) -> None:
+        if self.session_id is None:
+            self.session_id = resp.headers.get(_SESSION_KEY)
 
-    def _check_status(self, resp: aiohttp.ClientResponse) -> None:
+    def _check_status(self, resp: Response) -> None:
         """Raises: SessionExpired on a 404 for a request that carried the session id;
         UpstreamError on a redirect (never followed: it would carry the headers along)."""
         self.endpoint.refused(resp.status)
         if 300 <= resp.status < 400:
-            where = resp.headers.get("Location", "elsewhere")
+            where = resp.headers.get("location", "elsewhere")
             raise UpstreamError(
                 f"upstream redirected to {where}; set the upstream's url to where it points"
             )
@@ -119,12 +119,7 @@ class HttpWire:
         kind = "notification" if "method" in message else "response"
         with mapped_errors(f"sending a {kind}"):
             async with asyncio.timeout(self.endpoint.timeout_s):
-                async with self.http.post(
-                    self.endpoint.url,
-                    data=jsonrpc.dumps(message),
-                    headers=await self.headers(),
-                    allow_redirects=False,
-                ) as resp:
+                async with await self._request("POST", await self.headers(), message) as resp:
                     self._capture_session(resp)
                     await resp.read()
                     self._check_status(resp)
@@ -135,24 +130,25 @@ class HttpWire:
         """End the session upstream. Raises: UpstreamError."""
         with mapped_errors("ending the session"):
             async with asyncio.timeout(5):
-                headers = await self.headers()
-                async with self.http.delete(
-                    self.endpoint.url, headers=headers, allow_redirects=False
-                ) as resp:
+                async with await self._request("DELETE", await self.headers()) as resp:
                     await resp.read()
 
-    async def open_get(self, last_event_id: str | None = None) -> aiohttp.ClientResponse:
+    async def open_get(self, last_event_id: str | None = None) -> Response:
         """A GET stream on the session (the caller reads and closes it). Raises: UpstreamError."""
         headers = await self.headers(accept="text/event-stream")
         if last_event_id is not None:
             headers["Last-Event-ID"] = last_event_id
         with mapped_errors("opening a GET stream"):
-            return await self.http.get(
-                self.endpoint.url,
-                headers=headers,
-                timeout=stream_timeout(self.endpoint.timeout_s),
-                allow_redirects=False,  # headers (credentials) never follow to another origin
-            )
+            return await self._request("GET", headers)
+
+    async def _request(
+        self, method: str, headers: dict[str, str], message: dict[str, Any] | None = None
+    ) -> Response:
+        """Redirects are never followed: the headers (credentials) would go along."""
+        body = jsonrpc.dumps(message) if message is not None else b""
+        return await self.http.request(
+            method, self.endpoint.url, headers, body, connect_timeout_s=self.endpoint.timeout_s
+        )
 
     async def exchange(
         self,
@@ -166,18 +162,15 @@ class HttpWire:
         Raises:
             SessionExpired, UpstreamError
         """
+        headers = await self.headers()
+        if extra:
+            headers.update(extra)
         with mapped_errors("posting a request"):
-            async with self.http.post(
-                self.endpoint.url,
-                data=jsonrpc.dumps(message),
-                headers={**await self.headers(), **(extra or {})},
-                timeout=stream_timeout(self.endpoint.timeout_s),
-                allow_redirects=False,
-            ) as resp:
+            async with await self._request("POST", headers, message) as resp:
                 self._capture_session(resp)
                 self._check_status(resp)
                 cursor.accepted = resp.status < 400
-                ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
+                ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
                 if resp.status >= 400:
                     body = await resp.read()
                     raise UpstreamError(f"upstream answered HTTP {resp.status}: {error_text(body)}")
@@ -221,9 +214,7 @@ class HttpWire:
             except SessionExpired:
                 raise
             except UpstreamError as exc:
-                connection_failed = isinstance(
-                    exc.__cause__, aiohttp.ClientConnectionError | OSError
-                )
+                connection_failed = isinstance(exc.__cause__, OSError)
                 if not connection_failed or attempt + 1 == _MAX_RESUME_ATTEMPTS:
                     raise
             if cursor.answered:
@@ -232,11 +223,11 @@ class HttpWire:
         raise UpstreamError("upstream stream could not be resumed")
 
     async def read_stream(
-        self, resp: aiohttp.ClientResponse, rid: Any, cursor: StreamCursor
+        self, resp: Response, rid: Any, cursor: StreamCursor
     ) -> AsyncIterator[dict[str, Any]]:
         """Yield a stream's messages until the response to `rid`, keeping the resume cursor."""
         parser = sse.Parser()
-        async for events in sse_events(resp, parser):
+        async for events in sse_events(resp.chunks(), parser):
             for event in events:
                 if event.retry is not None:
                     cursor.retry_ms = event.retry
@@ -246,7 +237,7 @@ class HttpWire:
                 yield item
                 if is_response_to(item, rid):
                     cursor.answered = True
-                    await drain(resp)
+                    await drain(resp.chunks())
                     return
             cursor.last_id = parser.last_event_id or cursor.last_id
 

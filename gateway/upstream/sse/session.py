@@ -81,7 +81,7 @@ class SseSession(DuplexSession):
             async with resp:
                 parser = sse.Parser()
                 with mapped_errors("reading the SSE stream"):
-                    async for events in sse_events(resp, parser):
+                    async for events in sse_events(resp.content.iter_any(), parser):
                         for event in events:
                             if event.event == "endpoint":
                                 if not found.done():

@@ -1,0 +1,273 @@
+"""The gateway's own upstream HTTP/1.1 client, against real loopback servers in this loop:
+keep-alive reuse, streaming, what is and is not sent again, and cut-off answers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from gateway.aio import spawn
+from gateway.upstream.http import client as h1client
+from gateway.upstream.http.client import Http1Client, split_url
+from gateway.upstream.http.h1 import Incomplete
+
+OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+
+
+class Server:
+    """A loopback server that runs `answer(reader, writer, request_number)` per request."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self.url = ""
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def start(self, answer: Callable[..., object]) -> Server:
+        async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.connections += 1
+            self._writers.append(writer)
+            try:
+                while True:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    length = 0
+                    for line in head.split(b"\r\n"):
+                        if line.lower().startswith(b"content-length:"):
+                            length = int(line.split(b":")[1])
+                    self.requests.append(head + await reader.readexactly(length))
+                    if await answer(reader, writer, len(self.requests)) is False:  # type: ignore[misc]
+                        writer.close()
+                        return
+            except (asyncio.IncompleteReadError, ConnectionError):
+                writer.close()
+
+        self._server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        return self
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+        await self._server.wait_closed()
+
+
+async def turns_until(condition: Callable[[], bool], turns: int = 100_000) -> None:
+    """Run the loop until `condition` holds (a socket event this process has yet to read)."""
+    for _ in range(turns):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the condition never held")
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[Http1Client]:
+    client = Http1Client()
+    yield client
+    await client.close()
+
+
+async def ok(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
+    writer.write(OK)
+
+
+async def test_requests_reuse_one_kept_alive_connection(http: Http1Client) -> None:
+    server = await Server().start(ok)
+    for _ in range(3):
+        async with await http.request(
+            "POST", server.url, {"A": "1"}, b"{}", connect_timeout_s=2
+        ) as resp:
+            assert resp.status == 200 and await resp.read() == b"{}"
+            assert resp.headers["content-type"] == "application/json"
+    assert server.connections == 1 and len(server.requests) == 3
+    assert server.requests[0].startswith(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:")
+    assert b"\r\nA: 1\r\nContent-Length: 2\r\n\r\n{}" in server.requests[0]
+    await server.stop()
+
+
+async def test_a_connection_the_server_closes_is_not_reused(http: Http1Client) -> None:
+    async def close_after(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> bool:
+        writer.write(OK.replace(b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n", 1))
+        await writer.drain()
+        return False
+
+    server = await Server().start(close_after)
+    for _ in range(2):
+        async with await http.request("POST", server.url, {}, b"{}", connect_timeout_s=2) as resp:
+            assert await resp.read() == b"{}"
+    assert server.connections == 2
+    await server.stop()
+
+
+async def test_an_idle_connection_the_server_dropped_is_replaced_not_used(
+    http: Http1Client,
+) -> None:
+    dropped = asyncio.Event()
+
+    async def answer_then_drop(
+        _r: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int
+    ) -> bool:
+        writer.write(OK)
+        await writer.drain()
+        if n == 1:
+            dropped.set()
+            return False  # a keep-alive timeout: the server closes the idle connection
+        return True
+
+    server = await Server().start(answer_then_drop)
+    async with await http.request("POST", server.url, {}, b"{}", connect_timeout_s=2) as resp:
+        await resp.read()
+    await dropped.wait()
+    (idle,) = http._idle[split_url(server.url)[0]]
+    await turns_until(lambda: idle.closed)  # the server's close reaches the client's protocol
+    async with await http.request("POST", server.url, {}, b"{}", connect_timeout_s=2) as resp:
+        assert await resp.read() == b"{}"
+    assert server.connections == 2
+    await server.stop()
+
+
+async def test_a_reused_connection_closed_unanswered_resends_a_get_but_never_a_post(
+    http: Http1Client,
+) -> None:
+    async def first_then_hang_up(
+        _r: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int
+    ) -> bool:
+        if n in (2, 4):
+            return False  # read the request, close without a byte of answer
+        writer.write(OK)
+        return True
+
+    server = await Server().start(first_then_hang_up)
+    async with await http.request("POST", server.url, {}, b"{}", connect_timeout_s=2) as resp:
+        await resp.read()
+    with pytest.raises(ConnectionResetError):
+        await http.request("POST", server.url, {}, b"{}", connect_timeout_s=2)
+    assert len(server.requests) == 2  # the POST may have run: not sent again
+    async with await http.request("GET", server.url, {}, connect_timeout_s=2) as resp:
+        await resp.read()  # request 3, on a new connection
+    async with await http.request("GET", server.url, {}, connect_timeout_s=2) as resp:
+        assert await resp.read() == b"{}"  # request 4 hung up on; 5 answered it
+    assert len(server.requests) == 5 and server.connections == 3
+    await server.stop()
+
+
+async def test_a_stream_is_read_as_it_arrives(http: Http1Client) -> None:
+    release = asyncio.Event()
+
+    async def stream(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await release.wait()
+        writer.write(b"6\r\nsecond\r\n0\r\n\r\n")
+
+    server = await Server().start(stream)
+    async with await http.request("POST", server.url, {}, b"{}", connect_timeout_s=2) as resp:
+        chunks = resp.chunks()
+        assert await anext(chunks) == b"first"  # before the server has sent the rest
+        release.set()
+        assert [c async for c in chunks] == [b"second"]
+    assert http.idle_connections == 1  # read to its end: kept
+    await server.stop()
+
+
+async def test_a_reader_cancelled_mid_body_closes_its_connection(http: Http1Client) -> None:
+    async def never_ends(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+
+    server = await Server().start(never_ends)
+    resp = await http.request("POST", server.url, {}, b"{}", connect_timeout_s=2)
+    conn = resp._conn
+    reading = asyncio.Event()
+
+    async def read_all() -> None:
+        async with resp:
+            async for _chunk in resp.chunks():
+                reading.set()
+
+    reader = spawn(read_all(), name="reader")
+    await reading.wait()
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    assert conn is not None and conn.closed  # half-read: closed, never given to the next
+    assert http.idle_connections == 0
+    await server.stop()
+
+
+async def test_an_answer_cut_mid_body_is_an_error_not_a_short_body(http: Http1Client) -> None:
+    async def cut(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc")
+        await writer.drain()
+        return False
+
+    server = await Server().start(cut)
+    async with await http.request("POST", server.url, {}, b"{}", connect_timeout_s=2) as resp:
+        with pytest.raises(Incomplete):
+            await resp.read()
+    await server.stop()
+
+
+async def test_a_large_body_pauses_the_socket_and_still_arrives_whole(http: Http1Client) -> None:
+    size = 3 * h1client.HIGH_WATER
+
+    async def big(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size)
+        writer.write(b"x" * size)
+        await writer.drain()
+
+    server = await Server().start(big)
+    async with await http.request("GET", server.url, {}, connect_timeout_s=2) as resp:
+        conn = resp._conn
+        assert conn is not None
+        await turns_until(lambda: conn._paused)  # nobody reads: the socket is paused
+        assert len(await resp.read()) == size
+        assert not conn._paused
+    await server.stop()
+
+
+async def test_nothing_listening_is_an_os_error() -> None:
+    server = await Server().start(ok)
+    url = server.url
+    await server.stop()
+    await asyncio.sleep(0)
+    client = Http1Client()
+    with pytest.raises(OSError):
+        await client.request("POST", url, {}, b"{}", connect_timeout_s=2)
+    await client.close()
+
+
+async def test_close_ends_connections_in_use_and_refuses_new_ones() -> None:
+    async def hold(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+
+    server = await Server().start(hold)
+    client = Http1Client()
+    resp = await client.request("GET", server.url, {}, connect_timeout_s=2)
+    await client.close()
+    with pytest.raises((OSError, ValueError)):
+        await resp.read()
+    with pytest.raises(ConnectionError):
+        await client.request("GET", server.url, {}, connect_timeout_s=2)
+    await server.stop()
+
+
+def test_urls_split_into_origin_and_target() -> None:
+    origin, target = split_url("https://example.test/a/mcp?x=1")
+    assert (origin.host, origin.port, origin.host_header, target) == (
+        "example.test",
+        443,
+        "example.test",
+        "/a/mcp?x=1",
+    )
+    assert split_url("http://[::1]:8080")[0].host_header == "[::1]:8080"
+    assert split_url("http://h")[1] == "/"
+    with pytest.raises(ValueError):
+        split_url("ftp://h/x")
