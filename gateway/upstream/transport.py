@@ -9,7 +9,7 @@ Nothing here decides what a message means.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -83,7 +83,7 @@ def error_text(body: bytes) -> str:
         return body[:200].decode("utf-8", "replace") or "no body"
 
 
-async def drain(chunks: AsyncIterator[bytes]) -> None:
+async def drain(next_chunk: Callable[[], Awaitable[bytes | None]]) -> None:
     """Read what follows the response (normally just the end of the stream), briefly.
 
     A stream left unread closes its keep-alive connection; the server SHOULD end the
@@ -91,7 +91,7 @@ async def drain(chunks: AsyncIterator[bytes]) -> None:
     """
     try:
         async with asyncio.timeout(_DRAIN_S):
-            async for _chunk in chunks:
+            while await next_chunk() is not None:
                 pass
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
         pass

@@ -216,20 +216,36 @@ class Response:
         self._keep = head.keep_alive
         self._ended = False
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they arrive. Raises: OSError, ValueError."""
+    async def next_chunk(self) -> bytes | None:
+        """The body's next bytes as they arrive; None once it has ended.
+
+        A plain coroutine rather than an async generator: a reader that stops early
+        (the response it wanted came) leaves nothing for the loop to finalise.
+
+        Raises:
+            OSError, ValueError
+        """
         conn = self._conn
         while conn is not None and not self._ended:
             event = await conn.next_event()
             if isinstance(event, bytes):
                 if event:
-                    yield event
+                    return event
             elif isinstance(event, h1.End):
                 self._ended = True
+        return None
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive. Raises: OSError, ValueError."""
+        while (chunk := await self.next_chunk()) is not None:
+            yield chunk
 
     async def read(self) -> bytes:
         """The whole body. Raises: OSError, ValueError."""
-        return b"".join([chunk async for chunk in self.chunks()])
+        parts = []
+        while (chunk := await self.next_chunk()) is not None:
+            parts.append(chunk)
+        return b"".join(parts)
 
     def release(self) -> None:
         conn, self._conn = self._conn, None

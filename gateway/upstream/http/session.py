@@ -29,7 +29,6 @@ from gateway.protocol.versions import Version
 from gateway.upstream.http.client import Http1Client, Response
 from gateway.upstream.http.wire import Endpoint, HttpWire
 from gateway.upstream.port import Inbox, SessionExpired, StreamCursor, StreamEnd
-from gateway.upstream.transport import sse_events
 
 log = structlog.get_logger("gateway.upstream")
 
@@ -298,8 +297,8 @@ class HttpSession:
     async def _read_standalone(self, resp: Response, delay: float) -> float:
         """Route the stream's messages until it ends; the server's retry hint is returned."""
         parser = sse.Parser()
-        async for events in sse_events(resp.chunks(), parser):
-            for event in events:
+        while (chunk := await resp.next_chunk()) is not None:
+            for event in parser.feed(chunk):
                 if event.retry is not None:
                     delay = event.retry / 1000
                 item = self.wire.message(event)

@@ -28,7 +28,6 @@ from gateway.upstream.transport import (
     mapped_errors,
     message_of,
     parse_message,
-    sse_events,
 )
 
 log = structlog.get_logger("gateway.upstream")
@@ -227,8 +226,8 @@ class HttpWire:
     ) -> AsyncIterator[dict[str, Any]]:
         """Yield a stream's messages until the response to `rid`, keeping the resume cursor."""
         parser = sse.Parser()
-        async for events in sse_events(resp.chunks(), parser):
-            for event in events:
+        while (chunk := await resp.next_chunk()) is not None:
+            for event in parser.feed(chunk):
                 if event.retry is not None:
                     cursor.retry_ms = event.retry
                 item = self.message(event)
@@ -237,7 +236,7 @@ class HttpWire:
                 yield item
                 if is_response_to(item, rid):
                     cursor.answered = True
-                    await drain(resp.chunks())
+                    await drain(resp.next_chunk)
                     return
             cursor.last_id = parser.last_event_id or cursor.last_id
 
