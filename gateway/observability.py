@@ -13,11 +13,32 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gateway.tracing import TRACING
+
+M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+class Labelled(Generic[M]):
+    """A labelled metric whose children are found by their label values in a dict of
+    their own: `prometheus_client`'s `labels` takes a lock and rebuilds the key on every
+    call, and the hot path asks for a few children per request. Label values are
+    bounded (see the module docstring), so the dict is too."""
+
+    __slots__ = ("metric", "_children")
+
+    def __init__(self, metric: M) -> None:
+        self.metric: M = metric
+        self._children: dict[tuple[str, ...], M] = {}
+
+    def labels(self, *values: str) -> M:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self.metric.labels(*values)
+        return child
 
 
 class Sized(Protocol):
@@ -33,39 +54,49 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(
-            "mrtr_requests",
-            "Client requests by JSON-RPC method and outcome",
-            ["method", "outcome"],
-            registry=r,
+        self.requests = Labelled(
+            Counter(
+                "mrtr_requests",
+                "Client requests by JSON-RPC method and outcome",
+                ["method", "outcome"],
+                registry=r,
+            )
         )
-        self.request_seconds = Histogram(
-            "mrtr_request_duration_seconds",
-            "Whole client request",
-            ["method"],
-            buckets=_SLOW,
-            registry=r,
+        self.request_seconds = Labelled(
+            Histogram(
+                "mrtr_request_duration_seconds",
+                "Whole client request",
+                ["method"],
+                buckets=_SLOW,
+                registry=r,
+            )
         )
-        self.upstream_seconds = Histogram(
-            "mrtr_upstream_duration_seconds",
-            "Plain upstream exchanges (request to response)",
-            ["upstream", "method"],
-            buckets=_FAST,
-            registry=r,
+        self.upstream_seconds = Labelled(
+            Histogram(
+                "mrtr_upstream_duration_seconds",
+                "Plain upstream exchanges (request to response)",
+                ["upstream", "method"],
+                buckets=_FAST,
+                registry=r,
+            )
         )
-        self.round_seconds = Histogram(
-            "mrtr_round_duration_seconds",
-            "One round of an interruptible call: from the client request to input_required or the result",
-            ["upstream", "outcome"],
-            buckets=_SLOW,
-            registry=r,
+        self.round_seconds = Labelled(
+            Histogram(
+                "mrtr_round_duration_seconds",
+                "One round of an interruptible call: from the client request to input_required or the result",
+                ["upstream", "outcome"],
+                buckets=_SLOW,
+                registry=r,
+            )
         )
-        self.resume_seconds = Histogram(
-            "mrtr_resume_duration_seconds",
-            "A retry that resumed a parked call: from arrival to its outcome",
-            ["upstream"],
-            buckets=_SLOW,
-            registry=r,
+        self.resume_seconds = Labelled(
+            Histogram(
+                "mrtr_resume_duration_seconds",
+                "A retry that resumed a parked call: from arrival to its outcome",
+                ["upstream"],
+                buckets=_SLOW,
+                registry=r,
+            )
         )
         self.forward_seconds = Histogram(
             "mrtr_forward_duration_seconds",
@@ -85,40 +116,53 @@ class Metrics:
             buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16),
             registry=r,
         )
-        self.state_refusals = Counter(
-            "mrtr_request_state_refusals", "requestState refused, by reason", ["reason"], registry=r
+        self.state_refusals = Labelled(
+            Counter(
+                "mrtr_request_state_refusals",
+                "requestState refused, by reason",
+                ["reason"],
+                registry=r,
+            )
         )
-        self.call_endings = Counter(
-            "mrtr_call_endings",
-            "Calls ended, by how (done, failed, expired, cancelled)",
-            ["phase"],
-            registry=r,
+        self.call_endings = Labelled(
+            Counter(
+                "mrtr_call_endings",
+                "Calls ended, by how (done, failed, expired, cancelled)",
+                ["phase"],
+                registry=r,
+            )
         )
-        self.upstream_sessions = Gauge(
-            "mrtr_upstream_sessions", "Open upstream sessions", ["upstream"], registry=r
+        self.upstream_sessions = Labelled(
+            Gauge("mrtr_upstream_sessions", "Open upstream sessions", ["upstream"], registry=r)
         )
-        self.upstream_errors = Counter(
-            "mrtr_upstream_errors",
-            "Upstream failures (unreachable, protocol)",
-            ["upstream"],
-            registry=r,
+        self.upstream_errors = Labelled(
+            Counter(
+                "mrtr_upstream_errors",
+                "Upstream failures (unreachable, protocol)",
+                ["upstream"],
+                registry=r,
+            )
         )
-        self.store_seconds = Histogram(
-            "mrtr_store_duration_seconds",
-            "Suspended-call store operations",
-            ["op"],
-            buckets=_FAST,
-            registry=r,
+        self.store_seconds = Labelled(
+            Histogram(
+                "mrtr_store_duration_seconds",
+                "Suspended-call store operations",
+                ["op"],
+                buckets=_FAST,
+                registry=r,
+            )
         )
-        self.store_errors = Counter(
-            "mrtr_store_errors", "Failed store operations", ["op"], registry=r
+        self.store_errors = Labelled(
+            Counter("mrtr_store_errors", "Failed store operations", ["op"], registry=r)
         )
-        self.handoffs = Counter(
-            "mrtr_fleet_handoffs",
-            "Retries served away from the replica that parked their call, by how "
-            "(forwarded, taken_over, replayed, lost, claimed_from_dead)",
-            ["kind"],
-            registry=r,
+        self.handoffs = Labelled(
+            Counter(
+                "mrtr_fleet_handoffs",
+                "Retries served away from the replica that parked their call, by how "
+                "(forwarded, taken_over, replayed, lost, claimed_from_dead)",
+                ["kind"],
+                registry=r,
+            )
         )
         self.drain_timeouts = Counter(
             "mrtr_drain_timeouts", "Drains that ended with calls still held", registry=r

@@ -21,7 +21,7 @@ import json
 import os
 import secrets
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidTag
@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from gateway.errors import ConfigError, InvalidRequestState
+from gateway.protocol import jsonrpc
 
 PREFIX = "gw1."
 MAX_TOKEN_CHARS = 64 * 1024
@@ -164,7 +165,8 @@ class Claims:
     journal: list[dict[str, Any]] = field(default_factory=list)  # replay-mode answers
 
     def to_bytes(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()
+        """Compact JSON of every claim (what `open_claims` reads back)."""
+        return jsonrpc.dumps({name: getattr(self, name) for name in _CLAIM_TYPES})
 
 
 _CLAIM_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -200,8 +202,8 @@ def open_claims(
     """
     payload = codec.unseal(token)
     try:
-        data = json.loads(payload)
-    except ValueError as exc:
+        data = jsonrpc.loads(payload)
+    except (ValueError, RecursionError) as exc:
         raise InvalidRequestState("payload not JSON") from exc
     if not isinstance(data, dict) or set(data) != set(_CLAIM_TYPES):
         raise InvalidRequestState("payload shape")

@@ -104,11 +104,15 @@ class SessionPool(SessionSlots):
         try:
             async with asyncio.timeout(self.limits.acquire_timeout_s):
                 async with self._freed:
-                    while self._count >= self.limits.max_sessions:
-                        if caps is not None and (session := self._take_idle(caps)) is not None:
-                            return session
-                        if not self._evict_idle():
-                            await self._freed.wait()
+                    self._waiting += 1  # under the lock: a release now notifies (slots)
+                    try:
+                        while self._count >= self.limits.max_sessions:
+                            if caps is not None and (session := self._take_idle(caps)):
+                                return session
+                            if not self._evict_idle():
+                                await self._freed.wait()
+                    finally:
+                        self._waiting -= 1
         except TimeoutError:
             raise SessionsBusy(
                 f"all {self.limits.max_sessions} upstream sessions of {self.name!r} are busy"
@@ -167,7 +171,7 @@ class SessionPool(SessionSlots):
         except BaseException:
             self._count -= 1
             self._closings.add(spawn(session.close(), name=f"pool-close-{self.name}"))
-            spawn(self._notify_freed(), name=f"pool-freed-{self.name}")
+            self._wake_waiters()
             raise
         return session
 
@@ -186,7 +190,7 @@ class SessionPool(SessionSlots):
         ):
             session.last_used = self.clock.monotonic()
             idle.append(session)
-            spawn(self._notify_freed(), name=f"pool-freed-{self.name}")
+            self._wake_waiters()
             return
         self._forget(session)
 

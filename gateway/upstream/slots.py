@@ -46,6 +46,7 @@ class SessionSlots:
         self._on_error = on_error
         self._count = 0  # slots taken: sessions open, opening, or closing
         self._freed = asyncio.Condition()
+        self._waiting = 0  # callers inside `_freed` (waiting for a slot or an idle session)
         self._closing = False
         # Sessions closing (awaited by close: a stdio server takes a moment to stop).
         self._closings: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
@@ -87,7 +88,7 @@ class SessionSlots:
             # given back and the half-open session closed, in a task of its own.
             self._count -= 1
             self._closings.add(spawn(session.close(), name=f"pool-close-{self.name}"))
-            spawn(self._notify_freed(), name=f"pool-freed-{self.name}")
+            self._wake_waiters()
             if isinstance(exc, UpstreamError | TimeoutError):
                 self._start_failed(exc)
             if isinstance(exc, TimeoutError):
@@ -118,7 +119,15 @@ class SessionSlots:
         await session.close(end=end)
         await self._notify_freed()
 
+    def _wake_waiters(self) -> None:
+        """`_notify_freed` in a task of its own, only when someone waits: a session given
+        back with nobody waiting (the common case) costs no task."""
+        if self._waiting:
+            spawn(self._notify_freed(), name=f"pool-freed-{self.name}")
+
     async def _notify_freed(self) -> None:
         """Wake those waiting for a slot: one was freed, or a session went back idle."""
+        if not self._waiting:
+            return
         async with self._freed:
             self._freed.notify_all()

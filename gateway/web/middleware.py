@@ -7,6 +7,7 @@ a generic 500 whose details go only to the log, never a traceback on the wire.
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from typing import Any
 
@@ -30,11 +31,21 @@ def rpc_error_reply(exc: RpcError, rid: RequestId | None) -> tuple[dict[str, Any
     return jsonrpc.error(rid, exc.error_object()), exc.status
 
 
+_REQUEST_IDS = itertools.count(1)
+_REQUEST_ID_PREFIX = secrets.token_hex(4)
+
+
+def _next_request_id() -> str:
+    """A request id unique to this process and beyond (a random prefix per process, then a
+    counter): a correlation handle, not a secret, so it costs no call for random bytes."""
+    return f"{_REQUEST_ID_PREFIX}{next(_REQUEST_IDS):08x}"
+
+
 @web.middleware
 async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     incoming = request.headers.get("X-Request-Id", "")
     request_id = (
-        incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else secrets.token_hex(8)
+        incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else _next_request_id()
     )
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(request_id=request_id)

@@ -249,3 +249,36 @@ async def test_sessions_of_a_server_that_says_the_same_share_one_copy_of_it() ->
     one, two = await sessions.acquire(ClientCaps()), await sessions.acquire(ClientCaps())
     assert one is not two and one.info == two.info
     assert one.info is two.info is sessions.info  # a parked call holds no copy of its own
+
+
+async def test_a_caller_waiting_on_a_full_pool_gets_a_session_given_back_or_its_slot() -> (
+    None
+):
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory, max_sessions=1, acquire_timeout_s=30)
+    first = await sessions.acquire(ClientCaps())
+    waiting = spawn(sessions.acquire(ClientCaps()), name="waiting")
+    await asyncio.sleep(0)  # it is waiting on the full pool now
+    assert sessions._waiting == 1
+    sessions.release(first, reuse=True)  # given back clean: the waiter takes it
+    async with asyncio.timeout(5):  # without a wake-up it would wait the full 30 s
+        assert await waiting is first
+    assert sessions._waiting == 0
+    waiting = spawn(sessions.acquire(ClientCaps()), name="waiting-again")
+    await asyncio.sleep(0)
+    sessions.release(first, reuse=False)  # closed: its slot is free for a new session
+    async with asyncio.timeout(5):
+        second = await waiting
+    assert second is not first and second.alive and first.closed.is_set()
+
+
+async def test_a_session_given_back_with_nobody_waiting_costs_no_task() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory, max_sessions=4)
+    session = await sessions.acquire(ClientCaps())
+    before = {t.get_name() for t in asyncio.all_tasks()}
+    sessions.release(session, reuse=True)
+    after = {t.get_name() for t in asyncio.all_tasks()}
+    assert after - before == set()  # no pool-freed task: nobody was waiting
