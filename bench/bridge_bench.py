@@ -138,12 +138,39 @@ async def greet_round_trip(http: aiohttp.ClientSession, url: str, rid: int) -> N
     assert final["content"][0]["text"] == "Hello, bench!", final
 
 
+def summary(
+    label: str, latencies: list[float], elapsed: float, *, quiet: bool = False
+) -> dict[str, Any]:
+    """Throughput and latency percentiles of `latencies` (seconds) taken over `elapsed`."""
+    latencies = sorted(latencies)
+    result = {
+        "label": label,
+        "ops": len(latencies),
+        "elapsed": elapsed,
+        "latencies": latencies,
+        "per_s": len(latencies) / elapsed,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[max(int(len(latencies) * 0.99) - 1, 0)] * 1000,
+    }
+    if not quiet:
+        print(
+            f"  {label:<44} {result['per_s']:8.0f}/s   p50 {result['p50_ms']:6.2f} ms   p99 {result['p99_ms']:6.2f} ms",
+            flush=True,
+        )
+    return result
+
+
 async def measure(
     label: str,
     workers: int,
     per_worker: int,
     make_op: Callable[[aiohttp.ClientSession], Awaitable[Callable[[int], Awaitable[None]]]],
+    *,
+    quiet: bool = False,
+    cpu_of: Callable[[], list[float]] | None = None,
 ) -> dict[str, Any]:
+    """`workers` clients doing `per_worker` operations each, after a warm-up; `cpu_of`
+    (CPU seconds of the processes measured) is read around the timed part only."""
     latencies: list[float] = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
         ops = [await make_op(http) for _ in range(workers)]
@@ -157,22 +184,12 @@ async def measure(
                 await op(2 * i)
                 latencies.append(time.perf_counter() - start)
 
+        cpu_before = cpu_of() if cpu_of is not None else []
         started = time.perf_counter()
         await asyncio.gather(*(worker(op) for op in ops))
         elapsed = time.perf_counter() - started
-    latencies.sort()
-    result = {
-        "label": label,
-        "ops": len(latencies),
-        "per_s": len(latencies) / elapsed,
-        "p50_ms": statistics.median(latencies) * 1000,
-        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
-    }
-    print(
-        f"  {label:<44} {result['per_s']:8.0f}/s   p50 {result['p50_ms']:6.2f} ms   p99 {result['p99_ms']:6.2f} ms",
-        flush=True,
-    )
-    return result
+        cpu = [b - a for a, b in zip(cpu_before, cpu_of(), strict=True)] if cpu_of else []
+    return {**summary(label, latencies, elapsed, quiet=quiet), "cpu_s": cpu}
 
 
 def start(args: list[str], port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:

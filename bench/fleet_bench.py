@@ -50,7 +50,7 @@ async def resume(http: aiohttp.ClientSession, url: str, rid: int, state: str) ->
 
 
 async def measure(
-    label: str, owner: str, resumer: str, rounds: int, workers: int
+    label: str, owner: str, resumer: str, rounds: int, workers: int, *, quiet: bool = False
 ) -> dict[str, Any]:
     samples: list[float] = []
     async with aiohttp.ClientSession() as http:
@@ -68,11 +68,13 @@ async def measure(
     samples.sort()
     out = {
         "p50": statistics.median(samples) * 1000,
-        "p99": samples[int(len(samples) * 0.99) - 1] * 1000,
+        "p99": samples[max(int(len(samples) * 0.99) - 1, 0)] * 1000,
+        "samples": [sample * 1000 for sample in samples],
     }
-    print(
-        f"  {label:<34} resume p50 {out['p50']:6.2f} ms   p99 {out['p99']:6.2f} ms   (n={len(samples)})"
-    )
+    if not quiet:
+        print(
+            f"  {label:<34} resume p50 {out['p50']:6.2f} ms   p99 {out['p99']:6.2f} ms   (n={len(samples)})"
+        )
     return out
 
 

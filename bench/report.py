@@ -23,11 +23,11 @@ import argparse
 import asyncio
 import contextlib
 import os
+import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from bench.bridge_bench import (  # noqa: E402
     modern_echo,
     modern_request,
     read_reply,
+    summary,
 )
 from gateway.protocol.state import generate_key  # noqa: E402
 from tests.peers.tooling import (  # noqa: E402
@@ -126,13 +127,6 @@ def rss_kb(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-@contextmanager
-def cpu_of(pid: int, into: dict[str, float]) -> Iterator[None]:
-    before = cpu_s(pid)
-    yield
-    into["cpu_s"] = cpu_s(pid) - before
-
-
 class Gateway:
     """`mrtr-gateway serve` with the shipped defaults but for `config`; its stderr goes to
     a file, as a container runtime's log driver takes it (no reader in this busy process
@@ -157,9 +151,12 @@ class Gateway:
         wait_for_port(self.port, self.proc)
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
-    @property
-    def log_bytes(self) -> int:
-        return self.log_path.stat().st_size
+    def log_bytes_per_request(self) -> float:
+        """The mean size of its `request_served` lines (a request is one line at `info`)."""
+        lines = [
+            line for line in self.log_path.read_bytes().splitlines() if b"request_served" in line
+        ]
+        return sum(len(line) + 1 for line in lines) / max(len(lines), 1)
 
     @property
     def pid(self) -> int:
@@ -211,16 +208,46 @@ def direct_greet(url: str) -> MakeOp:
     return make
 
 
-async def timed(
-    label: str, workers: int, per: int, make: MakeOp, pid: int | None = None
-) -> dict[str, Any]:
-    usage: dict[str, float] = {}
-    if pid is None:
-        return await measure(label, workers, per, make)
-    with cpu_of(pid, usage):
-        result = await measure(label, workers, per, make)
-    result.update(usage)
-    return result
+@dataclass(frozen=True)
+class Variant:
+    label: str
+    make: MakeOp
+    pids: tuple[int, ...] = ()  # processes whose CPU its batches are charged
+
+
+#: Batches each variant of a comparison is measured in (see `interleaved`).
+BATCHES = 4
+
+
+async def interleaved(
+    variants: list[Variant], workers: int, per: int, batches: int = BATCHES
+) -> list[dict[str, Any]]:
+    """Every variant measured in `batches` batches, the order turned each time (A B C,
+    B C A, C A B, ...): a shared machine that speeds up or slows down during the run weighs
+    on every variant alike, where measuring one after the other would favour whichever ran
+    in the quieter minute. Each result's `cpu_s` lists the CPU seconds of its `pids`."""
+    latencies: dict[str, list[float]] = {v.label: [] for v in variants}
+    elapsed = dict.fromkeys(latencies, 0.0)
+    cpu = {v.label: [0.0] * len(v.pids) for v in variants}
+    for batch in range(batches):
+        turn = batch % len(variants)
+        for v in variants[turn:] + variants[:turn]:
+            result = await measure(
+                v.label,
+                workers,
+                max(per // batches, 1),
+                v.make,
+                quiet=True,
+                cpu_of=lambda v=v: [cpu_s(pid) for pid in v.pids],  # type: ignore[misc]
+            )
+            for i, used in enumerate(result["cpu_s"]):
+                cpu[v.label][i] += used
+            latencies[v.label] += result["latencies"]
+            elapsed[v.label] += result["elapsed"]
+    return [
+        {**summary(v.label, latencies[v.label], elapsed[v.label]), "cpu_s": cpu[v.label]}
+        for v in variants
+    ]
 
 
 class FloorProxy:
@@ -245,28 +272,39 @@ async def passthrough(args: argparse.Namespace, folder: Path) -> None:
     legacy = LegacyServer()
     gw = Gateway(upstream("legacy", legacy.url, pool={"min_idle": 4}), folder, "pass")
     floor = FloorProxy(legacy.url)
-    n, seq = (40, 200) if args.quick else (150, 600)
+    n, seq = (40, 200) if args.quick else (160, 600)
+    server = legacy.proc.pid
     try:
-        direct = await timed("direct, 32 clients", 32, n, direct_echo(legacy.url), legacy.proc.pid)
-        server_cpu = cpu_s(legacy.proc.pid)
-        through = await timed("gateway, 32 clients", 32, n, echo_to(gw.url), gw.pid)
-        server_in_gw = cpu_s(legacy.proc.pid) - server_cpu
-        least = await timed("floor proxy, 32 clients", 32, n, echo_to(floor.url), floor.proc.pid)
-        direct1 = await measure("direct, 1 client", 1, seq, direct_echo(legacy.url))
-        through1 = await measure("gateway, 1 client", 1, seq, echo_to(gw.url))
-        least1 = await measure("floor proxy, 1 client", 1, seq, echo_to(floor.url))
+        direct, through, least = await interleaved(
+            [
+                Variant("direct, 32 clients", direct_echo(legacy.url), (server,)),
+                Variant("gateway, 32 clients", echo_to(gw.url), (gw.pid, server)),
+                Variant("floor proxy, 32 clients", echo_to(floor.url), (floor.proc.pid,)),
+            ],
+            32,
+            n,
+        )
+        direct1, through1, least1 = await interleaved(
+            [
+                Variant("direct, 1 client", direct_echo(legacy.url)),
+                Variant("gateway, 1 client", echo_to(gw.url)),
+                Variant("floor proxy, 1 client", echo_to(floor.url)),
+            ],
+            1,
+            seq,
+        )
     finally:
         floor.stop()
         gw.stop()
         legacy.stop()
-    gw_per = through["cpu_s"] / through["ops"] * 1000
-    legacy_per = direct["cpu_s"] / direct["ops"] * 1000
-    legacy_gw_per = server_in_gw / through["ops"] * 1000
-    floor_per = least["cpu_s"] / least["ops"] * 1000
+    gw_per = through["cpu_s"][0] / through["ops"] * 1000
+    legacy_per = direct["cpu_s"][0] / direct["ops"] * 1000
+    legacy_gw_per = through["cpu_s"][1] / through["ops"] * 1000
+    floor_per = least["cpu_s"][0] / least["ops"] * 1000
     print(
         f"  CPU per call: gateway {gw_per:.3f} ms, legacy server {legacy_per:.3f} ms direct "
-        f"({legacy_gw_per:.3f} ms behind the gateway); gateway logs {gw.log_bytes / max(through['ops'], 1):.0f} B/call\n"
-        f"  the floor (a bare aiohttp proxy): {floor_per:.3f} ms CPU per call "
+        f"({legacy_gw_per:.3f} ms behind the gateway); gateway logs {gw.log_bytes_per_request():.0f} B/call\n"
+        f"  the floor (a bare proxy on the same stack): {floor_per:.3f} ms CPU per call "
         f"({floor_per / legacy_per:.2f}x the server's), sequential p50 "
         f"+{least1['p50_ms'] - direct1['p50_ms']:.2f} ms, throughput {least['per_s'] / direct['per_s']:.2f}x direct; "
         f"the gateway's own work on top: {gw_per - floor_per:.3f} ms CPU, "
@@ -292,14 +330,24 @@ async def roundtrip(args: argparse.Namespace, folder: Path) -> None:
     print("roundtrip: greet (call -> input_required -> retry -> complete)")
     legacy = LegacyServer()
     gw = Gateway(upstream("legacy", legacy.url, pool={"min_idle": 4}), folder, "round")
-    n1, n16 = (100, 20) if args.quick else (300, 60)
+    n1, n16 = (100, 20) if args.quick else (320, 64)
     try:
-        direct1 = await measure("direct legacy client, 1 client", 1, n1, direct_greet(legacy.url))
-        through1 = await measure("gateway, 1 client", 1, n1, greet_at(gw.url))
-        direct16 = await measure(
-            "direct legacy client, 16 clients", 16, n16, direct_greet(legacy.url)
+        direct1, through1 = await interleaved(
+            [
+                Variant("direct legacy client, 1 client", direct_greet(legacy.url)),
+                Variant("gateway, 1 client", greet_at(gw.url)),
+            ],
+            1,
+            n1,
         )
-        through16 = await measure("gateway, 16 clients", 16, n16, greet_at(gw.url))
+        direct16, through16 = await interleaved(
+            [
+                Variant("direct legacy client, 16 clients", direct_greet(legacy.url)),
+                Variant("gateway, 16 clients", greet_at(gw.url)),
+            ],
+            16,
+            n16,
+        )
     finally:
         gw.stop()
         legacy.stop()
@@ -402,8 +450,21 @@ async def fleet(args: argparse.Namespace, folder: Path) -> None:
     a = Gateway(config, folder, "fleet-a", {**env, "MRTR_GATEWAY_REPLICA_ID": "a"})
     b = Gateway(config, folder, "fleet-b", {**env, "MRTR_GATEWAY_REPLICA_ID": "b"})
     try:
-        same = await resumes("same replica (A -> A)", a.url, a.url, rounds, 1)
-        cross = await resumes("cross replica (A -> B -> A)", a.url, b.url, rounds, 1)
+        # In alternating batches, as `interleaved` does: the difference is the figure.
+        same_ms: list[float] = []
+        cross_ms: list[float] = []
+        for batch in range(BATCHES):
+            pair = [(same_ms, a.url), (cross_ms, b.url)]
+            for into, resumer in pair if batch % 2 == 0 else pair[::-1]:
+                label = "same" if resumer == a.url else "cross"
+                result = await resumes(label, a.url, resumer, rounds // BATCHES, 1, quiet=True)
+                into += result["samples"]
+        same = {"p50": statistics.median(same_ms)}
+        cross = {"p50": statistics.median(cross_ms)}
+        print(
+            f"  same replica (A -> A)        resume p50 {same['p50']:6.2f} ms (n={len(same_ms)})\n"
+            f"  cross replica (A -> B -> A)  resume p50 {cross['p50']:6.2f} ms (n={len(cross_ms)})"
+        )
     finally:
         a.stop()
         b.stop()
@@ -427,14 +488,22 @@ async def stdio(args: argparse.Namespace, folder: Path) -> None:
         # processes this load needs (each takes seconds to import) before it is measured.
         await measure(f"warm-up, {workers} clients", workers, 5, echo_to(gw.url))
         await settled(gw.pid)
-        direct = await measure(
-            f"echo direct HTTP, {workers} clients", workers, n, direct_echo(legacy.url)
+        direct, through = await interleaved(
+            [
+                Variant(f"echo direct HTTP, {workers} clients", direct_echo(legacy.url)),
+                Variant(f"echo gateway stdio, {workers} clients", echo_to(gw.url)),
+            ],
+            workers,
+            n,
         )
-        through = await measure(
-            f"echo gateway stdio, {workers} clients", workers, n, echo_to(gw.url)
+        direct1, through1 = await interleaved(
+            [
+                Variant("greet direct HTTP, 1 client", direct_greet(legacy.url)),
+                Variant("greet gateway stdio, 1 client", greet_at(gw.url)),
+            ],
+            1,
+            rounds,
         )
-        direct1 = await measure("greet direct HTTP, 1 client", 1, rounds, direct_greet(legacy.url))
-        through1 = await measure("greet gateway stdio, 1 client", 1, rounds, greet_at(gw.url))
     finally:
         gw.stop()
         legacy.stop()
