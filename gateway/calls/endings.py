@@ -137,14 +137,10 @@ class Endings:
                 await cancel_and_wait(call.pump)
             # else: the pump reads the end of the finished stream so its connection is reused
             if _in_store(call):
-                try:
-                    await self.store.delete(call.id, kept)
+                try:  # the record and the principal's hold, in one round trip
+                    await self.store.forget(call.id, call.principal, kept)
                 except StoreError as exc:
-                    log.warning("store_delete_failed", error=str(exc))
-                try:
-                    await self.store.unhold(call.principal, call.id)
-                except StoreError as exc:
-                    log.warning("store_unhold_failed", error=str(exc))
+                    log.warning("store_forget_failed", error=str(exc))
         finally:
             self._settle(call)
 

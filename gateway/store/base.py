@@ -122,6 +122,11 @@ class SuspendedCallStore(Protocol):
         """Forget the record, keeping `kept` in the same step. Raises: StoreError."""
         ...
 
+    async def forget(self, call_id: str, principal: str, kept: Kept | None = None) -> None:
+        """`delete` and `unhold` together, in one round trip where the backend can (a
+        Cluster keeps the two keys in different slots). Raises: StoreError."""
+        ...
+
     async def hold(self, principal: str, call_id: str, until_ms: int, cap: int) -> bool:
         """Count `call_id` among `principal`'s parked calls (across the fleet) until
         `until_ms`, if fewer than `cap` are; False when the principal is at its cap.
@@ -205,6 +210,10 @@ class TimedStore:
     async def delete(self, call_id: str, kept: Kept | None = None) -> None:
         async with self.metrics.timed_store("delete"):
             await self.inner.delete(call_id, kept)
+
+    async def forget(self, call_id: str, principal: str, kept: Kept | None = None) -> None:
+        async with self.metrics.timed_store("forget"):
+            await self.inner.forget(call_id, principal, kept)
 
     async def hold(self, principal: str, call_id: str, until_ms: int, cap: int) -> bool:
         async with self.metrics.timed_store("hold"):

@@ -57,6 +57,10 @@ class MemoryStore:
         if kept is not None:
             self._keep(call_id, kept.round, kept.outcome, kept.ttl_ms)
 
+    async def forget(self, call_id: str, principal: str, kept: Kept | None = None) -> None:
+        await self.delete(call_id, kept)
+        await self.unhold(principal, call_id)
+
     async def hold(self, principal: str, call_id: str, until_ms: int, cap: int) -> bool:
         now = self.clock.wall_ms()
         held = {c: t for c, t in self._held.get(principal, {}).items() if t > now}

@@ -258,6 +258,22 @@ class RedisStore:
 
         await self._run(write)
 
+    async def forget(self, call_id: str, principal: str, kept: Kept | None = None) -> None:
+        if not self._one_trip:  # a cluster: the two keys live in different slots
+            await self.delete(call_id, kept)
+            await self.unhold(principal, call_id)
+            return
+
+        async def write() -> None:
+            async with self.client.pipeline(transaction=True) as pipe:
+                if kept is not None:
+                    self._keep(pipe, call_id, kept)
+                pipe.delete(self.key(call_id))
+                pipe.zrem(self.held_key(principal), call_id)
+                await pipe.execute()
+
+        await self._run(write)
+
     def held_key(self, principal: str) -> str:
         digest = hashlib.sha256(principal.encode()).hexdigest()[:32]
         return f"{self.prefix}principal:{digest}:parked"

@@ -52,10 +52,13 @@ def session_factory(
             return StdioSession(command, caps)
 
         return stdio
+    headers = dict(upstream.headers)
+    if not any(name.lower() == "user-agent" for name in headers):
+        headers["User-Agent"] = f"mrtr-gateway/{__version__}"  # what the upstream's logs show
     endpoint = Endpoint(
         name=upstream.name,
         url=upstream.url,
-        headers=dict(upstream.headers),
+        headers=headers,
         timeout_s=upstream.timeout_s,
         client_version=__version__,
         authorization=authorization,

@@ -266,3 +266,17 @@ async def test_a_round_refused_for_the_principals_cap_keeps_nothing(store) -> No
     outcome = Kept(1, b"{}", 60_000)
     assert not await store.park_held(record("c1", round_=2), until, 1, outcome)
     assert await store.get("c1") is None and await store.recall("c1", 1) is None
+
+
+async def test_forgetting_a_call_drops_its_record_and_hold_and_keeps_its_outcome(store) -> None:
+    until = START_WALL_MS + 60_000
+    assert await store.park_held(record("c1"), until, 1)
+    assert not await store.hold("anonymous", "c2", until, 1)  # c1 holds the only place
+    assert await store.claim("c1", 1, "replica-a") is not None
+    done = Kept(1, b'{"content":[]}', 60_000)
+    await store.forget("c1", "anonymous", done)
+    assert await store.get("c1") is None
+    assert await store.recall("c1", 1) == done.outcome
+    assert await store.hold("anonymous", "c2", until, 1)  # the place is free again
+    await store.forget("c2", "anonymous")  # nothing kept: nothing recalled
+    assert await store.recall("c2", 1) is None

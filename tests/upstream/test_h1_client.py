@@ -271,3 +271,47 @@ def test_urls_split_into_origin_and_target() -> None:
     assert split_url("http://h")[1] == "/"
     with pytest.raises(ValueError):
         split_url("ftp://h/x")
+
+
+async def test_the_gateway_names_itself_to_its_upstream_unless_the_config_does(
+    http: Http1Client,
+) -> None:
+    import aiohttp
+
+    from gateway.config import UpstreamConfig
+    from gateway.protocol.capabilities import ClientCaps
+    from gateway.upstream.factory import session_factory
+
+    initialized = (
+        b'{"jsonrpc":"2.0","id":"%s","result":{"protocolVersion":"2025-11-25",'
+        b'"capabilities":{},"serverInfo":{"name":"s","version":"1"}}}'
+    )
+
+    async def handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        request = server.requests[-1]
+        if request.startswith(b"GET"):
+            writer.write(b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n")
+        elif b'"initialize"' in request:
+            rid = request.split(b'"id":"', 1)[1].split(b'"', 1)[0]
+            body = initialized % rid
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: s1\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+        else:
+            writer.write(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
+
+    server = await Server().start(handshake)
+    async with aiohttp.ClientSession() as aio:
+        for headers, expected in (
+            ({}, b"\r\nUser-Agent: mrtr-gateway/"),
+            ({"user-agent": "acme-probe/2"}, b"\r\nuser-agent: acme-probe/2\r\n"),
+        ):
+            server.requests.clear()
+            config = UpstreamConfig(name="u", url=server.url, headers=headers)
+            session = session_factory(aio, config, h1=http)(ClientCaps())
+            await session.open()
+            await session.close()
+            initialize = server.requests[0]
+            assert expected in initialize and initialize.lower().count(b"user-agent") == 1
+    await server.stop()

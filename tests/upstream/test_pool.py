@@ -251,9 +251,7 @@ async def test_sessions_of_a_server_that_says_the_same_share_one_copy_of_it() ->
     assert one.info is two.info is sessions.info  # a parked call holds no copy of its own
 
 
-async def test_a_caller_waiting_on_a_full_pool_gets_a_session_given_back_or_its_slot() -> (
-    None
-):
+async def test_a_caller_waiting_on_a_full_pool_gets_a_session_given_back_or_its_slot() -> None:
     factory = Factory()
     factory.gate.set()
     sessions = pool(factory, max_sessions=1, acquire_timeout_s=30)
