@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from gateway.aio import cancel_and_wait, spawn
+from gateway.aio import spawn
 from gateway.calls.live import LiveCall, Registry
 from gateway.calls.outcomes import to_keep
 from gateway.clock import Later
@@ -88,7 +88,7 @@ class Endings:
                 await call.expiry.cancel()  # not if it is what abandons the call
             self.registry.remove(call)
             call.pool.discard(call.session)
-            await cancel_and_wait(call.pump)
+            await _stop_pump(call)
         finally:
             self._settle(call)
         self.metrics.call_endings.labels("handed_over").inc()
@@ -134,7 +134,7 @@ class Endings:
         self._let_go(call, reuse=reuse)
         try:
             if not reuse:
-                await cancel_and_wait(call.pump)
+                await _stop_pump(call)
             # else: the pump reads the end of the finished stream so its connection is reused
             if _in_store(call):
                 try:  # the record and the principal's hold, in one round trip
@@ -156,3 +156,8 @@ class Endings:
 def _in_store(call: LiveCall) -> bool:
     """Whether the call has a record (and a hold) in the store to forget when it ends."""
     return bool(call.machine.round) and not call.stateless
+
+
+async def _stop_pump(call: LiveCall) -> None:
+    if call.pump is not None:
+        await call.pump.stop()

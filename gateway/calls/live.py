@@ -17,7 +17,7 @@ from gateway.aio import Once
 from gateway.clock import Later
 from gateway.config import UpstreamConfig
 from gateway.protocol.call import CallMachine, Phase, Trigger
-from gateway.upstream.port import Inbox, StreamCursor, UpstreamPool, UpstreamSession
+from gateway.upstream.port import Inbox, Pumping, StreamCursor, UpstreamPool, UpstreamSession
 
 
 @dataclass(eq=False, slots=True)
@@ -35,7 +35,7 @@ class LiveCall:
     target: str | None
     started: float  # on the core's clock
     stateless: bool = False  # replay mode: nothing parked, the journal rides in requestState
-    pump: asyncio.Task[None] | None = None
+    pump: Pumping | None = None  # its stream being read into the inbox
     expiry: Later | None = None  # the suspension deadline, while parked
     parked_ms: tuple[int, int] = (0, 0)  # the round's issue time and deadline (wall ms)
     stored: bool = False  # its record for this round is written (checks of ownership wait)

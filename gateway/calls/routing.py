@@ -45,7 +45,7 @@ from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_en
 from gateway.protocol.versions import Version
 from gateway.store.base import SuspendedCall, SuspendedCallStore
 from gateway.tracing import TRACING
-from gateway.upstream.port import SessionExpired, StreamCursor
+from gateway.upstream.port import SessionExpired, StreamCursor, TaskPump
 
 log = structlog.get_logger("gateway.calls")
 
@@ -319,10 +319,8 @@ class Routing:
             upstream, pool, session, machine, record.principal, record.digest, record.target, cursor
         )
         call.resumed = record.round
-        call.pump = spawn(
-            session.pump_resumed(record.upstream_request_id, call.inbox, cursor),
-            name=f"call-pump-{record.call_id}",
-        )
+        resumed = session.pump_resumed(record.upstream_request_id, call.inbox, cursor)
+        call.pump = TaskPump(spawn(resumed, name=f"call-pump-{record.call_id}"))
         log.info("call_taken_over", previous_owner=record.owner, round=record.round)
         self.metrics.handoffs.labels("taken_over").inc()
         answers = machine.deliver(front.params.get("inputResponses") or {})

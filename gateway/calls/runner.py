@@ -19,7 +19,6 @@ from typing import Any
 import structlog
 
 from gateway import clock as clocks
-from gateway.aio import spawn
 from gateway.calls.endings import Endings
 from gateway.calls.live import LiveCall, Registry
 from gateway.calls.pace import Pace, Target
@@ -107,9 +106,6 @@ class Runner:
         )
         call = self.launch(upstream, pool, session, machine, principal, digest, front.target)
         call.stateless = upstream.target(front.method, front.target).mode == REPLAY
-        call.pump = spawn(
-            session.pump(message, call.inbox, call.cursor, front.trace), name=f"call-pump-{call_id}"
-        )
         structlog.contextvars.bind_contextvars(call_id=call_id)
         log.debug(
             "call_started",
@@ -118,7 +114,7 @@ class Runner:
             target=front.target,
             replayed_answers=sum(len(v) for v in known.values()),
         )
-        return await self.drive(call, front, notify)
+        return await self.drive(call, front, notify, request=message)
 
     def launch(
         self,
@@ -184,8 +180,11 @@ class Runner:
         front: FrontRequest,
         notify: Notify,
         answers: list[Answer] | None = None,
+        *,
+        request: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Deliver this round's answers and read until the call finishes or asks again.
+        """Deliver this round's answers (or send the call's `request`, in its first round)
+        and read until the call finishes or asks again.
 
         Raises:
             RpcError: every failure, with its wire mapping; the call has ended unless
@@ -197,7 +196,7 @@ class Runner:
             with TRACING.span(
                 "mcp round", attributes={"mcp.call": call.id, "mcp.round": call.machine.round}
             ):
-                result = await self._round(call, front, notify, answers or [])
+                result = await self._round(call, front, notify, answers or [], request)
             outcome = str(result.get("resultType", "complete"))
             return result
         finally:
@@ -206,11 +205,20 @@ class Runner:
             )
 
     async def _round(
-        self, call: LiveCall, front: FrontRequest, notify: Notify, answers: list[Answer]
+        self,
+        call: LiveCall,
+        front: FrontRequest,
+        notify: Notify,
+        answers: list[Answer],
+        request: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         call.machine.serve(round_context(front))
         try:
             async with clocks.timeout(self.clock, self.limits.hold_timeout_s):
+                if request is not None:  # within the round's bounds: the head may be slow
+                    call.pump = await call.session.start(
+                        request, call.inbox, call.cursor, front.trace
+                    )
                 for answer in answers:
                     await call.session.send(answer.message())
                 return await self._read(call, notify)

@@ -32,7 +32,14 @@ from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.outside import answer_outside_call
 from gateway.protocol.translate import UpstreamInfo, upstream_info
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
-from gateway.upstream.port import Inbox, SessionExpired, StreamCursor, StreamEnd
+from gateway.upstream.port import (
+    Inbox,
+    Pumping,
+    SessionExpired,
+    StreamCursor,
+    StreamEnd,
+    TaskPump,
+)
 
 log = structlog.get_logger("gateway.upstream")
 
@@ -130,13 +137,17 @@ class DuplexSession:
         except TimeoutError as exc:
             raise self._retire(UpstreamError("the upstream stopped reading its input")) from exc
 
-    async def pump(
+    async def start(
         self,
         message: dict[str, Any],
         inbox: Inbox,
         cursor: StreamCursor,
         headers: Mapping[str, str] | None = None,
-    ) -> None:
+    ) -> Pumping:
+        """Write the call's request (in a task); the reader puts what follows into `inbox`."""
+        return TaskPump(spawn(self.pump(message, inbox, cursor), name=f"call-pump-{self.name}"))
+
+    async def pump(self, message: dict[str, Any], inbox: Inbox, cursor: StreamCursor) -> None:
         """Write the call's request; the reader puts what follows into `inbox`."""
         done = asyncio.Event()
         self._call = (message["id"], inbox, done)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gateway.aio import cancel_and_wait
 from gateway.errors import UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.jsonrpc import RequestId
@@ -93,6 +94,33 @@ class Inbox:
         return tuple(self._items)
 
 
+class Pumping(Protocol):
+    """A call's stream being read into its inbox, by a task or by a transport's callbacks."""
+
+    async def stop(self) -> None:
+        """Stop reading (the stream is closed) and return once it has stopped."""
+        ...
+
+    def done(self) -> bool:
+        """Whether the reading is over (the response read, the stream ended or stopped)."""
+        ...
+
+
+class TaskPump:
+    """`Pumping` by a task of its own (a coroutine that reads into the inbox)."""
+
+    __slots__ = ("task",)
+
+    def __init__(self, task: asyncio.Task[None]) -> None:
+        self.task = task
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self.task)
+
+    def done(self) -> bool:
+        return self.task.done()
+
+
 class UpstreamSession(Protocol):
     """One initialised legacy session; owned by one call at a time."""
 
@@ -121,17 +149,19 @@ class UpstreamSession(Protocol):
         """Route the server's messages outside any call's own stream to this inbox."""
         ...
 
-    async def pump(
+    async def start(
         self,
         message: dict[str, Any],
         inbox: Inbox,
         cursor: StreamCursor,
         headers: Mapping[str, str] | None = None,
-    ) -> None:
-        """Send a request and put what the server says about it in `inbox`.
+    ) -> Pumping:
+        """Send a request; what the server says about it goes into `inbox` as it comes.
 
-        Ends once the response is in the inbox, or a `StreamEnd` if the stream ended
-        first. Never raises an `UpstreamError`.
+        Returns once the request is on its way (a transport may wait for the answer's
+        head): the reading goes on without the caller, until the response is in the
+        inbox, or a `StreamEnd` if the stream ended first. Never raises an
+        `UpstreamError`: a failure is a `StreamEnd` in the inbox.
         """
         ...
 

@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.aio import spawn
 from gateway.errors import UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
-from gateway.upstream.port import Inbox, SessionExpired, StreamCursor, StreamEnd
+from gateway.upstream.port import Inbox, SessionExpired, StreamCursor, StreamEnd, TaskPump
 
 INFO = UpstreamInfo(
     protocol_version=UPSTREAM_VERSIONS[0].value,
@@ -93,15 +94,15 @@ class ScriptedSession:
     def attach(self, inbox: Inbox) -> None:
         self._owner = inbox
 
-    async def pump(
+    async def start(
         self,
         message: dict[str, Any],
         inbox: Inbox,
         cursor: StreamCursor,
         headers: Mapping[str, str] | None = None,
-    ) -> None:
+    ) -> TaskPump:
         self.request, self.headers = message, headers
-        await self._serve(inbox, cursor)
+        return TaskPump(spawn(self._serve(inbox, cursor), name="scripted-call"))
 
     async def pump_resumed(self, rid: Any, inbox: Inbox, cursor: StreamCursor) -> None:
         self.request = {"jsonrpc": "2.0", "id": rid, "method": "(resumed)"}

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from gateway.aio import spawn
-from gateway.upstream.http import client as h1client
+from gateway.upstream.http import connection as h1client
 from gateway.upstream.http.client import Http1Client, split_url
 from gateway.upstream.http.h1 import Incomplete
 

@@ -68,7 +68,7 @@ class FakeSession:
     def detach(self) -> None:
         pass
 
-    async def pump(self, message: Any, inbox: Inbox, cursor: StreamCursor, headers=None) -> None:
+    async def start(self, message: Any, inbox: Inbox, cursor: StreamCursor, headers=None) -> Any:
         raise AssertionError("not used")
 
     async def pump_resumed(self, rid: Any, inbox: Inbox, cursor: StreamCursor) -> None:

@@ -25,178 +25,29 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from functools import lru_cache
+from collections.abc import AsyncIterator
 from types import TracebackType
-from urllib.parse import urlsplit
+from typing import Protocol
 
 from gateway.upstream.http import h1
+from gateway.upstream.http.connection import Connection, Origin, split_url
 
 #: Idle keep-alive connections older than this are closed rather than reused.
 IDLE_S = 15.0
 #: Idle connections kept per origin; more are closed when given back.
 MAX_IDLE_PER_ORIGIN = 256
-#: Body bytes buffered unread before the socket stops being read (and after which
-#: it is read again once the buffer is half consumed).
-HIGH_WATER = 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Origin:
-    scheme: str
-    host: str
-    port: int
-    host_header: str
+class BodySink(Protocol):
+    """Where `Response.stream_into` sends a body."""
 
+    def data(self, chunk: bytes) -> None:
+        """More of the body."""
+        ...
 
-@lru_cache(maxsize=256)
-def split_url(url: str) -> tuple[Origin, str]:
-    """The origin of `url` and its request target (path and query).
-
-    Raises:
-        ValueError: not an absolute http(s) URL.
-    """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {url!r}")
-    default = 443 if parts.scheme == "https" else 80
-    port = parts.port or default
-    host = parts.hostname
-    shown = f"[{host}]" if ":" in host else host
-    header = shown if port == default else f"{shown}:{port}"
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return Origin(parts.scheme, host, port, header), target
-
-
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection: a response at a time, its events queued for the reader."""
-
-    __slots__ = (
-        "origin",
-        "transport",
-        "parser",
-        "closed",
-        "idle_since",
-        "_events",
-        "_buffered",
-        "_waiter",
-        "_error",
-        "_active",
-        "_paused",
-        "_lost",
-    )
-
-    def __init__(self, origin: Origin, lost: Callable[[_Connection], None]) -> None:
-        self.origin = origin
-        self._lost = lost  # told once the connection has closed
-        self.transport: asyncio.Transport | None = None
-        self.parser = h1.ResponseParser()
-        self.closed = False
-        self.idle_since = 0.0
-        self._events: list[h1.Event] = []
-        self._buffered = 0
-        self._waiter: asyncio.Future[None] | None = None
-        self._error: BaseException | None = None
-        self._active = False
-        self._paused = False
-
-    # -- asyncio.Protocol --------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        if not self._active:
-            self.close()  # bytes while idle: nothing can be trusted on this connection
-            return
-        try:
-            events = self.parser.feed(data)
-        except h1.BadResponse as exc:
-            self._fail(exc)
-            return
-        self._push(events)
-
-    def eof_received(self) -> bool:
-        return False  # close the transport; connection_lost follows
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._lost(self)
-        if not self._active or self._error is not None:
-            return
-        if not self.parser.started:
-            self._error = ConnectionResetError(
-                "the upstream closed the connection before answering"
-            )
-        else:
-            try:
-                self._push(self.parser.eof())
-                return
-            except h1.Incomplete as incomplete:
-                self._error = incomplete
-        self._wake()
-
-    # -- the reader's side -------------------------------------------------------------
-
-    def send(self, data: bytes, *, no_body: bool) -> None:
-        assert self.transport is not None
-        self._active = True
-        self._events.clear()
-        self._buffered = 0
-        self.parser.reset(no_body=no_body)
-        self.transport.write(data)
-
-    async def next_event(self) -> h1.Event:
-        """The response's next event. Raises: OSError, ValueError (see the module)."""
-        while not self._events:
-            if self._error is not None:
-                raise self._error
-            if self.closed:
-                raise ConnectionResetError("the upstream connection is closed")
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        event = self._events.pop(0)
-        if isinstance(event, bytes):
-            self._buffered -= len(event)
-            if self._paused and self._buffered < HIGH_WATER // 2 and self.transport is not None:
-                self._paused = False
-                self.transport.resume_reading()
-        return event
-
-    def finished(self) -> None:
-        """The response ended; the connection may carry another request."""
-        self._active = False
-
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
-
-    def _push(self, events: list[h1.Event]) -> None:
-        if not events:
-            return
-        self._events.extend(events)
-        for event in events:
-            if isinstance(event, bytes):
-                self._buffered += len(event)
-        if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
-            self._paused = True
-            self.transport.pause_reading()
-        self._wake()
-
-    def _fail(self, exc: BaseException) -> None:
-        self._error = exc
-        self.close()
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    def end(self, error: BaseException | None) -> None:
+        """The body ended (None) or failed (`OSError`, `ValueError`)."""
+        ...
 
 
 class Response:
@@ -206,15 +57,16 @@ class Response:
     was read to its end goes back to the pool, any other is closed.
     """
 
-    __slots__ = ("status", "headers", "_conn", "_client", "_keep", "_ended")
+    __slots__ = ("status", "headers", "_conn", "_client", "_keep", "_ended", "_sink")
 
-    def __init__(self, head: h1.Head, conn: _Connection, client: Http1Client) -> None:
+    def __init__(self, head: h1.Head, conn: Connection, client: Http1Client) -> None:
         self.status = head.status
         self.headers = head.headers  # names lower-cased
-        self._conn: _Connection | None = conn
+        self._conn: Connection | None = conn
         self._client = client
         self._keep = head.keep_alive
         self._ended = False
+        self._sink: BodySink | None = None
 
     async def next_chunk(self) -> bytes | None:
         """The body's next bytes as they arrive; None once it has ended.
@@ -247,7 +99,40 @@ class Response:
             parts.append(chunk)
         return b"".join(parts)
 
+    def stream_into(self, sink: BodySink) -> None:
+        """Hand the rest of the body to `sink` as it arrives, from the connection's own
+        callbacks (no task reads it); the response is released when the body ends or
+        fails, and `sink` told which. `release` before then abandons it (closed)."""
+        conn = self._conn
+        if conn is None:
+            raise RuntimeError("the response was released")
+        self._sink = sink
+        conn.consume(self._consume)
+
+    def _consume(self, events: list[h1.Event] | BaseException) -> None:
+        sink = self._sink
+        if sink is None:
+            return
+        if isinstance(events, BaseException):
+            self._sink = None
+            self.release()
+            sink.end(events)
+            return
+        for event in events:
+            if isinstance(event, bytes):
+                if event:
+                    sink.data(event)
+                if self._sink is None:
+                    return  # the sink let go meanwhile
+            elif isinstance(event, h1.End):
+                self._ended = True
+                self._sink = None
+                self.release()
+                sink.end(None)
+                return
+
     def release(self) -> None:
+        self._sink = None
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -280,8 +165,8 @@ class Http1Client:
         self._ssl = ssl_context
         self.idle_s = idle_s
         self.max_idle_per_origin = max_idle_per_origin
-        self._idle: dict[Origin, list[_Connection]] = {}
-        self._open: set[_Connection] = set()
+        self._idle: dict[Origin, list[Connection]] = {}
+        self._open: set[Connection] = set()
         self._closed = False
 
     @property
@@ -327,7 +212,7 @@ class Http1Client:
             assert isinstance(head, h1.Head)
             return Response(head, conn, self)
 
-    def give_back(self, conn: _Connection) -> None:
+    def give_back(self, conn: Connection) -> None:
         idle = self._idle.setdefault(conn.origin, [])
         if self._closed or len(idle) >= self.max_idle_per_origin:
             conn.close()
@@ -343,7 +228,7 @@ class Http1Client:
             conn.close()
         self._open.clear()
 
-    def _take(self, origin: Origin) -> _Connection | None:
+    def _take(self, origin: Origin) -> Connection | None:
         idle = self._idle.get(origin)
         now = time.monotonic()
         while idle:
@@ -353,7 +238,7 @@ class Http1Client:
             conn.close()
         return None
 
-    async def _connect(self, origin: Origin, timeout_s: float) -> _Connection:
+    async def _connect(self, origin: Origin, timeout_s: float) -> Connection:
         if self._closed:
             raise ConnectionError("the upstream client is closed")
         loop = asyncio.get_running_loop()
@@ -362,7 +247,7 @@ class Http1Client:
             context = self._ssl = self._ssl or ssl.create_default_context()
         async with asyncio.timeout(timeout_s):
             _, conn = await loop.create_connection(
-                lambda: _Connection(origin, self._open.discard),
+                lambda: Connection(origin, self._open.discard),
                 origin.host,
                 origin.port,
                 ssl=context,

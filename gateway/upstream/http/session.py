@@ -27,8 +27,9 @@ from gateway.protocol.outside import answer_outside_call
 from gateway.protocol.translate import UpstreamInfo, upstream_info
 from gateway.protocol.versions import Version
 from gateway.upstream.http.client import Http1Client, Response
+from gateway.upstream.http.stream import STOPPED, CallStream
 from gateway.upstream.http.wire import Endpoint, HttpWire
-from gateway.upstream.port import Inbox, SessionExpired, StreamCursor, StreamEnd
+from gateway.upstream.port import Inbox, Pumping, SessionExpired, StreamCursor, StreamEnd
 
 log = structlog.get_logger("gateway.upstream")
 
@@ -173,41 +174,63 @@ class HttpSession:
         """POST a response or notification. Raises: UpstreamError."""
         await self.wire.send(message)
 
-    async def pump(
+    async def start(
         self,
         message: dict[str, Any],
         inbox: Inbox,
         cursor: StreamCursor,
         headers: Mapping[str, str] | None = None,
-    ) -> None:
-        """POST a request and put everything the server says about it into `inbox`.
+    ) -> Pumping:
+        """POST a call's request; once its answer's head is in, the body is read into
+        `inbox` by the connection's callbacks (`CallStream`), with no task of its own.
 
-        Ends when the response to `message` has been put. A stream that breaks first
-        is resumed with GET + Last-Event-ID where the server gave event ids; else a
-        `StreamEnd` is put.
+        A stream that breaks before the response is resumed with GET + Last-Event-ID
+        where the server gave event ids; else a `StreamEnd` is put.
         """
-        rid = message["id"]
+        self.requests += 1
+        self._inflight += 1
+        try:
+            answer = await self._post_call(message, inbox, cursor, headers)
+        except BaseException:
+            self._quieter()
+            raise
+        if answer is None or isinstance(answer, dict):
+            if answer is not None:
+                inbox.put_nowait(answer)
+            self._quieter()
+            return STOPPED
+        stream = CallStream(self.wire, answer, message["id"], inbox, cursor, self._quieter)
+        answer.stream_into(stream)
+        return stream
+
+    async def _post_call(
+        self,
+        message: dict[str, Any],
+        inbox: Inbox,
+        cursor: StreamCursor,
+        headers: Mapping[str, str] | None,
+    ) -> Response | dict[str, Any] | None:
+        """The call's answer to read, or None once a `StreamEnd` says why there is none."""
         for attempt in (1, 2):
             try:
-                async for item in self._post(message, rid, cursor, headers):
-                    inbox.put_nowait(item)
-                return
+                return await self.wire.post_call(message, cursor, headers)
             except SessionExpired as exc:
                 # The server refused the POST itself for an unknown session (e.g. it
                 # restarted): nothing ran, so initialise afresh and send it again, once.
                 # Once it took the request, a lost session is a lost call: never re-sent.
                 if cursor.accepted or attempt == 2:
                     inbox.put_nowait(StreamEnd(exc))
-                    return
+                    return None
                 log.info("upstream_session_expired", upstream=self.endpoint.name)
                 try:
                     await self.reopen()
                 except UpstreamError as reopen_error:
                     inbox.put_nowait(StreamEnd(reopen_error))
-                    return
+                    return None
             except UpstreamError as exc:
                 inbox.put_nowait(StreamEnd(exc))
-                return
+                return None
+        return None  # pragma: no cover - the second attempt always returns
 
     async def pump_resumed(self, rid: Any, inbox: Inbox, cursor: StreamCursor) -> None:
         """Continue another replica's call stream (GET + Last-Event-ID) into `inbox`."""
@@ -261,10 +284,14 @@ class HttpSession:
             async for item in self.wire.exchange(message, rid, cursor, headers):
                 yield item
         finally:
-            self._inflight -= 1
-            if self._inflight == 0 and self._quiet is not None:
-                self._quiet.set()
-                self._quiet = None
+            self._quieter()
+
+    def _quieter(self) -> None:
+        """One exchange fewer in flight (see `wait_quiet`)."""
+        self._inflight -= 1
+        if self._inflight == 0 and self._quiet is not None:
+            self._quiet.set()
+            self._quiet = None
 
     # -- the standalone stream -----------------------------------------------------------
 

@@ -149,6 +149,41 @@ class HttpWire:
             method, self.endpoint.url, headers, body, connect_timeout_s=self.endpoint.timeout_s
         )
 
+    async def post_call(
+        self,
+        message: dict[str, Any],
+        cursor: StreamCursor,
+        extra: Mapping[str, str] | None = None,
+    ) -> Response | dict[str, Any]:
+        """POST a call's request: its JSON answer, or the SSE response to read it from
+        (the caller reads and releases it).
+
+        Raises:
+            SessionExpired, UpstreamError
+        """
+        headers = await self.headers()
+        if extra:
+            headers.update(extra)
+        with mapped_errors("posting a request"):
+            resp = await self._request("POST", headers, message)
+            try:
+                self._capture_session(resp)
+                self._check_status(resp)
+                cursor.accepted = resp.status < 400
+                ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
+                if resp.status >= 400:
+                    body = await resp.read()
+                    raise UpstreamError(f"upstream answered HTTP {resp.status}: {error_text(body)}")
+                if ctype == "application/json":
+                    async with resp:  # read whole: its connection goes back to the pool
+                        return parse_message(await resp.read())
+                if ctype != "text/event-stream":
+                    raise UpstreamError(f"upstream answered with Content-Type {ctype!r}")
+            except BaseException:
+                resp.release()
+                raise
+        return resp
+
     async def exchange(
         self,
         message: dict[str, Any],
@@ -161,23 +196,12 @@ class HttpWire:
         Raises:
             SessionExpired, UpstreamError
         """
-        headers = await self.headers()
-        if extra:
-            headers.update(extra)
+        answer = await self.post_call(message, cursor, extra)
+        if isinstance(answer, dict):
+            yield answer
+            return
         with mapped_errors("posting a request"):
-            async with await self._request("POST", headers, message) as resp:
-                self._capture_session(resp)
-                self._check_status(resp)
-                cursor.accepted = resp.status < 400
-                ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
-                if resp.status >= 400:
-                    body = await resp.read()
-                    raise UpstreamError(f"upstream answered HTTP {resp.status}: {error_text(body)}")
-                if ctype == "application/json":
-                    yield parse_message(await resp.read())
-                    return
-                if ctype != "text/event-stream":
-                    raise UpstreamError(f"upstream answered with Content-Type {ctype!r}")
+            async with answer as resp:
                 async for item in self.read_stream(resp, rid, cursor):
                     yield item
         if cursor.answered:

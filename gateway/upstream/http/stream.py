@@ -1,0 +1,155 @@
+"""A call's POST stream, read by its connection's callbacks into the call's inbox.
+
+No task reads a Streamable HTTP call's answer: the upstream client hands each piece
+of the SSE body to `CallStream` as it arrives (`Response.stream_into`), which puts
+the messages into the call's inbox up to the call's response, then lets the rest of
+the stream run out (for at most `DRAIN_S`) so its connection is reused. A stream the
+server ends before the response is resumed with GET + Last-Event-ID in a task of its
+own (the rare case); one that breaks, or ends without an event id to resume from,
+ends the call's stream with a `StreamEnd`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from gateway.aio import cancel_and_wait, spawn
+from gateway.errors import UpstreamError
+from gateway.protocol import sse
+from gateway.upstream.http.client import Response
+from gateway.upstream.http.wire import HttpWire
+from gateway.upstream.port import Inbox, StreamCursor, StreamEnd
+from gateway.upstream.transport import is_response_to
+
+#: How long the rest of a stream may take to end after the call's response.
+DRAIN_S = 1.0
+
+
+class CallStream:
+    """A `BodySink` for the client, and the `Pumping` handle the call core stops."""
+
+    __slots__ = (
+        "_wire",
+        "_resp",
+        "_rid",
+        "_inbox",
+        "_cursor",
+        "_parser",
+        "_done",
+        "_answered",
+        "_drain",
+        "_resume",
+    )
+
+    def __init__(
+        self,
+        wire: HttpWire,
+        resp: Response,
+        rid: Any,
+        inbox: Inbox,
+        cursor: StreamCursor,
+        done: Callable[[], None],
+    ) -> None:
+        self._wire = wire
+        self._resp = resp
+        self._rid = rid
+        self._inbox = inbox
+        self._cursor = cursor
+        self._parser = sse.Parser()
+        self._done: Callable[[], None] | None = done  # told once, when the stream is over
+        self._answered = False
+        self._drain: asyncio.TimerHandle | None = None
+        self._resume: asyncio.Task[None] | None = None
+
+    # -- BodySink: called by the connection as the body arrives --------------------------
+
+    def data(self, chunk: bytes) -> None:
+        if self._answered:
+            return  # what follows the response: read only so the connection is reused
+        cursor = self._cursor
+        for event in self._parser.feed(chunk):
+            if event.retry is not None:
+                cursor.retry_ms = event.retry
+            item = self._wire.message(event)
+            if item is None:
+                continue
+            self._inbox.put_nowait(item)
+            if is_response_to(item, self._rid):
+                cursor.answered = self._answered = True
+                loop = asyncio.get_running_loop()
+                self._drain = loop.call_later(DRAIN_S, self._stop_draining)
+                return
+        cursor.last_id = self._parser.last_event_id or cursor.last_id
+
+    def end(self, error: BaseException | None) -> None:
+        if self._drain is not None:
+            self._drain.cancel()
+            self._drain = None
+        if self._answered:
+            self._finish()
+        elif error is not None:
+            failure = UpstreamError(f"upstream unreachable while posting a request: {error}")
+            failure.__cause__ = error
+            self._fail(failure)
+        elif self._cursor.last_id is None:
+            self._fail(UpstreamError("upstream closed the stream before answering"))
+        else:
+            self._resume = spawn(self._resumed(), name="upstream-call-resume")
+
+    # -- Pumping -------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        self._resp.release()  # closed unless it had ended: the server sees the call go
+        if self._drain is not None:
+            self._drain.cancel()
+            self._drain = None
+        await cancel_and_wait(self._resume)
+        self._finish()
+
+    def done(self) -> bool:
+        return self._done is None
+
+    # -- the rest ------------------------------------------------------------------------
+
+    def _stop_draining(self) -> None:
+        """The stream went on after the response: give its connection up."""
+        self._drain = None
+        self._resp.release()
+        self._finish()
+
+    async def _resumed(self) -> None:
+        try:
+            async for item in self._wire.resume(self._rid, self._cursor):
+                self._inbox.put_nowait(item)
+            if not self._cursor.answered:
+                self._inbox.put_nowait(StreamEnd(UpstreamError("upstream stream ended early")))
+        except UpstreamError as exc:
+            self._inbox.put_nowait(StreamEnd(exc))
+        finally:
+            self._finish()
+
+    def _fail(self, error: UpstreamError) -> None:
+        self._inbox.put_nowait(StreamEnd(error))
+        self._finish()
+
+    def _finish(self) -> None:
+        done, self._done = self._done, None
+        if done is not None:
+            done()
+
+
+class Stopped:
+    """`Pumping` for a stream that is over already (a JSON answer, a refusal)."""
+
+    __slots__ = ()
+
+    async def stop(self) -> None:
+        return None
+
+    def done(self) -> bool:
+        return True
+
+
+STOPPED = Stopped()

@@ -1,0 +1,216 @@
+"""A Streamable HTTP call's answer read by its connection's callbacks (no task per call),
+against a scripted loopback server: messages reach the inbox as they arrive, the rest
+of the stream is drained for the connection's reuse, and every way a stream can end
+without the response ends the call's stream with a StreamEnd."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from gateway.errors import UpstreamError
+from gateway.protocol.capabilities import ClientCaps
+from gateway.upstream.http import stream as call_stream
+from gateway.upstream.http.client import Http1Client
+from gateway.upstream.http.session import HttpSession
+from gateway.upstream.http.wire import Endpoint
+from gateway.upstream.port import Inbox, StreamCursor, StreamEnd
+from tests.upstream.test_h1_client import Server
+
+INIT = {
+    "protocolVersion": "2025-11-25",
+    "capabilities": {},
+    "serverInfo": {"name": "scripted", "version": "1"},
+}
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+
+Call = Callable[[asyncio.StreamReader, asyncio.StreamWriter, str], Awaitable[object]]
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def event(message: dict[str, object], event_id: str | None = None) -> bytes:
+    head = f"id: {event_id}\n".encode() if event_id else b""
+    return chunk(head + b"event: message\ndata: " + json.dumps(message).encode() + b"\n\n")
+
+
+def response(rid: str) -> dict[str, object]:
+    return {"jsonrpc": "2.0", "id": rid, "result": {"content": [], "isError": False}}
+
+
+async def scripted(call: Call) -> Server:
+    """A legacy server that does the handshake and answers each tools/call with `call`."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> object:
+        request = server.requests[-1]
+        if request.startswith(b"GET"):
+            writer.write(b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n")
+            return None
+        body = json.loads(request.split(b"\r\n\r\n", 1)[1] or b"{}")
+        if body.get("method") == "initialize":
+            data = json.dumps({"jsonrpc": "2.0", "id": body["id"], "result": INIT}).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: s1\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(data), data)
+            )
+            return None
+        if body.get("method") == "tools/call":
+            return await call(reader, writer, body["id"])
+        writer.write(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
+        return None
+
+    server = await Server().start(answer)
+    return server
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[Http1Client]:
+    client = Http1Client()
+    yield client
+    await client.close()
+
+
+async def open_session(http: Http1Client, server: Server) -> HttpSession:
+    session = HttpSession(http, Endpoint("u", server.url, {}, timeout_s=5), ClientCaps())
+    await session.open()
+    return session
+
+
+def call_request(session: HttpSession) -> dict[str, object]:
+    return {"jsonrpc": "2.0", "id": session.next_id(), "method": "tools/call", "params": {}}
+
+
+async def test_messages_reach_the_inbox_as_they_arrive_with_no_task_reading(
+    http: Http1Client,
+) -> None:
+    go_on = asyncio.Event()
+
+    async def ask_then_answer(
+        _reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rid: str
+    ) -> None:
+        question = {"jsonrpc": "2.0", "id": 0, "method": "elicitation/create", "params": {}}
+        writer.write(SSE_HEAD + event(question))
+        await go_on.wait()
+        writer.write(event(response(rid)) + b"0\r\n\r\n")
+
+    server = await scripted(ask_then_answer)
+    session = await open_session(http, server)
+    inbox = Inbox()
+    before = asyncio.all_tasks()
+    pumping = await session.start(call_request(session), inbox, StreamCursor())
+    ours = {
+        t.get_name() for t in asyncio.all_tasks() - before if not t.get_name().startswith("Task-")
+    }
+    assert ours == set()  # the gateway started no task: the connection's callbacks read it
+    assert (await inbox.get())["method"] == "elicitation/create"  # before the stream ends
+    assert not pumping.done()
+    go_on.set()
+    assert "result" in await inbox.get()
+    await session.wait_quiet()  # the stream ran out: the exchange is over
+    assert pumping.done() and http.idle_connections >= 1  # its connection kept for reuse
+    await session.close()
+    await server.stop()
+
+
+async def test_a_stream_that_goes_on_after_the_response_is_given_up(
+    http: Http1Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(call_stream, "DRAIN_S", 0.0)
+    held: list[asyncio.StreamWriter] = []
+
+    async def answer_and_linger(
+        _reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rid: str
+    ) -> bool:
+        writer.write(SSE_HEAD + event(response(rid)))
+        held.append(writer)
+        return True  # the stream stays open
+
+    server = await scripted(answer_and_linger)
+    session = await open_session(http, server)
+    inbox = Inbox()
+    pumping = await session.start(call_request(session), inbox, StreamCursor())
+    assert "result" in await inbox.get()
+    await session.wait_quiet()  # the drain gave up on it
+    assert pumping.done()
+    await session.close()
+    await server.stop()
+
+
+@pytest.mark.parametrize(
+    ("ending", "says"),
+    [
+        (b"0\r\n\r\n", "closed the stream before answering"),  # ended clean, no event id
+        (b"", "unreachable while posting a request"),  # cut mid-body
+    ],
+)
+async def test_a_stream_that_ends_without_the_response_ends_the_calls_stream(
+    http: Http1Client, ending: bytes, says: str
+) -> None:
+    async def end_early(
+        _reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _rid: str
+    ) -> bool:
+        notice = {"jsonrpc": "2.0", "method": "notifications/message", "params": {}}
+        writer.write(SSE_HEAD + event(notice) + ending)
+        await writer.drain()
+        return False  # and the connection closes
+
+    server = await scripted(end_early)
+    session = await open_session(http, server)
+    inbox = Inbox()
+    await session.start(call_request(session), inbox, StreamCursor())
+    assert (await inbox.get())["method"] == "notifications/message"
+    end = await inbox.get()
+    assert isinstance(end, StreamEnd) and isinstance(end.error, UpstreamError)
+    assert says in str(end.error)
+    await session.close()
+    await server.stop()
+
+
+async def test_stopping_a_call_closes_its_stream(http: Http1Client) -> None:
+    closed = asyncio.Event()
+
+    async def never_answer(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _rid: str
+    ) -> bool:
+        writer.write(SSE_HEAD)
+        await reader.read()  # until the gateway closes the connection
+        closed.set()
+        return False
+
+    server = await scripted(never_answer)
+    session = await open_session(http, server)
+    inbox = Inbox()
+    pumping = await session.start(call_request(session), inbox, StreamCursor())
+    await pumping.stop()
+    assert pumping.done() and inbox.empty()
+    await session.wait_quiet()
+    async with asyncio.timeout(5):
+        await closed.wait()  # the server sees the call's connection go
+    await session.close()
+    await server.stop()
+
+
+async def test_a_json_answer_is_put_at_once(http: Http1Client) -> None:
+    async def json_answer(
+        _reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rid: str
+    ) -> None:
+        data = json.dumps(response(rid)).encode()
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (len(data), data)
+        )
+
+    server = await scripted(json_answer)
+    session = await open_session(http, server)
+    inbox = Inbox()
+    pumping = await session.start(call_request(session), inbox, StreamCursor())
+    assert pumping.done() and "result" in await inbox.get()
+    await session.close()
+    await server.stop()
