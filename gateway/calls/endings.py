@@ -23,7 +23,7 @@ from gateway.errors import StoreError, UpstreamError
 from gateway.observability import Metrics
 from gateway.protocol import jsonrpc
 from gateway.protocol.call import FINAL_PHASES, Trigger
-from gateway.store.base import Kept, SuspendedCallStore
+from gateway.store.base import Kept, Reply, SuspendedCallStore
 
 log = structlog.get_logger("gateway.calls")
 
@@ -51,10 +51,14 @@ class Endings:
         """
         self.registry.fire(call, Trigger.COMPLETE)
         if _in_store(call):
-            kept = None
+            kept = reply = None
             if result is not None and self.outcomes_ttl_s is not None:
                 kept = to_keep(result, call.resumed, self.outcomes_ttl_s)
-            cleanup = spawn(self._cleanup(call, reuse=True, kept=kept), name=f"call-done-{call.id}")
+            if result is not None and call.reply_with is not None:
+                reply = call.reply_with(result)
+            cleanup = spawn(
+                self._cleanup(call, reuse=True, kept=kept, reply=reply), name=f"call-done-{call.id}"
+            )
             await asyncio.shield(cleanup)
         else:  # nothing to await (a call that never parked): no task for it
             self._let_go(call, reuse=True)
@@ -126,7 +130,9 @@ class Endings:
             self.metrics.call_endings.labels(machine.phase.value).inc()
         log.info(f"call_{machine.phase.value}", reason=reason, rounds=machine.round)
 
-    async def _cleanup(self, call: LiveCall, *, reuse: bool, kept: Kept | None = None) -> None:
+    async def _cleanup(
+        self, call: LiveCall, *, reuse: bool, kept: Kept | None = None, reply: Reply | None = None
+    ) -> None:
         """Forget the call and give its session back; nothing before the release awaits.
 
         `call.ended` is set once everything is done, the store record included.
@@ -138,7 +144,7 @@ class Endings:
             # else: the pump reads the end of the finished stream so its connection is reused
             if _in_store(call):
                 try:  # the record and the principal's hold, in one round trip
-                    await self.store.forget(call.id, call.principal, kept)
+                    call.replied = await self.store.forget(call.id, call.principal, kept, reply)
                 except StoreError as exc:
                     log.warning("store_forget_failed", error=str(exc))
         finally:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.aio import Once
 from gateway.clock import Later
 from gateway.config import UpstreamConfig
 from gateway.protocol.call import CallMachine, Phase, Trigger
+from gateway.store.base import Reply
 from gateway.upstream.port import Inbox, Pumping, StreamCursor, UpstreamPool, UpstreamSession
 
 
@@ -41,6 +43,10 @@ class LiveCall:
     stored: bool = False  # its record for this round is written (checks of ownership wait)
     resumed: int | None = None  # the round last resumed here, whose outcome is kept
     ended: Once = field(default_factory=Once)
+    # A forwarded retry's reply, made from the call's result (`gateway.calls.routing`): the
+    # store pushes it with the write that forgets the call where it can (then `replied`).
+    reply_with: Callable[[dict[str, Any]], Reply] | None = None
+    replied: bool = False
 
     @property
     def id(self) -> str:

@@ -11,10 +11,15 @@ replica of another version is refused, never half-read.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
+from gateway.errors import CallLost
+from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope
 from gateway.protocol.jsonrpc import RequestId
+from gateway.protocol.versions import Version
+from gateway.store.base import Reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +31,15 @@ class Resume:
     params: dict[str, Any]
     reply: str
     trace: dict[str, str] = field(default_factory=dict)  # W3C context of the forward
+
+    def front(self) -> FrontRequest:
+        """The client's retry this message carries. Raises: CallLost (no protocol version)."""
+        meta = self.params.get("_meta") or {}
+        version = Version.parse(meta.get(PROTOCOL_VERSION_KEY))
+        if version is None:
+            raise CallLost("a forwarded retry without a protocol version")
+        envelope = read_envelope(version, meta)
+        return FrontRequest(self.request_id, self.method, self.params, envelope)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +98,12 @@ def decode(text: str | bytes) -> Message:
         return kind(**data)
     except TypeError as exc:
         raise ValueError(str(exc)) from exc
+
+
+def outcome_reply(key: str, ttl_ms: int) -> Callable[[dict[str, Any]], Reply]:
+    """How a forwarded round's result goes back: its `Outcome`, pushed on `key`."""
+
+    def reply(result: dict[str, Any]) -> Reply:
+        return Reply(key, encode(Outcome(result)), ttl_ms)
+
+    return reply

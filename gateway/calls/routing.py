@@ -41,7 +41,7 @@ from gateway.observability import Metrics
 from gateway.protocol import jsonrpc
 from gateway.protocol.call import CallMachine, Pending, Phase
 from gateway.protocol.capabilities import ClientCaps
-from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope
+from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.versions import Version
 from gateway.store.base import SuspendedCall, SuspendedCallStore
 from gateway.tracing import TRACING
@@ -58,6 +58,7 @@ class Bus(Protocol):
     """How replicas reach each other. Every method may raise StoreError."""
 
     replica_id: str
+    reply_ttl_ms: int  # how long a reply waits on its key to be read
 
     def new_reply_key(self) -> str: ...
 
@@ -357,8 +358,9 @@ class Routing:
         reply = message.reply
         try:
             with TRACING.span("mcp serve forwarded", parent=message.trace, kind="server"):
-                result = await self._serve_resume(message)
-            await self.bus.reply(reply, messages.encode(messages.Outcome(result)))
+                result, replied = await self._serve_resume(message)
+            if not replied:  # else it went with the write that forgot the call
+                await self.bus.reply(reply, messages.encode(messages.Outcome(result)))
         except RpcError as exc:
             failure = messages.Failure(exc.error_object(), exc.status)
             await self._reply_quietly(reply, failure)
@@ -367,17 +369,9 @@ class Routing:
         finally:
             self._served.pop(reply, None)
 
-    async def _serve_resume(self, message: messages.Resume) -> dict[str, Any]:
-        meta = message.params.get("_meta") or {}
-        version = Version.parse(meta.get(PROTOCOL_VERSION_KEY))
-        if version is None:
-            raise CallLost("a forwarded retry without a protocol version")
-        front = FrontRequest(
-            id=message.request_id,
-            method=message.method,
-            params=message.params,
-            envelope=read_envelope(version, meta),
-        )
+    async def _serve_resume(self, message: messages.Resume) -> tuple[dict[str, Any], bool]:
+        """The forwarded round's outcome, and whether its reply has been pushed already."""
+        front = message.front()
         call = self.registry.get(message.call)
         if call is None or call.phase is not Phase.SUSPENDED or call.machine.round != message.round:
             raise CallLost()
@@ -389,7 +383,12 @@ class Routing:
         async def notify(notification: dict[str, Any]) -> None:
             await self.bus.reply(reply, messages.encode(messages.Notify(notification)))
 
-        return await self.runner.resume(call, front, notify)
+        call.reply_with = messages.outcome_reply(reply, self.bus.reply_ttl_ms)
+        call.replied = False
+        try:
+            return await self.runner.resume(call, front, notify), call.replied
+        finally:
+            call.reply_with = None
 
     async def _reply_quietly(self, reply: str, message: messages.Message) -> None:
         try:

@@ -57,6 +57,7 @@ class RedisBus:
         self.clock = clock
         self.prefix = prefix
         self.replica_id = replica_id
+        self.reply_ttl_ms = _REPLY_TTL_MS
         self.heartbeat_s = heartbeat_s
         self._tasks: list[asyncio.Task[None]] = []
         self.healthy = False

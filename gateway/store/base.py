@@ -86,6 +86,16 @@ class Kept:
     ttl_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A forwarded retry's reply (an encoded fleet message), pushed onto the list `key`
+    that its receiving replica reads, kept there `ttl_ms`."""
+
+    key: str
+    payload: str
+    ttl_ms: int
+
+
 class SuspendedCallStore(Protocol):
     """Backends: `MemoryStore` (one replica), Redis (a fleet)."""
 
@@ -122,9 +132,12 @@ class SuspendedCallStore(Protocol):
         """Forget the record, keeping `kept` in the same step. Raises: StoreError."""
         ...
 
-    async def forget(self, call_id: str, principal: str, kept: Kept | None = None) -> None:
+    async def forget(
+        self, call_id: str, principal: str, kept: Kept | None = None, reply: Reply | None = None
+    ) -> bool:
         """`delete` and `unhold` together, in one round trip where the backend can (a
-        Cluster keeps the two keys in different slots). Raises: StoreError."""
+        Cluster keeps the two keys in different slots), and `reply` pushed in the same
+        write where it can: True when it was, else the caller sends it. Raises: StoreError."""
         ...
 
     async def hold(self, principal: str, call_id: str, until_ms: int, cap: int) -> bool:
@@ -211,9 +224,11 @@ class TimedStore:
         async with self.metrics.timed_store("delete"):
             await self.inner.delete(call_id, kept)
 
-    async def forget(self, call_id: str, principal: str, kept: Kept | None = None) -> None:
+    async def forget(
+        self, call_id: str, principal: str, kept: Kept | None = None, reply: Reply | None = None
+    ) -> bool:
         async with self.metrics.timed_store("forget"):
-            await self.inner.forget(call_id, principal, kept)
+            return await self.inner.forget(call_id, principal, kept, reply)
 
     async def hold(self, principal: str, call_id: str, until_ms: int, cap: int) -> bool:
         async with self.metrics.timed_store("hold"):

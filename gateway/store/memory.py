@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gateway.clock import Clock, SystemClock
-from gateway.store.base import GRACE_MS, PARKED, RESUMING, Kept, SuspendedCall
+from gateway.store.base import GRACE_MS, PARKED, RESUMING, Kept, Reply, SuspendedCall
 
 
 class MemoryStore:
@@ -57,9 +57,12 @@ class MemoryStore:
         if kept is not None:
             self._keep(call_id, kept.round, kept.outcome, kept.ttl_ms)
 
-    async def forget(self, call_id: str, principal: str, kept: Kept | None = None) -> None:
+    async def forget(
+        self, call_id: str, principal: str, kept: Kept | None = None, reply: Reply | None = None
+    ) -> bool:
         await self.delete(call_id, kept)
         await self.unhold(principal, call_id)
+        return False  # one replica: no fleet's replies here
 
     async def hold(self, principal: str, call_id: str, until_ms: int, cap: int) -> bool:
         now = self.clock.wall_ms()

@@ -43,7 +43,7 @@ from gateway import clock as clocks
 from gateway.clock import Clock, SystemClock
 from gateway.errors import ConfigError, StoreError
 from gateway.store import redis_scripts as lua
-from gateway.store.base import GRACE_MS, PARKED, RESUMING, Kept, SuspendedCall
+from gateway.store.base import GRACE_MS, PARKED, RESUMING, Kept, Reply, SuspendedCall
 
 T = TypeVar("T")
 log = structlog.get_logger("gateway.store")
@@ -258,11 +258,13 @@ class RedisStore:
 
         await self._run(write)
 
-    async def forget(self, call_id: str, principal: str, kept: Kept | None = None) -> None:
-        if not self._one_trip:  # a cluster: the two keys live in different slots
+    async def forget(
+        self, call_id: str, principal: str, kept: Kept | None = None, reply: Reply | None = None
+    ) -> bool:
+        if not self._one_trip:  # a cluster: the keys live in different slots
             await self.delete(call_id, kept)
             await self.unhold(principal, call_id)
-            return
+            return False
 
         async def write() -> None:
             async with self.client.pipeline(transaction=True) as pipe:
@@ -270,9 +272,13 @@ class RedisStore:
                     self._keep(pipe, call_id, kept)
                 pipe.delete(self.key(call_id))
                 pipe.zrem(self.held_key(principal), call_id)
+                if reply is not None:  # pushed twice if the write is: read once (the bus)
+                    pipe.rpush(reply.key, reply.payload)
+                    pipe.pexpire(reply.key, reply.ttl_ms)
                 await pipe.execute()
 
         await self._run(write)
+        return reply is not None
 
     def held_key(self, principal: str) -> str:
         digest = hashlib.sha256(principal.encode()).hexdigest()[:32]

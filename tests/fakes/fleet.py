@@ -52,6 +52,7 @@ class MemoryBus:
     def __init__(self, network: Network, replica_id: str) -> None:
         self.network = network
         self.replica_id = replica_id
+        self.reply_ttl_ms = 120_000
 
     def new_reply_key(self) -> str:
         return f"reply:{self.replica_id}:{next(self.network._keys)}"

@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from gateway.aio import spawn
 from gateway.errors import ConfigError, StoreError
-from gateway.store.base import GRACE_MS, PARKED, RESUMING, Kept, SuspendedCall
+from gateway.store.base import GRACE_MS, PARKED, RESUMING, Kept, Reply, SuspendedCall
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore, connect
 from tests.fakes.clock import START_WALL_MS, ManualClock
@@ -280,3 +280,17 @@ async def test_forgetting_a_call_drops_its_record_and_hold_and_keeps_its_outcome
     assert await store.hold("anonymous", "c2", until, 1)  # the place is free again
     await store.forget("c2", "anonymous")  # nothing kept: nothing recalled
     assert await store.recall("c2", 1) is None
+
+
+async def test_a_forwarded_retrys_reply_goes_with_the_write_that_forgets_the_call(store) -> None:
+    await store.park(record("c1"))
+    reply = Reply("reply:b:1", '{"op":"outcome"}', 60_000)
+    pushed = await store.forget("c1", "anonymous", Kept(1, b"{}", 60_000), reply)
+    assert await store.get("c1") is None
+    if isinstance(store, MemoryStore):
+        assert pushed is False  # one replica: nobody reads replies; the caller would send it
+        return
+    assert pushed is True
+    assert await store.client.lrange("reply:b:1", 0, -1) == [b'{"op":"outcome"}']
+    assert 0 < await store.client.pttl("reply:b:1") <= 60_000
+    await store.client.delete("reply:b:1")
