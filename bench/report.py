@@ -453,11 +453,12 @@ async def fleet(args: argparse.Namespace, folder: Path) -> None:
         # In alternating batches, as `interleaved` does: the difference is the figure.
         same_ms: list[float] = []
         cross_ms: list[float] = []
-        for batch in range(BATCHES):
+        batches = 2 * BATCHES  # short batches: the difference of two close figures
+        for batch in range(batches):
             pair = [(same_ms, a.url), (cross_ms, b.url)]
             for into, resumer in pair if batch % 2 == 0 else pair[::-1]:
                 label = "same" if resumer == a.url else "cross"
-                result = await resumes(label, a.url, resumer, rounds // BATCHES, 1, quiet=True)
+                result = await resumes(label, a.url, resumer, rounds // batches, 1, quiet=True)
                 into += result["samples"]
         same = {"p50": statistics.median(same_ms)}
         cross = {"p50": statistics.median(cross_ms)}
