@@ -315,3 +315,45 @@ async def test_the_gateway_names_itself_to_its_upstream_unless_the_config_does(
             initialize = server.requests[0]
             assert expected in initialize and initialize.lower().count(b"user-agent") == 1
     await server.stop()
+
+
+async def test_an_idle_connection_whose_close_the_loop_has_not_seen_is_not_reused() -> None:
+    """The race a keep-alive timeout makes: the server's close is in this process's socket
+    but no loop turn has read it. A POST sent there would fail and is never re-sent."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    hang_up, hung_up = threading.Event(), threading.Event()
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        while len(accepted) < 2:
+            conn, _ = listener.accept()
+            accepted.append(conn)
+            conn.recv(65536)
+            conn.sendall(OK)
+            if len(accepted) == 1:
+                hang_up.wait(5)
+                conn.close()  # the keep-alive timeout
+                hung_up.set()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client = Http1Client()
+    url = f"http://127.0.0.1:{port}/mcp"
+    async with await client.request("POST", url, {}, b"{}", connect_timeout_s=2) as resp:
+        await resp.read()
+    hang_up.set()
+    hung_up.wait(5)  # blocking: the loop runs no turn, so the client's protocol saw nothing
+    (idle,) = client._idle[split_url(url)[0]]
+    assert not idle.closed and not idle.quiet()  # unseen by the loop, but on the socket
+    async with await client.request("POST", url, {}, b"{}", connect_timeout_s=2) as resp:
+        assert await resp.read() == b"{}"  # on a new connection, not the closed one
+    assert len(accepted) == 2
+    await client.close()
+    thread.join(5)
+    for conn in accepted:
+        conn.close()
+    listener.close()

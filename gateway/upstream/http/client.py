@@ -33,7 +33,10 @@ from gateway.upstream.http import h1
 from gateway.upstream.http.connection import Connection, Origin, split_url
 
 #: Idle keep-alive connections older than this are closed rather than reused.
-IDLE_S = 15.0
+#: Below the keep-alive timeouts servers commonly ship (uvicorn and Node 5 s, gunicorn 2 s,
+#: hypercorn 5 s): a connection the server is about to close is not reused, since a POST
+#: that meets a server's close is never sent again.
+IDLE_S = 1.5
 #: Idle connections kept per origin; more are closed when given back.
 MAX_IDLE_PER_ORIGIN = 256
 
@@ -233,7 +236,7 @@ class Http1Client:
         now = time.monotonic()
         while idle:
             conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < self.idle_s:
+            if not conn.closed and now - conn.idle_since < self.idle_s and conn.quiet():
                 return conn
             conn.close()
         return None

@@ -10,6 +10,7 @@ no request is in flight, or that are not HTTP, close it.
 from __future__ import annotations
 
 import asyncio
+import select
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -66,6 +67,7 @@ class Connection(asyncio.Protocol):
         "_paused",
         "_lost",
         "_consumer",
+        "_fd",
     )
 
     def __init__(self, origin: Origin, lost: Callable[[Connection], None]) -> None:
@@ -83,11 +85,26 @@ class Connection(asyncio.Protocol):
         self._paused = False
         # Set by `Response.stream_into`: events go to it as they arrive, not to the queue.
         self._consumer: Callable[[list[h1.Event] | BaseException], None] | None = None
+        self._fd = -1
 
     # -- asyncio.Protocol --------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        self._fd = sock.fileno() if sock is not None else -1
+
+    def quiet(self) -> bool:
+        """Whether nothing waits to be read on this idle connection: a close (or stray
+        bytes) the server sent that the loop has not yet seen makes it unfit for reuse."""
+        if self._fd < 0:
+            return True
+        poller = select.poll()  # not select(): descriptors past 1024 are common here
+        poller.register(self._fd, select.POLLIN)
+        try:
+            return not poller.poll(0)
+        except OSError:
+            return False
 
     def data_received(self, data: bytes) -> None:
         if not self._active:
