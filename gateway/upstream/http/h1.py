@@ -163,13 +163,17 @@ class ResponseParser:
         return END
 
     def _length(self) -> object:
+        return self._counted("done")
+
+    def _counted(self, after: str) -> object:
+        """Up to `_left` more bytes of a body (or chunk) of known length, then `after`."""
         if not self._buf:
             return _MORE
         piece = self._buf[: self._left]
         self._buf = self._buf[len(piece) :]
         self._left -= len(piece)
         if not self._left:
-            self._state = "done"
+            self._state = after
         return piece
 
     def _close(self) -> object:
@@ -193,14 +197,7 @@ class ResponseParser:
         return _ON
 
     def _chunk(self) -> object:
-        if not self._buf:
-            return _MORE
-        piece = self._buf[: self._left]
-        self._buf = self._buf[len(piece) :]
-        self._left -= len(piece)
-        if not self._left:
-            self._state = "chunk_end"
-        return piece
+        return self._counted("chunk_end")
 
     def _chunk_end(self) -> object:
         if len(self._buf) < 2:
