@@ -141,7 +141,7 @@ class Endings:
         try:
             if not reuse:
                 await _stop_pump(call)
-            # else: the pump reads the end of the finished stream so its connection is reused
+            # else: the stream's rest is read to its end so its connection is reused
             if _in_store(call):
                 try:  # the record and the principal's hold, in one round trip
                     call.replied = await self.store.forget(call.id, call.principal, kept, reply)

@@ -127,7 +127,7 @@ class Runner:
         target: str | None,
         cursor: StreamCursor | None = None,
     ) -> LiveCall:
-        """Register a call this replica now owns; the caller starts its pump."""
+        """Register a call this replica now owns; the caller starts reading its stream."""
         call = LiveCall(
             machine=machine,
             upstream=upstream,

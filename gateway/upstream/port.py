@@ -2,14 +2,14 @@
 
 A legacy server binds everything to a session, so the core works with sessions:
 it acquires one for a capability set from a pool, sends the call's request on it
-(`pump`), receives what the server says about that call in an inbox (the call's
-own stream plus anything the session's other streams carry while the call owns
-it), answers the server's questions and cancels with `send`, and releases the
-session. Takeover adopts a session another replica opened. Streamable HTTP
-(`gateway.upstream.streamable_http`) is one implementation; tests use a scripted
-one. Implementations turn their foreign errors into `UpstreamError`.
+(`start`, whose `Pumping` handle stops the reading), receives what the server says
+about that call in an inbox (the call's own stream plus anything the session's other
+streams carry while the call owns it), answers the server's questions and cancels
+with `send`, and releases the session. Takeover adopts a session another replica
+opened. Streamable HTTP (`gateway.upstream.http`) is one implementation; tests use a
+scripted one. Implementations turn their foreign errors into `UpstreamError`.
 
-This module holds only types; no transport code.
+This module holds types, and `TaskPump` (a task as a `Pumping`); no transport code.
 """
 
 from __future__ import annotations

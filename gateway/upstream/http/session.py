@@ -5,9 +5,10 @@ client's capabilities, `notifications/initialized`, then opens the standalone
 GET stream at once, because mcp 1.x sends `sampling/createMessage` (no related
 id) and `roots/list` there and drops them when nobody listens.
 
-A call's POST stream pumps into the inbox its caller passes; the GET stream pumps
-into the inbox of whichever call owns the session (`attach`), and what arrives
-while nobody owns it gets the answer `gateway.protocol.outside` decides.
+A call's POST stream is read into the inbox its caller passes by the connection's
+own callbacks (`start`, `gateway.upstream.http.stream`); the GET stream goes into the
+inbox of whichever call owns the session (`attach`), and what arrives while nobody
+owns it gets the answer `gateway.protocol.outside` decides.
 """
 
 from __future__ import annotations
