@@ -31,10 +31,19 @@ def mapped_errors(doing: str) -> Iterator[None]:
         yield
     except UpstreamError:
         raise
-    except TimeoutError as exc:
-        raise UpstreamError(f"upstream timed out while {doing}") from exc
-    except (aiohttp.ClientError, OSError, ValueError) as exc:
-        raise UpstreamError(f"upstream unreachable while {doing}: {exc}") from exc
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+        raise failure(doing, exc) from exc
+
+
+def failure(doing: str, exc: BaseException) -> UpstreamError:
+    """The `UpstreamError` a foreign failure while `doing` something becomes (also for
+    a failure reported to a callback rather than raised)."""
+    if isinstance(exc, TimeoutError):
+        error = UpstreamError(f"upstream timed out while {doing}")
+    else:
+        error = UpstreamError(f"upstream unreachable while {doing}: {exc}")
+    error.__cause__ = exc
+    return error
 
 
 def stream_timeout(connect_s: float) -> aiohttp.ClientTimeout:

@@ -9,10 +9,13 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import aiohttp
 import pytest
 
+from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError
 from gateway.protocol.capabilities import ClientCaps
+from gateway.upstream.factory import session_factory
 from gateway.upstream.http import stream as call_stream
 from gateway.upstream.http.client import Http1Client
 from gateway.upstream.http.session import HttpSession
@@ -213,4 +216,28 @@ async def test_a_json_answer_is_put_at_once(http: Http1Client) -> None:
     pumping = await session.start(call_request(session), inbox, StreamCursor())
     assert pumping.done() and "result" in await inbox.get()
     await session.close()
+    await server.stop()
+
+
+async def test_the_gateway_names_itself_to_its_upstream_unless_the_config_does(
+    http: Http1Client,
+) -> None:
+    async def unused(
+        _reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _rid: str
+    ) -> None:
+        raise AssertionError("no call is made")
+
+    server = await scripted(unused)
+    async with aiohttp.ClientSession() as aio:
+        for headers, expected in (
+            ({}, b"\r\nUser-Agent: mrtr-gateway/"),
+            ({"user-agent": "acme-probe/2"}, b"\r\nuser-agent: acme-probe/2\r\n"),
+        ):
+            server.requests.clear()
+            config = UpstreamConfig(name="u", url=server.url, headers=headers)
+            session = session_factory(aio, config, h1=http)(ClientCaps())
+            await session.open()
+            await session.close()
+            initialize = server.requests[0]
+            assert expected in initialize and initialize.lower().count(b"user-agent") == 1
     await server.stop()

@@ -170,10 +170,10 @@ async def test_a_stream_is_read_as_it_arrives(http: Http1Client) -> None:
 
     server = await Server().start(stream)
     async with await http.request("POST", server.url, {}, b"{}", connect_timeout_s=2) as resp:
-        chunks = resp.chunks()
-        assert await anext(chunks) == b"first"  # before the server has sent the rest
+        assert await resp.next_chunk() == b"first"  # before the server has sent the rest
         release.set()
-        assert [c async for c in chunks] == [b"second"]
+        assert await resp.next_chunk() == b"second"
+        assert await resp.next_chunk() is None
     assert http.idle_connections == 1  # read to its end: kept
     await server.stop()
 
@@ -189,7 +189,7 @@ async def test_a_reader_cancelled_mid_body_closes_its_connection(http: Http1Clie
 
     async def read_all() -> None:
         async with resp:
-            async for _chunk in resp.chunks():
+            while await resp.next_chunk() is not None:
                 reading.set()
 
     reader = spawn(read_all(), name="reader")
@@ -273,50 +273,6 @@ def test_urls_split_into_origin_and_target() -> None:
         split_url("ftp://h/x")
 
 
-async def test_the_gateway_names_itself_to_its_upstream_unless_the_config_does(
-    http: Http1Client,
-) -> None:
-    import aiohttp
-
-    from gateway.config import UpstreamConfig
-    from gateway.protocol.capabilities import ClientCaps
-    from gateway.upstream.factory import session_factory
-
-    initialized = (
-        b'{"jsonrpc":"2.0","id":"%s","result":{"protocolVersion":"2025-11-25",'
-        b'"capabilities":{},"serverInfo":{"name":"s","version":"1"}}}'
-    )
-
-    async def handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        request = server.requests[-1]
-        if request.startswith(b"GET"):
-            writer.write(b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n")
-        elif b'"initialize"' in request:
-            rid = request.split(b'"id":"', 1)[1].split(b'"', 1)[0]
-            body = initialized % rid
-            writer.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: s1\r\n"
-                b"content-length: %d\r\n\r\n%s" % (len(body), body)
-            )
-        else:
-            writer.write(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
-
-    server = await Server().start(handshake)
-    async with aiohttp.ClientSession() as aio:
-        for headers, expected in (
-            ({}, b"\r\nUser-Agent: mrtr-gateway/"),
-            ({"user-agent": "acme-probe/2"}, b"\r\nuser-agent: acme-probe/2\r\n"),
-        ):
-            server.requests.clear()
-            config = UpstreamConfig(name="u", url=server.url, headers=headers)
-            session = session_factory(aio, config, h1=http)(ClientCaps())
-            await session.open()
-            await session.close()
-            initialize = server.requests[0]
-            assert expected in initialize and initialize.lower().count(b"user-agent") == 1
-    await server.stop()
-
-
 async def test_an_idle_connection_whose_close_the_loop_has_not_seen_is_not_reused() -> None:
     """The race a keep-alive timeout makes: the server's close is in this process's socket
     but no loop turn has read it. A POST sent there would fail and is never re-sent."""
@@ -357,3 +313,34 @@ async def test_an_idle_connection_whose_close_the_loop_has_not_seen_is_not_reuse
     for conn in accepted:
         conn.close()
     listener.close()
+
+
+async def test_a_body_cut_before_it_is_streamed_reaches_the_sink_then_its_failure(
+    http: Http1Client,
+) -> None:
+    async def cut(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nab")
+        await writer.drain()
+        return False
+
+    class Sink:
+        def __init__(self) -> None:
+            self.chunks: list[bytes] = []
+            self.ended: list[BaseException | None] = []
+
+        def data(self, chunk: bytes) -> None:
+            self.chunks.append(chunk)
+
+        def end(self, error: BaseException | None) -> None:
+            self.ended.append(error)
+
+    server = await Server().start(cut)
+    resp = await http.request("POST", server.url, {}, b"{}", connect_timeout_s=2)
+    conn = resp._conn
+    assert conn is not None
+    await turns_until(lambda: conn._error is not None)  # cut before anyone streams it
+    sink = Sink()
+    resp.stream_into(sink)
+    assert sink.chunks == [b"ab"]
+    assert len(sink.ended) == 1 and isinstance(sink.ended[0], Incomplete)
+    await server.stop()

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Protocol
 
@@ -89,11 +88,6 @@ class Response:
             elif isinstance(event, h1.End):
                 self._ended = True
         return None
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they arrive. Raises: OSError, ValueError."""
-        while (chunk := await self.next_chunk()) is not None:
-            yield chunk
 
     async def read(self) -> bytes:
         """The whole body. Raises: OSError, ValueError."""

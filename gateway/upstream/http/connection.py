@@ -179,14 +179,11 @@ class Connection(asyncio.Protocol):
         if self._paused and self.transport is not None:
             self._paused = False
             self.transport.resume_reading()
-        if self._error is not None and not queued:
-            consumer(self._error)
-            return
         self._consumer = consumer
         if queued:
             consumer(queued)
-        elif self.closed and self._error is None and self._active:
-            consumer(ConnectionResetError("the upstream connection is closed"))
+        if self._error is not None:  # a failure that came before: after what it cut short
+            self._tell_error()
 
     def close(self) -> None:
         self.closed = True

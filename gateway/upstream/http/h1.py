@@ -241,11 +241,7 @@ def _content_length(value: str) -> int:
 
 
 def _parse_head(raw: bytes) -> tuple[int, dict[str, str], str]:
-    try:
-        text = raw.decode("latin-1")
-    except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 decodes every byte
-        raise BadResponse("the response head is not text") from exc
-    status_line, *fields = text.split("\r\n")
+    status_line, *fields = raw.decode("latin-1").split("\r\n")  # every byte decodes
     parts = status_line.split(" ", 2)
     if len(parts) < 2 or parts[0] not in ("HTTP/1.1", "HTTP/1.0"):
         raise BadResponse("the response does not start with an HTTP/1.x status line")

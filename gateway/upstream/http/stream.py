@@ -21,7 +21,7 @@ from gateway.protocol import sse
 from gateway.upstream.http.client import Response
 from gateway.upstream.http.wire import HttpWire
 from gateway.upstream.port import Inbox, StreamCursor, StreamEnd
-from gateway.upstream.transport import is_response_to
+from gateway.upstream.transport import failure
 
 #: How long the rest of a stream may take to end after the call's response.
 DRAIN_S = 1.0
@@ -38,7 +38,6 @@ class CallStream:
         "_cursor",
         "_parser",
         "_done",
-        "_answered",
         "_drain",
         "_resume",
     )
@@ -59,40 +58,28 @@ class CallStream:
         self._cursor = cursor
         self._parser = sse.Parser()
         self._done: Callable[[], None] | None = done  # told once, when the stream is over
-        self._answered = False
         self._drain: asyncio.TimerHandle | None = None
         self._resume: asyncio.Task[None] | None = None
 
     # -- BodySink: called by the connection as the body arrives --------------------------
 
     def data(self, chunk: bytes) -> None:
-        if self._answered:
-            return  # what follows the response: read only so the connection is reused
         cursor = self._cursor
-        for event in self._parser.feed(chunk):
-            if event.retry is not None:
-                cursor.retry_ms = event.retry
-            item = self._wire.message(event)
-            if item is None:
-                continue
+        if cursor.answered:
+            return  # what follows the response: read only so the connection is reused
+        for item in self._wire.call_messages(self._parser, chunk, self._rid, cursor):
             self._inbox.put_nowait(item)
-            if is_response_to(item, self._rid):
-                cursor.answered = self._answered = True
-                loop = asyncio.get_running_loop()
-                self._drain = loop.call_later(DRAIN_S, self._stop_draining)
-                return
-        cursor.last_id = self._parser.last_event_id or cursor.last_id
+        if cursor.answered:
+            self._drain = asyncio.get_running_loop().call_later(DRAIN_S, self._stop_draining)
 
     def end(self, error: BaseException | None) -> None:
         if self._drain is not None:
             self._drain.cancel()
             self._drain = None
-        if self._answered:
+        if self._cursor.answered:
             self._finish()
         elif error is not None:
-            failure = UpstreamError(f"upstream unreachable while posting a request: {error}")
-            failure.__cause__ = error
-            self._fail(failure)
+            self._fail(failure("posting a request", error))
         elif self._cursor.last_id is None:
             self._fail(UpstreamError("upstream closed the stream before answering"))
         else:

@@ -251,18 +251,31 @@ class HttpWire:
         """Yield a stream's messages until the response to `rid`, keeping the resume cursor."""
         parser = sse.Parser()
         while (chunk := await resp.next_chunk()) is not None:
-            for event in parser.feed(chunk):
-                if event.retry is not None:
-                    cursor.retry_ms = event.retry
-                item = self.message(event)
-                if item is None:
-                    continue
+            for item in self.call_messages(parser, chunk, rid, cursor):
                 yield item
-                if is_response_to(item, rid):
-                    cursor.answered = True
-                    await drain(resp.next_chunk)
-                    return
-            cursor.last_id = parser.last_event_id or cursor.last_id
+            if cursor.answered:
+                await drain(resp.next_chunk)
+                return
+
+    def call_messages(
+        self, parser: sse.Parser, chunk: bytes, rid: Any, cursor: StreamCursor
+    ) -> list[dict[str, Any]]:
+        """The messages a piece of a call's stream completes, up to the response to `rid`
+        (then `cursor.answered`); `cursor` keeps the server's retry hint and last event id.
+        Shared by the awaited reader above and the callbacks' (`gateway.upstream.http.stream`)."""
+        items: list[dict[str, Any]] = []
+        for event in parser.feed(chunk):
+            if event.retry is not None:
+                cursor.retry_ms = event.retry
+            item = self.message(event)
+            if item is None:
+                continue
+            items.append(item)
+            if is_response_to(item, rid):
+                cursor.answered = True
+                return items
+        cursor.last_id = parser.last_event_id or cursor.last_id
+        return items
 
     def message(self, event: sse.Event) -> dict[str, Any] | None:
         """The message an event carries; bad JSON is logged and skipped."""
