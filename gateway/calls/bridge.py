@@ -116,7 +116,7 @@ class Bridge:
         Raises:
             RpcError: every failure, with its wire mapping.
         """
-        digest = state.request_digest(front.method, front.target, front.params.get("arguments"))
+        digest = state.RequestDigest(front.method, front.target, front.params.get("arguments"))
         token = front.params.get("requestState")
         responses = front.params.get("inputResponses") or {}
         if token is None:
@@ -124,7 +124,7 @@ class Bridge:
                 raise Draining()
             known = {key: [answer] for key, answer in responses.items()}
             return await self.runner.start(upstream, front, principal, digest, notify, known=known)
-        claims = self.admission.open(upstream, token, principal, digest)
+        claims = self.admission.open(upstream, token, principal, digest.value)
         if claims.mode == REPLAY:
             known = CallMachine.known_answers(claims.journal, responses)
             return await self.runner.start(

@@ -18,6 +18,7 @@ from gateway.aio import Once
 from gateway.clock import Later
 from gateway.config import UpstreamConfig
 from gateway.protocol.call import CallMachine, Phase, Trigger
+from gateway.protocol.state import RequestDigest
 from gateway.store.base import Reply
 from gateway.upstream.port import Inbox, Pumping, StreamCursor, UpstreamPool, UpstreamSession
 
@@ -33,7 +34,7 @@ class LiveCall:
     inbox: Inbox
     cursor: StreamCursor
     principal: str
-    digest: str
+    digest: RequestDigest  # of the request it serves
     target: str | None
     started: float  # on the core's clock
     stateless: bool = False  # replay mode: nothing parked, the journal rides in requestState

@@ -38,7 +38,7 @@ from gateway.errors import (
     UpstreamError,
 )
 from gateway.observability import Metrics
-from gateway.protocol import jsonrpc
+from gateway.protocol import jsonrpc, state
 from gateway.protocol.call import CallMachine, Pending, Phase
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.inbound import FrontRequest
@@ -151,7 +151,7 @@ class Routing:
                 upstream,
                 front,
                 record.principal,
-                record.digest,
+                state.RequestDigest.known(record.digest),
                 notify,
                 known=CallMachine.known_answers(record.journal, responses),
                 round_=record.round,
@@ -317,7 +317,14 @@ class Routing:
         )
         cursor = StreamCursor(last_id=record.last_event_id)
         call = self.runner.launch(
-            upstream, pool, session, machine, record.principal, record.digest, record.target, cursor
+            upstream,
+            pool,
+            session,
+            machine,
+            record.principal,
+            state.RequestDigest.known(record.digest),
+            record.target,
+            cursor,
         )
         call.resumed = record.round
         resumed = session.pump_resumed(record.upstream_request_id, call.inbox, cursor)

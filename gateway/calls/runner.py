@@ -80,7 +80,7 @@ class Runner:
         upstream: UpstreamConfig,
         front: FrontRequest,
         principal: str,
-        digest: str,
+        digest: state.RequestDigest,
         notify: Notify,
         *,
         known: dict[str, list[Any]],
@@ -123,7 +123,7 @@ class Runner:
         session: UpstreamSession,
         machine: CallMachine,
         principal: str,
-        digest: str,
+        digest: state.RequestDigest,
         target: str | None,
         cursor: StreamCursor | None = None,
     ) -> LiveCall:

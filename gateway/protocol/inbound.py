@@ -203,16 +203,27 @@ def decode_header_value(value: str | None) -> str | None:
         return None
 
 
+def read_headers(pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, str], str | None]:
+    """Headers by lower-case name (the last copy wins), and the first routing or
+    `Mcp-Param-*` header that came more than once (first- and last-copy readers would
+    disagree on it), or None: one pass over what arrived."""
+    headers: dict[str, str] = {}
+    duplicate = None
+    for name, value in pairs:
+        lower = name.lower()
+        if (
+            duplicate is None
+            and lower in headers
+            and (lower in ROUTING_HEADERS or lower.startswith("mcp-param-"))
+        ):
+            duplicate = lower
+        headers[lower] = value
+    return headers, duplicate
+
+
 def duplicated_routing_header(raw_headers: Iterable[tuple[str, str]]) -> str | None:
     """A routing or `Mcp-Param-*` header sent twice (first- and last-copy readers disagree)."""
-    seen: set[str] = set()
-    for name, _ in raw_headers:
-        lower = name.lower()
-        if lower in ROUTING_HEADERS or lower.startswith("mcp-param-"):
-            if lower in seen:
-                return lower
-            seen.add(lower)
-    return None
+    return read_headers(raw_headers)[1]
 
 
 def check_notification(headers: Mapping[str, str]) -> None:
@@ -227,11 +238,12 @@ def check_notification(headers: Mapping[str, str]) -> None:
 
 
 def classify(
-    obj: Any, headers: Mapping[str, str], raw_headers: Iterable[tuple[str, str]]
+    obj: Any, headers: Mapping[str, str], duplicate: str | None = None
 ) -> FrontRequest | jsonrpc.Notification:
     """Run the validation ladder over one decoded POST body.
 
-    `headers` maps lower-case names to values; `raw_headers` keeps duplicates.
+    `headers` maps lower-case names to values; `duplicate` names a routing header that
+    came more than once (`read_headers`).
 
     Raises:
         InvalidRequest, InvalidParams, HeaderMismatch, UnsupportedProtocolVersion,
@@ -249,7 +261,6 @@ def classify(
             {"supported": front_supported()},
         )
 
-    duplicate = duplicated_routing_header(raw_headers)
     if duplicate is not None:
         raise HeaderMismatch(f"The {duplicate} header appears more than once")
 

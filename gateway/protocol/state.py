@@ -232,6 +232,31 @@ def request_digest(method: str, target: str | None, arguments: Any) -> str:
     return hashlib.sha256(material.encode()).hexdigest()[:32]
 
 
+class RequestDigest:
+    """A request's digest, worked out when first asked for: a call that never asks the
+    client anything (most of them) never needs it."""
+
+    __slots__ = ("_request", "_value")
+
+    def __init__(self, method: str, target: str | None, arguments: Any) -> None:
+        self._request: tuple[str, str | None, Any] | None = (method, target, arguments)
+        self._value = ""
+
+    @classmethod
+    def known(cls, value: str) -> RequestDigest:
+        """A digest already worked out (read from a record)."""
+        digest = cls.__new__(cls)
+        digest._request, digest._value = None, value
+        return digest
+
+    @property
+    def value(self) -> str:
+        if self._request is not None:
+            self._value = request_digest(*self._request)
+            self._request = None  # the arguments are not kept alive by a parked call
+        return self._value
+
+
 def principal_of(authorization: str | None) -> str:
     """The caller's identity for binding: a hash of its credentials, or anonymous."""
     if not authorization:

@@ -7,6 +7,7 @@ answered from the upstream's `initialize`; every other method passes straight th
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -30,13 +31,20 @@ log = structlog.get_logger("gateway.web")
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
-    """The whole body, refused with 413 as soon as it passes `limit`.
+    """The whole body, refused with 413 as soon as it passes `limit`. A body that stops
+    short of its `Content-Length` is returned as far as it came (it fails to parse).
 
     Raises:
         PayloadTooLarge
     """
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
+    length = request.content_length
+    if length is not None:
+        if length > limit:
+            raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
+        try:
+            return await request.content.readexactly(length)  # one read when it is here
+        except asyncio.IncompleteReadError as exc:
+            return exc.partial
     chunks, size = [], 0
     async for chunk in request.content.iter_chunked(64 * 1024):
         size += len(chunk)
@@ -75,10 +83,10 @@ class McpEndpoint:
         inbound.check_http(request.method, request.headers, policy=self.policy)
         caller = await self.front_door.admit(request.headers.get("Authorization"))
         body = await read_body(request, self.config.limits.max_body_bytes)
-        headers = {k.lower(): v for k, v in request.headers.items()}
+        headers, duplicate = inbound.read_headers(request.headers.items())
         decoded = jsonrpc.decode(body)
         try:
-            message = inbound.classify(decoded, headers, _raw_headers(request))
+            message = inbound.classify(decoded, headers, duplicate)
         except RpcError as exc:
             log.info("request_rejected", code=exc.error_object()["code"], error=exc.message)
             reply, status = rpc_error_reply(exc, jsonrpc.id_of(decoded))
@@ -184,7 +192,3 @@ class McpEndpoint:
 
     async def _list_tools(self, cursor: str | None) -> dict[str, Any]:
         return await self._request(ClientCaps(), "tools/list", {"cursor": cursor} if cursor else {})
-
-
-def _raw_headers(request: web.Request) -> list[tuple[str, str]]:
-    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers]

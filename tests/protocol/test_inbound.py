@@ -73,6 +73,16 @@ def test_header_values_decode_the_base64_sentinel_strictly() -> None:
     )
 
 
+def test_headers_are_read_in_one_pass_by_lower_case_name_the_last_copy_winning() -> None:
+    headers, duplicate = inbound.read_headers(
+        [("Accept", "a"), ("X-Other", "1"), ("x-other", "2"), ("Mcp-Param-Region", "eu")]
+    )
+    assert headers == {"accept": "a", "x-other": "2", "mcp-param-region": "eu"}
+    assert duplicate is None  # only routing and Mcp-Param-* headers must come once
+    _, duplicate = inbound.read_headers([("Mcp-Param-Region", "eu"), ("mcp-param-region", "us")])
+    assert duplicate == "mcp-param-region"
+
+
 def test_a_non_ascii_name_header_is_a_mismatch() -> None:
     body = {
         "jsonrpc": "2.0",
@@ -88,6 +98,6 @@ def test_a_non_ascii_name_header_is_a_mismatch() -> None:
     }
     headers = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "é"}
     with pytest.raises(HeaderMismatch):
-        inbound.classify(body, headers, [])
+        inbound.classify(body, headers)
     headers["mcp-name"] = "=?base64?w6k=?="
-    assert inbound.classify(body, headers, []).target == "é"
+    assert inbound.classify(body, headers).target == "é"

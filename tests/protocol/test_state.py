@@ -133,6 +133,17 @@ def test_digest_binds_method_target_and_arguments_in_any_key_order() -> None:
     )
 
 
+def test_a_request_digest_is_worked_out_only_when_asked_for() -> None:
+    unencodable = object()  # serialising it would raise: creating the digest must not
+    digest = state.RequestDigest("tools/call", "echo", unencodable)
+    with pytest.raises(TypeError):
+        _ = digest.value
+    lazy = state.RequestDigest("tools/call", "greet", {"x": 1})
+    assert lazy.value == state.request_digest("tools/call", "greet", {"x": 1})
+    assert lazy.value == lazy.value  # worked out once, then kept
+    assert state.RequestDigest.known("d1").value == "d1"
+
+
 def test_principal_is_a_hash_of_the_credentials_or_anonymous() -> None:
     assert state.principal_of(None) == "anonymous"
     alice = state.principal_of("Bearer alice")
