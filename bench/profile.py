@@ -1,12 +1,19 @@
 """Where the gateway's CPU goes: a sampling profile of one gateway under load.
 
-    .venv/bin/python bench/profile.py [--op echo|greet] [--workers 32] [--requests 150]
+    .venv/bin/python bench/profile.py [--op echo|greet] [--workers 32] [--requests 150] [--cpu]
 
 Starts the legacy test server and a gateway with the shipped defaults, drives it
 with `--workers` 2026-07-28 clients, and samples the gateway with py-spy (from the
 `bench` extra) while they run. Prints the share of samples by package (asyncio,
 aiohttp, structlog, the gateway's own modules, ...) and the functions with the
 most self time; `--out FILE` keeps the collapsed stacks for a flame graph.
+
+py-spy counts a thread that is runnable but off the CPU as busy where it stands: on
+two shared cores a socket write that wakes the client shows up large. `--cpu` instead
+runs the gateway under cProfile on its CPU clock (`bench/cpu_profiled.py`): the shares
+are of CPU time computed, by package and by module of the gateway, and the functions
+with the most of it. cProfile's own cost per Python call inflates call-heavy code, so
+compare shares, not absolute times; `--out FILE` keeps the pstats file.
 """
 
 from __future__ import annotations
@@ -14,11 +21,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import pstats
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -75,6 +85,48 @@ def summarise(collapsed: Path, top: int) -> None:
         print(f"  {100 * count / total:5.1f}%  {frame}")
 
 
+def summarise_cpu(stats_file: Path, top: int) -> None:
+    """CPU time by package, by gateway module and by function, from cProfile's statistics."""
+    stats = pstats.Stats(str(stats_file))
+    raw: dict[tuple[str, int, str], tuple[Any, ...]] = stats.stats  # type: ignore[attr-defined]
+    by_group: collections.Counter[str] = collections.Counter()
+    by_module: collections.Counter[str] = collections.Counter()
+    total = 0.0
+    for (path, _, _), (_, _, own_s, _, _) in raw.items():
+        total += own_s
+        by_group[group_of(path)] += own_s
+        if "/gateway/" in path:
+            by_module[path.rsplit("/gateway/", 1)[1]] += own_s
+    print(f"{total:.2f} s of CPU profiled; own time by package:")
+    for name, own_s in by_group.most_common():
+        print(f"  {name:<10} {100 * own_s / total:5.1f}%")
+    print("the gateway's modules:")
+    for name, own_s in by_module.most_common(15):
+        print(f"  {100 * own_s / total:5.1f}%  {name}")
+    print(f"top {top} functions by own CPU time:")
+    ranked = sorted(raw.items(), key=lambda item: item[1][2], reverse=True)
+    for (path, line, func), (_, calls, own_s, _, _) in ranked[:top]:
+        where = path.rsplit("site-packages/", 1)[-1].rsplit("/work/", 1)[-1]
+        print(f"  {100 * own_s / total:5.1f}%  {func} ({where}:{line}), {calls} calls")
+
+
+async def profile_cpu(args: argparse.Namespace, legacy: LegacyServer, tmp: Path) -> None:
+    out = args.out or tmp / "gateway.pstats"
+    launcher = [sys.executable, str(ROOT / "bench" / "cpu_profiled.py"), str(out)]
+    config = upstream("legacy", legacy.url, pool={"min_idle": 4})
+    gateway = Gateway(config, tmp, "gw", launcher=launcher)
+    make = echo_to(gateway.url) if args.op == "echo" else greet_at(gateway.url)
+    try:
+        await measure("warm-up", args.workers, 5, make)
+        gateway.proc.send_signal(signal.SIGUSR1)
+        await measure(f"profiled {args.op}", args.workers, args.requests, make)
+        gateway.proc.send_signal(signal.SIGUSR2)  # writes the statistics and exits
+        gateway.proc.wait(60)
+    finally:
+        gateway.stop()
+    summarise_cpu(out, args.top)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--op", choices=("echo", "greet"), default="echo")
@@ -82,7 +134,16 @@ async def main() -> None:
     parser.add_argument("--requests", type=int, default=150)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--out", type=Path, help="keep the collapsed stacks here")
+    parser.add_argument("--cpu", action="store_true", help="cProfile on the CPU clock")
     args = parser.parse_args()
+    if args.cpu:
+        legacy = LegacyServer()
+        try:
+            with tempfile.TemporaryDirectory(prefix="mrtr-profile-") as tmp:
+                await profile_cpu(args, legacy, Path(tmp))
+        finally:
+            legacy.stop()
+        return
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     legacy = LegacyServer()
     with tempfile.TemporaryDirectory(prefix="mrtr-profile-") as tmp:

@@ -133,14 +133,20 @@ class Gateway:
     that could lag and block the gateway's writes)."""
 
     def __init__(
-        self, config: dict[str, Any], folder: Path, name: str, env: dict[str, str] | None = None
+        self,
+        config: dict[str, Any],
+        folder: Path,
+        name: str,
+        env: dict[str, str] | None = None,
+        launcher: list[str] | None = None,
     ) -> None:
+        """`launcher` runs the gateway's command line (`python -m gateway` unless given)."""
         import subprocess
 
         self.port = free_port()
         path = folder / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
-        args = [sys.executable, "-m", "gateway", "serve", "--config", str(path)]
+        args = [*(launcher or [sys.executable, "-m", "gateway"]), "serve", "--config", str(path)]
         args += ["--port", str(self.port)]
         clean = {k: v for k, v in os.environ.items() if not k.startswith("MRTR_GATEWAY_")}
         self.log_path = folder / f"{name}.log"
