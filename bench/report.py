@@ -12,7 +12,8 @@ Sections (each starts its own processes and stops them):
   passthrough  `tools/call echo` at 32 clients and at 1; CPU per call (/proc); beside
                it the floor: a bare aiohttp proxy (bench/floor_proxy.py) on the same path
   roundtrip    `greet` (call -> input_required -> retry -> complete), 1 and 16 clients
-  parking      a burst of calls that all park; memory per parked call
+  parking      a burst of calls that all park, a session per call and then sessions
+               shared (`pool.calls_per_session`); memory per parked call
   fleet        a resume on the owning replica against one forwarded by another
   stdio        the same server behind the gateway over stdio, against HTTP direct
 """
@@ -387,16 +388,30 @@ async def burst(
         return count / (time.perf_counter() - started)
 
 
+#: Calls per legacy session in the parking section's second burst (`pool.calls_per_session`).
+SHARED_CALLS = 8
+
+
 async def parking(args: argparse.Namespace, folder: Path) -> None:
     count = 400 if args.quick else 2000
     concurrency = 32
     print(f"parking: a burst of {count} calls that all park, {concurrency} at a time")
+    for share in (1, SHARED_CALLS):
+        rate, per_call_kb = await park_burst(count, concurrency, share, folder)
+        how = "a session per call" if share == 1 else f"calls_per_session {share}"
+        goal(f"parking burst of {count}, {how} (gateway / session opens)", rate, 0.8, True)
+        goal(f"gateway memory per parked call, {how}", per_call_kb, 40, False, "KB")
+
+
+async def park_burst(count: int, concurrency: int, share: int, folder: Path) -> tuple[float, float]:
+    """One burst on a fresh legacy server, against the rate it opens sessions at alone:
+    the ratio, and the gateway's memory per parked call (KB)."""
+    print(f"  with pool.calls_per_session {share}:")
     legacy = LegacyServer()
     limits = {"max_parked_calls": 4 * count, "max_parked_per_principal": 4 * count}
+    pool = {"max_sessions": 4 * count, "calls_per_session": share}
     gw = Gateway(
-        {**upstream("legacy", legacy.url, pool={"max_sessions": 4 * count}), "limits": limits},
-        folder,
-        "park",
+        {**upstream("legacy", legacy.url, pool=pool), "limits": limits}, folder, f"park-{share}"
     )
     try:
 
@@ -422,27 +437,21 @@ async def parking(args: argparse.Namespace, folder: Path) -> None:
         wall = after[0] - before[0]
         per_park, per_open = (after[1] - before[1]) / count, (done[1] - after[1]) / count
         print(
-            f"  while parking: legacy server busy {100 * (after[1] - before[1]) / wall:.0f}% of a core, "
-            f"gateway {100 * (after[2] - before[2]) / wall:.0f}%; while opening sessions alone: "
-            f"server {100 * (done[1] - after[1]) / (done[0] - after[0]):.0f}%\n"
-            f"  legacy server CPU: {1000 * per_park:.2f} ms per parked call (session, GET stream, "
-            f"call, question), {1000 * per_open:.2f} ms per bare session open: a server-bound "
-            f"burst parks at most {per_open / per_park:.2f}x the open rate"
+            f"    while parking: legacy server busy {100 * (after[1] - before[1]) / wall:.0f}% of "
+            f"a core, gateway {100 * (after[2] - before[2]) / wall:.0f}%; while opening sessions "
+            f"alone: server {100 * (done[1] - after[1]) / (done[0] - after[0]):.0f}%\n"
+            f"    legacy server CPU: {1000 * per_park:.2f} ms per parked call, "
+            f"{1000 * per_open:.2f} ms per bare session open: a server-bound burst parks at "
+            f"most {per_open / per_park:.2f}x the open rate"
         )
     finally:
         gw.stop()
         legacy.stop()
     print(
-        f"  legacy server opens {direct_rate:.0f} sessions/s; the gateway parks {gw_rate:.0f} calls/s; "
-        f"{per_call_kb:.1f} KB of gateway memory per parked call"
+        f"    legacy server opens {direct_rate:.0f} sessions/s; the gateway parks "
+        f"{gw_rate:.0f} calls/s; {per_call_kb:.1f} KB of gateway memory per parked call"
     )
-    goal(
-        f"parking burst of {count} (gateway / legacy session opens)",
-        gw_rate / direct_rate,
-        0.8,
-        True,
-    )
-    goal("gateway memory per parked call", per_call_kb, 40, False, "KB")
+    return gw_rate / direct_rate, per_call_kb
 
 
 async def fleet(args: argparse.Namespace, folder: Path) -> None:

@@ -158,6 +158,7 @@ FULL = {
             "max_message_bytes": 1024,
             "path": "/local",
         },
+        {"name": "shared", "url": UP["url"], "path": "/shared", "pool": {"calls_per_session": 4}},
     ],
 }
 
@@ -180,7 +181,7 @@ def test_every_field_is_read_from_the_file() -> None:
     config = parse_config(FULL, env=env)
     loaded = _leaves(config)
     defaults = _leaves(GatewayConfig())
-    upstreams = [_leaves(u) for u in config.upstreams]  # an HTTP one and a stdio one
+    upstreams = [_leaves(u) for u in config.upstreams]  # HTTP+SSE, stdio, Streamable HTTP
     upstream_defaults = _leaves(UpstreamConfig(name="", url=""))
     same = [k for k in defaults if k != "upstreams" and loaded.get(k, ...) == defaults[k]]
     same += [
@@ -233,6 +234,22 @@ def test_every_field_is_read_from_the_file() -> None:
         (
             {"upstreams": [{**UP, "pool": {"min_idle": -1}}]},
             r"upstreams\[0\].pool.min_idle: must be 0 or more, got -1",
+        ),
+        (
+            {"upstreams": [{**UP, "pool": {"calls_per_session": 0}}]},
+            r"pool.calls_per_session: must be greater than 0",
+        ),
+        (
+            {"upstreams": [{"name": "s", "command": ["srv"], "pool": {"calls_per_session": 2}}]},
+            r"^upstreams\[0\].pool.calls_per_session: only a streamable-http upstream can carry",
+        ),
+        (
+            {
+                "upstreams": [
+                    {**UP, "transport": "sse", "pool": {"calls_per_session": 2}},
+                ]
+            },
+            r"over sse they cannot be told apart",
         ),
         ({"upstreams": [UP], "replica_id": ""}, "replica_id: must not be empty"),
         (

@@ -12,6 +12,7 @@
     live.py       a call held by this replica, and the registry of them (parked counts)
     routing.py    retries whose call another replica owns: forward, takeover, replay, lost;
                   and the owning side of a forward
+    takeover.py   continue a gone replica's call on its adopted session, or cancel it
     messages.py   what replicas say to each other, as frozen dataclasses with one codec
 
 Every change of a call's phase goes through `Registry.fire` and the sans-IO

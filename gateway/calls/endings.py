@@ -91,6 +91,7 @@ class Endings:
             if call.expiry is not None:
                 await call.expiry.cancel()  # not if it is what abandons the call
             self.registry.remove(call)
+            call.session.detach(call.inbox)
             call.pool.discard(call.session)
             await _stop_pump(call)
         finally:
@@ -152,6 +153,7 @@ class Endings:
 
     def _let_go(self, call: LiveCall, *, reuse: bool) -> None:
         self.registry.remove(call)
+        call.session.detach(call.inbox)
         call.pool.release(call.session, reuse=reuse and call.inbox.empty())
 
     def _settle(self, call: LiveCall) -> None:

@@ -26,11 +26,11 @@ from gateway.calls import messages
 from gateway.calls.live import Registry
 from gateway.calls.outcomes import Outcomes
 from gateway.calls.runner import Notify, Runner
+from gateway.calls.takeover import Takeover
 from gateway.clock import Clock
 from gateway.config import LimitsConfig, UpstreamConfig
 from gateway.errors import (
     CallLost,
-    CapacityExceeded,
     LeaseLost,
     RelayedError,
     RpcError,
@@ -38,14 +38,12 @@ from gateway.errors import (
     UpstreamError,
 )
 from gateway.observability import Metrics
-from gateway.protocol import jsonrpc, state
-from gateway.protocol.call import CallMachine, Pending, Phase
-from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol import state
+from gateway.protocol.call import CallMachine, Phase
 from gateway.protocol.inbound import FrontRequest
-from gateway.protocol.versions import Version
 from gateway.store.base import SuspendedCall, SuspendedCallStore
 from gateway.tracing import TRACING
-from gateway.upstream.port import SessionExpired, StreamCursor, TaskPump
+from gateway.upstream.port import SessionExpired
 
 log = structlog.get_logger("gateway.calls")
 
@@ -108,6 +106,9 @@ class Routing:
         self.metrics = metrics
         self._served: dict[str, asyncio.Task[Any]] = {}
         self.outcomes = Outcomes(store=store, metrics=metrics)
+        self.takeover = Takeover(
+            runner=runner, store=store, clock=clock, metrics=metrics, replica_id=bus.replica_id
+        )
 
     # -- receiving side ----------------------------------------------------------------
 
@@ -139,7 +140,7 @@ class Routing:
         if record.session_id and record.last_event_id:
             try:
                 with TRACING.span("mcp takeover", attributes={"mcp.previous_owner": record.owner}):
-                    return await self._take_over(upstream, record, front, notify)
+                    return await self.takeover.continue_call(upstream, record, front, notify)
             except SessionExpired:
                 log.info("takeover_impossible", reason="upstream session gone")
         await self._forget(record)
@@ -159,32 +160,9 @@ class Routing:
             ttl_s = self.limits.suspension_ttl_s
             await self.outcomes.keep_replayed(record.call_id, record.round, result, ttl_s)
             return result
-        await self._cancel_stranded(upstream, record)
+        await self.takeover.cancel_stranded(upstream, record)
         self.metrics.handoffs.labels("lost").inc()
         raise CallLost(f"The call was lost: {LOST}")
-
-    async def _cancel_stranded(self, upstream: UpstreamConfig, record: SuspendedCall) -> None:
-        """Cancel a lost call upstream on its session, where the session can be reached."""
-        if not record.session_id:
-            return
-        pool = self.runner.pools[upstream.name]
-        caps = ClientCaps.from_key(record.caps)
-        try:
-            session = await pool.adopt(caps, record.session_id, Version(record.protocol_version))
-        except (UpstreamError, CapacityExceeded) as exc:
-            log.info("stranded_call_not_cancelled", error=exc.message)
-            return
-        cancelled = jsonrpc.notification(
-            "notifications/cancelled",
-            {"requestId": record.upstream_request_id, "reason": "its gateway replica stopped"},
-        )
-        try:
-            await session.send(cancelled)
-            log.info("stranded_call_cancelled", owner=record.owner)
-        except UpstreamError as exc:
-            log.info("stranded_call_not_cancelled", error=exc.message)
-        finally:
-            pool.release(session, reuse=False)
 
     async def _forward(
         self, record: SuspendedCall, front: FrontRequest, notify: Notify
@@ -287,52 +265,6 @@ class Routing:
             await self.bus.send(owner, messages.encode(message))
         except StoreError as exc:
             log.warning("fleet_cancel_failed", error=str(exc))
-
-    async def _take_over(
-        self, upstream: UpstreamConfig, record: SuspendedCall, front: FrontRequest, notify: Notify
-    ) -> dict[str, Any]:
-        """Continue the dead owner's upstream call from where its stream stopped.
-
-        Raises:
-            SessionExpired: the upstream forgot the session; nothing was sent.
-        """
-        assert record.session_id is not None
-        # The record names this replica from now on: its previous owner, if it was only
-        # cut off, learns from it that the call is not its own any more.
-        await self.store.take(record, self.bus.replica_id)
-        pool = self.runner.pools[upstream.name]
-        session = await pool.adopt(
-            ClientCaps.from_key(record.caps), record.session_id, Version(record.protocol_version)
-        )
-        pending = [Pending.from_record(p) for p in record.pending]
-        machine = CallMachine(
-            call_id=record.call_id,
-            method=record.method,
-            upstream_id=record.upstream_request_id,
-            progress_token=f"mrtr-{record.call_id}",
-            rules=upstream.rules_for(record.method, record.target),
-            round=record.round,
-            pending={p.key: p for p in pending},
-            journal=list(record.journal),
-        )
-        cursor = StreamCursor(last_id=record.last_event_id)
-        call = self.runner.launch(
-            upstream,
-            pool,
-            session,
-            machine,
-            record.principal,
-            state.RequestDigest.known(record.digest),
-            record.target,
-            cursor,
-        )
-        call.resumed = record.round
-        resumed = session.pump_resumed(record.upstream_request_id, call.inbox, cursor)
-        call.pump = TaskPump(spawn(resumed, name=f"call-pump-{record.call_id}"))
-        log.info("call_taken_over", previous_owner=record.owner, round=record.round)
-        self.metrics.handoffs.labels("taken_over").inc()
-        answers = machine.deliver(front.params.get("inputResponses") or {})
-        return await self.runner.drive(call, front, notify, answers)
 
     async def _forget(self, record: SuspendedCall) -> None:
         try:

@@ -82,6 +82,12 @@ class PoolLimits:
     # Recycle a session after this many requests, so whatever a legacy server keeps
     # per session stays bounded however long the gateway runs.
     max_requests: int = 10_000
+    # Interruptible calls one session carries at once (Streamable HTTP only). 1: each call
+    # owns its session. More: parked calls cost the server a call, not a session each; a
+    # question sent on the session's GET stream (mcp 1.x `list_roots`, `create_message`
+    # without a related request) while several calls share it is answered as outside
+    # any call. See docs/operations.md.
+    calls_per_session: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -115,6 +115,12 @@ def parse_upstream(data: Any, path: str, env: Mapping[str, str], base: Path) -> 
         headers = _http(sec, values, env)
     pool_sec = sec.section("pool")
     pool = PoolLimits(**pool_sec.scalars(PoolLimits, zero_ok={"min_idle"}))
+    if pool.calls_per_session > 1 and transport != STREAMABLE_HTTP:
+        raise ConfigError(
+            f"{pool_sec.at('calls_per_session')}: only a {STREAMABLE_HTTP} upstream can carry "
+            f"several calls on one session (its calls' questions come on their own streams; "
+            f"over {transport} they cannot be told apart)"
+        )
     pool_sec.done()
     cache_sec = sec.section("cache")
     cache = CachePolicy(**cache_sec.scalars(CachePolicy, zero_ok={"ttl_ms"}))

@@ -8,7 +8,7 @@ needs that this request's client did not declare.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import InvalidParams
@@ -23,6 +23,20 @@ class ClientCaps:
     sampling_tools: bool = False
     sampling_context: bool = False
     roots: bool = False
+    #: A short stable name of this capability set (the session pool's key), worked out
+    #: once: a request asks for it several times.
+    key: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        flags = (
+            ("ef", self.elicitation_form),
+            ("eu", self.elicitation_url),
+            ("s", self.sampling),
+            ("st", self.sampling_tools),
+            ("sc", self.sampling_context),
+            ("r", self.roots),
+        )
+        object.__setattr__(self, "key", ",".join(name for name, on in flags if on) or "none")
 
     @classmethod
     def from_wire(cls, value: Any) -> ClientCaps:
@@ -51,19 +65,6 @@ class ClientCaps:
             and isinstance(sampling.get("context"), dict),
             roots=isinstance(value.get("roots"), dict),
         )
-
-    @property
-    def key(self) -> str:
-        """A short stable name of this capability set (the session pool's key)."""
-        flags = (
-            ("ef", self.elicitation_form),
-            ("eu", self.elicitation_url),
-            ("s", self.sampling),
-            ("st", self.sampling_tools),
-            ("sc", self.sampling_context),
-            ("r", self.roots),
-        )
-        return ",".join(name for name, on in flags if on) or "none"
 
     @classmethod
     def from_key(cls, key: str) -> ClientCaps:

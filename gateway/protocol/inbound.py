@@ -92,13 +92,13 @@ class FrontRequest:
     envelope: Envelope
     # W3C trace context (traceparent, tracestate, baggage) from `_meta` or the HTTP headers
     trace: Mapping[str, str] = field(default_factory=dict)
+    #: The tool or prompt name, or the resource URI, of an interruptible request.
+    target: str | None = field(init=False, repr=False, compare=False)
 
-    @property
-    def target(self) -> str | None:
-        """The tool or prompt name, or the resource URI, of an interruptible request."""
+    def __post_init__(self) -> None:
         member = NAME_FIELD.get(self.method)
         value = self.params.get(member) if member else None
-        return value if isinstance(value, str) else None
+        object.__setattr__(self, "target", value if isinstance(value, str) else None)
 
 
 TRACE_KEYS = ("traceparent", "tracestate", "baggage")
@@ -120,8 +120,10 @@ def trace_context(meta: Mapping[str, Any], headers: Mapping[str, str]) -> dict[s
     Values that are not valid W3C trace context are dropped (as a tracer would): they
     must never reach an upstream header.
     """
-    trace = {k: meta[k] for k in TRACE_KEYS if _valid_trace(k, meta.get(k))}
-    return trace or {k: headers[k] for k in TRACE_KEYS if _valid_trace(k, headers.get(k))}
+    trace = {k: meta[k] for k in TRACE_KEYS if k in meta and _valid_trace(k, meta[k])}
+    return trace or {
+        k: headers[k] for k in TRACE_KEYS if k in headers and _valid_trace(k, headers[k])
+    }
 
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})

@@ -111,8 +111,9 @@ class DuplexSession:
     def attach(self, inbox: Inbox) -> None:
         self._owner = inbox
 
-    def detach(self) -> None:
-        self._owner = None
+    def detach(self, inbox: Inbox) -> None:
+        if self._owner is inbox:
+            self._owner = None
 
     def next_id(self) -> str:
         rid = f"{self._id_prefix}-{self._next_id}"
@@ -163,6 +164,8 @@ class DuplexSession:
 
     async def pump_resumed(self, rid: Any, inbox: Inbox, cursor: StreamCursor) -> None:
         inbox.put_nowait(StreamEnd(UpstreamError("this transport cannot resume a stream")))
+        if cursor.live is not None:
+            cursor.live.set()
 
     async def request(
         self,

@@ -2,7 +2,10 @@
 
 Interruptible calls (`tools/call`, `prompts/get`, `resources/read`) own a session
 exclusively while in flight, so every server request on it belongs to that
-call. Plain requests share one session per capability set. After an idle
+call; with `calls_per_session` above 1 (Streamable HTTP), up to that many calls
+share one, filled before the next is opened, so a parked call costs the server a
+call rather than a session (see `gateway.upstream.http.session` for what such a
+session cannot attribute). Plain requests share one session per capability set. After an idle
 session is taken, the pool opens replacements in the background, in parallel,
 so owning a session costs the caller no handshake: as many as the recent rate of
 acquisitions times the time a session takes to open (at least `min_idle`), so a
@@ -30,6 +33,7 @@ from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import Version
 from gateway.upstream.port import PooledSession, SessionExpired, UpstreamSession
+from gateway.upstream.sharing import Opening, Sharing
 from gateway.upstream.slots import SessionSlots
 
 log = structlog.get_logger("gateway.upstream")
@@ -47,6 +51,12 @@ class SessionPool(SessionSlots):
         self._openers: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
         self._probe: asyncio.Task[None] | None = None
         self._warming: defaultdict[str, int] = defaultdict(int)  # opening ahead, per caps
+        # Sessions carrying several calls (`calls_per_session` > 1), counted.
+        self._sharing = Sharing(self.limits.calls_per_session, self._usable)
+
+    @property
+    def _share(self) -> int:
+        return self.limits.calls_per_session
 
     def start(self) -> None:
         self._reaper = spawn(self._reap(), name=f"pool-reaper-{self.name}")
@@ -83,8 +93,10 @@ class SessionPool(SessionSlots):
         for opener in list(self._openers):
             await cancel_and_wait(opener)  # a half-open session is closed on the way out
         sessions = [s for idle in self._idle.values() for s in idle] + list(self._shared.values())
+        sessions += [s for s in self._sharing.sessions() if s not in sessions]  # with calls
         self._idle.clear()
         self._shared.clear()
+        self._sharing.clear()
         await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
         # Sessions given back closed (or half-open ones) are still ending: a stdio server
         # takes a moment to stop. Wait for them, so no process outlives the pool.
@@ -107,7 +119,7 @@ class SessionPool(SessionSlots):
                     self._waiting += 1  # under the lock: a release now notifies (slots)
                     try:
                         while self._count >= self.limits.max_sessions:
-                            if caps is not None and (session := self._take_idle(caps)):
+                            if caps is not None and (session := self._take(caps)):
                                 return session
                             if not self._evict_idle():
                                 await self._freed.wait()
@@ -119,6 +131,15 @@ class SessionPool(SessionSlots):
             ) from None
         self._count += 1
         return None
+
+    def _take(self, caps: ClientCaps) -> PooledSession | None:
+        """A session for one more call: one shared with room left, else an idle one."""
+        if self._share > 1 and (session := self._sharing.join(caps.key)):
+            return session
+        session = self._take_idle(caps)
+        if session is not None and self._share > 1:
+            self._sharing.carry(session)  # its first call; others may join it
+        return session
 
     def _take_idle(self, caps: ClientCaps) -> PooledSession | None:
         idle = self._idle[caps.key]
@@ -146,24 +167,71 @@ class SessionPool(SessionSlots):
             CapacityExceeded: `max_sessions` stayed busy for `acquire_timeout_s`.
         """
         self.demand.acquired(self.clock.monotonic())
-        session = self._take_idle(caps) or await self._reserve(caps)
+        session = self._take(caps)
+        if session is None and self._share > 1:
+            session = await self._join_opening(caps)
+        if session is None:
+            session = await self._reserve(caps)
         if session is None:
             self._refill(caps)  # this caller opens its own; the next ones find theirs
-            session = await self._open(caps)
+            session = await self._open_for(caps, calls=1)
         self._refill(caps)
         return session
 
+    async def _join_opening(self, caps: ClientCaps) -> PooledSession | None:
+        """A session being opened with room for this call, once it is open; None when
+        none is opening (or it failed to open)."""
+        opening = self._sharing.joinable(caps.key)
+        if opening is None:
+            return None
+        try:
+            return await asyncio.shield(opening.ready)
+        except asyncio.CancelledError:
+            if not opening.ready.done():
+                self._sharing.gave_up(opening)
+            elif (counted := opening.ready.result()) is not None:
+                self.release(counted, reuse=True)  # it was counted for this call
+            raise
+
+    async def _open_for(
+        self, caps: ClientCaps, *, calls: int, opening: Opening | None = None
+    ) -> PooledSession:
+        """`_open`, where calls sharing a session may count on it while it opens (from
+        `opening`, registered by whoever decided to open it, or from now).
+
+        Raises:
+            UpstreamError
+        """
+        if self._share == 1:
+            return await self._open(caps)
+        opening = opening or self._sharing.begin(caps.key, calls=calls)
+        try:
+            session = await self._open(caps)
+        except BaseException:
+            self._sharing.failed(opening)
+            raise
+        self._sharing.opened(opening, session)
+        return session
+
     def reserve_target(self) -> int:
-        """Idle sessions to keep ready, at least `min_idle` (see `Demand`)."""
-        return self.demand.reserve(self.limits.min_idle, self.limits.max_sessions)
+        """Calls to keep room ready for, in idle sessions (at least `min_idle` of them) and
+        shared ones (see `Demand`)."""
+        target = self.demand.reserve(self.limits.min_idle, self.limits.max_sessions)
+        return max(target, self.limits.min_idle * self._share)
 
     async def adopt(self, caps: ClientCaps, session_id: str, version: Version) -> PooledSession:
         """Take over a session another replica opened (its call continues here).
+
+        With sharing, the calls of one session taken over here share one session object
+        (the server holds one GET stream per session); it takes no other calls, and is not
+        ended upstream when they are done: other replicas may carry calls of its own.
 
         Raises:
             SessionExpired: the upstream has forgotten it.
             UpstreamError, CapacityExceeded
         """
+        if self._share > 1 and (known := self._sharing.adopted(session_id)):
+            return known
         await self._reserve()
         session = self.new_session(caps)
         try:
@@ -173,12 +241,21 @@ class SessionPool(SessionSlots):
             self._closings.add(spawn(session.close(), name=f"pool-close-{self.name}"))
             self._wake_waiters()
             raise
+        if self._share > 1:
+            self._sharing.adopt(session_id, session)
         return session
 
     def release(self, given: UpstreamSession, *, reuse: bool) -> None:
-        """Give a session back: to the idle list when clean, else close it."""
+        """Give a session back: to the idle list when clean, else close it. A shared
+        session is given back by its last call."""
         session = cast(PooledSession, given)  # every session given back was made here
-        session.detach()
+        end = True
+        if session in self._sharing:
+            if not self._sharing.leave(session, reuse=reuse):
+                self._wake_waiters()  # room, maybe, for a call waiting for a slot
+                return
+            keep, end = self._sharing.let_go(session)
+            reuse = reuse and keep
         idle = self._idle[session.caps.key]
         fresh = session.requests < self.limits.max_requests
         if (
@@ -192,32 +269,47 @@ class SessionPool(SessionSlots):
             idle.append(session)
             self._wake_waiters()
             return
-        self._forget(session)
+        self._forget(session, end=end)
 
     def discard(self, given: UpstreamSession) -> None:
-        (session := cast(PooledSession, given)).detach()
+        session = cast(PooledSession, given)
+        if session in self._sharing:
+            # Another replica took this call over: the session lives on there.
+            self._sharing.handed_over(session)
+            if not self._sharing.leave(session, reuse=False):
+                return
+            self._sharing.let_go(session)
         self._forget(session, end=False)
 
     def _refill(self, caps: ClientCaps) -> None:
         """Open sessions ahead of demand, in parallel, up to `reserve_target`."""
         if self._closing:
             return
-        ready = len(self._idle[caps.key]) + self._warming[caps.key]
-        for _ in range(self.reserve_target() - ready):
+        share = self._share
+        if share > 1:  # room for calls: in idle sessions, shared ones, and those opening
+            ready = len(self._idle[caps.key]) * share + self._sharing.spare(caps.key)
+        else:
+            ready = len(self._idle[caps.key]) + self._warming[caps.key]
+        for _ in range(-(-(self.reserve_target() - ready) // share)):  # sessions, rounded up
             if self._count >= self.limits.max_sessions:
                 return
             self._count += 1  # the slot is taken now, so a burst never over-opens
             self._warming[caps.key] += 1
-            self._openers.add(spawn(self._prewarm(caps), name=f"pool-prewarm-{self.name}"))
+            # With sharing, its room counts from now, before the opener's task runs.
+            opening = self._sharing.begin(caps.key, calls=0) if share > 1 else None
+            prewarm = self._prewarm(caps, opening)
+            self._openers.add(spawn(prewarm, name=f"pool-prewarm-{self.name}"))
 
-    async def _prewarm(self, caps: ClientCaps) -> None:
+    async def _prewarm(self, caps: ClientCaps, opening: Opening | None) -> None:
         try:
-            session = await self._open(caps)
+            session = await self._open_for(caps, calls=0, opening=opening)
         except UpstreamError as exc:
             log.warning("upstream_prewarm_failed", upstream=self.name, error=str(exc))
             return
         finally:
             self._warming[caps.key] -= 1
+        if session in self._sharing:
+            return  # calls joined it while it opened: they carry it now
         if self._closing:
             self._forget(session)
         else:

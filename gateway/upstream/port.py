@@ -45,6 +45,9 @@ class StreamCursor:
     retry_ms: int | None = None
     answered: bool = False
     accepted: bool = False  # the server took the request: it may already be running
+    # Set once a resumed stream carries the call's new events (`pump_resumed`): until
+    # then an answer to the server could be answered on no stream.
+    live: asyncio.Event | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +125,8 @@ class TaskPump:
 
 
 class UpstreamSession(Protocol):
-    """One initialised legacy session; owned by one call at a time."""
+    """One initialised legacy session; owned by one call at a time, or shared by a few
+    where the pool allows it (`pool.calls_per_session`, Streamable HTTP only)."""
 
     @property
     def caps(self) -> ClientCaps:
@@ -146,7 +150,12 @@ class UpstreamSession(Protocol):
         ...
 
     def attach(self, inbox: Inbox) -> None:
-        """Route the server's messages outside any call's own stream to this inbox."""
+        """Route the server's messages outside any call's own stream to this inbox (the
+        call's), while it is the only one attached."""
+        ...
+
+    def detach(self, inbox: Inbox) -> None:
+        """The call of `inbox` no longer listens (it ended or went elsewhere)."""
         ...
 
     async def start(
@@ -252,10 +261,6 @@ class PooledSession(UpstreamSession, Protocol):
         ...
 
     async def wait_quiet(self) -> None: ...
-
-    def attach(self, inbox: Inbox) -> None: ...
-
-    def detach(self) -> None: ...
 
     async def request(
         self, method: str, params: dict[str, Any] | None, headers: Mapping[str, str] | None = None

@@ -94,6 +94,10 @@ class ScriptedSession:
     def attach(self, inbox: Inbox) -> None:
         self._owner = inbox
 
+    def detach(self, inbox: Inbox) -> None:
+        if self._owner is inbox:
+            self._owner = None
+
     async def start(
         self,
         message: dict[str, Any],
@@ -107,6 +111,8 @@ class ScriptedSession:
     async def pump_resumed(self, rid: Any, inbox: Inbox, cursor: StreamCursor) -> None:
         self.request = {"jsonrpc": "2.0", "id": rid, "method": "(resumed)"}
         self.resumed_after = cursor.last_id
+        if cursor.live is not None:
+            cursor.live.set()  # the scripted stream is live at once
         await self._serve(inbox, cursor)
 
     async def _serve(self, inbox: Inbox, cursor: StreamCursor) -> None:

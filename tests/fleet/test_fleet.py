@@ -80,6 +80,12 @@ async def fleet(
                 },
             },
             {"name": "resumable", "url": resumable.url, "path": "/resumable"},
+            {  # calls share sessions: a replica's death strands several calls of one
+                "name": "shared",
+                "url": resumable.url,
+                "path": "/shared",
+                "pool": {"calls_per_session": 4},
+            },
             {  # a stdio server: a process per session, which dies with its replica
                 "name": "local",
                 "command": legacy_stdio_command(tmp_path),
@@ -234,6 +240,53 @@ async def test_owner_killed_takeover_continues_the_call_where_the_upstream_allow
     assert reply["result"].get("content", [{}])[0].get("text") == "Hello, alice!", reply
     await survivor.await_line('"event":"call_taken_over"', timeout=10)  # the log reader may lag
     assert await body_runs(fleet, "greet", run_id, "/resumable", via=survivor) == 1
+
+
+async def test_owner_killed_the_calls_sharing_its_session_are_each_taken_over(
+    fleet: Fleet, redis_server: RedisServer
+) -> None:
+    owner, survivor = fleet.replicas[0], fleet.replicas[1]
+    runs = [uuid.uuid4().hex for _ in range(3)]
+    states = []
+    for run_id in runs:  # one after the other: they pack onto one upstream session
+        call = rpc("tools/call", {"name": "greet", "arguments": {"run_id": run_id}})
+        status, first = await fleet.post(owner.base + "/shared", call)
+        assert first["result"]["resultType"] == "input_required", first
+        states.append(first["result"]["requestState"])
+    client = aioredis.from_url(redis_server.url)
+    try:
+        records = [k async for k in client.scan_iter(f"{fleet.prefix}*:rec")]
+        jsons = [json.loads(await client.hget(k, "json")) for k in records]
+    finally:
+        await client.aclose()
+    assert len({j["session_id"] for j in jsons}) == 1  # the three share one session
+    owner.kill9()
+    await until_dead(fleet, redis_server.url, owner)
+    retries = [
+        rpc(
+            "tools/call",
+            {
+                "name": "greet",
+                "arguments": {"run_id": run_id},
+                "requestState": state,
+                "inputResponses": {
+                    "elicit.username": {"action": "accept", "content": {"username": f"u{i}"}}
+                },
+            },
+            rid=2,
+        )
+        for i, (run_id, state) in enumerate(zip(runs, states, strict=True))
+    ]
+    # Two together (one session taken over for both), then the last: the session must not
+    # have been ended upstream when the first two were done.
+    replies = await asyncio.gather(
+        *(fleet.post(survivor.base + "/shared", retry) for retry in retries[:2])
+    )
+    replies.append(await fleet.post(survivor.base + "/shared", retries[2]))
+    texts = [reply["result"]["content"][0]["text"] for _, reply in replies]
+    assert texts == ["Hello, u0!", "Hello, u1!", "Hello, u2!"], replies
+    for run_id in runs:
+        assert await body_runs(fleet, "greet", run_id, "/shared", via=survivor) == 1
 
 
 async def test_owner_killed_a_replay_safe_tool_completes_by_replay(

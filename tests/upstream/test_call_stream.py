@@ -14,12 +14,13 @@ import pytest
 
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError
+from gateway.protocol import sse
 from gateway.protocol.capabilities import ClientCaps
 from gateway.upstream.factory import session_factory
 from gateway.upstream.http import stream as call_stream
 from gateway.upstream.http.client import Http1Client
 from gateway.upstream.http.session import HttpSession
-from gateway.upstream.http.wire import Endpoint
+from gateway.upstream.http.wire import Endpoint, HttpWire
 from gateway.upstream.port import Inbox, StreamCursor, StreamEnd
 from tests.upstream.test_h1_client import Server
 
@@ -241,3 +242,17 @@ async def test_the_gateway_names_itself_to_its_upstream_unless_the_config_does(
             initialize = server.requests[0]
             assert expected in initialize and initialize.lower().count(b"user-agent") == 1
     await server.stop()
+
+
+async def test_a_resumed_stream_is_live_at_its_priming_event_and_not_before(
+    http: Http1Client,
+) -> None:
+    wire = HttpWire(http, Endpoint("u", "http://127.0.0.1:1/mcp", {}, timeout_s=5))
+    cursor = StreamCursor(last_id="s-1:4", live=asyncio.Event())
+    parser = sse.Parser()
+    replayed = b"id: s-1:5\ndata: " + json.dumps({"jsonrpc": "2.0", "method": "x"}).encode()
+    assert wire.call_messages(parser, replayed + b"\n\n", "r1", cursor) != []
+    assert not cursor.live.is_set()  # a replayed message: the stream is not attached yet
+    wire.call_messages(parser, b"id: s-1:6\ndata: \n\n", "r1", cursor)
+    assert cursor.live.is_set()  # mcp 1.x primes a resumed stream once it is attached
+    assert cursor.last_id == "s-1:6"

@@ -65,7 +65,7 @@ class FakeSession:
     def attach(self, inbox: Inbox) -> None:
         pass
 
-    def detach(self) -> None:
+    def detach(self, inbox: Inbox) -> None:
         pass
 
     async def start(self, message: Any, inbox: Inbox, cursor: StreamCursor, headers=None) -> Any:
@@ -280,3 +280,104 @@ async def test_a_session_given_back_with_nobody_waiting_costs_no_task() -> None:
     sessions.release(session, reuse=True)
     after = {t.get_name() for t in asyncio.all_tasks()}
     assert after - before == set()  # no pool-freed task: nobody was waiting
+
+
+# -- sessions shared by several calls (calls_per_session) --------------------------------
+
+
+async def test_calls_share_a_session_up_to_calls_per_session_before_another_opens() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory, calls_per_session=3)
+    calls = [await sessions.acquire(ClientCaps()) for _ in range(7)]
+    assert [factory.made.index(s) for s in calls] == [0, 0, 0, 1, 1, 1, 2]
+    sessions.release(calls[0], reuse=True)  # room on the first session again
+    assert await sessions.acquire(ClientCaps()) is calls[0]
+    # Without sharing (the default), each call has a session of its own.
+    alone = pool(Factory(), calls_per_session=1)
+    alone.new_session.gate.set()  # type: ignore[attr-defined]
+    assert len({id(await alone.acquire(ClientCaps())) for _ in range(3)}) == 3
+
+
+async def test_a_shared_session_closes_when_its_last_call_leaves_and_not_before() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory, calls_per_session=4)
+    one, two = await sessions.acquire(ClientCaps()), await sessions.acquire(ClientCaps())
+    assert one is two
+    sessions.release(one, reuse=False)  # this call failed: its sibling goes on
+    assert not one.closed.is_set()
+    third = await sessions.acquire(ClientCaps())
+    assert third is not one  # a session whose call failed takes no new calls
+    sessions.release(two, reuse=True)
+    async with asyncio.timeout(5):
+        await one.closed.wait()  # its last call is gone: now it closes, ended upstream
+    assert one.ended is True
+
+
+async def test_a_shared_session_whose_call_went_elsewhere_is_not_ended_upstream() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory, calls_per_session=4)
+    one, two = await sessions.acquire(ClientCaps()), await sessions.acquire(ClientCaps())
+    sessions.discard(one)  # another replica took this call over
+    assert not one.closed.is_set()  # the other call still runs on it
+    sessions.release(two, reuse=True)
+    async with asyncio.timeout(5):
+        await one.closed.wait()
+    assert one.ended is False  # the other replica's call lives on upstream
+
+
+async def test_calls_taken_over_from_one_session_share_one_adopted_session() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory, calls_per_session=4)
+    first = await sessions.adopt(ClientCaps(), "upstream-1", UPSTREAM_VERSIONS[0])
+    second = await sessions.adopt(ClientCaps(), "upstream-1", UPSTREAM_VERSIONS[0])
+    assert first is second and sessions.size == 1  # one GET stream for the session
+    fresh = await sessions.acquire(ClientCaps())
+    assert fresh is not first  # an adopted session carries only the calls taken over
+    sessions.release(first, reuse=True)
+    assert not first.closed.is_set()
+    sessions.release(second, reuse=True)
+    async with asyncio.timeout(5):
+        await first.closed.wait()
+    assert first.ended is False  # other replicas may carry more of its calls
+    again = await sessions.adopt(ClientCaps(), "upstream-1", UPSTREAM_VERSIONS[0])
+    assert again is not first  # the closed one is not handed out again
+
+
+async def test_with_sharing_the_pool_opens_ahead_for_calls_not_sessions() -> None:
+    async def sessions_made(calls_per_session: int) -> tuple[int, int]:
+        factory = Factory()
+        factory.gate.set()
+        sessions = pool(factory, calls_per_session=calls_per_session, min_idle=2)
+        calls = [await sessions.acquire(ClientCaps()) for _ in range(9)]
+        for _ in range(50):  # let the sessions opened ahead finish opening
+            await asyncio.sleep(0)
+        return len(factory.made), len({id(c) for c in calls})
+
+    # Alone, 9 calls hold 9 sessions and 2 more wait idle; sharing 8 to a session, 9 calls
+    # hold 2, and room is kept for 2 sessions' worth of calls: 7 places left and 2 more.
+    assert await sessions_made(1) == (11, 9)
+    assert await sessions_made(8) == (4, 2)
+
+
+async def test_a_burst_joins_a_session_being_opened_instead_of_each_opening_one() -> None:
+    factory = Factory()  # the gate is shut: sessions open when the test lets them
+    sessions = pool(factory, calls_per_session=4)
+    acquiring = [spawn(sessions.acquire(ClientCaps()), name=f"acquire-{i}") for i in range(5)]
+    for _ in range(2):
+        await factory.opening.get()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert len(factory.made) == 2  # the first call's session, which 3 more wait for, and
+    acquiring[1].cancel()  # the fifth's; a call that gives up while it opens
+    with contextlib.suppress(asyncio.CancelledError):
+        await acquiring[1]
+    factory.gate.set()
+    async with asyncio.timeout(5):
+        got = await asyncio.gather(*acquiring[:1], *acquiring[2:])
+    first = factory.made[0]
+    assert got[:3] == [first, first, first]  # three calls waited for it, not one each
+    assert sessions._sharing.calls(first) == 3  # the one that gave up is not counted

@@ -12,13 +12,14 @@ a malformed or oversized head or chunk line raises `BadResponse` (a ValueError).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_CHUNK_LINE_BYTES = 1024
 _CRLF = b"\r\n"
 _NO_BODY = frozenset({204, 304})
-_FORBIDDEN = ("\r", "\n", "\0")
+_FORBIDDEN = re.compile("[\r\n\0]")  # would end a header line, or the head
 
 
 class BadResponse(ValueError):
@@ -55,7 +56,7 @@ def request_head(
     """
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
     for name, value in headers.items():
-        if any(c in name or c in value for c in _FORBIDDEN) or ":" in name or not name:
+        if not name or ":" in name or _FORBIDDEN.search(name) or _FORBIDDEN.search(value):
             raise ValueError(f"header {name!r} cannot be sent: it holds a forbidden character")
         lines.append(f"{name}: {value}")
     if length or method not in ("GET", "DELETE"):
@@ -226,8 +227,11 @@ _STATES = {
 }
 
 
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+
+
 def _is_hex(text: bytes) -> bool:
-    return all(c in b"0123456789abcdefABCDEF" for c in text)
+    return not text.strip(_HEX_DIGITS)  # nothing left once the digits are taken off
 
 
 def _content_length(value: str) -> int:

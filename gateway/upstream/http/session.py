@@ -8,7 +8,10 @@ id) and `roots/list` there and drops them when nobody listens.
 A call's POST stream is read into the inbox its caller passes by the connection's
 own callbacks (`start`, `gateway.upstream.http.stream`); the GET stream goes into the
 inbox of whichever call owns the session (`attach`), and what arrives while nobody
-owns it gets the answer `gateway.protocol.outside` decides.
+owns it gets the answer `gateway.protocol.outside` decides. A session several calls
+share (`pool.calls_per_session`) routes its GET stream only while one call is attached:
+with more, a question there cannot be told to be any one call's, and is answered as
+outside every call.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ class HttpSession:
         self._quiet: asyncio.Event | None = None  # made only when someone waits for quiet
         self._next_id = 0
         self._id_prefix = secrets.token_hex(4)
-        self._owner: Inbox | None = None
+        self._owners: list[Inbox] = []
+        self._renewing = asyncio.Lock()  # calls sharing the session renew it once
         self._get_task: asyncio.Task[None] | None = None
         self._get_last_event_id: str | None = None
         self._closing = False
@@ -146,6 +150,16 @@ class HttpSession:
         self._get_last_event_id = None
         await self.open()
 
+    async def _renew(self, expired: str | None) -> None:
+        """`reopen` the session `expired` named, unless a call sharing it did already.
+
+        Raises:
+            UpstreamError
+        """
+        async with self._renewing:
+            if self.wire.session_id == expired:
+                await self.reopen()
+
     async def wait_quiet(self) -> None:
         """Until no request is in flight on this session."""
         if self._inflight:
@@ -157,10 +171,11 @@ class HttpSession:
 
     def attach(self, inbox: Inbox) -> None:
         """Route this session's standalone-stream traffic to the owning call's inbox."""
-        self._owner = inbox
+        self._owners.append(inbox)
 
-    def detach(self) -> None:
-        self._owner = None
+    def detach(self, inbox: Inbox) -> None:
+        if inbox in self._owners:
+            self._owners.remove(inbox)
 
     def next_id(self) -> str:
         """A request id unique to this session and, thanks to the random prefix, beyond it:
@@ -213,6 +228,7 @@ class HttpSession:
     ) -> Response | dict[str, Any] | None:
         """The call's answer to read, or None once a `StreamEnd` says why there is none."""
         for attempt in (1, 2):
+            sent_on = self.wire.session_id
             try:
                 return await self.wire.post_call(message, cursor, headers)
             except SessionExpired as exc:
@@ -224,7 +240,7 @@ class HttpSession:
                     return None
                 log.info("upstream_session_expired", upstream=self.endpoint.name)
                 try:
-                    await self.reopen()
+                    await self._renew(sent_on)
                 except UpstreamError as reopen_error:
                     inbox.put_nowait(StreamEnd(reopen_error))
                     return None
@@ -234,12 +250,16 @@ class HttpSession:
         return None  # pragma: no cover - the second attempt always returns
 
     async def pump_resumed(self, rid: Any, inbox: Inbox, cursor: StreamCursor) -> None:
-        """Continue another replica's call stream (GET + Last-Event-ID) into `inbox`."""
+        """Continue another replica's call stream (GET + Last-Event-ID) into `inbox`;
+        `cursor.live` is set once the stream carries the call's new events (or it ended)."""
         try:
             async for item in self.wire.resume(rid, cursor):
                 inbox.put_nowait(item)
         except UpstreamError as exc:
             inbox.put_nowait(StreamEnd(exc))
+        finally:
+            if cursor.live is not None:
+                cursor.live.set()
 
     async def request(
         self,
@@ -343,10 +363,18 @@ class HttpSession:
             log.info("upstream_session_gone", upstream=self.endpoint.name)
 
     def _route(self, item: dict[str, Any]) -> None:
-        if self._owner is not None:
-            self._owner.put_nowait(item)
-        else:
-            self._outside(item)
+        if len(self._owners) == 1:
+            self._owners[0].put_nowait(item)
+            return
+        if self._owners and "id" in item and "method" in item:
+            log.warning(
+                "upstream_question_unattributable",
+                upstream=self.endpoint.name,
+                method=item["method"],
+                calls=len(self._owners),
+                detail="asked on the session's GET stream while several calls share it",
+            )
+        self._outside(item)
 
     def _outside(self, item: dict[str, Any]) -> None:
         """A message no call owns: answer server requests so nothing upstream hangs."""

@@ -37,6 +37,9 @@ _SESSION_KEY = SESSION_HEADER.lower()  # response header names arrive lower-case
 VERSION_HEADER = "MCP-Protocol-Version"
 _ACCEPT = "application/json, text/event-stream"
 _MAX_RESUME_ATTEMPTS = 6
+#: Revisions whose servers open a resumed stream with a priming event (an id, no data),
+#: which mcp 1.x sends once the stream is registered for the call's new events.
+_PRIMING = frozenset({Version.V2025_11_25})
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +234,8 @@ class HttpWire:
                         raise UpstreamError(
                             f"upstream refused to resume the stream: HTTP {resp.status}"
                         )
+                    if cursor.live is not None and self.version not in _PRIMING:
+                        cursor.live.set()  # no priming event will say so: the head must do
                     with mapped_errors("resuming a stream"):
                         async for item in self.read_stream(resp, rid, cursor):
                             yield item
@@ -267,6 +272,8 @@ class HttpWire:
         for event in parser.feed(chunk):
             if event.retry is not None:
                 cursor.retry_ms = event.retry
+            if not event.data and event.id is not None and cursor.live is not None:
+                cursor.live.set()  # a priming event: from here on the stream is live
             item = self.message(event)
             if item is None:
                 continue

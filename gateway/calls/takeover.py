@@ -1,0 +1,133 @@
+"""Taking over the call of a replica that is gone, where the upstream allows it.
+
+`continue_call` adopts the upstream session the record names, resumes the call's
+stream with GET + Last-Event-ID where it stopped, and delivers the retry's answers
+once the resumed stream is live; `cancel_stranded` cancels upstream a call that
+cannot be continued, so the server's handler does not wait for ever. `Routing`
+(`gateway.calls.routing`) decides when either applies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import structlog
+
+from gateway import clock as clocks
+from gateway.aio import spawn
+from gateway.calls.runner import Notify, Runner
+from gateway.clock import Clock
+from gateway.config import UpstreamConfig
+from gateway.errors import CapacityExceeded, UpstreamError
+from gateway.observability import Metrics
+from gateway.protocol import jsonrpc, state
+from gateway.protocol.call import CallMachine, Pending
+from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.inbound import FrontRequest
+from gateway.protocol.versions import Version
+from gateway.store.base import SuspendedCall, SuspendedCallStore
+from gateway.upstream.port import StreamCursor, TaskPump
+
+log = structlog.get_logger("gateway.calls")
+
+#: How long a takeover waits for the resumed stream to be live before it answers anyway
+#: (a server that sends no priming event, or a slow one).
+RESUME_LIVE_S = 2.0
+
+
+class Takeover:
+    def __init__(
+        self,
+        *,
+        runner: Runner,
+        store: SuspendedCallStore,
+        clock: Clock,
+        metrics: Metrics,
+        replica_id: str,
+    ) -> None:
+        self.runner = runner
+        self.store = store
+        self.clock = clock
+        self.metrics = metrics
+        self.replica_id = replica_id
+
+    async def continue_call(
+        self, upstream: UpstreamConfig, record: SuspendedCall, front: FrontRequest, notify: Notify
+    ) -> dict[str, Any]:
+        """Continue the dead owner's upstream call from where its stream stopped.
+
+        Raises:
+            SessionExpired: the upstream forgot the session; nothing was sent.
+        """
+        assert record.session_id is not None
+        # The record names this replica from now on: its previous owner, if it was only
+        # cut off, learns from it that the call is not its own any more.
+        await self.store.take(record, self.replica_id)
+        pool = self.runner.pools[upstream.name]
+        session = await pool.adopt(
+            ClientCaps.from_key(record.caps), record.session_id, Version(record.protocol_version)
+        )
+        pending = [Pending.from_record(p) for p in record.pending]
+        machine = CallMachine(
+            call_id=record.call_id,
+            method=record.method,
+            upstream_id=record.upstream_request_id,
+            progress_token=f"mrtr-{record.call_id}",
+            rules=upstream.rules_for(record.method, record.target),
+            round=record.round,
+            pending={p.key: p for p in pending},
+            journal=list(record.journal),
+        )
+        cursor = StreamCursor(last_id=record.last_event_id, live=asyncio.Event())
+        call = self.runner.launch(
+            upstream,
+            pool,
+            session,
+            machine,
+            record.principal,
+            state.RequestDigest.known(record.digest),
+            record.target,
+            cursor,
+        )
+        call.resumed = record.round
+        resumed = session.pump_resumed(record.upstream_request_id, call.inbox, cursor)
+        call.pump = TaskPump(spawn(resumed, name=f"call-pump-{record.call_id}"))
+        await self._until_live(cursor)
+        log.info("call_taken_over", previous_owner=record.owner, round=record.round)
+        self.metrics.handoffs.labels("taken_over").inc()
+        answers = machine.deliver(front.params.get("inputResponses") or {})
+        return await self.runner.drive(call, front, notify, answers)
+
+    async def _until_live(self, cursor: StreamCursor) -> None:
+        """Until the resumed stream carries the call's new events, bounded: mcp 1.x attaches
+        a resumed stream to its call only after replaying what was missed, so an answer
+        sent before then would have the call's result stored, but sent on no stream."""
+        assert cursor.live is not None
+        with contextlib.suppress(TimeoutError):
+            async with clocks.timeout(self.clock, RESUME_LIVE_S):
+                await cursor.live.wait()
+
+    async def cancel_stranded(self, upstream: UpstreamConfig, record: SuspendedCall) -> None:
+        """Cancel a lost call upstream on its session, where the session can be reached."""
+        if not record.session_id:
+            return
+        pool = self.runner.pools[upstream.name]
+        caps = ClientCaps.from_key(record.caps)
+        try:
+            session = await pool.adopt(caps, record.session_id, Version(record.protocol_version))
+        except (UpstreamError, CapacityExceeded) as exc:
+            log.info("stranded_call_not_cancelled", error=exc.message)
+            return
+        cancelled = jsonrpc.notification(
+            "notifications/cancelled",
+            {"requestId": record.upstream_request_id, "reason": "its gateway replica stopped"},
+        )
+        try:
+            await session.send(cancelled)
+            log.info("stranded_call_cancelled", owner=record.owner)
+        except UpstreamError as exc:
+            log.info("stranded_call_not_cancelled", error=exc.message)
+        finally:
+            pool.release(session, reuse=False)
