@@ -23,7 +23,7 @@ from gateway.config import UpstreamConfig
 from gateway.errors import CapacityExceeded, UpstreamError
 from gateway.observability import Metrics
 from gateway.protocol import jsonrpc, state
-from gateway.protocol.call import CallMachine, Pending
+from gateway.protocol.call import CallMachine, Pending, Trigger
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.versions import Version
@@ -94,7 +94,11 @@ class Takeover:
         call.resumed = record.round
         resumed = session.pump_resumed(record.upstream_request_id, call.inbox, cursor)
         call.pump = TaskPump(spawn(resumed, name=f"call-pump-{record.call_id}"))
-        await self._until_live(cursor)
+        try:
+            await self._until_live(cursor)
+        except asyncio.CancelledError:  # the client went away: as in a round, end the call
+            self.runner.endings.end_soon(call, Trigger.CANCEL, "client disconnected")
+            raise
         log.info("call_taken_over", previous_owner=record.owner, round=record.round)
         self.metrics.handoffs.labels("taken_over").inc()
         answers = machine.deliver(front.params.get("inputResponses") or {})

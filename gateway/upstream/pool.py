@@ -33,7 +33,7 @@ from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import Version
 from gateway.upstream.port import PooledSession, SessionExpired, UpstreamSession
-from gateway.upstream.sharing import Opening, Sharing
+from gateway.upstream.sharing import Opening
 from gateway.upstream.slots import SessionSlots
 
 log = structlog.get_logger("gateway.upstream")
@@ -51,12 +51,10 @@ class SessionPool(SessionSlots):
         self._openers: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
         self._probe: asyncio.Task[None] | None = None
         self._warming: defaultdict[str, int] = defaultdict(int)  # opening ahead, per caps
-        # Sessions carrying several calls (`calls_per_session` > 1), counted.
-        self._sharing = Sharing(self.limits.calls_per_session, self._usable)
-
-    @property
-    def _share(self) -> int:
-        return self.limits.calls_per_session
+        # Takeovers adopting a session, by its id (gone once nobody holds its lock).
+        self._adopting: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
 
     def start(self) -> None:
         self._reaper = spawn(self._reap(), name=f"pool-reaper-{self.name}")
@@ -93,11 +91,14 @@ class SessionPool(SessionSlots):
         for opener in list(self._openers):
             await cancel_and_wait(opener)  # a half-open session is closed on the way out
         sessions = [s for idle in self._idle.values() for s in idle] + list(self._shared.values())
-        sessions += [s for s in self._sharing.sessions() if s not in sessions]  # with calls
+        carrying = [s for s in self._sharing.sessions() if s not in sessions]  # with calls
+        kept = [s for s in carrying if self._sharing.kept_upstream(s)]  # others' too
         self._idle.clear()
         self._shared.clear()
         self._sharing.clear()
-        await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+        closing = [s.close() for s in sessions + [s for s in carrying if s not in kept]]
+        closing += [s.close(end=False) for s in kept]
+        await asyncio.gather(*closing, return_exceptions=True)
         # Sessions given back closed (or half-open ones) are still ending: a stdio server
         # takes a moment to stop. Wait for them, so no process outlives the pool.
         pending = {task for task in self._closings if not task.done()}
@@ -193,26 +194,6 @@ class SessionPool(SessionSlots):
                 self.release(counted, reuse=True)  # it was counted for this call
             raise
 
-    async def _open_for(
-        self, caps: ClientCaps, *, calls: int, opening: Opening | None = None
-    ) -> PooledSession:
-        """`_open`, where calls sharing a session may count on it while it opens (from
-        `opening`, registered by whoever decided to open it, or from now).
-
-        Raises:
-            UpstreamError
-        """
-        if self._share == 1:
-            return await self._open(caps)
-        opening = opening or self._sharing.begin(caps.key, calls=calls)
-        try:
-            session = await self._open(caps)
-        except BaseException:
-            self._sharing.failed(opening)
-            raise
-        self._sharing.opened(opening, session)
-        return session
-
     def reserve_target(self) -> int:
         """Calls to keep room ready for, in idle sessions (at least `min_idle` of them) and
         shared ones (see `Demand`)."""
@@ -230,8 +211,19 @@ class SessionPool(SessionSlots):
             SessionExpired: the upstream has forgotten it.
             UpstreamError, CapacityExceeded
         """
-        if self._share > 1 and (known := self._sharing.adopted(session_id)):
-            return known
+        if self._share == 1:
+            return await self._adopt(caps, session_id, version)
+        # Takeovers of one session at once adopt it once (a second GET stream would be
+        # refused): the later ones wait for the first, then join it.
+        lock = self._adopting.setdefault(session_id, asyncio.Lock())
+        async with lock:
+            if known := self._sharing.adopted(session_id):
+                return known
+            session = await self._adopt(caps, session_id, version)
+            self._sharing.adopt(session_id, session)
+            return session
+
+    async def _adopt(self, caps: ClientCaps, session_id: str, version: Version) -> PooledSession:
         await self._reserve()
         session = self.new_session(caps)
         try:
@@ -241,8 +233,6 @@ class SessionPool(SessionSlots):
             self._closings.add(spawn(session.close(), name=f"pool-close-{self.name}"))
             self._wake_waiters()
             raise
-        if self._share > 1:
-            self._sharing.adopt(session_id, session)
         return session
 
     def release(self, given: UpstreamSession, *, reuse: bool) -> None:
@@ -339,9 +329,6 @@ class SessionPool(SessionSlots):
             session.last_used = self.clock.monotonic()
             self._shared[caps.key] = session
             return session
-
-    def _usable(self, session: PooledSession) -> bool:
-        return session.alive and session.requests < self.limits.max_requests
 
     async def request(
         self,

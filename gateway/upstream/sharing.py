@@ -88,7 +88,10 @@ class Sharing:
 
     def opened(self, opening: Opening, session: PooledSession) -> bool:
         """The session is open: it carries the calls that counted on it, whom `ready`
-        wakes; False when none did (it is the pool's to keep idle)."""
+        wakes; False when none did (it is the pool's to keep idle, or to close: the pool
+        is closing and forgot what was opening)."""
+        if opening not in self._opening[opening.caps_key]:
+            return False
         self._opening[opening.caps_key].remove(opening)
         if opening.calls:
             self._calls[session] = opening.calls
@@ -99,8 +102,10 @@ class Sharing:
 
     def failed(self, opening: Opening) -> None:
         """The session did not open: those waiting for it get None (they open their own)."""
-        self._opening[opening.caps_key].remove(opening)
-        opening.ready.set_result(None)
+        if opening in self._opening[opening.caps_key]:
+            self._opening[opening.caps_key].remove(opening)
+        if not opening.ready.done():
+            opening.ready.set_result(None)
 
     # -- sessions carrying calls ---------------------------------------------------------
 
@@ -138,6 +143,10 @@ class Sharing:
         self._adopted[session_id] = session
         self._retiring.add(session)
         self._kept_upstream.add(session)
+
+    def kept_upstream(self, session: PooledSession) -> bool:
+        """Whether the session must not be ended upstream (other replicas may use it)."""
+        return session in self._kept_upstream
 
     def handed_over(self, session: PooledSession) -> None:
         """One of the session's calls went to another replica: the session lives on there."""

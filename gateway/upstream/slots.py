@@ -20,6 +20,7 @@ from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.upstream.demand import Demand, Restarts
 from gateway.upstream.port import PooledSession, SessionFactory
+from gateway.upstream.sharing import Opening, Sharing
 
 log = structlog.get_logger("gateway.upstream")
 
@@ -50,6 +51,15 @@ class SessionSlots:
         self._closing = False
         # Sessions closing (awaited by close: a stdio server takes a moment to stop).
         self._closings: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
+        # Sessions carrying several calls (`calls_per_session` > 1), counted.
+        self._sharing = Sharing(limits.calls_per_session, self._usable)
+
+    @property
+    def _share(self) -> int:
+        return self.limits.calls_per_session
+
+    def _usable(self, session: PooledSession) -> bool:
+        return session.alive and session.requests < self.limits.max_requests
 
     def _failed(self) -> None:
         self.reachable = False
@@ -95,6 +105,27 @@ class SessionSlots:
                 raise UpstreamError("upstream did not answer initialize in time") from exc
             raise
         log.debug("upstream_session_opened", upstream=self.name, caps=caps.key)
+        return session
+
+    async def _open_for(
+        self, caps: ClientCaps, *, calls: int, opening: Opening | None = None
+    ) -> PooledSession:
+        """`_open`, where calls sharing a session may count on it while it opens (from
+        `opening`, registered by whoever decided to open it, or from now).
+
+        Raises:
+            UpstreamError
+        """
+        if self._share == 1:
+            return await self._open(caps)
+        opening = opening or self._sharing.begin(caps.key, calls=calls)
+        try:
+            session = await self._open(caps)
+        except BaseException:
+            self._sharing.failed(opening)
+            raise
+        if self._sharing.opened(opening, session) and session in self._sharing:
+            self._wake_waiters()  # room, maybe, for a call that waits for a slot
         return session
 
     def _start_failed(self, exc: BaseException) -> None:

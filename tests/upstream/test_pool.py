@@ -50,6 +50,7 @@ class FakeSession:
         return INFO
 
     async def adopt(self, session_id: str, version: Version) -> None:
+        await asyncio.sleep(0)  # its GET stream's head, on the wire
         self.id, self._open = session_id, True
 
     async def close(self, *, end: bool = True) -> None:
@@ -381,3 +382,45 @@ async def test_a_burst_joins_a_session_being_opened_instead_of_each_opening_one(
     first = factory.made[0]
     assert got[:3] == [first, first, first]  # three calls waited for it, not one each
     assert sessions._sharing.calls(first) == 3  # the one that gave up is not counted
+
+
+async def test_concurrent_takeovers_of_one_session_adopt_it_once() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory, calls_per_session=4)
+    adopted = await asyncio.gather(
+        *(sessions.adopt(ClientCaps(), "upstream-1", UPSTREAM_VERSIONS[0]) for _ in range(3))
+    )
+    assert len({id(s) for s in adopted}) == 1 and len(factory.made) == 1
+    assert sessions._sharing.calls(adopted[0]) == 3
+
+
+async def test_a_call_waiting_for_a_slot_gets_the_room_a_session_opened_with() -> None:
+    factory = Factory()  # the gate is shut
+    sessions = pool(factory, calls_per_session=4, max_sessions=1, acquire_timeout_s=30)
+    acquiring = [spawn(sessions.acquire(ClientCaps()), name=f"acquire-{i}") for i in range(5)]
+    await factory.opening.get()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    acquiring[1].cancel()  # a place on the opening session is free again; the fifth waits
+    with contextlib.suppress(asyncio.CancelledError):
+        await acquiring[1]
+    factory.gate.set()
+    async with asyncio.timeout(5):  # without the wake-up it would wait 30 s, then refuse
+        got = await asyncio.gather(*acquiring[:1], *acquiring[2:])
+    assert len({id(s) for s in got}) == 1 and len(factory.made) == 1
+
+
+async def test_a_pool_closed_while_a_shared_session_opens_closes_cleanly() -> None:
+    factory = Factory()  # the gate is shut
+    sessions = pool(factory, calls_per_session=4)
+    acquiring = spawn(sessions.acquire(ClientCaps()), name="acquire")
+    await factory.opening.get()
+    closing = spawn(sessions.close(), name="close")
+    for _ in range(10):
+        await asyncio.sleep(0)
+    factory.gate.set()
+    async with asyncio.timeout(5):
+        await closing
+        await asyncio.gather(acquiring, return_exceptions=True)
+    assert not acquiring.cancelled() and acquiring.exception() is None, acquiring
