@@ -4,14 +4,14 @@ Interruptible calls (`tools/call`, `prompts/get`, `resources/read`) own a sessio
 exclusively while in flight, so every server request on it belongs to that
 call; with `calls_per_session` above 1 (Streamable HTTP), up to that many calls
 share one, filled before the next is opened, so a parked call costs the server a
-call rather than a session (see `gateway.upstream.http.session` for what such a
-session cannot attribute). Plain requests share one session per capability set. After an idle
-session is taken, the pool opens replacements in the background, in parallel,
-so owning a session costs the caller no handshake: as many as the recent rate of
-acquisitions times the time a session takes to open (at least `min_idle`), so a
-burst of parking calls finds sessions ready. Sessions idle past `idle_timeout_s` are
-closed (keeping `min_idle`); the total is bounded by `max_sessions`. The slots
-themselves are `gateway.upstream.slots`.
+call rather than a session (`gateway.upstream.sharing`; what such a session cannot
+attribute: `gateway.upstream.http.session`). Plain requests share one session per
+capability set. After an idle session is taken, the pool opens replacements in
+the background, in parallel, so owning a session costs the caller no handshake: as
+many as the recent rate of acquisitions times the time a session takes to open (at
+least `min_idle`), so a burst of parking calls finds sessions ready. Sessions idle
+past `idle_timeout_s` are closed (keeping `min_idle`); the total is bounded by
+`max_sessions`. The slots themselves are `gateway.upstream.slots`.
 
 The pool does not know the transport: it makes sessions with the factory it is given.
 """
@@ -91,13 +91,12 @@ class SessionPool(SessionSlots):
         for opener in list(self._openers):
             await cancel_and_wait(opener)  # a half-open session is closed on the way out
         sessions = [s for idle in self._idle.values() for s in idle] + list(self._shared.values())
-        carrying = [s for s in self._sharing.sessions() if s not in sessions]  # with calls
-        kept = [s for s in carrying if self._sharing.kept_upstream(s)]  # others' too
+        closing = [s.close() for s in sessions]
+        for s in self._sharing.sessions():  # still carrying calls: not if others' calls too
+            closing.append(s.close(end=not self._sharing.kept_upstream(s)))
         self._idle.clear()
         self._shared.clear()
         self._sharing.clear()
-        closing = [s.close() for s in sessions + [s for s in carrying if s not in kept]]
-        closing += [s.close(end=False) for s in kept]
         await asyncio.gather(*closing, return_exceptions=True)
         # Sessions given back closed (or half-open ones) are still ending: a stdio server
         # takes a moment to stop. Wait for them, so no process outlives the pool.

@@ -1,6 +1,7 @@
 """The mechanism under the session pool: a bounded number of slots, sessions opened into
-them (with a backoff after failed starts) and closed out of them, and a condition that
-wakes whoever waits for a slot or an idle session. Which sessions to keep is the pool's
+them (with a backoff after failed starts; with sharing, counted on by calls while they
+open) and closed out of them, and a condition that wakes whoever waits for a slot or an
+idle session. Which sessions to keep is the pool's
 policy (`gateway.upstream.pool`).
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -96,6 +96,13 @@ class Factory:
         session = FakeSession(self, caps)
         self.made.append(session)
         return session
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Until `condition` holds, letting the other tasks run (bounded)."""
+    async with asyncio.timeout(5):
+        while not condition():
+            await asyncio.sleep(0)
 
 
 def pool(factory: Factory, **limits: Any) -> SessionPool:
@@ -354,8 +361,7 @@ async def test_with_sharing_the_pool_opens_ahead_for_calls_not_sessions() -> Non
         factory.gate.set()
         sessions = pool(factory, calls_per_session=calls_per_session, min_idle=2)
         calls = [await sessions.acquire(ClientCaps()) for _ in range(9)]
-        for _ in range(50):  # let the sessions opened ahead finish opening
-            await asyncio.sleep(0)
+        await asyncio.gather(*list(sessions._openers))  # the sessions opened ahead are open
         return len(factory.made), len({id(c) for c in calls})
 
     # Alone, 9 calls hold 9 sessions and 2 more wait idle; sharing 8 to a session, 9 calls
@@ -370,8 +376,7 @@ async def test_a_burst_joins_a_session_being_opened_instead_of_each_opening_one(
     acquiring = [spawn(sessions.acquire(ClientCaps()), name=f"acquire-{i}") for i in range(5)]
     for _ in range(2):
         await factory.opening.get()
-    for _ in range(10):
-        await asyncio.sleep(0)
+    await until(lambda: sessions._sharing.spare(ClientCaps().key) == 3)  # 4 + 1 places taken
     assert len(factory.made) == 2  # the first call's session, which 3 more wait for, and
     acquiring[1].cancel()  # the fifth's; a call that gives up while it opens
     with contextlib.suppress(asyncio.CancelledError):
@@ -400,8 +405,7 @@ async def test_a_call_waiting_for_a_slot_gets_the_room_a_session_opened_with() -
     sessions = pool(factory, calls_per_session=4, max_sessions=1, acquire_timeout_s=30)
     acquiring = [spawn(sessions.acquire(ClientCaps()), name=f"acquire-{i}") for i in range(5)]
     await factory.opening.get()
-    for _ in range(10):
-        await asyncio.sleep(0)
+    await until(lambda: sessions._waiting == 1)  # four count on the opening session
     acquiring[1].cancel()  # a place on the opening session is free again; the fifth waits
     with contextlib.suppress(asyncio.CancelledError):
         await acquiring[1]
@@ -417,8 +421,7 @@ async def test_a_pool_closed_while_a_shared_session_opens_closes_cleanly() -> No
     acquiring = spawn(sessions.acquire(ClientCaps()), name="acquire")
     await factory.opening.get()
     closing = spawn(sessions.close(), name="close")
-    for _ in range(10):
-        await asyncio.sleep(0)
+    await until(lambda: sessions._closing)
     factory.gate.set()
     async with asyncio.timeout(5):
         await closing
