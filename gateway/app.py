@@ -25,7 +25,8 @@ from gateway.observability import Metrics
 from gateway.protocol.state import AesGcmKeyRing, StateCodec
 from gateway.store.base import SuspendedCallStore, TimedStore
 from gateway.store.memory import MemoryStore
-from gateway.store.redis import RedisClient, RedisStore, connect
+from gateway.store.redis import RedisStore
+from gateway.store.redis_client import RedisClient, connect
 from gateway.tracing import TRACING
 from gateway.upstream.factory import restart_backoff_s, session_factory
 from gateway.upstream.http.client import Http1Client

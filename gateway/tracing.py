@@ -89,6 +89,24 @@ class Tracing:
         )
         return span
 
+    def begin(
+        self, name: str, *, kind: str = "internal", attributes: Mapping[str, Any] | None = None
+    ) -> Begun:
+        """A span started now, child of the current one, whose context can be sent along
+        before the block it times is entered (`Begun.entered`)."""
+        if not self.enabled:
+            return Begun(None, {})
+        from opentelemetry import trace
+
+        span = self._tracer.start_span(
+            name,
+            kind=self._kinds[kind],
+            attributes={k: v for k, v in (attributes or {}).items() if v is not None},
+        )
+        carrier: dict[str, str] = {}
+        self._propagator.inject(carrier, context=trace.set_span_in_context(span))
+        return Begun(span, carrier)
+
     def carrier(self) -> dict[str, str]:
         """The current span's context, to send along (a forward to another replica)."""
         if not self.enabled:
@@ -101,6 +119,31 @@ class Tracing:
         """Export what is buffered (bounded by the SDK's own timeouts)."""
         if self._provider is not None:
             self._provider.shutdown()
+
+
+class Begun:
+    """A span `Tracing.begin` started: its context (`carrier`), entered once as the
+    current span and ended as the block leaves, or ended unentered by `end`."""
+
+    __slots__ = ("_span", "carrier")
+
+    def __init__(self, span: Any, carrier: dict[str, str]) -> None:
+        self._span = span
+        self.carrier = carrier
+
+    def entered(self) -> AbstractContextManager[object]:
+        if self._span is None:
+            return _NO_SPAN
+        from opentelemetry import trace
+
+        span, self._span = self._span, None
+        return trace.use_span(span, end_on_exit=True, record_exception=True)
+
+    def end(self) -> None:
+        """End it if it was never entered (the work it was begun for did not happen)."""
+        if self._span is not None:
+            span, self._span = self._span, None
+            span.end()
 
 
 TRACING = Tracing()

@@ -29,7 +29,7 @@ from gateway.auth.errors import RateLimited
 from gateway.auth.ports import WallClock
 from gateway.auth.principal import Identity
 from gateway.errors import StoreError
-from gateway.store.redis import RedisClient
+from gateway.store.redis_client import RedisClient
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,9 @@
 `open` verifies the sealed state against this request (AEAD, key, expiry,
 principal, request digest, audience) and `claim` takes the round from the store
 atomically, after checking the answers' shapes so a malformed retry uses
-nothing up. Every refusal is the same frozen error on the wire; its reason goes
-to the log and the refusal counter only.
+nothing up; on a fleet, the same step can push the retry to the call's owner.
+Every refusal is the same frozen error on the wire; its reason goes to the log
+and the refusal counter only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import structlog
 
 from gateway import clock as clocks
+from gateway.calls.forwarding import Forward
 from gateway.clock import Clock
 from gateway.config import UpstreamConfig
 from gateway.errors import InvalidRequestState
@@ -95,9 +97,15 @@ class Admission:
         return claims
 
     async def claim(
-        self, upstream: UpstreamConfig, claims: state.Claims, responses: Any
+        self,
+        upstream: UpstreamConfig,
+        claims: state.Claims,
+        responses: Any,
+        forward: Forward | None = None,
     ) -> SuspendedCall:
         """The parked record, claimed for this retry; bad answers are refused first.
+        `forward`, the retry's way to another replica holding the call, goes with the
+        claim where the store can push it in the same step (`forward.delivered`).
 
         Raises:
             InvalidRequestState, InvalidParams, StoreError
@@ -114,7 +122,13 @@ class Admission:
             check_answers([Pending.from_record(p) for p in record.pending], responses)
             if record.status != PARKED:
                 return await self._claim_from_the_dead(record)
-            claimed = await self.store.claim(claims.call, claims.round, self.claimer)
+            delivery = forward.delivery(record) if forward is not None else None
+            if forward is None or delivery is None:
+                claimed = await self.store.claim(claims.call, claims.round, self.claimer)
+            else:
+                claimed, forward.delivered = await self.store.claim_delivering(
+                    claims.call, claims.round, self.claimer, delivery
+                )
             if claimed is None:
                 raise InvalidRequestState("round already resumed (replay)")
         return claimed

@@ -17,8 +17,9 @@ import structlog
 from gateway import clock as clocks
 from gateway.calls.admission import CLAIMER_PATIENCE_BEATS, MISSING_RECORD_BEATS, Admission
 from gateway.calls.endings import Endings
+from gateway.calls.forwarding import Bus, Forward
 from gateway.calls.live import Registry
-from gateway.calls.routing import Bus, Routing
+from gateway.calls.routing import Routing
 from gateway.calls.runner import Notify, Runner
 from gateway.calls.suspension import Suspender
 from gateway.clock import Clock, SystemClock
@@ -130,10 +131,30 @@ class Bridge:
             return await self.runner.start(
                 upstream, front, principal, digest, notify, known=known, round_=claims.round
             )
-        if claims.call in self.calls and self.bus is not None and not self.bus.holds_lease():
+        here = claims.call in self.calls
+        if here and self.bus is not None and not self.bus.holds_lease():
             raise LeaseLost()  # cut off from the fleet: another replica may own it now
+        if here or self.routing is None:
+            return await self._resume(upstream, claims, front, notify, None)
+        # Another replica holds it (or nobody does): its claim can carry the forward.
+        forward = self.routing.forward(front)
         try:
-            record = await self.admission.claim(upstream, claims, responses)
+            return await self._resume(upstream, claims, front, notify, forward)
+        finally:
+            forward.close()
+
+    async def _resume(
+        self,
+        upstream: UpstreamConfig,
+        claims: state.Claims,
+        front: FrontRequest,
+        notify: Notify,
+        forward: Forward | None,
+    ) -> dict[str, Any]:
+        """Claim the retry's round; resume it here, or route it (`forward` to its owner)."""
+        responses = front.params.get("inputResponses") or {}
+        try:
+            record = await self.admission.claim(upstream, claims, responses, forward)
         except InvalidRequestState:
             if self.routing is None:
                 raise
@@ -145,7 +166,7 @@ class Bridge:
         if call is None:
             if self.routing is None:
                 raise CallLost()
-            return await self.routing.elsewhere(upstream, record, front, notify)
+            return await self.routing.elsewhere(upstream, record, front, notify, forward)
         return await self.runner.resume(call, front, notify)
 
     async def restore_records(self) -> None:

@@ -11,18 +11,20 @@ Receiving side (`elsewhere`), in this order:
 A tool that is not replay-safe never runs a second time.
 
 Owning side (`serve`): what other replicas push into this replica's inbox. The
-replicas talk through a `Bus` (Redis lists in production, `gateway.fleet`).
+replicas talk through a `Bus` (`gateway.calls.forwarding`; Redis lists in production,
+`gateway.fleet`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
 from gateway.aio import spawn
 from gateway.calls import messages
+from gateway.calls.forwarding import Bus, Forward
 from gateway.calls.live import Registry
 from gateway.calls.outcomes import Outcomes
 from gateway.calls.runner import Notify, Runner
@@ -52,39 +54,6 @@ LOST = "the replica that held this call stopped; start the request again without
 FORWARD_SLACK_S = 5.0
 
 
-class Bus(Protocol):
-    """How replicas reach each other. Every method may raise StoreError."""
-
-    replica_id: str
-    reply_ttl_ms: int  # how long a reply waits on its key to be read
-
-    def new_reply_key(self) -> str: ...
-
-    async def alive(self, replica_id: str) -> bool: ...
-
-    async def send(self, replica_id: str, payload: str) -> None:
-        """Into `replica_id`'s inbox."""
-        ...
-
-    async def deliver(self, replica_id: str, payload: str) -> bool:
-        """Into `replica_id`'s inbox if it is alive now; False, and nothing sent, if not."""
-        ...
-
-    async def retract(self, replica_id: str, payload: str) -> bool:
-        """Take back a message `replica_id` has not read; False once it has."""
-        ...
-
-    def holds_lease(self) -> bool:
-        """Whether this replica's heartbeat is surely in the store: it may serve its calls."""
-        ...
-
-    async def reply(self, key: str, payload: str) -> None: ...
-
-    async def receive(self, key: str) -> str | None:
-        """The next reply on `key`, or None after a short wait."""
-        ...
-
-
 class Routing:
     def __init__(
         self,
@@ -112,16 +81,27 @@ class Routing:
 
     # -- receiving side ----------------------------------------------------------------
 
+    def forward(self, front: FrontRequest) -> Forward:
+        """A retry's way to the replica holding its call, made before its round is claimed
+        so that the claim can carry it (`Admission.claim`); `elsewhere` sends it on."""
+        return Forward(self.bus, front)
+
     async def elsewhere(
-        self, upstream: UpstreamConfig, record: SuspendedCall, front: FrontRequest, notify: Notify
+        self,
+        upstream: UpstreamConfig,
+        record: SuspendedCall,
+        front: FrontRequest,
+        notify: Notify,
+        forward: Forward | None = None,
     ) -> dict[str, Any]:
-        """Serve a claimed retry whose call this replica does not hold.
+        """Serve a claimed retry whose call this replica does not hold (`forward` is the
+        one its claim was given, if it was).
 
         Raises:
             RpcError: CallLost when neither the owner, takeover nor replay can serve it.
         """
         if record.owner != self.bus.replica_id:
-            forwarded = await self._forward(record, front, notify)
+            forwarded = await self._forward(record, forward or self.forward(front), notify)
             if forwarded is not None:
                 return forwarded
         log.warning("call_owner_lost", owner=record.owner, round=record.round)
@@ -165,30 +145,23 @@ class Routing:
         raise CallLost(f"The call was lost: {LOST}")
 
     async def _forward(
-        self, record: SuspendedCall, front: FrontRequest, notify: Notify
+        self, record: SuspendedCall, forward: Forward, notify: Notify
     ) -> dict[str, Any] | None:
         """The owner's outcome of the retry; None when the owner is gone (nothing sent)."""
-        reply = self.bus.new_reply_key()
-        with TRACING.span("mcp forward", kind="client", attributes={"mcp.owner": record.owner}):
-            return await self._forward_traced(record, front, notify, reply)
+        payload = forward.payload(record)
+        with forward.span():
+            return await self._forward_traced(record, forward, payload, notify)
 
     async def _forward_traced(
-        self, record: SuspendedCall, front: FrontRequest, notify: Notify, reply: str
+        self, record: SuspendedCall, forward: Forward, payload: str, notify: Notify
     ) -> dict[str, Any] | None:
-        resume = messages.Resume(
-            call=record.call_id,
-            round=record.round,
-            request_id=front.id,
-            method=front.method,
-            params=front.params,
-            reply=reply,
-            trace=TRACING.carrier(),
-        )
-        payload = messages.encode(resume)
-        # One round trip in the common case; a missing heartbeat gets the patience of
-        # `alive` (after a Redis restart the owners beat again within a heartbeat).
+        reply = forward.reply
+        # Pushed with the claim, or here in one round trip; a missing heartbeat gets the
+        # patience of `alive` (after a Redis restart the owners beat again within a beat).
         try:
-            delivered = await self.bus.deliver(record.owner, payload)
+            delivered = forward.delivered
+            if delivered is None:
+                delivered = await self.bus.deliver(record.owner, payload)
             if not delivered and await self.bus.alive(record.owner):
                 delivered = await self.bus.deliver(record.owner, payload)
         except StoreError:

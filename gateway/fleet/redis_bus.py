@@ -25,7 +25,8 @@ from redis.exceptions import RedisError
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.clock import Clock
-from gateway.store.redis import RedisClient, ride_out
+from gateway.store.base import Delivery
+from gateway.store.redis_client import RedisClient, ride_out
 
 log = structlog.get_logger("gateway.fleet")
 
@@ -187,6 +188,12 @@ class RedisBus:
             self.clock, lambda: self._deliver(keys=keys, args=[payload, _REPLY_TTL_MS])
         )
         return bool(delivered)
+
+    def delivery(self, replica_id: str, payload: str) -> Delivery:
+        """`deliver`'s push, for the store to make with a claim (its script checks the
+        heartbeat as `_DELIVER` does)."""
+        keys = self.replica_key(replica_id), self.inbox_key(replica_id)
+        return Delivery(*keys, payload=payload, ttl_ms=_REPLY_TTL_MS)
 
     async def retract(self, replica_id: str, payload: str) -> bool:
         """Take `payload` back out of a replica's inbox; False if it was read already.

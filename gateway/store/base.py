@@ -96,6 +96,18 @@ class Reply:
     ttl_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A message for another replica's inbox (`inbox_key`), pushed with a claim
+    (`SuspendedCallStore.claim_delivering`) only while that replica's heartbeat key
+    exists: a retry forwarded to its call's owner in the claim's own round trip."""
+
+    heartbeat_key: str
+    inbox_key: str
+    payload: str
+    ttl_ms: int
+
+
 class SuspendedCallStore(Protocol):
     """Backends: `MemoryStore` (one replica), Redis (a fleet)."""
 
@@ -116,6 +128,19 @@ class SuspendedCallStore(Protocol):
 
         Returns None when there is no such record, it waits in another round, or
         the round was already claimed: each round resumes at most once.
+        Raises: StoreError.
+        """
+        ...
+
+    async def claim_delivering(
+        self, call_id: str, round_: int, claimer: str, delivery: Delivery
+    ) -> tuple[SuspendedCall | None, bool | None]:
+        """`claim`, and `delivery` pushed in the same step once the claim succeeds, if its
+        replica has a heartbeat: (record, True) when it was pushed, (record, False) when
+        the heartbeat is missing. (record, None) when this backend cannot do both in one
+        step (a Cluster keeps the keys in different slots): nothing was pushed, the caller
+        delivers. (None, None) when the claim fails, and nothing is pushed.
+
         Raises: StoreError.
         """
         ...
@@ -213,6 +238,12 @@ class TimedStore:
     async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
         async with self.metrics.timed_store("claim"):
             return await self.inner.claim(call_id, round_, claimer)
+
+    async def claim_delivering(
+        self, call_id: str, round_: int, claimer: str, delivery: Delivery
+    ) -> tuple[SuspendedCall | None, bool | None]:
+        async with self.metrics.timed_store("claim"):
+            return await self.inner.claim_delivering(call_id, round_, claimer, delivery)
 
     async def steal(
         self, call_id: str, round_: int, dead: str, claimer: str

@@ -9,7 +9,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gateway.clock import Clock, SystemClock
-from gateway.store.base import GRACE_MS, PARKED, RESUMING, Kept, Reply, SuspendedCall
+from gateway.store.base import (
+    GRACE_MS,
+    PARKED,
+    RESUMING,
+    Delivery,
+    Kept,
+    Reply,
+    SuspendedCall,
+)
 
 
 class MemoryStore:
@@ -39,6 +47,11 @@ class MemoryStore:
         claimed = record.claimed(claimer)
         self._records[call_id] = claimed
         return claimed
+
+    async def claim_delivering(
+        self, call_id: str, round_: int, claimer: str, delivery: Delivery
+    ) -> tuple[SuspendedCall | None, bool | None]:
+        return await self.claim(call_id, round_, claimer), None  # one replica: no inboxes
 
     async def steal(
         self, call_id: str, round_: int, dead: str, claimer: str

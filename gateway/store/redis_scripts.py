@@ -2,15 +2,28 @@
 share a cluster slot where a script touches more than one)."""
 
 # A record is a hash: the immutable JSON, and the round and status a claim checks.
-# KEYS[1] record; ARGV round, parked, resuming. A record parked at that round becomes
-# resuming and its JSON is returned; anything else returns false.
-CLAIM = """
+# KEYS[1] record; ARGV round, parked, resuming, claimer. A record parked at that round
+# becomes resuming and its JSON is returned; anything else returns false.
+_CLAIM_STEPS = """
 local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'json')
 if not v[3] then return false end
 if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) then return false end
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'claimer', ARGV[4])
-return v[3]
 """
+
+CLAIM = _CLAIM_STEPS + "return v[3]\n"
+
+# CLAIM, then KEYS[2] another replica's heartbeat, KEYS[3] its inbox; ARGV[5] payload,
+# ARGV[6] the inbox's ttl. Once claimed, the payload is pushed only while the replica
+# beats: {json, 1} pushed, {json, 0} not (as the bus's own delivery decides).
+CLAIM_DELIVERING = (
+    _CLAIM_STEPS
+    + """if redis.call('EXISTS', KEYS[2]) == 0 then return {v[3], 0} end
+redis.call('RPUSH', KEYS[3], ARGV[5])
+redis.call('PEXPIRE', KEYS[3], ARGV[6])
+return {v[3], 1}
+"""
+)
 
 # KEYS[1] record; ARGV round, resuming, dead, claimer. A round resuming for `dead` is
 # handed to `claimer` (its JSON returned); anything else returns false.

@@ -16,7 +16,7 @@ from gateway.auth.ratelimit import (
     retry_after_header,
 )
 from gateway.errors import StoreError
-from gateway.store.redis import connect
+from gateway.store.redis_client import connect
 from tests.auth.conftest import ManualWallClock
 from tests.peers.tooling import RedisServer
 

@@ -15,7 +15,7 @@ from gateway.errors import CallLost, InvalidRequestState, PrincipalBusy, Upstrea
 from gateway.protocol.call import Phase
 from gateway.store.memory import MemoryStore
 from tests.fakes.clock import ManualClock
-from tests.fakes.fleet import POLL_S, Network
+from tests.fakes.fleet import POLL_S, Network, OneTripStore
 from tests.fakes.harness import (
     ALICE,
     WINDOW,
@@ -51,6 +51,35 @@ async def test_a_retry_at_another_replica_is_forwarded_to_the_live_owner(
     ]
     assert [type(m) for _, m in network.delivered] == [messages.Resume]
     assert len(a.bridge.calls) == 0 and len(b.bridge.calls) == 0
+
+
+async def test_a_forward_goes_with_the_claim_of_its_round_where_the_store_can_push_it(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network, store=OneTripStore(clock, network))
+    first, session = await ask_username(a, server, clock)
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    session.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
+    assert (await retry)["content"][0]["text"] == "Hello, alice!"
+    assert [(owner, type(m)) for owner, m in network.delivered] == [("a", messages.Resume)]
+    assert network.bus_deliveries == []  # no second trip to deliver it
+    # Without such a store, the bus delivers it after the claim (the other tests here).
+
+
+async def test_a_claim_that_finds_the_owner_without_a_heartbeat_pushes_nothing(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network, store=OneTripStore(clock, network))
+    first, session = await ask_username(a, server, clock)
+    network.kill("a")
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    adopted = await server.next_call()  # taken over, as when the bus finds it dead
+    assert adopted.id == session.id and b.pool.adopted == [session.id]
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    adopted.respond({"content": [{"type": "text", "text": "taken over"}]})
+    assert (await retry)["content"][0]["text"] == "taken over"
+    assert not network.delivered and network.bus_deliveries == []  # nor sent it after
 
 
 async def test_a_client_leaving_a_forwarded_retry_cancels_the_call_at_its_owner(

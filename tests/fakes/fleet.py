@@ -1,7 +1,8 @@
 """Replicas in one process: an in-memory bus (implements `gateway.calls.routing.Bus`).
 
 `Network` knows which replicas are alive and delivers each inbox message to the
-owning replica's `serve_forwarded` in a task of its own, as the Redis bus does.
+owning replica's `serve_forwarded` in a task of its own, as the Redis bus does;
+`OneTripStore` pushes a forward with the claim of its round, as the Redis store does.
 A replica that is `kill`ed stops beating and receives nothing more; its calls
 stay where they were, as after `kill -9`.
 """
@@ -18,6 +19,8 @@ from gateway import clock as clocks
 from gateway.aio import spawn
 from gateway.calls import messages
 from gateway.clock import Clock
+from gateway.store.base import Delivery, SuspendedCall
+from gateway.store.memory import MemoryStore
 
 POLL_S = 1.0
 
@@ -35,6 +38,7 @@ class Network:
         self.replies: defaultdict[str, asyncio.Queue[str]] = defaultdict(asyncio.Queue)
         self.delivered: list[tuple[str, messages.Message]] = []
         self.polls: asyncio.Queue[str] = asyncio.Queue()  # reply keys a receiver found empty
+        self.bus_deliveries: list[str] = []  # replicas a bus `deliver` was asked to reach
         self._keys = itertools.count(1)
 
     def join(self, replica_id: str, handler: Handler) -> None:
@@ -46,6 +50,15 @@ class Network:
 
     def bus(self, replica_id: str) -> MemoryBus:
         return MemoryBus(self, replica_id)
+
+    def push(self, replica_id: str, payload: str) -> None:
+        """Into a replica's inbox: read at once in a task of its own, held while it is
+        stalled, dropped once it is dead (as nobody reads a dead replica's inbox)."""
+        self.delivered.append((replica_id, messages.decode(payload)))
+        if replica_id in self.stalled:  # alive, but not reading its inbox yet
+            self.held[replica_id].append(payload)
+        elif replica_id in self.alive:
+            spawn(self.handlers[replica_id](payload), name=f"inbox-{replica_id}")
 
 
 class MemoryBus:
@@ -61,17 +74,17 @@ class MemoryBus:
         return replica_id in self.network.alive
 
     async def send(self, replica_id: str, payload: str) -> None:
-        self.network.delivered.append((replica_id, messages.decode(payload)))
-        if replica_id in self.network.stalled:  # alive, but not reading its inbox yet
-            self.network.held[replica_id].append(payload)
-        elif replica_id in self.network.alive:
-            spawn(self.network.handlers[replica_id](payload), name=f"inbox-{replica_id}")
+        self.network.push(replica_id, payload)
 
     async def deliver(self, replica_id: str, payload: str) -> bool:
+        self.network.bus_deliveries.append(replica_id)
         if replica_id not in self.network.alive:
             return False
         await self.send(replica_id, payload)
         return True
+
+    def delivery(self, replica_id: str, payload: str) -> Delivery:
+        return Delivery(f"beat:{replica_id}", f"inbox:{replica_id}", payload, self.reply_ttl_ms)
 
     def holds_lease(self) -> bool:
         return self.replica_id not in self.network.cut_off
@@ -97,3 +110,24 @@ class MemoryBus:
                 return await queue.get()
         except TimeoutError:
             return None
+
+
+class OneTripStore(MemoryStore):
+    """A store the replicas share that pushes a forwarded retry with the claim of its
+    round, as the Redis store does in one script (`claim_delivering`)."""
+
+    def __init__(self, clock: Clock, network: Network) -> None:
+        super().__init__(clock)
+        self.network = network
+
+    async def claim_delivering(
+        self, call_id: str, round_: int, claimer: str, delivery: Delivery
+    ) -> tuple[SuspendedCall | None, bool | None]:
+        claimed = await self.claim(call_id, round_, claimer)
+        if claimed is None:
+            return None, None
+        owner = delivery.inbox_key.removeprefix("inbox:")
+        if owner not in self.network.alive:  # its heartbeat is missing: nothing pushed
+            return claimed, False
+        self.network.push(owner, delivery.payload)
+        return claimed, True

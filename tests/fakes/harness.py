@@ -6,7 +6,7 @@ from typing import Any
 
 from gateway.aio import spawn
 from gateway.calls.bridge import Bridge
-from gateway.calls.routing import Bus
+from gateway.calls.forwarding import Bus
 from gateway.config import GatewayConfig, parse_config
 from gateway.protocol.inbound import FrontRequest, read_envelope
 from gateway.protocol.state import AesGcmKeyRing, generate_key, parse_key
@@ -113,10 +113,15 @@ async def ask_username(
 
 
 def two_replicas(
-    clock: ManualClock, server: ScriptedServer, network: Network, tools: dict | None = None
+    clock: ManualClock,
+    server: ScriptedServer,
+    network: Network,
+    tools: dict | None = None,
+    store: SuspendedCallStore | None = None,
 ) -> tuple[Replica, Replica]:
-    """Replicas `a` and `b` sharing one store and one bus, both alive."""
-    store = MemoryStore(clock)
+    """Replicas `a` and `b` sharing one store (a `MemoryStore` unless given) and one bus,
+    both alive."""
+    store = store if store is not None else MemoryStore(clock)
     a, b = (
         Replica(clock, server, store=store, bus=network.bus(n), settings=config(n, tools=tools))
         for n in ("a", "b")

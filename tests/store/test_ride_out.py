@@ -12,7 +12,7 @@ from redis.exceptions import ResponseError
 
 from gateway.clock import SystemClock
 from gateway.errors import StoreError
-from gateway.store.redis import raised_by_client, ride_out
+from gateway.store.redis_client import raised_by_client, ride_out
 
 # A function compiled as if it were part of redis-py: it fails the way the client has been
 # seen to fail while a Cluster's slot table is rebuilt.

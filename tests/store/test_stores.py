@@ -12,9 +12,10 @@ import redis.asyncio as aioredis
 
 from gateway.aio import spawn
 from gateway.errors import ConfigError, StoreError
-from gateway.store.base import GRACE_MS, PARKED, RESUMING, Kept, Reply, SuspendedCall
+from gateway.store.base import GRACE_MS, PARKED, RESUMING, Delivery, Kept, Reply, SuspendedCall
 from gateway.store.memory import MemoryStore
-from gateway.store.redis import RedisStore, connect
+from gateway.store.redis import RedisStore
+from gateway.store.redis_client import connect
 from tests.fakes.clock import START_WALL_MS, ManualClock
 from tests.peers.tooling import RedisServer
 
@@ -294,3 +295,29 @@ async def test_a_forwarded_retrys_reply_goes_with_the_write_that_forgets_the_cal
     assert await store.client.lrange("reply:b:1", 0, -1) == [b'{"op":"outcome"}']
     assert 0 < await store.client.pttl("reply:b:1") <= 60_000
     await store.client.delete("reply:b:1")
+
+
+async def test_a_forward_is_pushed_with_the_claim_only_while_its_owner_beats(store) -> None:
+    prefix = f"t{uuid.uuid4().hex[:6]}:"
+    beat, inbox = f"{prefix}{{replica:a}}:beat", f"{prefix}{{replica:a}}:inbox"
+    delivery = Delivery(beat, inbox, '{"op":"resume"}', 60_000)
+    await store.park(record("c1"))
+    await store.park(record("c2"))
+    if isinstance(store, MemoryStore):  # one replica: no inboxes; the caller delivers
+        claimed, pushed = await store.claim_delivering("c1", 1, "b", delivery)
+        assert claimed is not None and claimed.claimer == "b" and pushed is None
+        return
+    # The owner has no heartbeat: the round is claimed, nothing is pushed.
+    claimed, pushed = await store.claim_delivering("c1", 1, "b", delivery)
+    assert claimed is not None and claimed.status == RESUMING and claimed.claimer == "b"
+    assert pushed is False and await store.client.exists(inbox) == 0
+    await store.client.set(beat, "1", px=60_000)
+    # A round claimed already pushes nothing, though the owner beats.
+    assert await store.claim_delivering("c1", 1, "b", delivery) == (None, None)
+    assert await store.client.exists(inbox) == 0
+    claimed, pushed = await store.claim_delivering("c2", 1, "b", delivery)
+    assert claimed is not None and claimed.call_id == "c2" and pushed is True
+    assert await store.client.lrange(inbox, 0, -1) == [b'{"op":"resume"}']
+    assert 0 < await store.client.pttl(inbox) <= 60_000
+    assert (await store.get("c2")).status == RESUMING
+    await store.client.delete(beat, inbox)

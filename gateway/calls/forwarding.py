@@ -1,0 +1,105 @@
+"""How a retry reaches the replica holding its call: the `Bus` between replicas, and a
+`Forward`, the retry's message on its way.
+
+A retry whose call another replica holds is forwarded to that owner's inbox. The
+message is made before the round is claimed, so that a store able to do both in one
+step pushes it with the claim (`SuspendedCallStore.claim_delivering`): one round trip
+where there were two. Otherwise `gateway.calls.routing` delivers it after the claim.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from typing import Protocol
+
+from gateway.calls import messages
+from gateway.protocol.inbound import FrontRequest
+from gateway.store.base import Delivery, SuspendedCall
+from gateway.tracing import TRACING, Begun
+
+
+class Bus(Protocol):
+    """How replicas reach each other. Every method may raise StoreError."""
+
+    replica_id: str
+    reply_ttl_ms: int  # how long a reply waits on its key to be read
+
+    def new_reply_key(self) -> str: ...
+
+    async def alive(self, replica_id: str) -> bool: ...
+
+    async def send(self, replica_id: str, payload: str) -> None:
+        """Into `replica_id`'s inbox."""
+        ...
+
+    async def deliver(self, replica_id: str, payload: str) -> bool:
+        """Into `replica_id`'s inbox if it is alive now; False, and nothing sent, if not."""
+        ...
+
+    def delivery(self, replica_id: str, payload: str) -> Delivery:
+        """`deliver`'s push, for a store to make in the step that claims the round
+        (`SuspendedCallStore.claim_delivering`)."""
+        ...
+
+    async def retract(self, replica_id: str, payload: str) -> bool:
+        """Take back a message `replica_id` has not read; False once it has."""
+        ...
+
+    def holds_lease(self) -> bool:
+        """Whether this replica's heartbeat is surely in the store: it may serve its calls."""
+        ...
+
+    async def reply(self, key: str, payload: str) -> None: ...
+
+    async def receive(self, key: str) -> str | None:
+        """The next reply on `key`, or None after a short wait."""
+        ...
+
+
+class Forward:
+    """A retry on its way to the replica that holds its call: the message, its reply key,
+    and whether the store pushed it with the claim of its round (`delivered`: True or
+    False as `Bus.deliver` answers, None when it was not pushed; `gateway.calls.admission`).
+    The "mcp forward" span starts with the message, whose trace context names it."""
+
+    def __init__(self, bus: Bus, front: FrontRequest) -> None:
+        self.bus = bus
+        self.front = front
+        self.reply = bus.new_reply_key()
+        self.delivered: bool | None = None
+        self._payload: str | None = None
+        self._span: Begun | None = None
+
+    def payload(self, record: SuspendedCall) -> str:
+        """The `Resume` of `record`'s round with this retry (made once)."""
+        if self._payload is None:
+            self._span = TRACING.begin(
+                "mcp forward", kind="client", attributes={"mcp.owner": record.owner}
+            )
+            front = self.front
+            resume = messages.Resume(
+                call=record.call_id,
+                round=record.round,
+                request_id=front.id,
+                method=front.method,
+                params=front.params,
+                reply=self.reply,
+                trace=self._span.carrier,
+            )
+            self._payload = messages.encode(resume)
+        return self._payload
+
+    def delivery(self, record: SuspendedCall) -> Delivery | None:
+        """What to push with the claim of `record`'s round: None when its owner is this
+        replica (nothing to forward)."""
+        if record.owner == self.bus.replica_id:
+            return None
+        return self.bus.delivery(record.owner, self.payload(record))
+
+    def span(self) -> AbstractContextManager[object]:
+        return self._span.entered() if self._span is not None else nullcontext()
+
+    def close(self) -> None:
+        """End the span if the forward never went ahead (its claim failed)."""
+        if self._span is not None:
+            self._span.end()
