@@ -30,6 +30,15 @@ from tests.support.wire import default_headers as default_headers
 from tests.support.wire import rpc as rpc
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Each phase's report on the test (`report_setup`, `report_call`): a fixture that
+    owns processes can tell at teardown whether the test failed (`tests.support.outcome`)."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
 @pytest.fixture(scope="session")
 def legacy() -> Iterator[LegacyServer]:
     server = LegacyServer()

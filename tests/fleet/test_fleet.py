@@ -26,6 +26,7 @@ from tests.peers.balancer import RoundRobin
 from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer, legacy_stdio_command
 from tests.support.cases import CASE_IDS, CASES, drive, text_of
 from tests.support.legacy import ALICE, await_journal
+from tests.support.outcome import LOG_TAIL, failed
 from tests.support.wire import default_headers, parse_sse_messages, rpc
 
 pytestmark = pytest.mark.peers
@@ -62,7 +63,11 @@ class Fleet:
 
 @pytest.fixture
 async def fleet(
-    tmp_path: Path, redis_server: RedisServer, legacy: LegacyServer, resumable: LegacyServer
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    redis_server: RedisServer,
+    legacy: LegacyServer,
+    resumable: LegacyServer,
 ) -> AsyncIterator[Fleet]:
     prefix = f"t{uuid.uuid4().hex[:8]}:"
     config = {
@@ -109,6 +114,9 @@ async def fleet(
     await fleet.http.close()
     await lb.close()
     await asyncio.gather(*(asyncio.to_thread(r.stop) for r in replicas))
+    if failed(request):  # what each replica logged, in the failure's report
+        for replica in replicas:
+            print(f"--- {replica.replica_id} ---\n{replica.logs()[-LOG_TAIL:]}")
 
 
 async def body_runs(

@@ -11,6 +11,7 @@ unchanged) and runs as a subprocess:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -293,21 +294,29 @@ class NativeServer(LoggedProcess):
 
 
 class ModernClient:
-    """An `mcp` 2.x client process taking one JSON command per line."""
+    """An `mcp` 2.x client process taking one JSON command per line. A process killed for
+    not answering in time is started again for the next command: one test fails, not
+    every test after it."""
 
     def __init__(self) -> None:
-        python = ensure_venv("modern")
-        self.proc = subprocess.Popen(
-            [str(python), str(HERE / "modern_client.py")],
+        self.python = ensure_venv("modern")
+        self.proc = self._start()
+        self._lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [str(self.python), str(HERE / "modern_client.py")],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
             bufsize=1,
         )
-        self._lock = threading.Lock()
 
     def run(self, command: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
         with self._lock:
+            if self.proc.poll() is not None:  # killed by an earlier command's timeout
+                self._close_pipes()
+                self.proc = self._start()
             assert self.proc.stdin and self.proc.stdout
             self.proc.stdin.write(json.dumps(command) + "\n")
             self.proc.stdin.flush()
@@ -319,6 +328,7 @@ class ModernClient:
             reader.join(timeout)
             if not box or not box[0]:
                 self.proc.kill()
+                self.proc.wait(10)
                 raise RuntimeError(
                     f"modern client gave no answer to {command.get('op')} within {timeout} s"
                 )
@@ -329,13 +339,21 @@ class ModernClient:
                 )
             return reply
 
+    def _close_pipes(self) -> None:
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
     def stop(self) -> None:
         if self.proc.stdin:
-            self.proc.stdin.close()
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait(10)
         if self.proc.stdout:
             self.proc.stdout.close()
 
