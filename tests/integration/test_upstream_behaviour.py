@@ -33,6 +33,29 @@ def restartable() -> Iterator[LegacyServer]:
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def late_listener() -> Iterator[LegacyServer]:
+    """An mcp 1.x server that takes half a second to hold each session's GET stream."""
+    server = LegacyServer(slow_get_ms=500)
+    yield server
+    server.stop()
+
+
+async def test_a_session_serves_no_call_before_the_server_holds_its_get_stream(
+    make_gateway, late_listener: LegacyServer, modern
+) -> None:
+    """mcp 1.x sends `create_message` without a related request on the session's GET
+    stream, and drops it if it does not hold that stream yet: a call started on a session
+    as soon as its handshake is over lost its question, and waited out its hold timeout."""
+    gateway = await make_gateway(
+        late_listener.url, limits={"hold_timeout_s": 5}, upstream={"pool": {"min_idle": 0}}
+    )
+    command = {"op": "call_tool", "url": gateway.url, "name": "summarize"}
+    reply = await drive(modern, {**command, "arguments": {"text": "late"}})
+    assert reply["rounds"] == [["sampling"]], reply
+    assert text_of(reply) == "Summary: SAMPLED[Summarize: late]"
+
+
 async def test_a_stream_the_server_closes_mid_call_is_resumed_with_last_event_id(
     make_gateway, resumable: LegacyServer, modern
 ) -> None:

@@ -21,7 +21,7 @@ import argparse
 import asyncio
 from collections import defaultdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 from mcp.server.fastmcp import Context, FastMCP
@@ -457,6 +457,9 @@ def main() -> None:
         "--transport", choices=("streamable-http", "sse", "stdio"), default="streamable-http"
     )
     parser.add_argument("--state-dir", help="keep run counts in files here (several processes)")
+    parser.add_argument(
+        "--slow-get-ms", type=int, default=0, help="hold each GET this long before serving it"
+    )
     args = parser.parse_args()
     global STATE_DIR
     STATE_DIR = Path(args.state_dir) if args.state_dir else None
@@ -465,8 +468,22 @@ def main() -> None:
         mcp.run("stdio")
     elif args.transport == "sse":
         serve(mcp.sse_app(), args.host, args.port)
+    elif args.slow_get_ms:
+        serve(slow_gets(mcp.streamable_http_app(), args.slow_get_ms / 1000), args.host, args.port)
     else:
         serve(mcp.streamable_http_app(), args.host, args.port)
+
+
+def slow_gets(app: Any, delay_s: float) -> Any:
+    """`app`, but each GET (a session's standalone stream) waits `delay_s` before the app
+    sees it: a loaded server that registers the stream late, while its POSTs go on."""
+
+    async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            await anyio.sleep(delay_s)
+        await app(scope, receive, send)
+
+    return wrapped
 
 
 if __name__ == "__main__":

@@ -254,12 +254,17 @@ class LoggedProcess:
 class LegacyServer(LoggedProcess):
     """An `mcp` 1.x server process on a free loopback port (it picks one and says which)."""
 
-    def __init__(self, *, event_store: bool = False, transport: str = "streamable-http") -> None:
+    def __init__(
+        self, *, event_store: bool = False, transport: str = "streamable-http", slow_get_ms: int = 0
+    ) -> None:
+        """`slow_get_ms`: each GET stream is held that long before the server serves it."""
         python = ensure_venv("legacy")
         args = [str(python), str(HERE / "legacy_server.py"), "--port", "0"]
         args += ["--transport", transport]
         if event_store:
             args.append("--event-store")
+        if slow_get_ms:
+            args += ["--slow-get-ms", str(slow_get_ms)]
         super().__init__(args, name="legacy-server")
         self.start()
         self.port = int(self.wait_for_line(PEER_READY).rsplit(":", 1)[1])

@@ -2,8 +2,9 @@
 
 The gateway is the legacy client here: it sends `initialize` with exactly the
 client's capabilities, `notifications/initialized`, then opens the standalone
-GET stream at once, because mcp 1.x sends `sampling/createMessage` (no related
-id) and `roots/list` there and drops them when nobody listens.
+GET stream and waits for its answer before the session serves a call, because
+mcp 1.x sends `sampling/createMessage` (no related id) and `roots/list` there
+and drops them when nobody listens.
 
 A call's POST stream is read into the inbox its caller passes by the connection's
 own callbacks (`start`, `gateway.upstream.http.stream`); the GET stream goes into the
@@ -100,7 +101,12 @@ class HttpSession:
         self.wire.version = Version(self.info.protocol_version)
         await self.wire.send(jsonrpc.notification("notifications/initialized"))
         self._open = True
-        self._get_task = spawn(self._standalone_stream(), name=f"upstream-get-{self.endpoint.name}")
+        # Serve no call before the server holds the GET stream: mcp 1.x drops what it
+        # sends there before (a loaded server registers the stream late).
+        first = await self.wire.listen()
+        self._get_task = spawn(
+            self._standalone_stream(first), name=f"upstream-get-{self.endpoint.name}"
+        )
         return self.info
 
     async def close(self, *, end: bool = True) -> None:
