@@ -134,3 +134,24 @@ async def test_trace_context_reaches_the_upstream(
     text = reply["result"]["content"][0]["text"]
     assert f"meta={TRACE}" in text
     assert f"header={TRACE}" in text  # and as the W3C HTTP header
+
+
+async def test_every_response_names_its_request_id_whether_json_or_a_stream(
+    gateway: Gateway,
+) -> None:
+    """The id a client sent (or one the gateway made) is on the response, as in the logs:
+    on a JSON answer, and on a stream the gateway committed to for a notification."""
+    echo = rpc("tools/call", {"name": "echo", "arguments": {"text": "hi"}})
+    _, reply, resp = await gateway.post(echo, headers={"X-Request-Id": "json-1"})
+    assert resp.headers["Content-Type"].startswith("application/json")
+    assert reply["result"]["content"][0]["text"] == "hi"
+    assert resp.headers["X-Request-Id"] == "json-1"
+    steps = {"name": "slow_progress", "arguments": {"steps": 2}}
+    _, events, resp = await gateway.post(
+        rpc("tools/call", steps, progressToken="p1"), headers={"X-Request-Id": "stream-1"}
+    )
+    assert resp.headers["Content-Type"].startswith("text/event-stream")
+    assert events[-1]["result"]["content"][0]["text"] == "done after 2 steps"
+    assert resp.headers["X-Request-Id"] == "stream-1"
+    _, _, resp = await gateway.post(rpc("tools/list"))
+    assert len(resp.headers["X-Request-Id"]) == 16  # made here: a prefix and a counter

@@ -5,6 +5,8 @@ stream. The channel answers JSON when the outcome is ready before anything
 else must be said, and commits to `text/event-stream` the moment a
 notification is relayed or the answer has been held for `keepalive_s`; then it
 sends comment keepalives until the final message, after which nothing follows.
+A stream carries the request's `X-Request-Id` from its start (a JSON answer
+gets it from the middleware).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from aiohttp import web
 
 from gateway.aio import cancel_and_wait, spawn
 from gateway.protocol import jsonrpc, sse
+from gateway.web.middleware import REQUEST_ID
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -50,9 +53,13 @@ class ResponseChannel:
                 await stream.write(sse.KEEPALIVE)
             await asyncio.sleep(self.keepalive_s)
 
+    def _request_id(self) -> dict[str, str]:
+        request_id = self.request.get(REQUEST_ID)
+        return {"X-Request-Id": request_id} if request_id is not None else {}
+
     async def _commit(self) -> web.StreamResponse:
         if self._stream is None:
-            stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
+            stream = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self._request_id()})
             await stream.prepare(self.request)
             self._stream = stream
         return self._stream
@@ -68,6 +75,9 @@ class ResponseChannel:
         await self.close()
         async with self._lock:
             if self._stream is None:
+                # Sent by aiohttp once the handler returns, after its log line and metrics:
+                # sending it first was measured 0.2 to 0.35 ms slower per request at one
+                # client (the client it wakes seems to wait for this process's core).
                 return web.Response(
                     body=jsonrpc.dumps(message), status=status, content_type="application/json"
                 )

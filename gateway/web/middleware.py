@@ -41,6 +41,11 @@ def _next_request_id() -> str:
     return f"{_REQUEST_ID_PREFIX}{next(_REQUEST_IDS):08x}"
 
 
+#: The request's id on the request, for a response prepared before the handler returns
+#: (a stream, `gateway.web.channel`): each response carries it in `X-Request-Id`.
+REQUEST_ID = web.RequestKey("request_id", str)
+
+
 @web.middleware
 async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     incoming = request.headers.get("X-Request-Id", "")
@@ -49,6 +54,7 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
     )
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(request_id=request_id)
+    request[REQUEST_ID] = request_id
     response: web.StreamResponse = await handler(request)
     if not response.prepared:
         response.headers["X-Request-Id"] = request_id
