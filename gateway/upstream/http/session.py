@@ -18,6 +18,7 @@ outside every call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -39,6 +40,8 @@ from gateway.upstream.port import Inbox, Pumping, SessionExpired, StreamCursor, 
 log = structlog.get_logger("gateway.upstream")
 
 _RECONNECT_DELAY_S = 1.0
+#: How long a new session waits for its GET stream's answer before serving calls anyway.
+_LISTEN_WAIT_S = 5.0
 
 
 class HttpSession:
@@ -58,6 +61,9 @@ class HttpSession:
         self._renewing = asyncio.Lock()  # calls sharing the session renew it once
         self._get_task: asyncio.Task[None] | None = None
         self._get_last_event_id: str | None = None
+        # The server answered the GET stream: a session serves no call before (or a while),
+        # since mcp 1.x drops what it sends there before it holds the stream (late, loaded).
+        self._listening = asyncio.Event()
         self._closing = False
 
     @property
@@ -101,12 +107,11 @@ class HttpSession:
         self.wire.version = Version(self.info.protocol_version)
         await self.wire.send(jsonrpc.notification("notifications/initialized"))
         self._open = True
-        # Serve no call before the server holds the GET stream: mcp 1.x drops what it
-        # sends there before (a loaded server registers the stream late).
-        first = await self.wire.listen()
-        self._get_task = spawn(
-            self._standalone_stream(first), name=f"upstream-get-{self.endpoint.name}"
-        )
+        self._listening.clear()  # a reopened session waits for its new stream
+        self._get_task = spawn(self._standalone_stream(), name=f"upstream-get-{self.endpoint.name}")
+        with contextlib.suppress(TimeoutError):  # no call before the stream is answered
+            async with asyncio.timeout(_LISTEN_WAIT_S):
+                await self._listening.wait()
         return self.info
 
     async def close(self, *, end: bool = True) -> None:
@@ -329,6 +334,7 @@ class HttpSession:
             try:
                 resp = first or await self.wire.open_get(self._get_last_event_id)
                 first = None
+                self._listening.set()
                 async with resp:
                     if resp.status in (404, 405):
                         self._standalone_refused(resp.status)
@@ -341,9 +347,8 @@ class HttpSession:
                         )
                     else:
                         delay = await self._read_standalone(resp, delay)
-            except UpstreamError as exc:
-                log.info("upstream_get_stream_dropped", upstream=self.endpoint.name, error=str(exc))
-            except (OSError, ValueError) as exc:
+            except (UpstreamError, OSError, ValueError) as exc:
+                self._listening.set()  # no stream to wait for
                 log.info("upstream_get_stream_dropped", upstream=self.endpoint.name, error=str(exc))
             if not self._closing:
                 await asyncio.sleep(delay)

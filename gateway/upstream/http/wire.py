@@ -143,17 +143,6 @@ class HttpWire:
         with mapped_errors("opening a GET stream"):
             return await self._request("GET", headers)
 
-    async def listen(self) -> Response | None:
-        """`open_get`, once the server has answered it (within the endpoint's timeout); None
-        when it could not be had, which is logged (the caller's stream keeps trying)."""
-        try:
-            async with asyncio.timeout(self.endpoint.timeout_s):
-                return await self.open_get()
-        except (TimeoutError, UpstreamError, OSError) as exc:
-            error = str(exc) or type(exc).__name__
-            log.info("upstream_get_stream_dropped", upstream=self.endpoint.name, error=error)
-            return None
-
     async def _request(
         self, method: str, headers: dict[str, str], message: dict[str, Any] | None = None
     ) -> Response:
