@@ -12,11 +12,13 @@
     live.py       a call held by this replica, and the registry of them (parked counts)
     routing.py    retries whose call another replica owns: forward, takeover, replay, lost;
                   and the owning side of a forward
+    forwarding.py the bus between replicas, and a retry on its way to its call's owner
+                  (made before the claim, which can carry it)
     takeover.py   continue a gone replica's call on its adopted session, or cancel it
     messages.py   what replicas say to each other, as frozen dataclasses with one codec
 
 Every change of a call's phase goes through `Registry.fire` and the sans-IO
 `gateway.protocol.call.CallMachine`. The package depends on ports, not on
-transports: `gateway.upstream.port` for legacy sessions, `routing.Bus` for other
+transports: `gateway.upstream.port` for legacy sessions, `forwarding.Bus` for other
 replicas, `gateway.store.base.SuspendedCallStore`, and `gateway.clock.Clock`.
 """

@@ -10,6 +10,7 @@ no logic of its own beyond that dispatch.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import structlog
@@ -140,6 +141,9 @@ class Bridge:
         forward = self.routing.forward(front)
         try:
             return await self._resume(upstream, claims, front, notify, forward)
+        except asyncio.CancelledError:
+            self.routing.abandon(forward)  # the client left: the owner must not go on for it
+            raise
         finally:
             forward.close()
 

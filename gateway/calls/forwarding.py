@@ -67,12 +67,15 @@ class Forward:
         self.front = front
         self.reply = bus.new_reply_key()
         self.delivered: bool | None = None
+        self.relaying = False  # its reply is being read (which tells the owner if cut short)
+        self.record: SuspendedCall | None = None  # the round it was made for
         self._payload: str | None = None
         self._span: Begun | None = None
 
     def payload(self, record: SuspendedCall) -> str:
         """The `Resume` of `record`'s round with this retry (made once)."""
         if self._payload is None:
+            self.record = record
             self._span = TRACING.begin(
                 "mcp forward", kind="client", attributes={"mcp.owner": record.owner}
             )
@@ -95,6 +98,14 @@ class Forward:
         if record.owner == self.bus.replica_id:
             return None
         return self.bus.delivery(record.owner, self.payload(record))
+
+    def left(self) -> messages.Cancel | None:
+        """What to tell the owner when the client leaves before the reply is read: once the
+        message may have gone (with the claim, or by the bus), unless the store found the
+        owner without a heartbeat. An owner that never got it ignores the Cancel."""
+        if self.record is None or self.relaying or self.delivered is False:
+            return None
+        return messages.Cancel(call=self.record.call_id, reply=self.reply)
 
     def span(self) -> AbstractContextManager[object]:
         return self._span.entered() if self._span is not None else nullcontext()

@@ -172,6 +172,7 @@ class Routing:
         log.info("retry_forwarded", owner=record.owner)
         self.metrics.handoffs.labels("forwarded").inc()
         started = self.clock.monotonic()
+        forward.relaying = True
         try:
             return await self._relay(record, reply, payload, notify)
         finally:
@@ -219,6 +220,13 @@ class Routing:
             cancel = messages.Cancel(call=record.call_id, reply=reply)
             spawn(self._send_quietly(record.owner, cancel), name="fleet-cancel")
             raise
+
+    def abandon(self, forward: Forward) -> None:
+        """The client left while its retry was on its way (before the relay, which tells
+        the owner itself): the owner is told, so it does not resume the round for nobody."""
+        cancel = forward.left()
+        if cancel is not None and forward.record is not None:
+            spawn(self._send_quietly(forward.record.owner, cancel), name="fleet-cancel")
 
     async def _retract_quietly(self, owner: str, sent: str) -> bool:
         try:

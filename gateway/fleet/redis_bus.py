@@ -3,13 +3,14 @@
 Each replica writes `<prefix>{replica:<id>}:beat` every `heartbeat_s` with a TTL of
 two heartbeats, so a replica that dies is known to be gone within about two
 heartbeats. Each replica reads its own inbox list `<prefix>{replica:<id>}:inbox`
-(BLPOP); a retry that lands on another replica is pushed there, in one round trip
-that also checks the owner's heartbeat (both keys share a cluster slot), and the
-owner answers on a per-request reply list that the receiving replica reads. Every
+(BLPOP); a retry that lands on another replica is pushed there only while the owner
+beats: by the store's script that claims its round (`delivery`; off a Cluster), or
+here in one round trip that checks the heartbeat too (both keys share a cluster slot).
+The owner answers on a per-request reply list that the receiving replica reads. Every
 wait is bounded; reply lists expire.
 
 This module moves opaque payloads; what they mean is `gateway.calls`' business
-(`gateway.calls.messages`). It implements `gateway.calls.routing.Bus`.
+(`gateway.calls.messages`). It implements `gateway.calls.forwarding.Bus`.
 """
 
 from __future__ import annotations

@@ -130,8 +130,9 @@ class RedisStore:
         keys = [self.key(call_id), delivery.heartbeat_key, delivery.inbox_key]
         args: list[str | int] = [round_, PARKED, RESUMING, claimer]
         args += [delivery.payload, delivery.ttl_ms]
-        # Run twice (a reply lost with its connection), the claim fails the second time:
-        # as for a plain claim, the round's outcome is then found kept (`answered_before`).
+        # Run twice (a reply lost with its connection), the claim fails the second time, as
+        # a plain claim does: this retry is refused, the owner resumes the round all the
+        # same, and the client's next retry finds its outcome kept (`answered_before`).
         found = await self._run(lambda: self._claim_delivering(keys=keys, args=args))
         if not found:
             return None, None

@@ -1,5 +1,6 @@
 """The Lua scripts of the Redis store: each one round trip, atomic on its keys (which
-share a cluster slot where a script touches more than one)."""
+share a cluster slot where a script touches more than one, but for CLAIM_DELIVERING,
+which the store runs only off a Cluster)."""
 
 # A record is a hash: the immutable JSON, and the round and status a claim checks.
 # KEYS[1] record; ARGV round, parked, resuming, claimer. A record parked at that round

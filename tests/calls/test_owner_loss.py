@@ -67,6 +67,24 @@ async def test_a_forward_goes_with_the_claim_of_its_round_where_the_store_can_pu
     # Without such a store, the bus delivers it after the claim (the other tests here).
 
 
+async def test_a_client_leaving_while_the_claim_carries_its_forward_cancels_it_at_the_owner(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    store = OneTripStore(clock, network)
+    a, b = two_replicas(clock, server, network, store=store)
+    first, session = await ask_username(a, server, clock)
+    (call,) = a.bridge.calls.values()
+    store.stall = asyncio.Event()
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    await server.next_sent()  # the owner got the forward and answered upstream ...
+    retry.cancel()  # ... while the claim's own reply had not come back
+    cancelled = await server.next_sent()
+    assert cancelled["params"] == {"requestId": session.call_id, "reason": "client disconnected"}
+    await call.ended.wait()
+    assert call.phase is Phase.CANCELLED
+    assert [type(m) for _, m in network.delivered] == [messages.Resume, messages.Cancel]
+
+
 async def test_a_claim_that_finds_the_owner_without_a_heartbeat_pushes_nothing(
     clock: ManualClock, server: ScriptedServer, network: Network
 ) -> None:

@@ -1,4 +1,4 @@
-"""Replicas in one process: an in-memory bus (implements `gateway.calls.routing.Bus`).
+"""Replicas in one process: an in-memory bus (implements `gateway.calls.forwarding.Bus`).
 
 `Network` knows which replicas are alive and delivers each inbox message to the
 owning replica's `serve_forwarded` in a task of its own, as the Redis bus does;
@@ -119,6 +119,7 @@ class OneTripStore(MemoryStore):
     def __init__(self, clock: Clock, network: Network) -> None:
         super().__init__(clock)
         self.network = network
+        self.stall: asyncio.Event | None = None  # set: a claim's reply waits for it
 
     async def claim_delivering(
         self, call_id: str, round_: int, claimer: str, delivery: Delivery
@@ -130,4 +131,6 @@ class OneTripStore(MemoryStore):
         if owner not in self.network.alive:  # its heartbeat is missing: nothing pushed
             return claimed, False
         self.network.push(owner, delivery.payload)
+        if self.stall is not None:  # the reply is slow to come back; the push is done
+            await self.stall.wait()
         return claimed, True

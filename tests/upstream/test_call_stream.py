@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 import pytest
 
+from gateway.aio import spawn
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError
 from gateway.protocol import sse
@@ -256,3 +257,38 @@ async def test_a_resumed_stream_is_live_at_its_priming_event_and_not_before(
     wire.call_messages(parser, b"id: s-1:6\ndata: \n\n", "r1", cursor)
     assert cursor.live.is_set()  # mcp 1.x primes a resumed stream once it is attached
     assert cursor.last_id == "s-1:6"
+
+
+async def test_a_session_waits_for_its_get_stream_and_stops_waiting_when_closed(
+    http: Http1Client,
+) -> None:
+    """`open` returns once the server answers the GET stream (mcp 1.x drops what it sends
+    before it holds it); closed meanwhile, the session stops waiting at once."""
+    asked = asyncio.Event()
+
+    async def answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
+        request = server.requests[-1]
+        if request.startswith(b"GET"):
+            asked.set()
+            await asyncio.Event().wait()  # holds the stream without a head
+        body = json.loads(request.split(b"\r\n\r\n", 1)[1] or b"{}")
+        if body.get("method") == "initialize":
+            data = json.dumps({"jsonrpc": "2.0", "id": body["id"], "result": INIT}).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: s1\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(data), data)
+            )
+        else:
+            writer.write(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
+
+    server = await Server().start(answer)
+    try:
+        session = HttpSession(http, Endpoint("u", server.url, {}, timeout_s=5), ClientCaps())
+        opening = spawn(session.open(), name="open")
+        await asyncio.wait_for(asked.wait(), 5)
+        assert not opening.done()  # the stream has had no answer
+        await session.close(end=False)
+        async with asyncio.timeout(1):  # not the 5 s a stream never answered is given
+            await opening
+    finally:
+        await server.stop()

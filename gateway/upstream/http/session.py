@@ -1,10 +1,10 @@
 """One stateful legacy session over Streamable HTTP; implements `UpstreamSession`.
 
-The gateway is the legacy client here: it sends `initialize` with exactly the
-client's capabilities, `notifications/initialized`, then opens the standalone
-GET stream and waits for its answer before the session serves a call, because
-mcp 1.x sends `sampling/createMessage` (no related id) and `roots/list` there
-and drops them when nobody listens.
+The gateway is the legacy client here: `initialize` with exactly the client's
+capabilities, `notifications/initialized`, then the standalone GET stream, whose
+answer it awaits before the session serves a call (up to `_LISTEN_WAIT_S`): mcp 1.x
+sends `sampling/createMessage` (no related id) and `roots/list` there, and drops
+them until it holds the stream, which a loaded server does late.
 
 A call's POST stream is read into the inbox its caller passes by the connection's
 own callbacks (`start`, `gateway.upstream.http.stream`); the GET stream goes into the
@@ -61,9 +61,7 @@ class HttpSession:
         self._renewing = asyncio.Lock()  # calls sharing the session renew it once
         self._get_task: asyncio.Task[None] | None = None
         self._get_last_event_id: str | None = None
-        # The server answered the GET stream: a session serves no call before (or a while),
-        # since mcp 1.x drops what it sends there before it holds the stream (late, loaded).
-        self._listening = asyncio.Event()
+        self._listening = asyncio.Event()  # the GET stream answered (see the module doc)
         self._closing = False
 
     @property
@@ -329,29 +327,31 @@ class HttpSession:
 
     async def _standalone_stream(self, first: Response | None = None) -> None:
         """Hold the GET stream open for the session's life; reconnect when it drops."""
-        while not self._closing:
-            delay = _RECONNECT_DELAY_S
-            try:
-                resp = first or await self.wire.open_get(self._get_last_event_id)
-                first = None
-                self._listening.set()
-                async with resp:
-                    if resp.status in (404, 405):
-                        self._standalone_refused(resp.status)
-                        return
-                    if resp.status != 200:
-                        log.warning(
-                            "upstream_get_stream_refused",
-                            upstream=self.endpoint.name,
-                            status=resp.status,
-                        )
-                    else:
-                        delay = await self._read_standalone(resp, delay)
-            except (UpstreamError, OSError, ValueError) as exc:
-                self._listening.set()  # no stream to wait for
-                log.info("upstream_get_stream_dropped", upstream=self.endpoint.name, error=str(exc))
-            if not self._closing:
-                await asyncio.sleep(delay)
+        try:
+            while not self._closing:
+                delay = _RECONNECT_DELAY_S
+                try:
+                    resp = first or await self.wire.open_get(self._get_last_event_id)
+                    first = None
+                    self._listening.set()
+                    async with resp:
+                        if resp.status in (404, 405):
+                            self._standalone_refused(resp.status)
+                            return
+                        if resp.status == 200:
+                            delay = await self._read_standalone(resp, delay)
+                        else:
+                            status, name = resp.status, self.endpoint.name
+                            log.warning("upstream_get_stream_refused", upstream=name, status=status)
+                except (UpstreamError, OSError, ValueError) as exc:
+                    self._listening.set()  # no stream to wait for
+                    log.info(
+                        "upstream_get_stream_dropped", upstream=self.endpoint.name, error=str(exc)
+                    )
+                if not self._closing:
+                    await asyncio.sleep(delay)
+        finally:
+            self._listening.set()  # stopped (the session closing): nobody waits for it
 
     async def _read_standalone(self, resp: Response, delay: float) -> float:
         """Route the stream's messages until it ends; the server's retry hint is returned."""
