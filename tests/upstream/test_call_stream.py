@@ -46,6 +46,15 @@ def event(message: dict[str, object], event_id: str | None = None) -> bytes:
     return chunk(head + b"event: message\ndata: " + json.dumps(message).encode() + b"\n\n")
 
 
+def initialized(rid: object) -> bytes:
+    """The answer to `initialize`: a JSON result naming session s1."""
+    data = json.dumps({"jsonrpc": "2.0", "id": rid, "result": INIT}).encode()
+    return (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: s1\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(data), data)
+    )
+
+
 def response(rid: str) -> dict[str, object]:
     return {"jsonrpc": "2.0", "id": rid, "result": {"content": [], "isError": False}}
 
@@ -60,11 +69,7 @@ async def scripted(call: Call) -> Server:
             return None
         body = json.loads(request.split(b"\r\n\r\n", 1)[1] or b"{}")
         if body.get("method") == "initialize":
-            data = json.dumps({"jsonrpc": "2.0", "id": body["id"], "result": INIT}).encode()
-            writer.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: s1\r\n"
-                b"content-length: %d\r\n\r\n%s" % (len(data), data)
-            )
+            writer.write(initialized(body["id"]))
             return None
         if body.get("method") == "tools/call":
             return await call(reader, writer, body["id"])
@@ -273,11 +278,7 @@ async def test_a_session_waits_for_its_get_stream_and_stops_waiting_when_closed(
             await asyncio.Event().wait()  # holds the stream without a head
         body = json.loads(request.split(b"\r\n\r\n", 1)[1] or b"{}")
         if body.get("method") == "initialize":
-            data = json.dumps({"jsonrpc": "2.0", "id": body["id"], "result": INIT}).encode()
-            writer.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: s1\r\n"
-                b"content-length: %d\r\n\r\n%s" % (len(data), data)
-            )
+            writer.write(initialized(body["id"]))
         else:
             writer.write(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
 
