@@ -12,6 +12,7 @@ becomes `StoreError` (`ride_out`).
 from __future__ import annotations
 
 import hashlib
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -116,11 +117,12 @@ class RedisStore:
         return record
 
     async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
-        args: list[str | int] = [round_, PARKED, RESUMING, claimer]
-        raw = await self._run(lambda: self._claim(keys=[self.key(call_id)], args=args))
-        if not raw:
+        # Run twice (a reply lost with its connection), the attempt finds its own claim.
+        args: list[str | int] = [round_, PARKED, RESUMING, claimer, secrets.token_hex(8)]
+        found = await self._run(lambda: self._claim(keys=[self.key(call_id)], args=args))
+        if not found:
             return None
-        return SuspendedCall.from_json(raw).claimed(claimer)
+        return SuspendedCall.from_json(found[0]).claimed(claimer)
 
     async def claim_delivering(
         self, call_id: str, round_: int, claimer: str, delivery: Delivery
@@ -128,11 +130,10 @@ class RedisStore:
         if not self._one_trip:  # a cluster: the inbox lives in another slot
             return await self.claim(call_id, round_, claimer), None
         keys = [self.key(call_id), delivery.heartbeat_key, delivery.inbox_key]
-        args: list[str | int] = [round_, PARKED, RESUMING, claimer]
+        args: list[str | int] = [round_, PARKED, RESUMING, claimer, secrets.token_hex(8)]
         args += [delivery.payload, delivery.ttl_ms]
-        # Run twice (a reply lost with its connection), the claim fails the second time, as
-        # a plain claim does: this retry is refused, the owner resumes the round all the
-        # same, and the client's next retry finds its outcome kept (`answered_before`).
+        # Run twice (a reply lost with its connection), the attempt finds its own claim and
+        # learns whether the first run pushed: nothing is pushed twice, nothing refused.
         found = await self._run(lambda: self._claim_delivering(keys=keys, args=args))
         if not found:
             return None, None
@@ -142,7 +143,7 @@ class RedisStore:
     async def steal(
         self, call_id: str, round_: int, dead: str, claimer: str
     ) -> SuspendedCall | None:
-        args: list[str | int] = [round_, RESUMING, dead, claimer]
+        args: list[str | int] = [round_, RESUMING, dead, claimer, secrets.token_hex(8)]
         raw = await self._run(lambda: self._steal(keys=[self.key(call_id)], args=args))
         if not raw:
             return None

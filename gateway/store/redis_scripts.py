@@ -3,38 +3,43 @@ share a cluster slot where a script touches more than one, but for CLAIM_DELIVER
 which the store runs only off a Cluster)."""
 
 # A record is a hash: the immutable JSON, and the round and status a claim checks.
-# KEYS[1] record; ARGV round, parked, resuming, claimer. A record parked at that round
-# becomes resuming and its JSON is returned; anything else returns false.
+# KEYS[1] record; ARGV round, parked, resuming, claimer, attempt. A record parked at that
+# round becomes resuming and its JSON is returned; anything else returns false. The same
+# attempt run again (its reply lost with a connection) finds its own claim and returns
+# the JSON again, with what the first run pushed (v[5]; CLAIM_DELIVERING).
 _CLAIM_STEPS = """
-local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'json')
-if not v[3] then return false end
-if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) then return false end
-redis.call('HSET', KEYS[1], 'status', ARGV[3], 'claimer', ARGV[4])
+local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'json', 'attempt', 'pushed')
+if not v[3] or tonumber(v[2]) ~= tonumber(ARGV[1]) then return false end
+if v[1] == ARGV[3] and v[4] == ARGV[5] then return {v[3], tonumber(v[5] or 0)} end
+if v[1] ~= ARGV[2] then return false end
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'claimer', ARGV[4], 'attempt', ARGV[5])
 """
 
-CLAIM = _CLAIM_STEPS + "return v[3]\n"
+CLAIM = _CLAIM_STEPS + "return {v[3], 0}\n"
 
-# CLAIM, then KEYS[2] another replica's heartbeat, KEYS[3] its inbox; ARGV[5] payload,
-# ARGV[6] the inbox's ttl. Once claimed, the payload is pushed only while the replica
+# CLAIM, then KEYS[2] another replica's heartbeat, KEYS[3] its inbox; ARGV[6] payload,
+# ARGV[7] the inbox's ttl. Once claimed, the payload is pushed only while the replica
 # beats: {json, 1} pushed, {json, 0} not (as the bus's own delivery decides).
 CLAIM_DELIVERING = (
     _CLAIM_STEPS
     + """if redis.call('EXISTS', KEYS[2]) == 0 then return {v[3], 0} end
-redis.call('RPUSH', KEYS[3], ARGV[5])
-redis.call('PEXPIRE', KEYS[3], ARGV[6])
+redis.call('RPUSH', KEYS[3], ARGV[6])
+redis.call('PEXPIRE', KEYS[3], ARGV[7])
+redis.call('HSET', KEYS[1], 'pushed', 1)
 return {v[3], 1}
 """
 )
 
-# KEYS[1] record; ARGV round, resuming, dead, claimer. A round resuming for `dead` is
-# handed to `claimer` (its JSON returned); anything else returns false.
+# KEYS[1] record; ARGV round, resuming, dead, claimer, attempt. A round resuming for
+# `dead` is handed to `claimer` (its JSON returned); anything else returns false. The
+# same attempt run again finds its own claim, as with CLAIM.
 STEAL = """
-local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'json', 'claimer')
+local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'json', 'claimer', 'attempt')
 if not v[3] then return false end
-if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) or v[4] ~= ARGV[3] then
-  return false
-end
-redis.call('HSET', KEYS[1], 'claimer', ARGV[4])
+if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) then return false end
+if v[4] == ARGV[4] and v[5] == ARGV[5] then return v[3] end
+if v[4] ~= ARGV[3] then return false end
+redis.call('HSET', KEYS[1], 'claimer', ARGV[4], 'attempt', ARGV[5], 'pushed', 0)
 return v[3]
 """
 
@@ -84,7 +89,7 @@ local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'claimer')
 if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) or v[3] ~= ARGV[3] then
   return 0
 end
-redis.call('HSET', KEYS[1], 'status', ARGV[4], 'claimer', '')
+redis.call('HSET', KEYS[1], 'status', ARGV[4], 'claimer', '', 'attempt', '', 'pushed', 0)
 return 1
 """
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gateway.aio import spawn
 from gateway.errors import ConfigError, StoreError
@@ -321,3 +324,50 @@ async def test_a_forward_is_pushed_with_the_claim_only_while_its_owner_beats(sto
     assert 0 < await store.client.pttl(inbox) <= 60_000
     assert (await store.get("c2")).status == RESUMING
     await store.client.delete(beat, inbox)
+
+
+def losing_first_reply(script: Any) -> Any:
+    """`script`, whose first run succeeds in Redis but whose reply is lost with its
+    connection (`ride_out` runs it again)."""
+    runs = 0
+
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        nonlocal runs
+        runs += 1
+        result = await script(*args, **kwargs)
+        if runs == 1:
+            raise RedisConnectionError("the reply was lost with the connection")
+        return result
+
+    return run
+
+
+async def test_a_claim_run_again_after_its_reply_was_lost_finds_its_own_claim(
+    redis_server: RedisServer,
+) -> None:
+    """Each claim, steal and forwarded claim is one attempt: run again by the ride-out, it
+    is not refused as if another retry had taken the round, and pushes nothing twice."""
+    store = RedisStore(connect(redis_server.url), prefix=f"t{uuid.uuid4().hex[:6]}:")
+    live = {"deadline_ms": int(time.time() * 1000) + 60_000, "created_ms": int(time.time() * 1000)}
+    try:
+        for call_id in ("c1", "c2", "c3"):
+            await store.park(replace(record(call_id), **live))
+        store._claim = losing_first_reply(store._claim)
+        claimed = await store.claim("c1", 1, "b")
+        assert claimed is not None and claimed.claimer == "b"
+        assert await store.claim("c1", 1, "b") is None  # another attempt is still refused
+
+        beat, inbox = f"{store.prefix}{{replica:a}}:beat", f"{store.prefix}{{replica:a}}:inbox"
+        await store.client.set(beat, "1", px=60_000)
+        store._claim_delivering = losing_first_reply(store._claim_delivering)
+        delivery = Delivery(beat, inbox, '{"op":"resume"}', 60_000)
+        claimed, pushed = await store.claim_delivering("c2", 1, "b", delivery)
+        assert claimed is not None and pushed is True
+        assert await store.client.lrange(inbox, 0, -1) == [b'{"op":"resume"}']  # once
+
+        assert await store.claim("c3", 1, "dead") is not None
+        store._steal = losing_first_reply(store._steal)
+        stolen = await store.steal("c3", 1, "dead", "b")
+        assert stolen is not None and stolen.claimer == "b"
+    finally:
+        await store.close()
