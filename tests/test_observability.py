@@ -155,3 +155,14 @@ async def test_every_response_names_its_request_id_whether_json_or_a_stream(
     assert resp.headers["X-Request-Id"] == "stream-1"
     _, _, resp = await gateway.post(rpc("tools/list"))
     assert len(resp.headers["X-Request-Id"]) == 16  # made here: a prefix and a counter
+
+
+async def test_a_body_that_is_not_a_request_leaves_a_log_line(gateway: Gateway) -> None:
+    """Refused before it could be read as a request, it is still one line at info."""
+    with structlog.testing.capture_logs(
+        processors=[structlog.contextvars.merge_contextvars]
+    ) as logs:
+        status, reply, _ = await gateway.post(b"{not json", headers={"X-Request-Id": "bad-1"})
+    assert status == 400 and reply["error"]["code"] == -32700
+    (line,) = [entry for entry in logs if entry["event"] == "request_rejected"]
+    assert line["code"] == -32700 and line["status"] == 400 and line["request_id"] == "bad-1"

@@ -87,8 +87,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except HttpError as exc:
         log.info("request_refused", status=exc.http_status, reason=exc.detail, path=request.path)
         return _http_error(exc)
-    except RpcError as exc:
+    except RpcError as exc:  # before the body was a request (e.g. not JSON): no id to answer
         body, status = rpc_error_reply(exc, None)
+        log.info("request_rejected", code=body["error"]["code"], error=exc.message, status=status)
         return web.Response(
             status=status, body=jsonrpc.dumps(body), content_type="application/json"
         )
