@@ -107,14 +107,6 @@ class Tracing:
         self._propagator.inject(carrier, context=trace.set_span_in_context(span))
         return Begun(span, carrier)
 
-    def carrier(self) -> dict[str, str]:
-        """The current span's context, to send along (a forward to another replica)."""
-        if not self.enabled:
-            return {}
-        carrier: dict[str, str] = {}
-        self._propagator.inject(carrier)
-        return carrier
-
     def shutdown(self) -> None:
         """Export what is buffered (bounded by the SDK's own timeouts)."""
         if self._provider is not None:

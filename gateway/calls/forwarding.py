@@ -99,13 +99,13 @@ class Forward:
             return None
         return self.bus.delivery(record.owner, self.payload(record))
 
-    def left(self) -> messages.Cancel | None:
-        """What to tell the owner when the client leaves before the reply is read: once the
-        message may have gone (with the claim, or by the bus), unless the store found the
-        owner without a heartbeat. An owner that never got it ignores the Cancel."""
+    def left(self) -> tuple[str, messages.Cancel] | None:
+        """The owner, and what to tell it, when the client leaves before the reply is read:
+        once the message may have gone (with the claim, or by the bus), unless the store
+        found the owner without a heartbeat. An owner that never got it ignores it."""
         if self.record is None or self.relaying or self.delivered is False:
             return None
-        return messages.Cancel(call=self.record.call_id, reply=self.reply)
+        return self.record.owner, messages.Cancel(call=self.record.call_id, reply=self.reply)
 
     def span(self) -> AbstractContextManager[object]:
         return self._span.entered() if self._span is not None else nullcontext()

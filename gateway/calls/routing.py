@@ -224,9 +224,9 @@ class Routing:
     def abandon(self, forward: Forward) -> None:
         """The client left while its retry was on its way (before the relay, which tells
         the owner itself): the owner is told, so it does not resume the round for nobody."""
-        cancel = forward.left()
-        if cancel is not None and forward.record is not None:
-            spawn(self._send_quietly(forward.record.owner, cancel), name="fleet-cancel")
+        left = forward.left()
+        if left is not None:
+            spawn(self._send_quietly(*left), name="fleet-cancel")
 
     async def _retract_quietly(self, owner: str, sent: str) -> bool:
         try:

@@ -5,8 +5,6 @@ stream. The channel answers JSON when the outcome is ready before anything
 else must be said, and commits to `text/event-stream` the moment a
 notification is relayed or the answer has been held for `keepalive_s`; then it
 sends comment keepalives until the final message, after which nothing follows.
-A stream carries the request's `X-Request-Id` from its start (a JSON answer
-gets it from the middleware).
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ from aiohttp import web
 
 from gateway.aio import cancel_and_wait, spawn
 from gateway.protocol import jsonrpc, sse
-from gateway.web.middleware import REQUEST_ID
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -53,13 +50,9 @@ class ResponseChannel:
                 await stream.write(sse.KEEPALIVE)
             await asyncio.sleep(self.keepalive_s)
 
-    def _request_id(self) -> dict[str, str]:
-        request_id = self.request.get(REQUEST_ID)
-        return {"X-Request-Id": request_id} if request_id is not None else {}
-
     async def _commit(self) -> web.StreamResponse:
         if self._stream is None:
-            stream = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self._request_id()})
+            stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
             await stream.prepare(self.request)
             self._stream = stream
         return self._stream

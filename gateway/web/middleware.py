@@ -41,8 +41,7 @@ def _next_request_id() -> str:
     return f"{_REQUEST_ID_PREFIX}{next(_REQUEST_IDS):08x}"
 
 
-#: The request's id on the request, for a response prepared before the handler returns
-#: (a stream, `gateway.web.channel`): each response carries it in `X-Request-Id`.
+#: The request's id, kept on the request for `name_request` (set by the middleware).
 REQUEST_ID = web.RequestKey("request_id", str)
 
 
@@ -56,9 +55,15 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
     structlog.contextvars.bind_contextvars(request_id=request_id)
     request[REQUEST_ID] = request_id
     response: web.StreamResponse = await handler(request)
-    if not response.prepared:
-        response.headers["X-Request-Id"] = request_id
     return response
+
+
+async def name_request(request: web.Request, response: web.StreamResponse) -> None:
+    """Every response names its request in `X-Request-Id` (an `on_response_prepare`
+    hook): a JSON answer, an error, and a stream prepared before its handler returns."""
+    request_id = request.get(REQUEST_ID)
+    if request_id is not None:
+        response.headers["X-Request-Id"] = request_id
 
 
 def _http_error(exc: HttpError) -> web.Response:
