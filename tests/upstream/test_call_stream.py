@@ -17,6 +17,7 @@ from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError
 from gateway.protocol import sse
 from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.versions import UPSTREAM_VERSIONS
 from gateway.upstream.factory import session_factory
 from gateway.upstream.http import stream as call_stream
 from gateway.upstream.http.client import Http1Client
@@ -291,5 +292,36 @@ async def test_a_session_waits_for_its_get_stream_and_stops_waiting_when_closed(
         await session.close(end=False)
         async with asyncio.timeout(1):  # not the 5 s a stream never answered is given
             await opening
+    finally:
+        await server.stop()
+
+
+async def test_an_adopted_session_asks_a_busy_get_stream_again_before_it_serves(
+    http: Http1Client,
+) -> None:
+    """The server holds one GET stream per session: a session adopted again right after
+    its last call here ended finds the old stream not yet seen closed (409). It asks
+    again soon, and serves no call before the server holds its stream (mcp 1.x drops
+    what it would send there meanwhile)."""
+    refusals = 3
+
+    async def answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
+        gets = [r for r in server.requests if r.startswith(b"GET")]
+        if len(gets) <= refusals:
+            writer.write(b"HTTP/1.1 409 Conflict\r\ncontent-length: 0\r\n\r\n")
+            return
+        writer.write(SSE_HEAD)
+        await writer.drain()
+        await asyncio.Event().wait()  # holds the stream
+
+    server = await Server().start(answer)
+    try:
+        session = HttpSession(http, Endpoint("u", server.url, {}, timeout_s=5), ClientCaps())
+        async with asyncio.timeout(3):  # well before the 5 s a stream never answered gets
+            await session.adopt("s1", UPSTREAM_VERSIONS[0])
+        gets = [r for r in server.requests if r.startswith(b"GET")]
+        assert len(gets) == refusals + 1 and all(b"mcp-session-id: s1" in g.lower() for g in gets)
+        assert session.alive
+        await session.close(end=False)
     finally:
         await server.stop()

@@ -1,47 +1,36 @@
 """One stateful legacy session over Streamable HTTP; implements `UpstreamSession`.
 
 The gateway is the legacy client here: `initialize` with exactly the client's
-capabilities, `notifications/initialized`, then the standalone GET stream, whose
-answer it awaits before the session serves a call (up to `_LISTEN_WAIT_S`): mcp 1.x
-sends `sampling/createMessage` (no related id) and `roots/list` there, and drops
-them until it holds the stream, which a loaded server does late.
+capabilities, `notifications/initialized`, then the standalone GET stream
+(`gateway.upstream.http.listener`), whose answer it awaits before the session serves a
+call.
 
 A call's POST stream is read into the inbox its caller passes by the connection's
 own callbacks (`start`, `gateway.upstream.http.stream`); the GET stream goes into the
-inbox of whichever call owns the session (`attach`), and what arrives while nobody
-owns it gets the answer `gateway.protocol.outside` decides. A session several calls
-share (`pool.calls_per_session`) routes its GET stream only while one call is attached:
-with more, a question there cannot be told to be any one call's, and is answered as
-outside every call.
+inbox of whichever call owns the session (`attach`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import structlog
 
-from gateway.aio import cancel_and_wait, spawn
 from gateway.errors import UpstreamError
-from gateway.protocol import jsonrpc, sse
+from gateway.protocol import jsonrpc
 from gateway.protocol.capabilities import ClientCaps
-from gateway.protocol.outside import answer_outside_call
 from gateway.protocol.translate import UpstreamInfo, upstream_info
 from gateway.protocol.versions import Version
 from gateway.upstream.http.client import Http1Client, Response
+from gateway.upstream.http.listener import Listener
 from gateway.upstream.http.stream import STOPPED, CallStream
 from gateway.upstream.http.wire import Endpoint, HttpWire
 from gateway.upstream.port import Inbox, Pumping, SessionExpired, StreamCursor, StreamEnd
 
 log = structlog.get_logger("gateway.upstream")
-
-_RECONNECT_DELAY_S = 1.0
-#: How long a new session waits for its GET stream's answer before serving calls anyway.
-_LISTEN_WAIT_S = 5.0
 
 
 class HttpSession:
@@ -57,11 +46,8 @@ class HttpSession:
         self._quiet: asyncio.Event | None = None  # made only when someone waits for quiet
         self._next_id = 0
         self._id_prefix = secrets.token_hex(4)
-        self._owners: list[Inbox] = []
         self._renewing = asyncio.Lock()  # calls sharing the session renew it once
-        self._get_task: asyncio.Task[None] | None = None
-        self._get_last_event_id: str | None = None
-        self._listening = asyncio.Event()  # the GET stream answered (see the module doc)
+        self._listener = Listener(self.wire, endpoint.name)
         self._closing = False
 
     @property
@@ -105,11 +91,8 @@ class HttpSession:
         self.wire.version = Version(self.info.protocol_version)
         await self.wire.send(jsonrpc.notification("notifications/initialized"))
         self._open = True
-        self._listening.clear()  # a reopened session waits for its new stream
-        self._get_task = spawn(self._standalone_stream(), name=f"upstream-get-{self.endpoint.name}")
-        with contextlib.suppress(TimeoutError):  # no call before the stream is answered
-            async with asyncio.timeout(_LISTEN_WAIT_S):
-                await self._listening.wait()
+        self._listener.start()
+        await self._listener.listened()  # no call before the stream is answered
         return self.info
 
     async def close(self, *, end: bool = True) -> None:
@@ -118,7 +101,7 @@ class HttpSession:
         if self._closing:
             return
         self._closing = True
-        await cancel_and_wait(self._get_task)
+        await self._listener.stop()
         if self.wire.session_id is None or not end:
             return
         try:
@@ -143,9 +126,8 @@ class HttpSession:
             resp.release()
             raise SessionExpired()
         self._open = True
-        self._get_task = spawn(
-            self._standalone_stream(resp), name=f"upstream-get-{self.endpoint.name}"
-        )
+        self._listener.start(resp)
+        await self._listener.listened()  # a busy stream (409) is asked again
 
     async def reopen(self) -> None:
         """Initialise a new session in place of one the server no longer knows.
@@ -153,10 +135,9 @@ class HttpSession:
         Raises:
             UpstreamError
         """
-        await cancel_and_wait(self._get_task)
+        await self._listener.stop(forget=True)
         self.wire.forget_session()
         self._open = False
-        self._get_last_event_id = None
         await self.open()
 
     async def _renew(self, expired: str | None) -> None:
@@ -180,11 +161,11 @@ class HttpSession:
 
     def attach(self, inbox: Inbox) -> None:
         """Route this session's standalone-stream traffic to the owning call's inbox."""
-        self._owners.append(inbox)
+        self._listener.owners.append(inbox)
 
     def detach(self, inbox: Inbox) -> None:
-        if inbox in self._owners:
-            self._owners.remove(inbox)
+        if inbox in self._listener.owners:
+            self._listener.owners.remove(inbox)
 
     def next_id(self) -> str:
         """A request id unique to this session and, thanks to the random prefix, beyond it:
@@ -291,7 +272,7 @@ class HttpSession:
                 request = jsonrpc.request(rid, method, params)
                 async for item in self._post(request, rid, StreamCursor(), headers):
                     if "method" in item:
-                        self._outside(item)
+                        self._listener.outside(item)
                     else:
                         response = item
         except TimeoutError as exc:
@@ -322,79 +303,3 @@ class HttpSession:
         if self._inflight == 0 and self._quiet is not None:
             self._quiet.set()
             self._quiet = None
-
-    # -- the standalone stream -----------------------------------------------------------
-
-    async def _standalone_stream(self, first: Response | None = None) -> None:
-        """Hold the GET stream open for the session's life; reconnect when it drops."""
-        try:
-            while not self._closing:
-                delay = _RECONNECT_DELAY_S
-                try:
-                    resp = first or await self.wire.open_get(self._get_last_event_id)
-                    first = None
-                    self._listening.set()
-                    async with resp:
-                        if resp.status in (404, 405):
-                            self._standalone_refused(resp.status)
-                            return
-                        if resp.status == 200:
-                            delay = await self._read_standalone(resp, delay)
-                        else:
-                            status, name = resp.status, self.endpoint.name
-                            log.warning("upstream_get_stream_refused", upstream=name, status=status)
-                except (UpstreamError, OSError, ValueError) as exc:
-                    self._listening.set()  # no stream to wait for
-                    log.info(
-                        "upstream_get_stream_dropped", upstream=self.endpoint.name, error=str(exc)
-                    )
-                if not self._closing:
-                    await asyncio.sleep(delay)
-        finally:
-            self._listening.set()  # stopped (the session closing): nobody waits for it
-
-    async def _read_standalone(self, resp: Response, delay: float) -> float:
-        """Route the stream's messages until it ends; the server's retry hint is returned."""
-        parser = sse.Parser()
-        while (chunk := await resp.next_chunk()) is not None:
-            for event in parser.feed(chunk):
-                if event.retry is not None:
-                    delay = event.retry / 1000
-                item = self.wire.message(event)
-                if item is not None:
-                    self._route(item)
-            self._get_last_event_id = parser.last_event_id or self._get_last_event_id
-        return delay
-
-    def _standalone_refused(self, status: int) -> None:
-        if status == 405:
-            log.info("upstream_has_no_get_stream", upstream=self.endpoint.name)
-        else:
-            self.wire.gone = True
-            log.info("upstream_session_gone", upstream=self.endpoint.name)
-
-    def _route(self, item: dict[str, Any]) -> None:
-        if len(self._owners) == 1:
-            self._owners[0].put_nowait(item)
-            return
-        if self._owners and "id" in item and "method" in item:
-            log.warning(
-                "upstream_question_unattributable",
-                upstream=self.endpoint.name,
-                method=item["method"],
-                calls=len(self._owners),
-                detail="asked on the session's GET stream while several calls share it",
-            )
-        self._outside(item)
-
-    def _outside(self, item: dict[str, Any]) -> None:
-        """A message no call owns: answer server requests so nothing upstream hangs."""
-        answer = answer_outside_call(item)
-        if answer is not None:
-            spawn(self._answer_quietly(answer), name="upstream-outside-answer")
-
-    async def _answer_quietly(self, message: dict[str, Any]) -> None:
-        try:
-            await self.wire.send(message)
-        except UpstreamError as exc:
-            log.warning("upstream_answer_failed", upstream=self.endpoint.name, error=str(exc))

@@ -1,0 +1,151 @@
+"""A legacy session's standalone GET stream: held for the session's life, reconnected
+when it drops, its messages routed to the call that owns the session.
+
+mcp 1.x sends `sampling/createMessage` (no related id) and `roots/list` on this stream,
+and drops them until it holds it, which a loaded server does late: a session serves no
+call before the server has answered the stream (`listened`, at most `LISTEN_WAIT_S`).
+
+A server holds one GET stream per session and refuses a second with 409. Most often
+the first is one this gateway has just let go of and the server has not yet seen
+closed (a session adopted again right after its last call here ended), so a 409 is
+asked again soon, a few times (`BUSY_RETRY_S`), before it counts as a refusal.
+
+While one call owns the session its inbox gets the stream's messages. A session several
+calls share (`pool.calls_per_session`) cannot tell whose a question there is, so with
+more than one owner, or none, a message gets the answer `gateway.protocol.outside`
+decides, as anything outside every call does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import structlog
+
+from gateway.aio import cancel_and_wait, spawn
+from gateway.errors import UpstreamError
+from gateway.protocol import sse
+from gateway.protocol.outside import answer_outside_call
+from gateway.upstream.http.client import Response
+from gateway.upstream.http.wire import HttpWire
+from gateway.upstream.port import Inbox
+
+log = structlog.get_logger("gateway.upstream")
+
+#: How long a session waits for its GET stream's answer before serving calls anyway.
+LISTEN_WAIT_S = 5.0
+#: Between two attempts at a stream that dropped, unless the server says (SSE `retry`).
+RECONNECT_DELAY_S = 1.0
+#: Between the attempts at a stream the server refused as busy (409), before it counts.
+BUSY_RETRY_S = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+class Listener:
+    def __init__(self, wire: HttpWire, name: str) -> None:
+        self.wire = wire
+        self.name = name  # the upstream's, for logs
+        self.owners: list[Inbox] = []  # the calls attached to the session
+        self._task: asyncio.Task[None] | None = None
+        self._last_event_id: str | None = None
+        self._answered = asyncio.Event()
+
+    def start(self, first: Response | None = None) -> None:
+        """Hold the stream from now on; `first`: the answer to a GET already sent."""
+        self._answered.clear()
+        self._task = spawn(self._hold(first), name=f"upstream-get-{self.name}")
+
+    async def listened(self) -> None:
+        """Until the server has answered the stream, it stopped, or `LISTEN_WAIT_S` passed."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LISTEN_WAIT_S):
+                await self._answered.wait()
+
+    async def stop(self, *, forget: bool = False) -> None:
+        """Let the stream go; `forget`: a new session follows, not this one's events."""
+        await cancel_and_wait(self._task)
+        if forget:
+            self._last_event_id = None
+
+    async def _hold(self, first: Response | None) -> None:
+        busy = 0  # 409s in a row
+        try:
+            while True:
+                delay = RECONNECT_DELAY_S
+                try:
+                    resp = first or await self.wire.open_get(self._last_event_id)
+                    first = None
+                    async with resp:
+                        if resp.status == 409 and busy < len(BUSY_RETRY_S):
+                            delay = BUSY_RETRY_S[busy]
+                            busy += 1
+                            log.debug("upstream_get_stream_busy", upstream=self.name, tries=busy)
+                        elif (hint := await self._answer(resp)) is None:
+                            return
+                        else:
+                            delay = hint or delay
+                            busy = 0 if resp.status == 200 else busy
+                except (UpstreamError, OSError, ValueError) as exc:
+                    self._answered.set()  # no stream to wait for
+                    log.info("upstream_get_stream_dropped", upstream=self.name, error=str(exc))
+                await asyncio.sleep(delay)
+        finally:
+            self._answered.set()  # stopped (the session closing): nobody waits for it
+
+    async def _answer(self, resp: Response) -> float | None:
+        """Take the server's answer to the GET: None when there will never be a stream,
+        else the server's reconnection delay, when it gave one (0.0 when not)."""
+        self._answered.set()
+        if resp.status == 405:
+            log.info("upstream_has_no_get_stream", upstream=self.name)
+            return None
+        if resp.status == 404:
+            self.wire.gone = True
+            log.info("upstream_session_gone", upstream=self.name)
+            return None
+        if resp.status == 200:
+            return await self._read(resp)
+        log.warning("upstream_get_stream_refused", upstream=self.name, status=resp.status)
+        return 0.0
+
+    async def _read(self, resp: Response) -> float:
+        """Route the stream's messages until it ends; the server's retry hint (SSE `retry`,
+        in seconds) is returned, 0.0 when it gave none."""
+        hint = 0.0
+        parser = sse.Parser()
+        while (chunk := await resp.next_chunk()) is not None:
+            for event in parser.feed(chunk):
+                if event.retry is not None:
+                    hint = event.retry / 1000
+                item = self.wire.message(event)
+                if item is not None:
+                    self._route(item)
+            self._last_event_id = parser.last_event_id or self._last_event_id
+        return hint
+
+    def _route(self, item: dict[str, Any]) -> None:
+        if len(self.owners) == 1:
+            self.owners[0].put_nowait(item)
+            return
+        if self.owners and "id" in item and "method" in item:
+            log.warning(
+                "upstream_question_unattributable",
+                upstream=self.name,
+                method=item["method"],
+                calls=len(self.owners),
+                detail="asked on the session's GET stream while several calls share it",
+            )
+        self.outside(item)
+
+    def outside(self, item: dict[str, Any]) -> None:
+        """A message no call owns: answer server requests so nothing upstream hangs."""
+        answer = answer_outside_call(item)
+        if answer is not None:
+            spawn(self._answer_quietly(answer), name="upstream-outside-answer")
+
+    async def _answer_quietly(self, message: dict[str, Any]) -> None:
+        try:
+            await self.wire.send(message)
+        except UpstreamError as exc:
+            log.warning("upstream_answer_failed", upstream=self.name, error=str(exc))
