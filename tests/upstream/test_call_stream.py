@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.aio import spawn
 from gateway.config import UpstreamConfig
@@ -19,6 +20,7 @@ from gateway.protocol import sse
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.versions import UPSTREAM_VERSIONS
 from gateway.upstream.factory import session_factory
+from gateway.upstream.http import listener
 from gateway.upstream.http import stream as call_stream
 from gateway.upstream.http.client import Http1Client
 from gateway.upstream.http.session import HttpSession
@@ -266,10 +268,11 @@ async def test_a_resumed_stream_is_live_at_its_priming_event_and_not_before(
 
 
 async def test_a_session_waits_for_its_get_stream_and_stops_waiting_when_closed(
-    http: Http1Client,
+    http: Http1Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`open` returns once the server answers the GET stream (mcp 1.x drops what it sends
-    before it holds it); closed meanwhile, the session stops waiting at once."""
+    before it holds it); closed meanwhile, the session stops waiting at once; never
+    answered, it serves once the wait runs out, and warns."""
     asked = asyncio.Event()
 
     async def answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
@@ -292,6 +295,15 @@ async def test_a_session_waits_for_its_get_stream_and_stops_waiting_when_closed(
         await session.close(end=False)
         async with asyncio.timeout(1):  # not the 5 s a stream never answered is given
             await opening
+        # Never answered, the wait runs out: the session serves, and says what it risks.
+        monkeypatch.setattr(listener, "LISTEN_WAIT_S", 0.05)
+        later = HttpSession(http, Endpoint("u", server.url, {}, timeout_s=5), ClientCaps())
+        with capture_logs() as logs:
+            await asyncio.wait_for(later.open(), 5)
+        assert later.alive
+        [warning] = [e for e in logs if e["event"] == "upstream_get_stream_unanswered"]
+        assert warning["upstream"] == "u" and warning["log_level"] == "warning"
+        await later.close(end=False)
     finally:
         await server.stop()
 

@@ -19,7 +19,6 @@ decides, as anything outside every call does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import structlog
@@ -58,9 +57,16 @@ class Listener:
 
     async def listened(self) -> None:
         """Until the server has answered the stream, it stopped, or `LISTEN_WAIT_S` passed."""
-        with contextlib.suppress(TimeoutError):
+        try:
             async with asyncio.timeout(LISTEN_WAIT_S):
                 await self._answered.wait()
+        except TimeoutError:
+            log.warning(
+                "upstream_get_stream_unanswered",
+                upstream=self.name,
+                waited_s=LISTEN_WAIT_S,
+                detail="serving calls without it: what the server asks there may be lost",
+            )
 
     async def stop(self, *, forget: bool = False) -> None:
         """Let the stream go; `forget`: a new session follows, not this one's events."""
