@@ -110,10 +110,17 @@ def summarise_cpu(stats_file: Path, top: int) -> None:
         print(f"  {100 * own_s / total:5.1f}%  {func} ({where}:{line}), {calls} calls")
 
 
+def profiled_config(legacy: LegacyServer, workers: int) -> dict[str, Any]:
+    """The shipped defaults, but for room: every worker (one principal) may have a call
+    parked, and one more on its way out (the default is 16 per principal)."""
+    limits = {"max_parked_per_principal": 2 * workers, "max_parked_calls": 4 * workers}
+    return {**upstream("legacy", legacy.url, pool={"min_idle": 4}), "limits": limits}
+
+
 async def profile_cpu(args: argparse.Namespace, legacy: LegacyServer, tmp: Path) -> None:
     out = args.out or tmp / "gateway.pstats"
     launcher = [sys.executable, str(ROOT / "bench" / "cpu_profiled.py"), str(out)]
-    config = upstream("legacy", legacy.url, pool={"min_idle": 4})
+    config = profiled_config(legacy, args.workers)
     gateway = Gateway(config, tmp, "gw", launcher=launcher)
     make = echo_to(gateway.url) if args.op == "echo" else greet_at(gateway.url)
     try:
@@ -148,7 +155,7 @@ async def main() -> None:
     legacy = LegacyServer()
     with tempfile.TemporaryDirectory(prefix="mrtr-profile-") as tmp:
         out = args.out or Path(tmp) / "stacks.txt"
-        gateway = Gateway(upstream("legacy", legacy.url, pool={"min_idle": 4}), Path(tmp), "gw")
+        gateway = Gateway(profiled_config(legacy, args.workers), Path(tmp), "gw")
         make = echo_to(gateway.url) if args.op == "echo" else greet_at(gateway.url)
         try:
             await measure("warm-up", args.workers, 5, make)

@@ -147,3 +147,5 @@ def test_the_request_head_frames_the_body_and_refuses_header_injection() -> None
     for name, value in (("X", "a\r\nEvil: 1"), ("X", "a\nb"), ("Bad\r\nName", "v"), ("", "v")):
         with pytest.raises(ValueError):
             h1.request_head("POST", "/", "h", {name: value}, 0)
+    with pytest.raises(ValueError, match="header 'X-Bad' cannot be sent"):  # it names which
+        h1.request_head("POST", "/", "h", {"Accept": "a/b", "X-Bad": "a\0b", "Z": "c"}, 0)

@@ -56,9 +56,12 @@ def request_head(
     """
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
     for name, value in headers.items():
-        if not name or ":" in name or _FORBIDDEN.search(name) or _FORBIDDEN.search(value):
+        if not name or ":" in name:
             raise ValueError(f"header {name!r} cannot be sent: it holds a forbidden character")
         lines.append(f"{name}: {value}")
+    if _FORBIDDEN.search("".join(lines[2:])):  # one search for them all; then find which
+        bad = next(n for n, v in headers.items() if _FORBIDDEN.search(n + v))
+        raise ValueError(f"header {bad!r} cannot be sent: it holds a forbidden character")
     if length or method not in ("GET", "DELETE"):
         lines.append(f"Content-Length: {length}")
     lines.append("\r\n")
