@@ -34,7 +34,14 @@ class Tracing:
         self._provider: Any = None
         self._propagator: Any = None
 
-    def configure(self, service: str, replica: str, env: Mapping[str, str] = os.environ) -> None:
+    def configure(
+        self,
+        service: str,
+        replica: str,
+        env: Mapping[str, str] = os.environ,
+        processor: Any = None,
+    ) -> None:
+        """`processor`: where spans go (a batch to the OTLP exporter unless given)."""
         if not any(env.get(name) for name in ENDPOINT_VARS):
             return
         try:
@@ -55,7 +62,7 @@ class Tracing:
             return
         resource = Resource.create({"service.name": service, "service.instance.id": replica})
         provider = TracerProvider(resource=resource)
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        provider.add_span_processor(processor or BatchSpanProcessor(OTLPSpanExporter()))
         self._provider = provider
         self._tracer = provider.get_tracer("mrtr-gateway")
         self._propagator = TraceContextTextMapPropagator()
@@ -131,10 +138,12 @@ class Begun:
         span, self._span = self._span, None
         return trace.use_span(span, end_on_exit=True, record_exception=True)
 
-    def end(self) -> None:
-        """End it if it was never entered (the work it was begun for did not happen)."""
+    def end(self, **attributes: Any) -> None:
+        """End it if it was never entered (the work it was begun for did not happen),
+        with `attributes` that say so."""
         if self._span is not None:
             span, self._span = self._span, None
+            span.set_attributes(attributes)
             span.end()
 
 
