@@ -392,6 +392,14 @@ async def test_a_stdio_call_dies_with_its_replica_lost_or_replayed_and_leaves_no
     )
     status, reply = await fleet.post(survivor.base + "/local", replayed)
     assert status == 200 and list(reply["result"]["inputRequests"]) == ["elicit.age+color"]
+    profile = {"elicit.age+color": {"action": "accept", "content": {"age": 30, "color": "red"}}}
+    params = {**register, "requestState": reply["result"]["requestState"]}
+    done = rpc("tools/call", {**params, "inputResponses": profile}, rid=5)
+    status, reply = await fleet.post(survivor.base + "/local", done)  # nothing left parked
+    assert (
+        reply["result"]["content"][0]["text"]
+        == "Registered alice (age 30) with favourite color red"
+    )
     assert await body_runs(fleet, "greet", run_id, "/local", via=survivor) == 1
     assert await body_runs(fleet, "register", run_id, "/local", via=survivor) == 2
 
