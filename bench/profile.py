@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bridge_bench import measure  # noqa: E402
 from bench.report import Gateway, echo_to, greet_at, upstream  # noqa: E402
+from gateway.config.model import LimitsConfig  # noqa: E402
 from tests.peers.tooling import LegacyServer  # noqa: E402
 
 GROUPS = (
@@ -113,7 +114,11 @@ def summarise_cpu(stats_file: Path, top: int) -> None:
 def profiled_config(legacy: LegacyServer, workers: int) -> dict[str, Any]:
     """The shipped defaults, but for room: every worker (one principal) may have a call
     parked, and one more on its way out (the default is 16 per principal)."""
-    limits = {"max_parked_per_principal": 2 * workers, "max_parked_calls": 4 * workers}
+    default = LimitsConfig()
+    limits = {
+        "max_parked_per_principal": max(default.max_parked_per_principal, 2 * workers),
+        "max_parked_calls": max(default.max_parked_calls, 4 * workers),
+    }
     return {**upstream("legacy", legacy.url, pool={"min_idle": 4}), "limits": limits}
 
 

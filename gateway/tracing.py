@@ -124,27 +124,33 @@ class Begun:
     """A span `Tracing.begin` started: its context (`carrier`), entered once as the
     current span and ended as the block leaves, or ended unentered by `end`."""
 
-    __slots__ = ("_span", "carrier")
+    __slots__ = ("_span", "_used", "carrier")
 
     def __init__(self, span: Any, carrier: dict[str, str]) -> None:
         self._span = span
+        self._used = span is None  # entered or ended: it can be neither again
         self.carrier = carrier
 
     def entered(self) -> AbstractContextManager[object]:
-        if self._span is None:
+        if self._used:
             return _NO_SPAN
         from opentelemetry import trace
 
-        span, self._span = self._span, None
-        return trace.use_span(span, end_on_exit=True, record_exception=True)
+        self._used = True
+        return trace.use_span(self._span, end_on_exit=True, record_exception=True)
+
+    def set(self, **attributes: Any) -> None:
+        """Add attributes (None values are left out), until the span has ended."""
+        if self._span is not None:
+            self._span.set_attributes({k: v for k, v in attributes.items() if v is not None})
 
     def end(self, **attributes: Any) -> None:
         """End it if it was never entered (the work it was begun for did not happen),
         with `attributes` that say so."""
-        if self._span is not None:
-            span, self._span = self._span, None
-            span.set_attributes(attributes)
-            span.end()
+        if not self._used:
+            self._used = True
+            self.set(**attributes)
+            self._span.end()
 
 
 TRACING = Tracing()

@@ -112,6 +112,11 @@ class Forward:
     def span(self) -> AbstractContextManager[object]:
         return self._span.entered() if self._span is not None else nullcontext()
 
+    def not_sent(self) -> None:
+        """Its span says the owner never got it (gone: the call goes on without it)."""
+        if self._span is not None:
+            self._span.set(**{"mcp.forwarded": False})
+
     def close(self) -> None:
         """End the span if the forward never went ahead (its claim failed): it says so,
         where it would read as a forward that took no time."""

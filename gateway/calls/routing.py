@@ -168,6 +168,7 @@ class Routing:
             await self._give_back(record)  # nobody has it: the next retry may claim it
             raise
         if not delivered:
+            forward.not_sent()
             return None
         log.info("retry_forwarded", owner=record.owner)
         self.metrics.handoffs.labels("forwarded").inc()

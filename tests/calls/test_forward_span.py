@@ -40,5 +40,10 @@ def test_a_forward_that_went_ahead_and_one_whose_claim_failed_say_which(
     refused = Forward(bus, call_tool(rid=3))
     refused.delivery(record())
     refused.close()  # its round was not claimed: it never went
+    unsent = Forward(bus, call_tool(rid=4))
+    unsent.delivery(record())
+    with unsent.span():
+        unsent.not_sent()  # claimed, but the owner was gone: takeover or replay instead
+    unsent.close()
     spans = [(s.name, s.attributes["mcp.forwarded"]) for s in exported.get_finished_spans()]
-    assert spans == [("mcp forward", True), ("mcp forward", False)]
+    assert spans == [("mcp forward", True), ("mcp forward", False), ("mcp forward", False)]

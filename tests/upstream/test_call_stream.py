@@ -25,7 +25,7 @@ from gateway.upstream.http import stream as call_stream
 from gateway.upstream.http.client import Http1Client
 from gateway.upstream.http.session import HttpSession
 from gateway.upstream.http.wire import Endpoint, HttpWire
-from gateway.upstream.port import Inbox, StreamCursor, StreamEnd
+from gateway.upstream.port import Inbox, SessionExpired, StreamCursor, StreamEnd
 from tests.upstream.test_h1_client import Server
 
 INIT = {
@@ -335,5 +335,79 @@ async def test_an_adopted_session_asks_a_busy_get_stream_again_before_it_serves(
         assert len(gets) == refusals + 1 and all(b"mcp-session-id: s1" in g.lower() for g in gets)
         assert session.alive
         await session.close(end=False)
+    finally:
+        await server.stop()
+
+
+async def test_a_session_closed_while_it_reopens_starts_no_get_stream(
+    http: Http1Client,
+) -> None:
+    """`close` can come while a call renews the session (`reopen`, waiting for the new
+    handshake): the reopened session must not hold a stream nobody will ever stop."""
+
+    async def answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
+        request = server.requests[-1]
+        if request.startswith(b"GET"):
+            writer.write(SSE_HEAD)
+            await writer.drain()
+            await asyncio.Event().wait()
+        body = json.loads(request.split(b"\r\n\r\n", 1)[1] or b"{}")
+        if body.get("method") == "initialize":
+            writer.write(initialized(body["id"]))
+        else:
+            writer.write(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
+
+    server = await Server().start(answer)
+    try:
+        session = await open_session(http, server)
+        await session.close(end=False)
+        async with asyncio.timeout(1):  # no wait for a stream that will not be opened
+            await session.reopen()
+        gets = [r for r in server.requests if r.startswith(b"GET")]
+        assert len(gets) == 1  # the first session's only
+    finally:
+        await server.stop()
+
+
+async def test_busy_refusals_are_counted_in_a_row_and_a_gone_session_is_not_adopted(
+    http: Http1Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 409 after a stream that dropped gets every quick retry again, not what an
+    earlier run left; and a session the server forgets while it is asked again (404)
+    is refused to the takeover (SessionExpired), not handed over dead."""
+    monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
+    monkeypatch.setattr(listener, "BUSY_RETRY_S", (0.01,) * 3)
+    script = [b"409", b"409", b"drop", b"409", b"409", b"409", b"hold"]
+    held = asyncio.Event()
+
+    async def answer(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> object:
+        step = script.pop(0) if script else b"hold"
+        if step == b"409":
+            writer.write(b"HTTP/1.1 409 Conflict\r\ncontent-length: 0\r\n\r\n")
+            return None
+        if step == b"404":
+            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            return None
+        writer.write(SSE_HEAD)
+        await writer.drain()
+        if step == b"drop":
+            return False  # the connection ends mid-stream
+        held.set()
+        await asyncio.Event().wait()
+        return None
+
+    server = await Server().start(answer)
+    try:
+        session = HttpSession(http, Endpoint("u", server.url, {}, timeout_s=5), ClientCaps())
+        with capture_logs() as logs:
+            await session.adopt("s1", UPSTREAM_VERSIONS[0])
+            await asyncio.wait_for(held.wait(), 5)
+        assert not [e for e in logs if e["event"] == "upstream_get_stream_refused"], logs
+        await session.close(end=False)
+        script[:] = [b"409", b"404"]
+        gone = HttpSession(http, Endpoint("u", server.url, {}, timeout_s=5), ClientCaps())
+        with pytest.raises(SessionExpired):
+            await gone.adopt("s1", UPSTREAM_VERSIONS[0])
+        await gone.close(end=False)
     finally:
         await server.stop()

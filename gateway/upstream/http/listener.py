@@ -8,7 +8,9 @@ call before the server has answered the stream (`listened`, at most `LISTEN_WAIT
 A server holds one GET stream per session and refuses a second with 409. Most often
 the first is one this gateway has just let go of and the server has not yet seen
 closed (a session adopted again right after its last call here ended), so a 409 is
-asked again soon, a few times (`BUSY_RETRY_S`), before it counts as a refusal.
+asked again soon, a few times (`BUSY_RETRY_S`), before it counts as a refusal. A stream
+that drops is opened again (with `Last-Event-ID`) after a second, or after the server's
+SSE `retry` once it gave one (at least `MIN_RETRY_S`).
 
 While one call owns the session its inbox gets the stream's messages. A session several
 calls share (`pool.calls_per_session`) cannot tell whose a question there is, so with
@@ -39,6 +41,8 @@ LISTEN_WAIT_S = 5.0
 RECONNECT_DELAY_S = 1.0
 #: Between the attempts at a stream the server refused as busy (409), before it counts.
 BUSY_RETRY_S = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+#: The least delay between reconnections a server's `retry` can ask for (0 would spin).
+MIN_RETRY_S = 0.05
 
 
 class Listener:
@@ -48,10 +52,15 @@ class Listener:
         self.owners: list[Inbox] = []  # the calls attached to the session
         self._task: asyncio.Task[None] | None = None
         self._last_event_id: str | None = None
+        self._retry_s = RECONNECT_DELAY_S  # the server's SSE `retry`, once it gave one
         self._answered = asyncio.Event()
+        self._closed = False
 
     def start(self, first: Response | None = None) -> None:
-        """Hold the stream from now on; `first`: the answer to a GET already sent."""
+        """Hold the stream from now on; `first`: the answer to a GET already sent.
+        Once the session is closed, nothing is started (a reopen that was under way)."""
+        if self._closed:
+            return
         self._answered.clear()
         self._task = spawn(self._hold(first), name=f"upstream-get-{self.name}")
 
@@ -73,62 +82,67 @@ class Listener:
         await cancel_and_wait(self._task)
         if forget:
             self._last_event_id = None
+            self._retry_s = RECONNECT_DELAY_S
+
+    async def close(self) -> None:
+        """Let the stream go for good: nobody waits for it, and none is started again."""
+        self._closed = True
+        self._answered.set()
+        await self.stop()
 
     async def _hold(self, first: Response | None) -> None:
         busy = 0  # 409s in a row
         try:
             while True:
-                delay = RECONNECT_DELAY_S
+                busy_wait: float | None = None  # after a 409, the sooner next attempt
                 try:
                     resp = first or await self.wire.open_get(self._last_event_id)
                     first = None
                     async with resp:
+                        if resp.status != 409:
+                            busy = 0
                         if resp.status == 409 and busy < len(BUSY_RETRY_S):
-                            delay = BUSY_RETRY_S[busy]
+                            busy_wait = BUSY_RETRY_S[busy]
                             busy += 1
                             log.debug("upstream_get_stream_busy", upstream=self.name, tries=busy)
-                        elif (hint := await self._answer(resp)) is None:
+                        elif not await self._answer(resp):
                             return
-                        else:
-                            delay = hint or delay
-                            busy = 0 if resp.status == 200 else busy
                 except (UpstreamError, OSError, ValueError) as exc:
+                    busy = 0
                     self._answered.set()  # no stream to wait for
                     log.info("upstream_get_stream_dropped", upstream=self.name, error=str(exc))
-                await asyncio.sleep(delay)
+                await asyncio.sleep(self._retry_s if busy_wait is None else busy_wait)
         finally:
             self._answered.set()  # stopped (the session closing): nobody waits for it
 
-    async def _answer(self, resp: Response) -> float | None:
-        """Take the server's answer to the GET: None when there will never be a stream,
-        else the server's reconnection delay, when it gave one (0.0 when not)."""
+    async def _answer(self, resp: Response) -> bool:
+        """Take the server's answer to the GET; False when there will never be a stream."""
         self._answered.set()
         if resp.status == 405:
             log.info("upstream_has_no_get_stream", upstream=self.name)
-            return None
+            return False
         if resp.status == 404:
             self.wire.gone = True
             log.info("upstream_session_gone", upstream=self.name)
-            return None
+            return False
         if resp.status == 200:
-            return await self._read(resp)
-        log.warning("upstream_get_stream_refused", upstream=self.name, status=resp.status)
-        return 0.0
+            await self._read(resp)
+        else:
+            log.warning("upstream_get_stream_refused", upstream=self.name, status=resp.status)
+        return True
 
-    async def _read(self, resp: Response) -> float:
-        """Route the stream's messages until it ends; the server's retry hint (SSE `retry`,
-        in seconds) is returned, 0.0 when it gave none."""
-        hint = 0.0
+    async def _read(self, resp: Response) -> None:
+        """Route the stream's messages until it ends; a `retry` the server gives is the
+        delay before each reconnection from then on (at least `MIN_RETRY_S`)."""
         parser = sse.Parser()
         while (chunk := await resp.next_chunk()) is not None:
             for event in parser.feed(chunk):
                 if event.retry is not None:
-                    hint = event.retry / 1000
+                    self._retry_s = max(event.retry / 1000, MIN_RETRY_S)
                 item = self.wire.message(event)
                 if item is not None:
                     self._route(item)
             self._last_event_id = parser.last_event_id or self._last_event_id
-        return hint
 
     def _route(self, item: dict[str, Any]) -> None:
         if len(self.owners) == 1:

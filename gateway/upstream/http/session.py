@@ -101,7 +101,7 @@ class HttpSession:
         if self._closing:
             return
         self._closing = True
-        await self._listener.stop()
+        await self._listener.close()
         if self.wire.session_id is None or not end:
             return
         try:
@@ -128,6 +128,8 @@ class HttpSession:
         self._open = True
         self._listener.start(resp)
         await self._listener.listened()  # a busy stream (409) is asked again
+        if self.wire.gone:  # asked again, the server said it no longer knows it
+            raise SessionExpired()
 
     async def reopen(self) -> None:
         """Initialise a new session in place of one the server no longer knows.
