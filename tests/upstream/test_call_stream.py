@@ -343,7 +343,8 @@ async def test_a_session_closed_while_it_reopens_starts_no_get_stream(
     http: Http1Client,
 ) -> None:
     """`close` can come while a call renews the session (`reopen`, waiting for the new
-    handshake): the reopened session must not hold a stream nobody will ever stop."""
+    handshake): the session opened meanwhile is ended at once, and no stream that nobody
+    would ever stop is held for it."""
 
     async def answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
         request = server.requests[-1]
@@ -361,10 +362,12 @@ async def test_a_session_closed_while_it_reopens_starts_no_get_stream(
     try:
         session = await open_session(http, server)
         await session.close(end=False)
-        async with asyncio.timeout(1):  # no wait for a stream that will not be opened
-            await session.reopen()
+        with pytest.raises(UpstreamError, match="closed while it was opened again"):
+            async with asyncio.timeout(1):  # no wait for a stream that will not be opened
+                await session.reopen()
         gets = [r for r in server.requests if r.startswith(b"GET")]
         assert len(gets) == 1  # the first session's only
+        assert server.requests[-1].startswith(b"DELETE")  # the one opened meanwhile, ended
     finally:
         await server.stop()
 

@@ -13,6 +13,7 @@ inbox of whichever call owns the session (`attach`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -89,6 +90,10 @@ class HttpSession:
             raise UpstreamError("upstream did not answer initialize in time") from exc
         self.info = upstream_info(message)
         self.wire.version = Version(self.info.protocol_version)
+        if self._closing:  # closed while it renewed: end the session it just opened
+            with contextlib.suppress(UpstreamError):
+                await self.wire.delete()
+            raise UpstreamError("the session was closed while it was opened again")
         await self.wire.send(jsonrpc.notification("notifications/initialized"))
         self._open = True
         self._listener.start()
