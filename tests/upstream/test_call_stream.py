@@ -90,10 +90,19 @@ async def http() -> AsyncIterator[Http1Client]:
     await client.close()
 
 
+def new_session(http: Http1Client, server: Server) -> HttpSession:
+    return HttpSession(http, Endpoint("u", server.url, {}, timeout_s=5), ClientCaps())
+
+
 async def open_session(http: Http1Client, server: Server) -> HttpSession:
-    session = HttpSession(http, Endpoint("u", server.url, {}, timeout_s=5), ClientCaps())
+    session = new_session(http, server)
     await session.open()
     return session
+
+
+def gets(server: Server) -> list[bytes]:
+    """The GET requests the server has had (each the head of a standalone stream)."""
+    return [r for r in server.requests if r.startswith(b"GET")]
 
 
 def call_request(session: HttpSession) -> dict[str, object]:
@@ -288,7 +297,7 @@ async def test_a_session_waits_for_its_get_stream_and_stops_waiting_when_closed(
 
     server = await Server().start(answer)
     try:
-        session = HttpSession(http, Endpoint("u", server.url, {}, timeout_s=5), ClientCaps())
+        session = new_session(http, server)
         opening = spawn(session.open(), name="open")
         await asyncio.wait_for(asked.wait(), 5)
         assert not opening.done()  # the stream has had no answer
@@ -297,7 +306,7 @@ async def test_a_session_waits_for_its_get_stream_and_stops_waiting_when_closed(
             await opening
         # Never answered, the wait runs out: the session serves, and says what it risks.
         monkeypatch.setattr(listener, "LISTEN_WAIT_S", 0.05)
-        later = HttpSession(http, Endpoint("u", server.url, {}, timeout_s=5), ClientCaps())
+        later = new_session(http, server)
         with capture_logs() as logs:
             await asyncio.wait_for(later.open(), 5)
         assert later.alive
@@ -318,8 +327,7 @@ async def test_an_adopted_session_asks_a_busy_get_stream_again_before_it_serves(
     refusals = 3
 
     async def answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
-        gets = [r for r in server.requests if r.startswith(b"GET")]
-        if len(gets) <= refusals:
+        if len(gets(server)) <= refusals:
             writer.write(b"HTTP/1.1 409 Conflict\r\ncontent-length: 0\r\n\r\n")
             return
         writer.write(SSE_HEAD)
@@ -328,11 +336,11 @@ async def test_an_adopted_session_asks_a_busy_get_stream_again_before_it_serves(
 
     server = await Server().start(answer)
     try:
-        session = HttpSession(http, Endpoint("u", server.url, {}, timeout_s=5), ClientCaps())
+        session = new_session(http, server)
         async with asyncio.timeout(3):  # well before the 5 s a stream never answered gets
             await session.adopt("s1", UPSTREAM_VERSIONS[0])
-        gets = [r for r in server.requests if r.startswith(b"GET")]
-        assert len(gets) == refusals + 1 and all(b"mcp-session-id: s1" in g.lower() for g in gets)
+        asked = gets(server)
+        assert len(asked) == refusals + 1 and all(b"mcp-session-id: s1" in g.lower() for g in asked)
         assert session.alive
         await session.close(end=False)
     finally:
@@ -365,8 +373,7 @@ async def test_a_session_closed_while_it_reopens_starts_no_get_stream(
         with pytest.raises(UpstreamError, match="closed while it was opened again"):
             async with asyncio.timeout(1):  # no wait for a stream that will not be opened
                 await session.reopen()
-        gets = [r for r in server.requests if r.startswith(b"GET")]
-        assert len(gets) == 1  # the first session's only
+        assert len(gets(server)) == 1  # the first session's only
         assert server.requests[-1].startswith(b"DELETE")  # the one opened meanwhile, ended
     finally:
         await server.stop()
@@ -401,14 +408,14 @@ async def test_busy_refusals_are_counted_in_a_row_and_a_gone_session_is_not_adop
 
     server = await Server().start(answer)
     try:
-        session = HttpSession(http, Endpoint("u", server.url, {}, timeout_s=5), ClientCaps())
+        session = new_session(http, server)
         with capture_logs() as logs:
             await session.adopt("s1", UPSTREAM_VERSIONS[0])
             await asyncio.wait_for(held.wait(), 5)
         assert not [e for e in logs if e["event"] == "upstream_get_stream_refused"], logs
         await session.close(end=False)
         script[:] = [b"409", b"404"]
-        gone = HttpSession(http, Endpoint("u", server.url, {}, timeout_s=5), ClientCaps())
+        gone = new_session(http, server)
         with pytest.raises(SessionExpired):
             await gone.adopt("s1", UPSTREAM_VERSIONS[0])
         await gone.close(end=False)
