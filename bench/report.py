@@ -286,7 +286,7 @@ async def passthrough(args: argparse.Namespace, folder: Path) -> None:
             [
                 Variant("direct, 32 clients", direct_echo(legacy.url), (server,)),
                 Variant("gateway, 32 clients", echo_to(gw.url), (gw.pid, server)),
-                Variant("floor proxy, 32 clients", echo_to(floor.url), (floor.proc.pid,)),
+                Variant("floor proxy, 32 clients", echo_to(floor.url), (floor.proc.pid, server)),
             ],
             32,
             n,
@@ -308,9 +308,11 @@ async def passthrough(args: argparse.Namespace, folder: Path) -> None:
     legacy_per = direct["cpu_s"][0] / direct["ops"] * 1000
     legacy_gw_per = through["cpu_s"][1] / through["ops"] * 1000
     floor_per = least["cpu_s"][0] / least["ops"] * 1000
+    legacy_floor_per = least["cpu_s"][1] / least["ops"] * 1000
     print(
         f"  CPU per call: gateway {gw_per:.3f} ms, legacy server {legacy_per:.3f} ms direct "
-        f"({legacy_gw_per:.3f} ms behind the gateway); gateway logs {gw.log_bytes_per_request():.0f} B/call\n"
+        f"({legacy_gw_per:.3f} ms behind the gateway, {legacy_floor_per:.3f} ms behind the "
+        f"floor); gateway logs {gw.log_bytes_per_request():.0f} B/call\n"
         f"  the floor (a bare proxy on the same stack): {floor_per:.3f} ms CPU per call "
         f"({floor_per / legacy_per:.2f}x the server's), sequential p50 "
         f"+{least1['p50_ms'] - direct1['p50_ms']:.2f} ms, throughput {least['per_s'] / direct['per_s']:.2f}x direct; "
