@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import pytest
@@ -62,6 +63,19 @@ def response(rid: str) -> dict[str, object]:
     return {"jsonrpc": "2.0", "id": rid, "result": {"content": [], "isError": False}}
 
 
+def body_of(request: bytes) -> dict[str, Any]:
+    parsed: dict[str, Any] = json.loads(request.split(b"\r\n\r\n", 1)[1] or b"{}")
+    return parsed
+
+
+def answer_handshake(writer: asyncio.StreamWriter, body: dict[str, Any]) -> None:
+    """`initialize` gets session s1; anything else posted (a notification) gets 202."""
+    if body.get("method") == "initialize":
+        writer.write(initialized(body["id"]))
+    else:
+        writer.write(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
+
+
 async def scripted(call: Call) -> Server:
     """A legacy server that does the handshake and answers each tools/call with `call`."""
 
@@ -70,13 +84,10 @@ async def scripted(call: Call) -> Server:
         if request.startswith(b"GET"):
             writer.write(b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n")
             return None
-        body = json.loads(request.split(b"\r\n\r\n", 1)[1] or b"{}")
-        if body.get("method") == "initialize":
-            writer.write(initialized(body["id"]))
-            return None
+        body = body_of(request)
         if body.get("method") == "tools/call":
             return await call(reader, writer, body["id"])
-        writer.write(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
+        answer_handshake(writer, body)
         return None
 
     server = await Server().start(answer)
@@ -289,11 +300,7 @@ async def test_a_session_waits_for_its_get_stream_and_stops_waiting_when_closed(
         if request.startswith(b"GET"):
             asked.set()
             await asyncio.Event().wait()  # holds the stream without a head
-        body = json.loads(request.split(b"\r\n\r\n", 1)[1] or b"{}")
-        if body.get("method") == "initialize":
-            writer.write(initialized(body["id"]))
-        else:
-            writer.write(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
+        answer_handshake(writer, body_of(request))
 
     server = await Server().start(answer)
     try:
@@ -360,11 +367,7 @@ async def test_a_session_closed_while_it_reopens_starts_no_get_stream(
             writer.write(SSE_HEAD)
             await writer.drain()
             await asyncio.Event().wait()
-        body = json.loads(request.split(b"\r\n\r\n", 1)[1] or b"{}")
-        if body.get("method") == "initialize":
-            writer.write(initialized(body["id"]))
-        else:
-            writer.write(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
+        answer_handshake(writer, body_of(request))
 
     server = await Server().start(answer)
     try:
