@@ -10,7 +10,10 @@ the first is one this gateway has just let go of and the server has not yet seen
 closed (a session adopted again right after its last call here ended), so a 409 is
 asked again soon, a few times (`BUSY_RETRY_S`), before it counts as a refusal. A stream
 that drops is opened again (with `Last-Event-ID`) after a second, or after the server's
-SSE `retry` once it gave one (at least `MIN_RETRY_S`).
+SSE `retry` once it gave one (at least `MIN_RETRY_S`). Attempts that get no stream,
+time after time (refused, or the server unreachable), wait twice as long each time, up
+to `MAX_BACKOFF_S`; the first of them is logged at its level, the rest at debug until
+a stream is held again (`upstream_get_stream_recovered`).
 
 While one call owns the session its inbox gets the stream's messages. A session several
 calls share (`pool.calls_per_session`) cannot tell whose a question there is, so with
@@ -43,6 +46,8 @@ RECONNECT_DELAY_S = 1.0
 BUSY_RETRY_S = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 #: The least delay between reconnections a server's `retry` can ask for (0 would spin).
 MIN_RETRY_S = 0.05
+#: The most a stream refused or unreachable time after time waits between attempts.
+MAX_BACKOFF_S = 30.0
 
 
 class Listener:
@@ -55,6 +60,7 @@ class Listener:
         self._retry_s = RECONNECT_DELAY_S  # the server's SSE `retry`, once it gave one
         self._answered = asyncio.Event()
         self._closed = False
+        self._failed = 0  # attempts in a row that got no stream: refused, or no answer
 
     def start(self, first: Response | None = None) -> None:
         """Hold the stream from now on; `first`: the answer to a GET already sent.
@@ -83,6 +89,7 @@ class Listener:
         if forget:
             self._last_event_id = None
             self._retry_s = RECONNECT_DELAY_S
+            self._failed = 0
 
     async def close(self) -> None:
         """Let the stream go for good: nobody waits for it, and none is started again."""
@@ -94,42 +101,82 @@ class Listener:
         busy = 0  # 409s in a row
         try:
             while True:
-                busy_wait: float | None = None  # after a 409, the sooner next attempt
+                wait = self._retry_s
                 try:
                     resp = first or await self.wire.open_get(self._last_event_id)
                     first = None
                     async with resp:
-                        if resp.status != 409:
-                            busy = 0
-                        if resp.status == 409 and busy < len(BUSY_RETRY_S):
-                            busy_wait = BUSY_RETRY_S[busy]
-                            busy += 1
+                        busy = busy + 1 if resp.status == 409 else 0
+                        if 0 < busy <= len(BUSY_RETRY_S):  # not an answer yet: asked again
+                            wait = BUSY_RETRY_S[busy - 1]
                             log.debug("upstream_get_stream_busy", upstream=self.name, tries=busy)
                         elif not await self._answer(resp):
                             return
+                        elif self._failed:  # refused
+                            wait = self._backoff(self._failed)
                 except (UpstreamError, OSError, ValueError) as exc:
                     busy = 0
                     self._answered.set()  # no stream to wait for
-                    log.info("upstream_get_stream_dropped", upstream=self.name, error=str(exc))
-                await asyncio.sleep(self._retry_s if busy_wait is None else busy_wait)
+                    self._failed += 1
+                    wait = self._backoff(self._failed)
+                    level = log.info if self._failed == 1 else log.debug
+                    level(
+                        "upstream_get_stream_dropped",
+                        upstream=self.name,
+                        error=str(exc),
+                        failed=self._failed,
+                        retry_in_s=wait,
+                    )
+                await asyncio.sleep(wait)
         finally:
             self._answered.set()  # stopped (the session closing): nobody waits for it
 
     async def _answer(self, resp: Response) -> bool:
         """Take the server's answer to the GET; False when there will never be a stream."""
         self._answered.set()
-        if resp.status == 405:
+        if resp.status == 200:
+            if self._failed:
+                log.info("upstream_get_stream_recovered", upstream=self.name, failed=self._failed)
+                self._failed = 0
+            await self._read(resp)
+        elif resp.status == 405:
             log.info("upstream_has_no_get_stream", upstream=self.name)
             return False
-        if resp.status == 404:
+        elif resp.status == 404:
             self.wire.gone = True
             log.info("upstream_session_gone", upstream=self.name)
             return False
-        if resp.status == 200:
-            await self._read(resp)
         else:
-            log.warning("upstream_get_stream_refused", upstream=self.name, status=resp.status)
+            self._failed += 1
+            self._refused(resp.status)
         return True
+
+    def _backoff(self, failed: int) -> float:
+        """The delay after `failed` attempts in a row without a stream: the reconnection
+        delay, doubled with each further one, up to `MAX_BACKOFF_S`."""
+        doubled: float = self._retry_s * 2 ** min(failed - 1, 16)
+        return min(doubled, max(MAX_BACKOFF_S, self._retry_s))
+
+    def _refused(self, status: int) -> None:
+        """The first refusal in a row is a warning; the ones after it, until a stream is
+        held again (`upstream_get_stream_recovered`), are logged at debug."""
+        failed, wait = self._failed, self._backoff(self._failed)
+        if failed == 1:
+            log.warning(
+                "upstream_get_stream_refused",
+                upstream=self.name,
+                status=status,
+                retry_in_s=wait,
+                detail=f"asked again with a growing delay, at most {MAX_BACKOFF_S:g} s",
+            )
+        else:
+            log.debug(
+                "upstream_get_stream_refused",
+                upstream=self.name,
+                status=status,
+                failed=failed,
+                retry_in_s=wait,
+            )
 
     async def _read(self, resp: Response) -> None:
         """Route the stream's messages until it ends; a `retry` the server gives is the

@@ -1,0 +1,139 @@
+"""A session's GET stream that gets no stream time after time (refused, or the server
+unreachable) is asked less and less often and logged once, not every second, against
+a scripted loopback server; the stream held again says so once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from structlog.testing import capture_logs
+
+from gateway.protocol.versions import UPSTREAM_VERSIONS
+from gateway.upstream.http import listener
+from gateway.upstream.http.client import Http1Client
+from gateway.upstream.http.wire import HttpWire
+from tests.upstream.test_call_stream import SSE_HEAD, new_session
+from tests.upstream.test_h1_client import Server
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[Http1Client]:
+    client = Http1Client()
+    yield client
+    await client.close()
+
+
+def test_the_delay_doubles_from_the_reconnection_delay_up_to_its_bound() -> None:
+    wire = HttpWire.__new__(HttpWire)  # the delays need no wire
+    held = listener.Listener(wire, "u")
+    assert [held._backoff(n) for n in (1, 2, 3, 4, 5, 6)] == [1, 2, 4, 8, 16, 30]
+    assert held._backoff(10_000) == listener.MAX_BACKOFF_S
+    held._retry_s = 45.0  # a server asking for more than the bound gets what it asked
+    assert held._backoff(1) == 45.0 and held._backoff(3) == 45.0
+
+
+@pytest.mark.parametrize("refusal", [b"503 Service Unavailable", b"409 Conflict", b"drop"])
+async def test_a_stream_that_fails_time_after_time_backs_off_and_logs_once(
+    http: Http1Client, monkeypatch: pytest.MonkeyPatch, refusal: bytes
+) -> None:
+    """Five attempts in a row get no stream (a refusal, a 409 past its quick retries, or
+    a connection closed unanswered): each waits twice the one before (up to the bound),
+    one line says so at info or warning, and one says when the stream is held again."""
+    monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
+    monkeypatch.setattr(listener, "MAX_BACKOFF_S", 0.04)
+    monkeypatch.setattr(listener, "BUSY_RETRY_S", (0.001,) * 2)
+    # A 409 is asked again soon first; a stream is held once before the drops (a session
+    # whose very first GET fails is not adopted).
+    lead = [b"409 Conflict"] * 2 if refusal.startswith(b"409") else []
+    lead = [b"end"] if refusal == b"drop" else lead
+    failures = 5
+    script = lead + [refusal] * failures
+    quick = len(lead)
+    arrived: list[float] = []
+    held = asyncio.Event()
+
+    async def answer(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> object:
+        arrived.append(time.monotonic())
+        step = script.pop(0) if script else b"hold"
+        if step == b"drop":
+            return False  # closed before any answer
+        if step == b"end":  # a stream the server ends at once, and its connection
+            writer.write(SSE_HEAD + b"0\r\n\r\n")
+            await writer.drain()
+            return False  # (a reused connection found closed is asked again at once)
+        if step != b"hold":
+            writer.write(b"HTTP/1.1 " + step + b"\r\ncontent-length: 0\r\n\r\n")
+            return None
+        writer.write(SSE_HEAD)
+        await writer.drain()
+        held.set()
+        await asyncio.Event().wait()
+        return None
+
+    server = await Server().start(answer)
+    session = new_session(http, server)
+    try:
+        with capture_logs() as logs:
+            await session.adopt("s1", UPSTREAM_VERSIONS[0])
+            await asyncio.wait_for(held.wait(), 5)
+        delays = [0.01, 0.02, 0.04, 0.04, 0.04]  # after the 1st, 2nd, ... failure in a row
+        gaps = [b - a for a, b in zip(arrived[quick:], arrived[quick + 1 :], strict=False)]
+        assert len(gaps) == failures
+        for gap, delay in zip(gaps, delays, strict=True):
+            assert gap >= delay * 0.95, (gaps, delays)  # sleeps end no sooner than asked
+        named = {"upstream_get_stream_refused", "upstream_get_stream_dropped"}
+        said = [e for e in logs if e["event"] in named and e["log_level"] != "debug"]
+        assert len(said) == 1, logs
+        assert said[0]["retry_in_s"] == delays[0] and said[0]["upstream"] == "u"
+        assert said[0]["log_level"] == ("info" if refusal == b"drop" else "warning")
+        (recovered,) = [e for e in logs if e["event"] == "upstream_get_stream_recovered"]
+        assert recovered["failed"] == failures and recovered["log_level"] == "info"
+    finally:
+        await session.close(end=False)
+        await server.stop()
+
+
+async def test_a_refusal_after_a_held_stream_starts_again_from_the_shortest_delay(
+    http: Http1Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count of failures is of failures in a row: a stream held in between resets it,
+    so the next refusal is a warning again and waits the reconnection delay only."""
+    monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
+    monkeypatch.setattr(listener, "MAX_BACKOFF_S", 5.0)
+    script = [b"503", b"503", b"503", b"end", b"503", b"hold"]
+    held = asyncio.Event()
+
+    async def answer(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> object:
+        step = script.pop(0) if script else b"hold"
+        if step == b"503":
+            writer.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n")
+            return None
+        if step == b"end":  # a stream that the server ends at once
+            writer.write(SSE_HEAD + b"0\r\n\r\n")
+            return None
+        writer.write(SSE_HEAD)
+        await writer.drain()
+        held.set()
+        await asyncio.Event().wait()
+        return None
+
+    server = await Server().start(answer)
+    session = new_session(http, server)
+    try:
+        with capture_logs() as logs:
+            await session.adopt("s1", UPSTREAM_VERSIONS[0])
+            await asyncio.wait_for(held.wait(), 5)
+        warnings = [
+            e
+            for e in logs
+            if e["event"] == "upstream_get_stream_refused" and e["log_level"] == "warning"
+        ]
+        assert [w["retry_in_s"] for w in warnings] == [0.01, 0.01], logs
+        recovered = [e for e in logs if e["event"] == "upstream_get_stream_recovered"]
+        assert [r["failed"] for r in recovered] == [3, 1]
+    finally:
+        await session.close(end=False)
+        await server.stop()
