@@ -5,8 +5,10 @@ a scripted loopback server; the stream held again says so once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -35,6 +37,51 @@ def test_the_delay_doubles_from_the_reconnection_delay_up_to_its_bound() -> None
     assert held._backoff(1) == 45.0 and held._backoff(3) == 45.0
 
 
+async def get_server(script: list[bytes], arrived: list[float]) -> tuple[Server, asyncio.Event]:
+    """A server answering each GET with the next step of `script`: a status line, `drop`
+    (the connection closed unanswered) or `end` (a stream ended at once, its connection
+    closed: a reused one found closed is asked again at once); once the script is over,
+    a stream held open (the event set). `arrived`: when each GET came."""
+    held = asyncio.Event()
+
+    async def answer(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> object:
+        arrived.append(time.monotonic())
+        step = script.pop(0) if script else b"hold"
+        if step == b"drop":
+            return False
+        if step == b"end":
+            writer.write(SSE_HEAD + b"0\r\n\r\n")
+            await writer.drain()
+            return False
+        if step != b"hold":
+            writer.write(b"HTTP/1.1 " + step + b"\r\ncontent-length: 0\r\n\r\n")
+            return None
+        writer.write(SSE_HEAD)
+        await writer.drain()
+        held.set()
+        await asyncio.Event().wait()
+        return None
+
+    return await Server().start(answer), held
+
+
+@contextlib.asynccontextmanager
+async def adopted(
+    http: Http1Client, script: list[bytes], arrived: list[float] | None = None
+) -> AsyncIterator[list[dict[str, Any]]]:
+    """A session adopted against `get_server(script)`, once its stream is held: the logs."""
+    server, held = await get_server(script, [] if arrived is None else arrived)
+    session = new_session(http, server)
+    try:
+        with capture_logs() as logs:
+            await session.adopt("s1", UPSTREAM_VERSIONS[0])
+            await asyncio.wait_for(held.wait(), 5)
+        yield logs
+    finally:
+        await session.close(end=False)
+        await server.stop()
+
+
 @pytest.mark.parametrize("refusal", [b"503 Service Unavailable", b"409 Conflict", b"drop"])
 async def test_a_stream_that_fails_time_after_time_backs_off_and_logs_once(
     http: Http1Client, monkeypatch: pytest.MonkeyPatch, refusal: bytes
@@ -50,37 +97,11 @@ async def test_a_stream_that_fails_time_after_time_backs_off_and_logs_once(
     lead = [b"409 Conflict"] * 2 if refusal.startswith(b"409") else []
     lead = [b"end"] if refusal == b"drop" else lead
     failures = 5
-    script = lead + [refusal] * failures
-    quick = len(lead)
     arrived: list[float] = []
-    held = asyncio.Event()
-
-    async def answer(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> object:
-        arrived.append(time.monotonic())
-        step = script.pop(0) if script else b"hold"
-        if step == b"drop":
-            return False  # closed before any answer
-        if step == b"end":  # a stream the server ends at once, and its connection
-            writer.write(SSE_HEAD + b"0\r\n\r\n")
-            await writer.drain()
-            return False  # (a reused connection found closed is asked again at once)
-        if step != b"hold":
-            writer.write(b"HTTP/1.1 " + step + b"\r\ncontent-length: 0\r\n\r\n")
-            return None
-        writer.write(SSE_HEAD)
-        await writer.drain()
-        held.set()
-        await asyncio.Event().wait()
-        return None
-
-    server = await Server().start(answer)
-    session = new_session(http, server)
-    try:
-        with capture_logs() as logs:
-            await session.adopt("s1", UPSTREAM_VERSIONS[0])
-            await asyncio.wait_for(held.wait(), 5)
+    async with adopted(http, lead + [refusal] * failures, arrived) as logs:
         delays = [0.01, 0.02, 0.04, 0.04, 0.04]  # after the 1st, 2nd, ... failure in a row
-        gaps = [b - a for a, b in zip(arrived[quick:], arrived[quick + 1 :], strict=False)]
+        tries = arrived[len(lead) :]
+        gaps = [b - a for a, b in zip(tries, tries[1:], strict=False)]
         assert len(gaps) == failures
         for gap, delay in zip(gaps, delays, strict=True):
             assert gap >= delay * 0.95, (gaps, delays)  # sleeps end no sooner than asked
@@ -91,9 +112,6 @@ async def test_a_stream_that_fails_time_after_time_backs_off_and_logs_once(
         assert said[0]["log_level"] == ("info" if refusal == b"drop" else "warning")
         (recovered,) = [e for e in logs if e["event"] == "upstream_get_stream_recovered"]
         assert recovered["failed"] == failures and recovered["log_level"] == "info"
-    finally:
-        await session.close(end=False)
-        await server.stop()
 
 
 async def test_a_refusal_after_a_held_stream_starts_again_from_the_shortest_delay(
@@ -103,29 +121,8 @@ async def test_a_refusal_after_a_held_stream_starts_again_from_the_shortest_dela
     so the next refusal is a warning again and waits the reconnection delay only."""
     monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
     monkeypatch.setattr(listener, "MAX_BACKOFF_S", 5.0)
-    script = [b"503", b"503", b"503", b"end", b"503", b"hold"]
-    held = asyncio.Event()
-
-    async def answer(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> object:
-        step = script.pop(0) if script else b"hold"
-        if step == b"503":
-            writer.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n")
-            return None
-        if step == b"end":  # a stream that the server ends at once
-            writer.write(SSE_HEAD + b"0\r\n\r\n")
-            return None
-        writer.write(SSE_HEAD)
-        await writer.drain()
-        held.set()
-        await asyncio.Event().wait()
-        return None
-
-    server = await Server().start(answer)
-    session = new_session(http, server)
-    try:
-        with capture_logs() as logs:
-            await session.adopt("s1", UPSTREAM_VERSIONS[0])
-            await asyncio.wait_for(held.wait(), 5)
+    busy = b"503 Service Unavailable"
+    async with adopted(http, [busy, busy, busy, b"end", busy]) as logs:
         warnings = [
             e
             for e in logs
@@ -134,6 +131,3 @@ async def test_a_refusal_after_a_held_stream_starts_again_from_the_shortest_dela
         assert [w["retry_in_s"] for w in warnings] == [0.01, 0.01], logs
         recovered = [e for e in logs if e["event"] == "upstream_get_stream_recovered"]
         assert [r["failed"] for r in recovered] == [3, 1]
-    finally:
-        await session.close(end=False)
-        await server.stop()
