@@ -8,6 +8,7 @@ Ruff's TID251 bans the bare call elsewhere.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -25,8 +26,13 @@ def _done(task: asyncio.Task[Any]) -> None:
         _log.error("background_task_failed", task=task.get_name(), exc_info=task.exception())
 
 
-def spawn(coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
-    task = asyncio.get_running_loop().create_task(coro, name=name)
+def spawn(coro: Coroutine[Any, Any, T], *, name: str, detached: bool = False) -> asyncio.Task[T]:
+    """Run `coro` in a named, referenced task. `detached`: in an empty context of its own
+    rather than a copy of the caller's, for what outlives the request that happened to
+    start it (a session's streams, the pool's openers): it must not log as that request
+    (`request_id`, `call_id` bound by structlog) nor be traced under its span."""
+    context = contextvars.Context() if detached else None
+    task = asyncio.get_running_loop().create_task(coro, name=name, context=context)
     _tasks.add(task)
     task.add_done_callback(_done)
     return task

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
 from gateway.aio import Once, cancel_and_wait, spawn
 
@@ -30,3 +31,16 @@ async def test_a_waiter_cancelled_leaves_the_others_waiting_and_setting_still_wo
     ended.set()  # twice is harmless
     async with asyncio.timeout(5):
         await stayer
+
+
+async def test_a_detached_task_runs_in_an_empty_context_and_a_plain_one_in_a_copy() -> None:
+    """What outlives a request (a session's streams) must not carry the request's
+    context (its log fields, its trace span)."""
+    bound: contextvars.ContextVar[str] = contextvars.ContextVar("bound", default="none")
+    bound.set("the request")
+
+    async def seen() -> str:
+        return bound.get()
+
+    assert await spawn(seen(), name="plain") == "the request"
+    assert await spawn(seen(), name="detached", detached=True) == "none"

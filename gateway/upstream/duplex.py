@@ -231,7 +231,7 @@ class DuplexSession:
     def _retire(self, error: UpstreamError) -> UpstreamError:
         """The session is unusable: fail everyone waiting, stop the transport; `error` back."""
         self._lost(error)
-        spawn(self._disconnect(), name=f"upstream-retire-{self.name}")
+        spawn(self._disconnect(), name=f"upstream-retire-{self.name}", detached=True)
         return error
 
     def _lost(self, error: UpstreamError) -> None:

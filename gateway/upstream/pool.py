@@ -57,8 +57,8 @@ class SessionPool(SessionSlots):
         )
 
     def start(self) -> None:
-        self._reaper = spawn(self._reap(), name=f"pool-reaper-{self.name}")
-        self._openers.add(spawn(self._warm_up(), name=f"pool-warm-up-{self.name}"))
+        self._reaper = spawn(self._reap(), name=f"pool-reaper-{self.name}", detached=True)
+        self._openers.add(spawn(self._warm_up(), name=f"pool-warm-up-{self.name}", detached=True))
 
     async def _warm_up(self) -> None:
         """Open the shared session at start, so readiness reflects the upstream at once."""
@@ -80,7 +80,7 @@ class SessionPool(SessionSlots):
             self.reachable = True
             return True
         if self._probe is None or self._probe.done():
-            self._probe = spawn(self._warm_up(), name=f"pool-probe-{self.name}")
+            self._probe = spawn(self._warm_up(), name=f"pool-probe-{self.name}", detached=True)
             self._openers.add(self._probe)
         await asyncio.wait({self._probe}, timeout=2)
         return self.reachable
@@ -229,7 +229,9 @@ class SessionPool(SessionSlots):
             await session.adopt(session_id, version)
         except BaseException:
             self._count -= 1
-            self._closings.add(spawn(session.close(), name=f"pool-close-{self.name}"))
+            self._closings.add(
+                spawn(session.close(), name=f"pool-close-{self.name}", detached=True)
+            )
             self._wake_waiters()
             raise
         return session
@@ -287,7 +289,7 @@ class SessionPool(SessionSlots):
             # With sharing, its room counts from now, before the opener's task runs.
             opening = self._sharing.begin(caps.key, calls=0) if share > 1 else None
             prewarm = self._prewarm(caps, opening)
-            self._openers.add(spawn(prewarm, name=f"pool-prewarm-{self.name}"))
+            self._openers.add(spawn(prewarm, name=f"pool-prewarm-{self.name}", detached=True))
 
     async def _prewarm(self, caps: ClientCaps, opening: Opening | None) -> None:
         try:

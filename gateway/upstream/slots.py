@@ -98,7 +98,9 @@ class SessionSlots:
             # Whatever stopped it (a failure, or the caller's cancellation), the slot is
             # given back and the half-open session closed, in a task of its own.
             self._count -= 1
-            self._closings.add(spawn(session.close(), name=f"pool-close-{self.name}"))
+            self._closings.add(
+                spawn(session.close(), name=f"pool-close-{self.name}", detached=True)
+            )
             self._wake_waiters()
             if isinstance(exc, UpstreamError | TimeoutError):
                 self._start_failed(exc)
@@ -144,7 +146,7 @@ class SessionSlots:
     def _forget(self, session: PooledSession, *, end: bool = True) -> None:
         self._count -= 1
         closing = self._close_and_notify(session, end=end)
-        self._closings.add(spawn(closing, name=f"pool-close-{self.name}"))
+        self._closings.add(spawn(closing, name=f"pool-close-{self.name}", detached=True))
 
     async def _close_and_notify(self, session: PooledSession, *, end: bool = True) -> None:
         await session.wait_quiet()
@@ -155,7 +157,7 @@ class SessionSlots:
         """`_notify_freed` in a task of its own, only when someone waits: a session given
         back with nobody waiting (the common case) costs no task."""
         if self._waiting:
-            spawn(self._notify_freed(), name=f"pool-freed-{self.name}")
+            spawn(self._notify_freed(), name=f"pool-freed-{self.name}", detached=True)
 
     async def _notify_freed(self) -> None:
         """Wake those waiting for a slot: one was freed, or a session went back idle."""

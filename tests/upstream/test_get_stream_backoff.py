@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import structlog
 from structlog.testing import capture_logs
 
 from gateway.protocol.versions import UPSTREAM_VERSIONS
@@ -112,6 +113,33 @@ async def test_a_stream_that_fails_time_after_time_backs_off_and_logs_once(
         assert said[0]["log_level"] == ("info" if refusal == b"drop" else "warning")
         (recovered,) = [e for e in logs if e["event"] == "upstream_get_stream_recovered"]
         assert recovered["failed"] == failures and recovered["log_level"] == "info"
+
+
+async def test_the_streams_lines_are_not_logged_as_the_request_that_opened_the_session(
+    http: Http1Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream outlives the request that happened to open its session: its lines
+    carry none of that request's log fields."""
+    monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
+    server, held = await get_server([b"503 Service Unavailable"], [])
+    session = new_session(http, server)
+    try:
+        with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+            structlog.contextvars.bind_contextvars(request_id="the-opening-request")
+            try:
+                await session.adopt("s1", UPSTREAM_VERSIONS[0])
+                await asyncio.wait_for(held.wait(), 5)
+            finally:
+                structlog.contextvars.unbind_contextvars("request_id")
+        lines = [e for e in logs if e["event"].startswith("upstream_get_stream_")]
+        assert {e["event"] for e in lines} == {
+            "upstream_get_stream_refused",
+            "upstream_get_stream_recovered",
+        }
+        assert all("request_id" not in e for e in lines), lines
+    finally:
+        await session.close(end=False)
+        await server.stop()
 
 
 async def test_a_refusal_after_a_held_stream_starts_again_from_the_shortest_delay(

@@ -23,6 +23,7 @@ HTTP, or the stream was cut mid-body).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ssl
 import time
 from types import TracebackType
@@ -242,14 +243,28 @@ class Http1Client:
         context = None
         if origin.scheme == "https":
             context = self._ssl = self._ssl or ssl.create_default_context()
-        async with asyncio.timeout(timeout_s):
-            _, conn = await loop.create_connection(
+        # Made in a task of its own in an empty context: the connection's callbacks run
+        # in the context it was made in, and it serves many requests after the one that
+        # made it, whose log fields (request_id ...) are not theirs. Awaited here at once
+        # (not `spawn`: its failure is this caller's to raise, not a background crash).
+        connecting = loop.create_task(
+            loop.create_connection(
                 lambda: Connection(origin, self._open.discard),
                 origin.host,
                 origin.port,
                 ssl=context,
                 server_hostname=origin.host if context is not None else None,
-            )
+            ),
+            name="upstream-connect",
+            context=contextvars.Context(),
+        )
+        try:
+            async with asyncio.timeout(timeout_s):
+                _, conn = await connecting  # cancelled with the caller
+        except BaseException:
+            if connecting.done() and not connecting.cancelled() and not connecting.exception():
+                connecting.result()[1].close()  # made just as the caller gave up
+            raise
         if not conn.closed:
             self._open.add(conn)
         return conn

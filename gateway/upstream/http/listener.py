@@ -68,7 +68,7 @@ class Listener:
         if self._closed:
             return
         self._answered.clear()
-        self._task = spawn(self._hold(first), name=f"upstream-get-{self.name}")
+        self._task = spawn(self._hold(first), name=f"upstream-get-{self.name}", detached=True)
 
     async def listened(self) -> None:
         """Until the server has answered the stream, it stopped, or `LISTEN_WAIT_S` passed."""

@@ -58,7 +58,7 @@ class SseSession(DuplexSession):
                 f"upstream answered the SSE stream with HTTP {resp.status} ({ctype or 'no type'})"
             )
         found: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._reader = spawn(self._read(resp, found), name=f"sse-read-{self.name}")
+        self._reader = spawn(self._read(resp, found), name=f"sse-read-{self.name}", detached=True)
         try:
             async with asyncio.timeout(self.endpoint.timeout_s):
                 path = await found

@@ -98,8 +98,8 @@ class StdioSession(DuplexSession):
             raise UpstreamError(f"cannot start the stdio server: {exc}") from exc
         log.info("upstream_process_started", upstream=self.name, pid=self.proc.pid)
         self._readers = [
-            spawn(self._read_stdout(), name=f"stdio-out-{self.name}"),
-            spawn(self._read_stderr(), name=f"stdio-err-{self.name}"),
+            spawn(self._read_stdout(), name=f"stdio-out-{self.name}", detached=True),
+            spawn(self._read_stderr(), name=f"stdio-err-{self.name}", detached=True),
         ]
 
     async def _write(self, message: dict[str, Any]) -> None:
