@@ -257,6 +257,36 @@ async def test_a_second_signal_ends_a_drain_at_once(legacy) -> None:
     assert '"event":"call_cancelled"' in err and "gateway shutting down" in err
 
 
+@pytest.mark.peers
+async def test_a_drain_does_not_wait_for_a_parked_call_whose_server_died() -> None:
+    """The legacy server is killed while a call is parked: the call can never complete,
+    so SIGTERM's drain ends at once instead of holding the gateway for 30 s."""
+    import aiohttp
+
+    from tests.peers.tooling import LegacyServer
+    from tests.support.legacy import greet
+    from tests.support.wire import default_headers
+
+    legacy = await asyncio.to_thread(LegacyServer)  # its own: this test kills it
+    gateway = await asyncio.to_thread(GatewayProcess, argv=["--upstream", legacy.url])
+    try:
+        body = greet("server-dies")
+        async with aiohttp.ClientSession() as http:
+            async with http.post(gateway.url(), json=body, headers=default_headers(body)) as resp:
+                assert (await resp.json())["result"]["resultType"] == "input_required"
+        legacy.kill9()
+        await asyncio.to_thread(gateway.wait_for_line, '"event":"parked_call_lost"', 15)
+        gateway.send_signal(signal.SIGTERM)
+        status = await asyncio.to_thread(gateway.wait, 10)  # the drain's timeout is 30 s
+        err = gateway.logs()
+    finally:
+        gateway.stop()
+        legacy.stop()
+    assert status == 0
+    assert '"event":"drain_finished"' in err and '"lost":1' in err
+    assert '"event":"drain_timeout"' not in err
+
+
 def test_apikey_prints_the_key_first_then_the_entry_holding_only_its_hash(capsys) -> None:
     import yaml
 

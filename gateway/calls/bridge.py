@@ -194,7 +194,7 @@ class Bridge:
         try:
             async with clocks.timeout(self.clock, timeout_s):
                 await self.calls.idle.wait()
-            log.info("drain_finished")
+            log.info("drain_finished", lost=self.calls.lost)
         except TimeoutError:
             log.warning("drain_timeout", calls=len(self.calls))
             self.metrics.drain_timeouts.inc()

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
+
 from gateway.aio import Once
 from gateway.clock import Later
 from gateway.config import UpstreamConfig
@@ -21,6 +23,8 @@ from gateway.protocol.call import CallMachine, Phase, Trigger
 from gateway.protocol.state import RequestDigest
 from gateway.store.base import Reply
 from gateway.upstream.port import Inbox, Pumping, StreamCursor, UpstreamPool, UpstreamSession
+
+log = structlog.get_logger("gateway.calls")
 
 
 @dataclass(eq=False, slots=True)
@@ -65,6 +69,9 @@ class Registry(Mapping[str, LiveCall]):
         self._calls: dict[str, LiveCall] = {}
         self.parked = 0
         self._parked_by: Counter[str] = Counter()
+        self._lost: set[str] = set()  # parked calls whose upstream stream is gone
+        # Set while no call here could still complete (none, or only lost ones): a drain
+        # waits for it.
         self.idle = asyncio.Event()
         self.idle.set()
 
@@ -84,10 +91,41 @@ class Registry(Mapping[str, LiveCall]):
     def remove(self, call: LiveCall) -> None:
         """Forget the call; `settled` once its ending is complete."""
         self._calls.pop(call.id, None)
+        self._lost.discard(call.id)
 
     def settled(self) -> None:
-        """An ending is complete: with no call left, the replica is idle (drain waits on it)."""
-        if not self._calls:
+        """An ending is complete: with no call left that could complete, the replica is
+        idle (drain waits on it)."""
+        self._check_idle()
+
+    @property
+    def lost(self) -> int:
+        """Parked calls here whose upstream stream is gone."""
+        return len(self._lost)
+
+    def watch(self, call: LiveCall) -> None:
+        """A parked call whose stream ends (its upstream lost, past any reconnection) can
+        never complete: only its retry, told so (`CallLost`), or its deadline end it, and
+        a drain does not wait for it."""
+        call.inbox.on_end = lambda error: self._lose(call, error)
+        if (error := call.inbox.ended()) is not None:
+            self._lose(call, error)
+
+    def _lose(self, call: LiveCall, error: Exception) -> None:
+        if call.id not in self._calls or call.id in self._lost:
+            return
+        self._lost.add(call.id)
+        log.info(
+            "parked_call_lost",
+            call_id=call.id,
+            upstream=call.upstream.name,
+            error=str(error),
+            detail="its retry is told the call is gone; a drain does not wait for it",
+        )
+        self._check_idle()
+
+    def _check_idle(self) -> None:
+        if self._calls.keys() <= self._lost:
             self.idle.set()
 
     def parked_for(self, principal: str) -> int:

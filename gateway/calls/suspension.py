@@ -151,6 +151,7 @@ class Suspender:
             await self.endings.end(call, Trigger.FAIL, PrincipalBusy.reason)
             raise PrincipalBusy()
         call.stored = True
+        self.registry.watch(call)
         round_, clock = machine.round, self.clock
         call.expiry = clocks.Later(
             clock,

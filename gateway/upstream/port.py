@@ -67,17 +67,28 @@ class Inbox:
     the reader waits, a future. Thousands of parked calls hold one each.
     """
 
-    __slots__ = ("_items", "_waiter")
+    __slots__ = ("_items", "_waiter", "on_end")
 
     def __init__(self) -> None:
         self._items: list[InboxItem] = []
         self._waiter: asyncio.Future[None] | None = None
+        # Told of a `StreamEnd` as it is put, while nobody may be reading (a parked call).
+        self.on_end: Callable[[UpstreamError], None] | None = None
 
     def put_nowait(self, item: InboxItem) -> None:
         self._items.append(item)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self.on_end is not None and isinstance(item, StreamEnd):
+            self.on_end(item.error)
+
+    def ended(self) -> UpstreamError | None:
+        """The error of a `StreamEnd` waiting in it, if one does."""
+        for item in self._items:
+            if isinstance(item, StreamEnd):
+                return item.error
+        return None
 
     async def get(self) -> InboxItem:
         """The next item, waiting for one."""

@@ -9,7 +9,7 @@ import contextlib
 import pytest
 
 from gateway.aio import spawn
-from gateway.errors import Draining, StateTooLarge
+from gateway.errors import CallLost, Draining, StateTooLarge
 from gateway.protocol.call import Phase, Trigger
 from tests.fakes.clock import ManualClock
 from tests.fakes.harness import ALICE, WINDOW, Replica, ask_username, call_tool, config
@@ -126,6 +126,48 @@ async def test_a_draining_replica_refuses_new_calls_and_waits_for_the_ones_it_ho
     await retry
     await drain  # ended with its last call, before its timeout
     assert server.nothing_sent()
+
+
+async def test_a_drain_does_not_wait_for_a_parked_call_whose_upstream_is_lost(
+    replica: Replica, server: ScriptedServer, clock: ManualClock
+) -> None:
+    """Its stream ended while it was parked: no retry can complete it, so a drain left
+    with only such calls ends at once (the call cancelled), not at its timeout."""
+    _, session = await ask_username(replica, server, clock)
+    (call,) = replica.bridge.calls.values()
+    session.break_stream()
+    assert replica.bridge.calls.lost == 1
+    await asyncio.wait_for(replica.bridge.drain(30.0), 5)  # the clock never moves
+    assert call.phase is Phase.CANCELLED and replica.bridge.calls.lost == 0
+
+
+async def test_the_retry_of_a_lost_parked_call_is_told_it_is_gone(
+    replica: Replica, server: ScriptedServer, clock: ManualClock
+) -> None:
+    first, session = await ask_username(replica, server, clock)
+    session.break_stream()
+    with pytest.raises(CallLost):
+        await replica.call(call_tool(rid=2, state=first["requestState"], answers=ALICE))
+    assert len(replica.bridge.calls) == 0 and replica.bridge.calls.lost == 0
+
+
+async def test_a_lost_call_is_waited_for_no_more_but_the_others_still_are(
+    replica: Replica, server: ScriptedServer, clock: ManualClock
+) -> None:
+    first, alive = await ask_username(replica, server, clock)
+    _, lost = await ask_username(replica, server, clock)
+    lost.break_stream()
+    drain = spawn(replica.bridge.drain(30.0), name="drain")
+    await clock.armed(clock.now + 30.0)
+    assert not drain.done()  # the call that can still complete holds it
+    retry = spawn(
+        replica.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="retry"
+    )
+    await server.next_sent()
+    alive.respond()
+    await retry
+    await asyncio.wait_for(drain, 5)  # then only the lost one is left: over
+    assert len(replica.bridge.calls) == 0
 
 
 async def test_a_drain_that_times_out_cancels_what_is_left_upstream(
