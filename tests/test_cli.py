@@ -233,19 +233,24 @@ def test_a_redis_store_without_a_shared_key_refuses_to_start(capsys) -> None:
     assert "every replica shares" in capsys.readouterr().err
 
 
-@pytest.mark.peers
-async def test_a_second_signal_ends_a_drain_at_once(legacy) -> None:
+async def park_greet(gateway: GatewayProcess, run_id: str) -> None:
+    """One `greet` through the gateway, parked on its question (`input_required`)."""
     import aiohttp
 
     from tests.support.legacy import greet
     from tests.support.wire import default_headers
 
+    body = greet(run_id)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(gateway.url(), json=body, headers=default_headers(body)) as resp:
+            assert (await resp.json())["result"]["resultType"] == "input_required"
+
+
+@pytest.mark.peers
+async def test_a_second_signal_ends_a_drain_at_once(legacy) -> None:
     gateway = await asyncio.to_thread(GatewayProcess, argv=["--upstream", legacy.url])
     try:
-        body = greet("drain-twice")
-        async with aiohttp.ClientSession() as http:
-            async with http.post(gateway.url(), json=body, headers=default_headers(body)) as resp:
-                assert (await resp.json())["result"]["resultType"] == "input_required"
+        await park_greet(gateway, "drain-twice")
         gateway.send_signal(signal.SIGTERM)  # drains: the parked call could be resumed for 30 s
         await asyncio.to_thread(gateway.wait_for_line, "draining 1 call(s)", 15)
         gateway.send_signal(signal.SIGTERM)
@@ -261,19 +266,12 @@ async def test_a_second_signal_ends_a_drain_at_once(legacy) -> None:
 async def test_a_drain_does_not_wait_for_a_parked_call_whose_server_died() -> None:
     """The legacy server is killed while a call is parked: the call can never complete,
     so SIGTERM's drain ends at once instead of holding the gateway for 30 s."""
-    import aiohttp
-
     from tests.peers.tooling import LegacyServer
-    from tests.support.legacy import greet
-    from tests.support.wire import default_headers
 
     legacy = await asyncio.to_thread(LegacyServer)  # its own: this test kills it
     gateway = await asyncio.to_thread(GatewayProcess, argv=["--upstream", legacy.url])
     try:
-        body = greet("server-dies")
-        async with aiohttp.ClientSession() as http:
-            async with http.post(gateway.url(), json=body, headers=default_headers(body)) as resp:
-                assert (await resp.json())["result"]["resultType"] == "input_required"
+        await park_greet(gateway, "server-dies")
         legacy.kill9()
         await asyncio.to_thread(gateway.wait_for_line, '"event":"parked_call_lost"', 15)
         gateway.send_signal(signal.SIGTERM)
