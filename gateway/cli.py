@@ -228,7 +228,12 @@ async def _run(config: GatewayConfig, loop_name: str = "asyncio") -> None:
     await runner.setup()
     site = web.TCPSite(runner, config.listen.host, config.listen.port)
     await site.start()
-    structlog.get_logger("gateway").info("gateway_started", event_loop=loop_name)
+    structlog.get_logger("gateway").info(
+        "gateway_listening",
+        host=config.listen.host,
+        port=config.listen.port,
+        event_loop=loop_name,
+    )
     for upstream in config.upstreams:
         print(
             f"mrtr-gateway: http://{config.listen.host}:{config.listen.port}{upstream.path}"

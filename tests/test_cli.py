@@ -260,6 +260,9 @@ async def test_a_second_signal_ends_a_drain_at_once(legacy) -> None:
         gateway.stop()
     assert status == 0
     assert '"event":"call_cancelled"' in err and "gateway shutting down" in err
+    (listening,) = [line for line in err.splitlines() if '"event":"gateway_listening"' in line]
+    assert json.loads(listening)["port"] == gateway.port
+    assert json.loads(listening)["event_loop"] == "uvloop"
 
 
 @pytest.mark.peers
