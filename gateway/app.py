@@ -152,6 +152,7 @@ def build_app(config: GatewayConfig) -> web.Application:
         metrics.bind(
             parked=lambda: bridge.parked,
             live=lambda: len(bridge.calls),
+            lost=lambda: bridge.calls.lost,
             pools=pools,
             lease=bus.holds_lease if bus is not None else (lambda: True),
         )

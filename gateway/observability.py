@@ -110,6 +110,11 @@ class Metrics:
         self.live = Gauge(
             "mrtr_live_calls", "Calls whose upstream stream this replica holds", registry=r
         )
+        self.lost = Gauge(
+            "mrtr_parked_calls_lost",
+            "Parked calls here whose upstream stream is gone: their retries are told so",
+            registry=r,
+        )
         self.rounds_per_call = Histogram(
             "mrtr_rounds_per_call",
             "Rounds a finished call needed",
@@ -185,11 +190,13 @@ class Metrics:
         live: Callable[[], int],
         pools: Mapping[str, Sized],
         lease: Callable[[], bool] = lambda: True,
+        lost: Callable[[], int] = lambda: 0,
     ) -> None:
         """Gauges read at scrape time from the live objects (no bookkeeping on the hot path)."""
         self.lease.set_function(lambda: float(lease()))
         self.parked.set_function(lambda: float(parked()))
         self.live.set_function(lambda: float(live()))
+        self.lost.set_function(lambda: float(lost()))
         for name in list(pools):
             self.upstream_sessions.labels(name).set_function(_size_of(pools, name))
 

@@ -269,6 +269,8 @@ async def test_a_second_signal_ends_a_drain_at_once(legacy) -> None:
 async def test_a_drain_does_not_wait_for_a_parked_call_whose_server_died() -> None:
     """The legacy server is killed while a call is parked: the call can never complete,
     so SIGTERM's drain ends at once instead of holding the gateway for 30 s."""
+    import aiohttp
+
     from tests.peers.tooling import LegacyServer
 
     legacy = await asyncio.to_thread(LegacyServer)  # its own: this test kills it
@@ -277,6 +279,10 @@ async def test_a_drain_does_not_wait_for_a_parked_call_whose_server_died() -> No
         await park_greet(gateway, "server-dies")
         legacy.kill9()
         await asyncio.to_thread(gateway.wait_for_line, '"event":"parked_call_lost"', 15)
+        async with aiohttp.ClientSession() as http:
+            async with http.get(gateway.url("/metrics")) as resp:
+                scraped = await resp.text()
+        assert "\nmrtr_parked_calls_lost 1.0\n" in scraped
         gateway.send_signal(signal.SIGTERM)
         status = await asyncio.to_thread(gateway.wait, 10)  # the drain's timeout is 30 s
         err = gateway.logs()

@@ -268,7 +268,12 @@ def test_the_alerts_and_the_dashboard_name_metrics_the_gateway_exports() -> None
     exported |= {f"{name}_total" for name in exported} | {f"{n}_bucket" for n in exported}
     m = render(EVERYTHING)
     rules = m["PrometheusRule"]["spec"]["groups"][0]["rules"]
-    assert {r["alert"] for r in rules} >= {"MrtrCallsLost", "MrtrStoreErrors", "MrtrDrainTimeouts"}
+    assert {r["alert"] for r in rules} >= {
+        "MrtrCallsLost",
+        "MrtrParkedCallsUpstreamLost",
+        "MrtrStoreErrors",
+        "MrtrDrainTimeouts",
+    }
     (holder,) = [v for v in m.values() if v["metadata"]["name"].endswith("-dashboard")]
     dashboard = json.loads(holder["data"]["mrtr-gateway.json"])
     exprs = [r["expr"] for r in rules]
