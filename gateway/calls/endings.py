@@ -91,13 +91,18 @@ class Endings:
             if call.expiry is not None:
                 await call.expiry.cancel()  # not if it is what abandons the call
             self.registry.remove(call)
-            call.session.detach(call.inbox)
-            call.pool.discard(call.session)
+            _give_back(call, reuse=None)
             await _stop_pump(call)
         finally:
             self._settle(call)
         self.metrics.call_endings.labels("handed_over").inc()
         log.info("call_handed_over", reason=reason, rounds=call.machine.round)
+
+    def release_lost(self, call: LiveCall) -> None:
+        """A parked call lost its stream: its session is given back (closed) now, so its
+        slot of `max_sessions` serves new calls at once; the call itself stays until its
+        retry (told it is lost) or its deadline."""
+        _give_back(call, reuse=False)
 
     def end_soon(self, call: LiveCall, trigger: Trigger, reason: str) -> None:
         """`end`, from a task that is being cancelled and must not wait for it."""
@@ -153,12 +158,24 @@ class Endings:
 
     def _let_go(self, call: LiveCall, *, reuse: bool) -> None:
         self.registry.remove(call)
-        call.session.detach(call.inbox)
-        call.pool.release(call.session, reuse=reuse and call.inbox.empty())
+        _give_back(call, reuse=reuse and call.inbox.empty())
 
     def _settle(self, call: LiveCall) -> None:
         self.registry.settled()
         call.ended.set()
+
+
+def _give_back(call: LiveCall, *, reuse: bool | None) -> None:
+    """The call's session back to its pool, once: kept for reuse or closed (`reuse`), or
+    discarded (None: another replica holds it now)."""
+    if call.session_released:
+        return
+    call.session_released = True
+    call.session.detach(call.inbox)
+    if reuse is None:
+        call.pool.discard(call.session)
+    else:
+        call.pool.release(call.session, reuse=reuse)
 
 
 def _in_store(call: LiveCall) -> bool:

@@ -52,6 +52,8 @@ class LiveCall:
     # store pushes it with the write that forgets the call where it can (then `replied`).
     reply_with: Callable[[dict[str, Any]], Reply] | None = None
     replied: bool = False
+    # Its session given back already: its stream was lost while it was parked.
+    session_released: bool = False
 
     @property
     def id(self) -> str:
@@ -103,18 +105,19 @@ class Registry(Mapping[str, LiveCall]):
         """Parked calls here whose upstream stream is gone."""
         return len(self._lost)
 
-    def watch(self, call: LiveCall) -> None:
+    def watch(self, call: LiveCall, lost: Callable[[LiveCall], None]) -> None:
         """A parked call whose stream ends (its upstream lost, past any reconnection) can
         never complete: only its retry, told so (`CallLost`), or its deadline end it, and
-        a drain does not wait for it."""
-        call.inbox.on_end = lambda error: self._lose(call, error)
+        a drain does not wait for it. `lost` is told of it (to give its session back)."""
+        call.inbox.on_end = lambda error: self._lose(call, error, lost)
         if (error := call.inbox.ended()) is not None:
-            self._lose(call, error)
+            self._lose(call, error, lost)
 
-    def _lose(self, call: LiveCall, error: Exception) -> None:
+    def _lose(self, call: LiveCall, error: Exception, lost: Callable[[LiveCall], None]) -> None:
         if call.id not in self._calls or call.id in self._lost:
             return
         self._lost.add(call.id)
+        lost(call)
         log.info(
             "parked_call_lost",
             call_id=call.id,

@@ -151,7 +151,7 @@ class Suspender:
             await self.endings.end(call, Trigger.FAIL, PrincipalBusy.reason)
             raise PrincipalBusy()
         call.stored = True
-        self.registry.watch(call)
+        self.registry.watch(call, self.endings.release_lost)
         round_, clock = machine.round, self.clock
         call.expiry = clocks.Later(
             clock,

@@ -144,11 +144,17 @@ async def test_a_drain_does_not_wait_for_a_parked_call_whose_upstream_is_lost(
 async def test_the_retry_of_a_lost_parked_call_is_told_it_is_gone(
     replica: Replica, server: ScriptedServer, clock: ManualClock
 ) -> None:
+    """Its session is given back (closed) as the stream is lost, so its slot serves new
+    calls at once; the call waits for its retry, which is told, and nothing is given
+    back twice."""
     first, session = await ask_username(replica, server, clock)
     session.break_stream()
+    assert replica.pool.released == [(session, False)]
+    assert len(replica.bridge.calls) == 1  # still there for its retry
     with pytest.raises(CallLost):
         await replica.call(call_tool(rid=2, state=first["requestState"], answers=ALICE))
     assert len(replica.bridge.calls) == 0 and replica.bridge.calls.lost == 0
+    assert replica.pool.released == [(session, False)]  # once
 
 
 async def test_a_lost_call_is_waited_for_no_more_but_the_others_still_are(

@@ -13,7 +13,7 @@ import pytest
 from gateway.aio import spawn
 from tests.peers.tooling import LegacyServer
 from tests.support.inprocess import Gateway
-from tests.support.legacy import await_journal, body_runs
+from tests.support.legacy import ALICE, await_journal, body_runs, greet
 from tests.support.wire import rpc
 
 pytestmark = pytest.mark.peers
@@ -46,6 +46,40 @@ async def test_a_call_the_upstream_accepted_is_never_sent_again_after_its_sessio
     assert status == 502 and reply["error"]["code"] == -32603
     # the new server process never saw the call: re-sending it would have run the body again
     assert await body_runs(gateway, "close_then_work", run_id) == 0
+
+
+@pytest.fixture
+def restartable() -> Iterator[LegacyServer]:
+    server = LegacyServer()
+    yield server
+    server.stop()
+
+
+async def test_calls_parked_when_the_server_restarted_give_their_sessions_back_at_once(
+    make_gateway, restartable: LegacyServer
+) -> None:
+    """A restart of the legacy server loses the streams of the calls parked on it. They
+    held every session `max_sessions` allows: given back as their streams are lost, a new
+    call is served at once, not refused (503) after waiting for a slot, while the lost
+    calls wait for their retries (told the call is gone) or their deadline."""
+    pool = {"max_sessions": 3, "min_idle": 0, "acquire_timeout_s": 5}
+    gateway = await make_gateway(restartable.url, upstream={"pool": pool})
+    states = []
+    for run_id in ("parked-1", "parked-2"):  # with the shared session: all three slots
+        status, first, _ = await gateway.post(greet(run_id))
+        assert first["result"]["resultType"] == "input_required", first
+        states.append((run_id, first["result"]["requestState"]))
+    await asyncio.to_thread(restartable.restart)
+    # Set once no call held could still complete: both are lost.
+    await asyncio.wait_for(gateway.bridge.calls.idle.wait(), 10)
+    assert gateway.bridge.calls.lost == 2 and len(gateway.bridge.calls) == 2
+    status, reply, _ = await gateway.post(
+        rpc("tools/call", {"name": "echo", "arguments": {"text": "after the restart"}})
+    )
+    assert status == 200 and reply["result"]["content"][0]["text"] == "after the restart"
+    run_id, state = states[0]
+    status, lost, _ = await gateway.post(greet(run_id, rid=2, state=state, answers=ALICE))
+    assert status == 502 and "start the request again" in lost["error"]["message"], lost
 
 
 async def test_hostile_trace_context_is_dropped_not_sent_upstream(gateway: Gateway) -> None:
