@@ -98,11 +98,10 @@ class Endings:
         self.metrics.call_endings.labels("handed_over").inc()
         log.info("call_handed_over", reason=reason, rounds=call.machine.round)
 
-    def release_lost(self, call: LiveCall) -> None:
-        """A parked call lost its stream: its session is given back (closed) now, so its
-        slot of `max_sessions` serves new calls at once; the call itself stays until its
-        retry (told it is lost) or its deadline."""
-        _give_back(call, reuse=False)
+    def release_lost(self, call: LiveCall, *, end: bool) -> None:
+        """A parked call lost its stream: its session is given back now (closed, and
+        ended upstream when `end`, else let go quietly), once."""
+        _give_back(call, reuse=False if end else None)
 
     def end_soon(self, call: LiveCall, trigger: Trigger, reason: str) -> None:
         """`end`, from a task that is being cancelled and must not wait for it."""

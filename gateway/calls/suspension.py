@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from gateway import clock as clocks
+from gateway.aio import spawn
 from gateway.calls.admission import Admission
 from gateway.calls.endings import Endings
 from gateway.calls.live import LiveCall, Registry
@@ -151,7 +152,7 @@ class Suspender:
             await self.endings.end(call, Trigger.FAIL, PrincipalBusy.reason)
             raise PrincipalBusy()
         call.stored = True
-        self.registry.watch(call, self.endings.release_lost)
+        self.registry.watch(call, self._lost)
         round_, clock = machine.round, self.clock
         call.expiry = clocks.Later(
             clock,
@@ -248,6 +249,21 @@ class Suspender:
             return
         if call.phase is Phase.SUSPENDED:
             await self.endings.end(call, Trigger.EXPIRE, "suspension deadline passed")
+
+    def _lost(self, call: LiveCall) -> None:
+        spawn(self._let_go_lost(call), name=f"call-lost-{call.id}")
+
+    async def _let_go_lost(self, call: LiveCall) -> None:
+        """A parked call lost its stream: its session is given back now, so its slot of
+        `max_sessions` serves new calls; the call stays until its retry (told it is lost)
+        or its deadline. The session is ended upstream only while the store names this
+        replica the call's owner: another may have taken the call over and hold it now."""
+        try:
+            mine = await self._still_mine(call)
+        except StoreError as exc:
+            log.warning("ownership_check_failed", call_id=call.id, error=str(exc))
+            mine = False
+        self.endings.release_lost(call, end=mine)
 
     async def _still_mine(self, call: LiveCall) -> bool:
         """Whether the store still names this replica the call's owner.

@@ -15,7 +15,14 @@ from gateway.store.base import Kept, SuspendedCall
 from gateway.store.memory import MemoryStore
 from tests.fakes.clock import ManualClock
 from tests.fakes.fleet import Network
-from tests.fakes.harness import ALICE, WINDOW, ask_username, call_tool, two_replicas
+from tests.fakes.harness import (
+    ALICE,
+    WINDOW,
+    ask_username,
+    call_tool,
+    letting_go,
+    two_replicas,
+)
 from tests.fakes.upstream import ScriptedServer
 
 
@@ -61,6 +68,21 @@ async def test_a_call_taken_over_elsewhere_is_let_go_at_its_deadline_without_a_w
     assert server.nothing_sent()  # no answer, no cancellation: b's call goes on
     assert a.pool.discarded == [call.session] and a.pool.released == []
     assert (await a.store.get(call.id)) is not None  # b's record is left alone
+
+
+async def test_a_lost_stream_of_a_call_taken_over_elsewhere_leaves_the_session_alone(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    """Its stream ends here (the server moved it to the replica that took the call over):
+    the session is let go of quietly, not ended upstream under the new owner's call."""
+    a, _ = two_replicas(clock, server, network)
+    _, session = await ask_username(a, server, clock)
+    (call,) = a.bridge.calls.values()
+    await take_over_in_store(a.store, call.id, "b")
+    session.break_stream()
+    await letting_go(call.id)
+    assert a.pool.discarded == [session] and a.pool.released == []
+    assert server.nothing_sent()
 
 
 async def test_after_a_time_cut_off_a_replica_lets_go_of_the_calls_taken_meanwhile(

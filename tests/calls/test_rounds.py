@@ -12,7 +12,15 @@ from gateway.aio import spawn
 from gateway.errors import CallLost, Draining, StateTooLarge
 from gateway.protocol.call import Phase, Trigger
 from tests.fakes.clock import ManualClock
-from tests.fakes.harness import ALICE, WINDOW, Replica, ask_username, call_tool, config
+from tests.fakes.harness import (
+    ALICE,
+    WINDOW,
+    Replica,
+    ask_username,
+    call_tool,
+    config,
+    letting_go,
+)
 from tests.fakes.upstream import ScriptedServer
 
 REPLAYED = {"greet": {"mode": "replay"}}
@@ -148,8 +156,10 @@ async def test_the_retry_of_a_lost_parked_call_is_told_it_is_gone(
     calls at once; the call waits for its retry, which is told, and nothing is given
     back twice."""
     first, session = await ask_username(replica, server, clock)
+    (call,) = replica.bridge.calls.values()
     session.break_stream()
-    assert replica.pool.released == [(session, False)]
+    await letting_go(call.id)
+    assert replica.pool.released == [(session, False)]  # closed and ended upstream
     assert len(replica.bridge.calls) == 1  # still there for its retry
     with pytest.raises(CallLost):
         await replica.call(call_tool(rid=2, state=first["requestState"], answers=ALICE))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from gateway.aio import spawn
@@ -110,6 +111,13 @@ async def ask_username(
     await clock.armed(clock.now + WINDOW)
     clock.advance(WINDOW)
     return await pending, session
+
+
+async def letting_go(call_id: str) -> None:
+    """Until the session of a parked call whose stream was lost has been given back (the
+    task the loss started, `Suspender._let_go_lost`)."""
+    (task,) = [t for t in asyncio.all_tasks() if t.get_name() == f"call-lost-{call_id}"]
+    await task
 
 
 def two_replicas(
