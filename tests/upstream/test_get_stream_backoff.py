@@ -18,7 +18,7 @@ from gateway.protocol.versions import UPSTREAM_VERSIONS
 from gateway.upstream.http import listener
 from gateway.upstream.http.client import Http1Client
 from gateway.upstream.http.wire import HttpWire
-from tests.upstream.test_call_stream import SSE_HEAD, new_session
+from tests.upstream.test_call_stream import SSE_HEAD, chunk, new_session
 from tests.upstream.test_h1_client import Server
 
 
@@ -40,8 +40,9 @@ def test_the_delay_doubles_from_the_reconnection_delay_up_to_its_bound() -> None
 
 async def get_server(script: list[bytes], arrived: list[float]) -> tuple[Server, asyncio.Event]:
     """A server answering each GET with the next step of `script`: a status line, `drop`
-    (the connection closed unanswered) or `end` (a stream ended at once, its connection
-    closed: a reused one found closed is asked again at once); once the script is over,
+    (the connection closed unanswered), `end` (a stream ended at once, its connection
+    closed: a reused one found closed is asked again at once) or `ping-end` (the same
+    after a comment); once the script is over,
     a stream held open (the event set). `arrived`: when each GET came."""
     held = asyncio.Event()
 
@@ -50,8 +51,9 @@ async def get_server(script: list[bytes], arrived: list[float]) -> tuple[Server,
         step = script.pop(0) if script else b"hold"
         if step == b"drop":
             return False
-        if step == b"end":
-            writer.write(SSE_HEAD + b"0\r\n\r\n")
+        if step in (b"end", b"ping-end"):
+            ping = chunk(b": ping\n\n") if step == b"ping-end" else b""
+            writer.write(SSE_HEAD + ping + b"0\r\n\r\n")
             await writer.drain()
             return False
         if step != b"hold":
@@ -159,3 +161,30 @@ async def test_a_refusal_after_a_held_stream_starts_again_from_the_shortest_dela
         assert [w["retry_in_s"] for w in warnings] == [0.01, 0.01], logs
         recovered = [e for e in logs if e["event"] == "upstream_get_stream_recovered"]
         assert [r["failed"] for r in recovered] == [3, 1]
+
+
+async def test_streams_the_server_ends_at_once_time_after_time_are_asked_less_often(
+    http: Http1Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that answers the GET with a stream it ends at once, having sent nothing,
+    is not asked again every second for ever: the delays grow as for a refusal, and one
+    line says so."""
+    monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
+    monkeypatch.setattr(listener, "MAX_BACKOFF_S", 0.04)
+    arrived: list[float] = []
+    async with adopted(http, [b"end"] * 4, arrived) as logs:
+        gaps = [b - a for a, b in zip(arrived, arrived[1:], strict=False)]
+        delays = [0.01, 0.02, 0.04, 0.04]
+        assert len(gaps) == len(delays), arrived
+        for gap, delay in zip(gaps, delays, strict=True):
+            assert gap >= delay * 0.95, (gaps, delays)
+        said = [e for e in logs if e["event"] == "upstream_get_stream_ended_at_once"]
+        assert len(said) == 1 and said[0]["log_level"] == "info", logs
+
+
+async def test_a_stream_that_carried_something_before_it_ended_is_asked_again_at_the_usual_pace(
+    http: Http1Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
+    async with adopted(http, [b"ping-end"] * 3) as logs:
+        assert not [e for e in logs if e["event"] == "upstream_get_stream_ended_at_once"], logs

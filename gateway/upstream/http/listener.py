@@ -13,7 +13,8 @@ that drops is opened again (with `Last-Event-ID`) after a second, or after the s
 SSE `retry` once it gave one (at least `MIN_RETRY_S`). Attempts that get no stream,
 time after time (refused, or the server unreachable), wait twice as long each time, up
 to `MAX_BACKOFF_S`; the first of them is logged at its level, the rest at debug until
-a stream is held again (`upstream_get_stream_recovered`).
+a stream is held again (`upstream_get_stream_recovered`). So do streams the server ends
+at once, time after time, having sent nothing (`HELD_S`).
 
 While one call owns the session its inbox gets the stream's messages. A session several
 calls share (`pool.calls_per_session`) cannot tell whose a question there is, so with
@@ -48,6 +49,9 @@ BUSY_RETRY_S = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 MIN_RETRY_S = 0.05
 #: The most a stream refused or unreachable time after time waits between attempts.
 MAX_BACKOFF_S = 30.0
+#: A stream the server ends sooner than this, having sent nothing, ended at once: one
+#: that does so time after time is asked again with the same growing delay.
+HELD_S = 1.0
 
 
 class Listener:
@@ -61,6 +65,7 @@ class Listener:
         self._answered = asyncio.Event()
         self._closed = False
         self._failed = 0  # attempts in a row that got no stream: refused, or no answer
+        self._short = 0  # streams in a row the server ended at once, having sent nothing
 
     def start(self, first: Response | None = None) -> None:
         """Hold the stream from now on; `first`: the answer to a GET already sent.
@@ -89,7 +94,7 @@ class Listener:
         if forget:
             self._last_event_id = None
             self._retry_s = RECONNECT_DELAY_S
-            self._failed = 0
+            self._failed = self._short = 0
 
     async def close(self) -> None:
         """Let the stream go for good: nobody waits for it, and none is started again."""
@@ -112,8 +117,8 @@ class Listener:
                             log.debug("upstream_get_stream_busy", upstream=self.name, tries=busy)
                         elif not await self._answer(resp):
                             return
-                        elif self._failed:  # refused
-                            wait = self._backoff(self._failed)
+                        elif self._failed or self._short:  # refused, or ended at once
+                            wait = self._backoff(self._failed or self._short)
                 except (UpstreamError, OSError, ValueError) as exc:
                     busy = 0
                     self._answered.set()  # no stream to wait for
@@ -138,7 +143,18 @@ class Listener:
             if self._failed:
                 log.info("upstream_get_stream_recovered", upstream=self.name, failed=self._failed)
                 self._failed = 0
-            await self._read(resp)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            if await self._read(resp) or loop.time() - started >= HELD_S:
+                self._short = 0
+            else:
+                self._short += 1
+                if self._short == 1:
+                    log.info(
+                        "upstream_get_stream_ended_at_once",
+                        upstream=self.name,
+                        detail="asked again with a growing delay while it keeps doing so",
+                    )
         elif resp.status == 405:
             log.info("upstream_has_no_get_stream", upstream=self.name)
             return False
@@ -178,11 +194,14 @@ class Listener:
                 retry_in_s=wait,
             )
 
-    async def _read(self, resp: Response) -> None:
+    async def _read(self, resp: Response) -> bool:
         """Route the stream's messages until it ends; a `retry` the server gives is the
-        delay before each reconnection from then on (at least `MIN_RETRY_S`)."""
+        delay before each reconnection from then on (at least `MIN_RETRY_S`). True when
+        it carried anything (an event, a comment)."""
         parser = sse.Parser()
+        carried = False
         while (chunk := await resp.next_chunk()) is not None:
+            carried = True
             for event in parser.feed(chunk):
                 if event.retry is not None:
                     self._retry_s = max(event.retry / 1000, MIN_RETRY_S)
@@ -190,6 +209,7 @@ class Listener:
                 if item is not None:
                     self._route(item)
             self._last_event_id = parser.last_event_id or self._last_event_id
+        return carried
 
     def _route(self, item: dict[str, Any]) -> None:
         if len(self.owners) == 1:
