@@ -52,7 +52,8 @@ class LiveCall:
     # store pushes it with the write that forgets the call where it can (then `replied`).
     reply_with: Callable[[dict[str, Any]], Reply] | None = None
     replied: bool = False
-    # Its session given back already: its stream was lost while it was parked.
+    # Its session given back to the pool already (`endings._give_back`, the one place):
+    # at its end, or earlier when its stream was lost while it was parked.
     session_released: bool = False
 
     @property
