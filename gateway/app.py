@@ -20,6 +20,7 @@ from gateway.auth.fetcher import AiohttpFetcher
 from gateway.calls.bridge import Bridge
 from gateway.clock import SystemClock
 from gateway.config import STDIO, GatewayConfig, UpstreamConfig
+from gateway.fleet.ledger import SessionLedger
 from gateway.fleet.redis_bus import RedisBus
 from gateway.observability import Metrics
 from gateway.protocol.state import AesGcmKeyRing, StateCodec
@@ -105,6 +106,22 @@ def build_app(config: GatewayConfig) -> web.Application:
     metrics = Metrics()
     store = TimedStore(store, metrics)
     pools: dict[str, UpstreamPool] = {}
+    session_pools: dict[str, SessionPool] = {}  # the same pools, as the ledger reads them
+    ledger: SessionLedger | None = None
+    if bus is not None and client is not None:
+        ledger = SessionLedger(
+            client,
+            prefix=config.store.key_prefix,
+            replica_id=owner,
+            heartbeat_key=bus.replica_key,
+            pools=session_pools,
+            clock=clock,
+            interval_s=config.fleet.heartbeat_s,
+            sweep_s=config.fleet.orphan_sweep_s,
+            counted=lambda upstream, outcome: metrics.orphaned_sessions.labels(
+                upstream, outcome
+            ).inc(),
+        )
     bridge = Bridge(
         config,
         store=store,
@@ -114,6 +131,7 @@ def build_app(config: GatewayConfig) -> web.Application:
         clock=clock,
         bus=bus,
         owner=owner,
+        withdraw=ledger.withdraw if ledger is not None else None,
     )
     app[BRIDGE] = bridge
     fetcher = AiohttpFetcher()  # issuers' metadata and keys, upstream token endpoints
@@ -148,7 +166,7 @@ def build_app(config: GatewayConfig) -> web.Application:
                 restart_backoff_s=restart_backoff_s(upstream),
             )
             pool.start()
-            pools[upstream.name] = pool
+            pools[upstream.name] = session_pools[upstream.name] = pool
         metrics.bind(
             parked=lambda: bridge.parked,
             live=lambda: len(bridge.calls),
@@ -160,6 +178,8 @@ def build_app(config: GatewayConfig) -> web.Application:
             bus.on_data_loss = bridge.restore_records
             bus.on_lease_regained = bridge.hand_over_lost
             bus.start(bridge.serve_forwarded)
+        if ledger is not None:
+            ledger.start()
         log.info(
             "gateway_started",
             replica=config.replica_id,
@@ -177,6 +197,8 @@ def build_app(config: GatewayConfig) -> web.Application:
         yield
         await bridge.close()
         TRACING.shutdown()
+        if ledger is not None:
+            await ledger.close()
         if bus is not None:
             await bus.close()
         for each in pools.values():

@@ -148,6 +148,15 @@ class Metrics:
                 registry=r,
             )
         )
+        self.orphaned_sessions = Labelled(
+            Counter(
+                "mrtr_orphaned_sessions",
+                "Upstream sessions of dead replicas that this one ended, by outcome "
+                "(ended, gone, refused, failed)",
+                ["upstream", "outcome"],
+                registry=r,
+            )
+        )
         self.store_seconds = Labelled(
             Histogram(
                 "mrtr_store_duration_seconds",

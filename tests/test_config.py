@@ -113,7 +113,7 @@ FULL = {
         "replicas_acked": 1,
         "wait_ms": 150,
     },
-    "fleet": {"heartbeat_s": 2, "drain_timeout_s": 5},
+    "fleet": {"heartbeat_s": 2, "drain_timeout_s": 5, "orphan_sweep_s": 3},
     "logging": {"level": "debug", "format": "json"},
     "allowed_origins": ["https://app.example.com"],
     "allowed_hosts": ["MCP.example.com"],

@@ -22,7 +22,7 @@ from gateway.calls.forwarding import Bus, Forward
 from gateway.calls.live import Registry
 from gateway.calls.routing import Routing
 from gateway.calls.runner import Notify, Runner
-from gateway.calls.suspension import Suspender
+from gateway.calls.suspension import Suspender, Withdraw
 from gateway.clock import Clock, SystemClock
 from gateway.config import REPLAY, GatewayConfig, UpstreamConfig
 from gateway.errors import CallLost, Draining, InvalidRequestState, LeaseLost
@@ -48,6 +48,7 @@ class Bridge:
         clock: Clock | None = None,
         bus: Bus | None = None,
         owner: str | None = None,
+        withdraw: Withdraw | None = None,
     ) -> None:
         self.config = config
         self.limits = config.limits
@@ -82,6 +83,7 @@ class Bridge:
             limits=self.limits,
             replica_id=owner or config.replica_id,
             keeps_outcomes=bus is not None,
+            withdraw=withdraw,
         )
         self.runner = Runner(
             registry=self.calls,

@@ -11,6 +11,8 @@ Three kinds of round, one minting path (`_mint`) and one round cap:
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -38,6 +40,8 @@ from gateway.store.base import PARKED, SuspendedCall, SuspendedCallStore
 
 log = structlog.get_logger("gateway.calls")
 
+Withdraw = Callable[[str, str | None], Awaitable[None]]  # (upstream, session id)
+
 #: How long a parked call whose round another request claimed may wait to be resumed.
 CLAIM_GRACE_S = 30.0
 
@@ -54,9 +58,13 @@ class Suspender:
         limits: LimitsConfig,
         replica_id: str,
         keeps_outcomes: bool = False,
+        withdraw: Withdraw | None = None,
     ) -> None:
         # On a fleet, a resumed round's outcome is parked with the next round's record.
         self.keeps_outcomes = keeps_outcomes
+        # On a fleet, a session a call parks on is taken off the list of those a survivor
+        # may end should this replica die (`gateway.fleet.ledger`).
+        self.withdraw = withdraw
         self.registry = registry
         self.store = store
         self.admission = admission
@@ -144,7 +152,16 @@ class Suspender:
         try:
             # Counted in the store, so the cap holds across the whole fleet.
             record = self._record(call, issued, deadline)
-            held = await self.store.park_held(record, until, cap, kept)
+            parking = self.store.park_held(record, until, cap, kept)
+            if self.withdraw is None:
+                held = await parking
+            else:  # both before the client is answered, in one wait
+                withdrawing = self.withdraw(call.upstream.name, call.session.id)
+                both = await asyncio.gather(parking, withdrawing, return_exceptions=True)
+                for failed in both:
+                    if isinstance(failed, BaseException):
+                        raise failed
+                held = bool(both[0])
         except StoreError:
             await self.endings.end(call, Trigger.FAIL, "store unavailable")
             raise

@@ -94,6 +94,9 @@ class PoolLimits:
 class FleetConfig:
     heartbeat_s: float = 1.0
     drain_timeout_s: float = 30.0
+    # How often each replica looks for replicas that died without ending their upstream
+    # sessions, and ends them (`gateway.fleet.ledger`); a death is acted on after two.
+    orphan_sweep_s: float = 10.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

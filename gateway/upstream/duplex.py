@@ -101,6 +101,10 @@ class DuplexSession:
         """Raises: SessionExpired, always: this transport's sessions cannot be adopted."""
         raise SessionExpired("a stdio or HTTP+SSE session cannot be taken over")
 
+    async def end_other(self, session_id: str, version: Version) -> int:
+        """Raises: UpstreamError, always: no other replica can name this transport's sessions."""
+        raise UpstreamError("a stdio or HTTP+SSE session cannot be ended from another replica")
+
     async def wait_quiet(self) -> None:
         """Until no plain request is waiting for its answer on this session."""
         while self._waiters:

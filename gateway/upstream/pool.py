@@ -236,6 +236,12 @@ class SessionPool(SessionSlots):
             raise
         return session
 
+    def idle_ids(self) -> dict[str, str]:
+        """The sessions no call holds (idle ones, and those plain requests share) that
+        another replica could end: their ids and negotiated versions (`fleet.ledger`)."""
+        held = [s for idle in self._idle.values() for s in idle] + list(self._shared.values())
+        return {s.id: s.version.value for s in held if s.id is not None and s.alive}
+
     def release(self, given: UpstreamSession, *, reuse: bool) -> None:
         """Give a session back: to the idle list when clean, else close it. A shared
         session is given back by its last call."""

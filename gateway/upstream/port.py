@@ -267,6 +267,10 @@ class PooledSession(UpstreamSession, Protocol):
 
     async def adopt(self, session_id: str, version: Version) -> None: ...
 
+    async def end_other(self, session_id: str, version: Version) -> int:
+        """End upstream a session a dead replica opened: the status of the answer."""
+        ...
+
     async def close(self, *, end: bool = True) -> None:
         """Close the session here; `end` also ends it upstream (where that means anything)."""
         ...

@@ -19,6 +19,7 @@ from gateway.config import PoolLimits
 from gateway.errors import UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
+from gateway.protocol.versions import Version
 from gateway.upstream.demand import Demand, Restarts
 from gateway.upstream.port import PooledSession, SessionFactory
 from gateway.upstream.sharing import Opening, Sharing
@@ -130,6 +131,11 @@ class SessionSlots:
         if self._sharing.opened(opening, session) and session in self._sharing:
             self._wake_waiters()  # room, maybe, for a call that waits for a slot
         return session
+
+    async def end_other(self, session_id: str, version: Version) -> int:
+        """End upstream a session a dead replica left open (it takes no slot here): the
+        status the server answered. Raises: UpstreamError."""
+        return await self.new_session(ClientCaps()).end_other(session_id, version)
 
     def _start_failed(self, exc: BaseException) -> None:
         self._failed()

@@ -87,6 +87,13 @@ def test_the_config_checksum_rolls_the_pods_when_the_config_changes() -> None:
     assert b["Deployment"]["spec"]["template"]["metadata"]["annotations"][annotation] != a
 
 
+def test_the_configs_other_fleet_settings_pass_and_the_charts_own_win() -> None:
+    fleet = {"orphan_sweep_s": 30, "heartbeat_s": 9}
+    config = gateway_config(render({"config": {"fleet": fleet}}), env={})
+    assert config.fleet.orphan_sweep_s == 30
+    assert config.fleet.heartbeat_s == 1 and config.fleet.drain_timeout_s == 60
+
+
 def test_a_three_replica_redis_fleet_renders_with_shared_keys_and_a_budget() -> None:
     m = render(FLEET)
     assert m["Deployment"]["spec"]["replicas"] == 3

@@ -11,7 +11,7 @@ import asyncio
 import json
 import signal
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import yaml
 from aiohttp.test_utils import TestServer
 
 from gateway.protocol.state import generate_key
+from gateway.store.base import SuspendedCall
 from tests.peers.balancer import RoundRobin
 from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer, legacy_stdio_command
 from tests.support.cases import CASE_IDS, CASES, drive, text_of
@@ -72,7 +73,9 @@ async def fleet(
     prefix = f"t{uuid.uuid4().hex[:8]}:"
     config = {
         "store": {"url": redis_server.url, "key_prefix": prefix},
-        "fleet": {"heartbeat_s": 0.2, "drain_timeout_s": 20},
+        # Sweeps for dead replicas' sessions run often, so every test that kills one also
+        # shows that a parked call's session is never ended by them.
+        "fleet": {"heartbeat_s": 0.2, "drain_timeout_s": 20, "orphan_sweep_s": 0.3},
         "sealing": {"audience": "fleet-test"},
         "upstreams": [
             {
@@ -299,6 +302,80 @@ async def test_owner_killed_the_calls_sharing_its_session_are_each_taken_over(
     assert '"upstream_get_stream_refused"' not in survivor.logs()
     for run_id in runs:
         assert await body_runs(fleet, "greet", run_id, "/shared", via=survivor) == 1
+
+
+async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
+    """Until `condition` holds (checked every 50 ms), bounded."""
+    async with asyncio.timeout(timeout):
+        while not await condition():
+            await asyncio.sleep(0.05)
+
+
+async def session_known(http: aiohttp.ClientSession, url: str, sid: str, version: str) -> bool:
+    """Whether the legacy server still knows a session: a ping on it (404 once it ended)."""
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Mcp-Session-Id": sid,
+        "MCP-Protocol-Version": version,
+    }
+    ping = {"jsonrpc": "2.0", "id": "probe", "method": "ping"}
+    async with http.post(url, json=ping, headers=headers) as resp:
+        await resp.read()
+        assert resp.status in (200, 404), resp.status
+        return resp.status == 200
+
+
+async def test_owner_killed_its_idle_sessions_are_ended_upstream_but_not_a_parked_calls(
+    fleet: Fleet, redis_server: RedisServer, legacy: LegacyServer, resumable: LegacyServer
+) -> None:
+    owner, survivors = fleet.replicas[0], fleet.replicas[1:]
+    url_of = {"plain": legacy.url, "resumable": resumable.url, "shared": resumable.url}
+    greet = {"name": "greet", "arguments": {"run_id": uuid.uuid4().hex}}
+    status, first = await fleet.post(owner.base + "/resumable", rpc("tools/call", greet))
+    state = first["result"]["requestState"]
+    client = aioredis.from_url(redis_server.url)
+    try:
+        (key,) = [k async for k in client.scan_iter(f"{fleet.prefix}{{*}}:rec")]
+        record = SuspendedCall.from_json(await client.hget(key, "json"))
+        assert record.owner.startswith(f"{owner.replica_id}~") and record.session_id
+        ledger = f"{fleet.prefix}{{replica:{record.owner}}}:sessions"
+        listed: dict[str, tuple[str, str]] = {}
+
+        async def lists_both() -> bool:  # the idle sessions of both servers, once written
+            raw = await client.hgetall(ledger)
+            listed.clear()
+            for field, version in raw.items():
+                upstream, sid = json.loads(field)
+                listed[sid] = (upstream, version.decode())
+            return {"plain", "resumable"} <= {u for u, _ in listed.values()}
+
+        await until(lists_both)
+        assert record.session_id not in listed  # a parked call's session is never listed
+        assert "local" not in {u for u, _ in listed.values()}  # stdio: nobody else can end it
+        for sid, (upstream, version) in listed.items():
+            assert await session_known(fleet.http, url_of[upstream], sid, version)
+
+        owner.kill9()  # no shutdown: its sessions stay open on the servers
+        await until_dead(fleet, redis_server.url, owner)
+        await until(lambda: _gone(client, ledger))
+        for sid, (upstream, version) in listed.items():
+            assert not await session_known(fleet.http, url_of[upstream], sid, version), upstream
+        assert await session_known(
+            fleet.http, resumable.url, record.session_id, record.protocol_version
+        )
+        sweeper = [s for s in survivors if '"event":"orphaned_sessions_ended"' in s.logs()]
+        assert len(sweeper) == 1, [s.logs()[-LOG_TAIL:] for s in survivors]
+    finally:
+        await client.aclose()
+    # The parked call's session lived on: the call is taken over and completes.
+    retry = rpc("tools/call", {**greet, "requestState": state, "inputResponses": ALICE}, rid=2)
+    status, reply = await fleet.post(survivors[0].base + "/resumable", retry)
+    assert status == 200, reply
+    assert reply["result"]["content"][0]["text"] == "Hello, alice!", reply
+
+
+async def _gone(client: aioredis.Redis, key: str) -> bool:
+    return not await client.exists(key)
 
 
 async def test_owner_killed_a_replay_safe_tool_completes_by_replay(

@@ -136,6 +136,18 @@ class HttpSession:
         if self.wire.gone:  # asked again, the server said it no longer knows it
             raise SessionExpired()
 
+    async def end_other(self, session_id: str, version: Version) -> int:
+        """End upstream a session another replica opened and died holding (no handshake, no
+        GET stream; this object serves nothing after): the status of the server's answer.
+
+        Raises:
+            UpstreamError
+        """
+        self._closing = True
+        self.wire.session_id = session_id
+        self.wire.version = version
+        return await self.wire.delete()
+
     async def reopen(self) -> None:
         """Initialise a new session in place of one the server no longer knows.
 

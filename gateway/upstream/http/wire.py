@@ -128,12 +128,13 @@ class HttpWire:
                     if resp.status >= 400:
                         raise UpstreamError(f"upstream answered HTTP {resp.status} to a {kind}")
 
-    async def delete(self) -> None:
-        """End the session upstream. Raises: UpstreamError."""
+    async def delete(self) -> int:
+        """End the session upstream: the HTTP status it answered. Raises: UpstreamError."""
         with mapped_errors("ending the session"):
             async with asyncio.timeout(5):
                 async with await self._request("DELETE", await self.headers()) as resp:
                     await resp.read()
+                    return resp.status
 
     async def open_get(self, last_event_id: str | None = None) -> Response:
         """A GET stream on the session (the caller reads and closes it). Raises: UpstreamError."""

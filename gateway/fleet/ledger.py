@@ -1,0 +1,248 @@
+"""Ending the upstream sessions of a replica that died without ending them.
+
+A replica stopped in order ends its sessions upstream (DELETE). One killed (SIGKILL, the
+OOM killer, a lost node) cannot, and a legacy server keeps them until its own expiry
+(mcp 1.x: 30 minutes of no request), each holding the server's memory and, where the
+server caps its sessions, a place. So each replica publishes, with every heartbeat, the
+sessions it holds and no call does (`<prefix>{replica:<owner>}:sessions`, a hash of
+`[upstream, session id]` to the negotiated version), and names itself in
+`<prefix>ledgers`. Every replica sweeps: a ledger whose owner's heartbeat is gone on two
+passes in a row (a Redis restart loses every heartbeat for a moment) is taken by one
+survivor (a lock key), each of its sessions is ended upstream, and the ledger deleted.
+What could not be ended is tried again on the next pass, until the ledger expires.
+
+Never ended this way: a session a parked call holds, which another replica may take
+over. A call that parks on a session the ledger lists takes it off (`withdraw`) before
+its client is answered, so no `requestState` a client holds names a listed session; the
+session is listed again once it is idle. Sessions nobody else can reach (stdio, HTTP+SSE)
+are never listed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
+
+import structlog
+from redis.exceptions import RedisError
+
+from gateway import clock as clocks
+from gateway.aio import cancel_and_wait, spawn
+from gateway.clock import Clock
+from gateway.errors import StoreError, UpstreamError
+from gateway.protocol.versions import Version
+from gateway.store.redis_client import RedisClient, ride_out
+
+log = structlog.get_logger("gateway.fleet")
+
+#: How long a ledger outlives its last write: by then a legacy server has expired the
+#: sessions itself (mcp 1.x after 30 minutes), so there is nothing left to end.
+LEDGER_TTL_MS = 3_600_000
+#: A ledger that has not changed is written again this often anyway (its TTL renewed).
+REFRESH_S = 60.0
+#: How long a survivor has a dead replica's ledger to itself.
+SWEEP_LOCK_MS = 60_000
+#: Sessions a sweep ends at once.
+PARALLEL = 8
+
+
+class Pool(Protocol):
+    def idle_ids(self) -> dict[str, str]: ...
+
+    async def end_other(self, session_id: str, version: Version) -> int: ...
+
+
+Outcome = Callable[[str, str], None]  # (upstream, outcome), counted by the caller
+
+
+class SessionLedger:
+    def __init__(
+        self,
+        client: RedisClient,
+        *,
+        prefix: str,
+        replica_id: str,
+        heartbeat_key: Callable[[str], str],
+        pools: Mapping[str, Pool],
+        clock: Clock,
+        interval_s: float,
+        sweep_s: float,
+        counted: Outcome | None = None,
+    ) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.replica_id = replica_id
+        self.heartbeat_key = heartbeat_key
+        self.pools = pools
+        self.clock = clock
+        self.interval_s = interval_s
+        self.sweep_s = sweep_s
+        self._counted = counted
+        self._published: dict[str, str] = {}  # what the ledger in Redis holds now
+        self._written_at = float("-inf")
+        self._lock = asyncio.Lock()  # a write and a withdrawal never interleave
+        self._suspects: set[str] = set()  # owners found gone on the last pass
+        self._tasks: list[asyncio.Task[None]] = []
+        self._failing = {"publish": False, "sweep": False}
+
+    def key(self, owner: str) -> str:
+        return f"{self.prefix}{{replica:{owner}}}:sessions"
+
+    @property
+    def index_key(self) -> str:
+        return f"{self.prefix}ledgers"
+
+    # -- this replica's ledger -----------------------------------------------------------
+
+    def snapshot(self) -> dict[str, str]:
+        return {
+            json.dumps([name, session_id]): version
+            for name, pool in self.pools.items()
+            for session_id, version in pool.idle_ids().items()
+        }
+
+    async def publish(self) -> None:
+        """Write the ledger if it changed (or is due for a refresh). Raises: RedisError."""
+        async with self._lock:
+            entries = self.snapshot()
+            now = self.clock.monotonic()
+            if entries == self._published and now - self._written_at < REFRESH_S:
+                return
+            key = self.key(self.replica_id)
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.delete(key)
+                if entries:
+                    pipe.hset(key, items=[part for pair in entries.items() for part in pair])
+                    pipe.pexpire(key, LEDGER_TTL_MS)
+                pipe.sadd(self.index_key, self.replica_id)
+                await pipe.execute()
+            self._published, self._written_at = entries, now
+
+    async def withdraw(self, upstream: str, session_id: str | None) -> None:
+        """A call parks on this session: off the ledger before its client is answered.
+
+        Raises:
+            StoreError: Redis could not be told (the call must not park).
+        """
+        if session_id is None:
+            return
+        field = json.dumps([upstream, session_id])
+        async with self._lock:
+            if field not in self._published:
+                return
+            key = self.key(self.replica_id)
+            await ride_out(self.clock, lambda: self.client.hdel(key, field))
+            self._published = {k: v for k, v in self._published.items() if k != field}
+
+    # -- the dead's ledgers --------------------------------------------------------------
+
+    async def sweep(self) -> int:
+        """One pass: end the sessions of replicas found gone on this pass and the last;
+        how many the servers ended. Raises: RedisError."""
+        owners = {_text(o) for o in await self.client.smembers(self.index_key)}
+        gone = set()
+        for owner in sorted(owners - {self.replica_id}):
+            if not await self.client.exists(self.heartbeat_key(owner)):
+                gone.add(owner)
+        ripe, self._suspects = gone & self._suspects, gone
+        ended = 0
+        for owner in sorted(ripe):
+            ended += await self._sweep(owner)
+        return ended
+
+    async def _sweep(self, owner: str) -> int:
+        lock = f"{self.prefix}{{replica:{owner}}}:sweeping"
+        if not await self.client.set(lock, self.replica_id, nx=True, px=SWEEP_LOCK_MS):
+            return 0  # another survivor has it
+        key = self.key(owner)
+        try:
+            entries = {_text(k): _text(v) for k, v in (await self.client.hgetall(key)).items()}
+            outcomes: Counter[str] = Counter()
+            done: list[str] = []
+            slots = asyncio.Semaphore(PARALLEL)
+
+            async def end(field: str, version: str) -> None:
+                async with slots:
+                    outcome = await self._end(field, version)
+                outcomes[outcome] += 1
+                if outcome != "failed":
+                    done.append(field)
+
+            await asyncio.gather(*(end(f, v) for f, v in entries.items()))
+            if done:
+                await self.client.hdel(key, *done)
+            if len(done) == len(entries):
+                await self.client.srem(self.index_key, owner)
+            if entries:
+                event = (
+                    "orphaned_sessions_ended"
+                    if not outcomes["failed"]
+                    else "orphaned_sessions_left"
+                )
+                log.info(event, replica=owner, **dict(sorted(outcomes.items())))
+            return outcomes["ended"]
+        finally:
+            await self.client.delete(lock)
+
+    async def _end(self, field: str, version: str) -> str:
+        """End one listed session: `ended`, `gone` (the server no longer knew it),
+        `refused`, `failed` (tried again next pass) or `unknown` (no such upstream here,
+        or an entry that does not read)."""
+        try:
+            upstream, session_id = json.loads(field)
+            pool = self.pools.get(upstream)
+            if pool is None or not isinstance(session_id, str):
+                raise ValueError(field)
+            status = await pool.end_other(session_id, Version(version))
+        except (ValueError, TypeError):
+            log.info("orphaned_session_unknown", entry=field[:200])
+            return "unknown"
+        except UpstreamError as exc:
+            log.info("orphaned_session_not_ended", upstream=upstream, error=exc.message)
+            outcome = "failed"
+        else:
+            outcome = "ended" if status < 300 else "gone" if status == 404 else "refused"
+        if self._counted is not None:
+            self._counted(upstream, outcome)
+        return outcome
+
+    # -- running -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._tasks = [
+            spawn(self._every(self.interval_s, self.publish, "publish"), name="fleet-ledger"),
+            spawn(self._every(self.sweep_s, self.sweep, "sweep"), name="fleet-sweeper"),
+        ]
+
+    async def _every(
+        self, period_s: float, work: Callable[[], Awaitable[object]], what: str
+    ) -> None:
+        while True:
+            await clocks.sleep(self.clock, period_s)
+            try:
+                await work()
+                if self._failing[what]:
+                    log.info("session_ledger_recovered", step=what)
+                self._failing[what] = False
+            except (RedisError, OSError, StoreError) as exc:
+                if not self._failing[what]:
+                    log.warning("session_ledger_failed", step=what, error=str(exc))
+                self._failing[what] = True
+
+    async def close(self) -> None:
+        """Stop; the ledger goes (the pools are about to end their sessions themselves)."""
+        for task in self._tasks:
+            await cancel_and_wait(task)
+        try:
+            async with asyncio.timeout(2):
+                await self.client.delete(self.key(self.replica_id))
+                await self.client.srem(self.index_key, self.replica_id)
+        except (RedisError, OSError, TimeoutError):
+            pass
+
+
+def _text(raw: str | bytes) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw

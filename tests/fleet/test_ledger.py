@@ -1,0 +1,195 @@
+"""The session ledger on a real Redis: what a replica lists, what a parked call takes off,
+and how survivors end a dead replica's sessions (once, and only after two passes).
+
+The pools are fakes that record what they are asked to end; the real-peer proof, a
+replica killed with SIGKILL and its sessions ended on the mcp 1.x server while a parked
+call's session lives on, is in tests/fleet/test_fleet.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from gateway.aio import spawn
+from gateway.clock import SystemClock
+from gateway.errors import StoreError, UpstreamError
+from gateway.fleet.ledger import SessionLedger
+from gateway.protocol.versions import Version
+from gateway.store.redis_client import RedisClient, connect
+from tests.peers.tooling import RedisServer, free_port
+
+
+class FakePool:
+    def __init__(self, idle: dict[str, str] | None = None) -> None:
+        self.idle = dict(idle or {})
+        self.ended: list[tuple[str, Version]] = []
+        self.status = 200
+        self.failing: set[str] = set()
+
+    def idle_ids(self) -> dict[str, str]:
+        return dict(self.idle)
+
+    async def end_other(self, session_id: str, version: Version) -> int:
+        if session_id in self.failing:
+            raise UpstreamError("upstream unreachable")
+        self.ended.append((session_id, version))
+        return self.status
+
+
+@pytest.fixture
+async def client(redis_server: RedisServer) -> AsyncIterator[RedisClient]:
+    redis = connect(redis_server.url)
+    yield redis
+    await redis.aclose()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:8]}:"
+
+
+def ledger(
+    client: RedisClient,
+    prefix: str,
+    owner: str,
+    pools: dict[str, FakePool],
+    counted: Callable[[str, str], None] | None = None,
+) -> SessionLedger:
+    return SessionLedger(
+        client,
+        prefix=prefix,
+        replica_id=owner,
+        heartbeat_key=lambda o: f"{prefix}{{replica:{o}}}:beat",
+        pools=pools,
+        clock=SystemClock(),
+        interval_s=1.0,
+        sweep_s=10.0,
+        counted=counted,
+    )
+
+
+async def listed(client: RedisClient, prefix: str, owner: str) -> dict[tuple[str, str], str]:
+    raw = await client.hgetall(f"{prefix}{{replica:{owner}}}:sessions")
+    return {tuple(json.loads(k)): v.decode() for k, v in raw.items()}
+
+
+async def beat(client: RedisClient, prefix: str, owner: str) -> None:
+    await client.set(f"{prefix}{{replica:{owner}}}:beat", "1", px=60_000)
+
+
+async def test_a_replica_lists_the_sessions_no_call_holds_and_a_parking_call_takes_its_off(
+    client: RedisClient, prefix: str
+) -> None:
+    pool = FakePool({"s1": "2025-11-25", "s2": "2025-06-18"})
+    mine = ledger(client, prefix, "a", {"legacy": pool})
+    await mine.publish()
+    assert await listed(client, prefix, "a") == {
+        ("legacy", "s1"): "2025-11-25",
+        ("legacy", "s2"): "2025-06-18",
+    }
+    assert await client.pttl(mine.key("a")) > 0  # a ledger nobody sweeps expires
+    assert await client.smembers(mine.index_key) == {b"a"}
+
+    del pool.idle["s1"]  # a call took it, and parks
+    await mine.withdraw("legacy", "s1")
+    assert await listed(client, prefix, "a") == {("legacy", "s2"): "2025-06-18"}
+
+    pool.idle["s1"] = "2025-11-25"  # the call ended: idle again, listed at the next beat
+    await mine.publish()
+    assert ("legacy", "s1") in await listed(client, prefix, "a")
+
+
+async def test_a_withdrawal_during_a_write_is_not_undone_by_it(
+    client: RedisClient, prefix: str
+) -> None:
+    """The write took its snapshot while the session was idle; the call that took the
+    session parks while the write is on its way. The session must not stay listed."""
+    pool = FakePool({"s1": "2025-11-25"})
+    mine = ledger(client, prefix, "a", {"legacy": pool})
+    writing = spawn(mine.publish(), name="ledger-write")
+    await asyncio.sleep(0)  # the write has its snapshot (s1) and waits for Redis
+    del pool.idle["s1"]
+    await asyncio.gather(writing, mine.withdraw("legacy", "s1"))
+    assert await listed(client, prefix, "a") == {}
+
+
+async def test_a_withdrawal_of_an_unlisted_session_costs_no_round_trip(prefix: str) -> None:
+    unreachable = connect(f"redis://127.0.0.1:{free_port()}")  # any command would fail
+    mine = ledger(unreachable, prefix, "a", {"legacy": FakePool()})
+    await mine.withdraw("legacy", "s9")
+    await mine.withdraw("legacy", None)  # a transport nobody else can reach
+    with pytest.raises(StoreError):  # and a listed one would be tried
+        mine._published = {json.dumps(["legacy", "s1"]): "2025-11-25"}
+        await mine.withdraw("legacy", "s1")
+    await unreachable.aclose()
+
+
+async def test_survivors_end_a_dead_replicas_sessions_after_two_passes_and_once(
+    client: RedisClient, prefix: str
+) -> None:
+    dead_pool = FakePool({"s1": "2025-11-25", "s2": "2025-03-26"})
+    await ledger(client, prefix, "dead", {"legacy": dead_pool}).publish()
+    await beat(client, prefix, "alive")
+    await ledger(client, prefix, "alive", {"legacy": FakePool({"s3": "2025-11-25"})}).publish()
+    pools = [FakePool(), FakePool()]
+    survivors = [ledger(client, prefix, f"b{i}", {"legacy": p}) for i, p in enumerate(pools)]
+
+    assert [await s.sweep() for s in survivors] == [0, 0]  # gone once: maybe a Redis restart
+    assert not pools[0].ended and not pools[1].ended
+    assert await asyncio.gather(*(s.sweep() for s in survivors)) in ([2, 0], [0, 2])
+    ended = sorted(pools[0].ended + pools[1].ended)
+    assert ended == [("s1", Version("2025-11-25")), ("s2", Version("2025-03-26"))]
+    assert await listed(client, prefix, "dead") == {}
+    assert await client.smembers(f"{prefix}ledgers") == {b"alive"}  # the living are kept
+    assert ("legacy", "s3") in await listed(client, prefix, "alive")
+    assert [await s.sweep() for s in survivors] == [0, 0]  # nothing twice
+
+
+async def test_a_session_that_could_not_be_ended_is_tried_again_on_the_next_pass(
+    client: RedisClient, prefix: str
+) -> None:
+    await ledger(client, prefix, "dead", {"legacy": FakePool({"s1": "2025-11-25"})}).publish()
+    pool = FakePool()
+    pool.failing.add("s1")
+    survivor = ledger(client, prefix, "b", {"legacy": pool})
+    await survivor.sweep()
+    assert await survivor.sweep() == 0
+    assert ("legacy", "s1") in await listed(client, prefix, "dead")
+    pool.failing.clear()
+    assert await survivor.sweep() == 1
+    assert await listed(client, prefix, "dead") == {}
+
+
+async def test_what_the_server_no_longer_knew_and_unknown_upstreams_are_dropped(
+    client: RedisClient, prefix: str
+) -> None:
+    await ledger(
+        client,
+        prefix,
+        "dead",
+        {"legacy": FakePool({"s1": "2025-11-25"}), "retired": FakePool({"s2": "2025-11-25"})},
+    ).publish()
+    await client.hset(f"{prefix}{{replica:dead}}:sessions", "not json", "2025-11-25")
+    pool = FakePool()
+    pool.status = 404
+    counted: list[tuple[str, str]] = []
+    survivor = ledger(client, prefix, "b", {"legacy": pool}, lambda *c: counted.append(c))
+    await survivor.sweep()
+    assert await survivor.sweep() == 0  # none ended: the one it knew was gone already
+    assert counted == [("legacy", "gone")]
+    assert await client.exists(f"{prefix}{{replica:dead}}:sessions") == 0
+
+
+async def test_a_replica_stopped_in_order_takes_its_ledger_away(
+    client: RedisClient, prefix: str
+) -> None:
+    mine = ledger(client, prefix, "a", {"legacy": FakePool({"s1": "2025-11-25"})})
+    await mine.publish()
+    await mine.close()
+    assert await client.exists(mine.key("a")) == 0
+    assert await client.smembers(mine.index_key) == set()
