@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
@@ -47,6 +48,7 @@ REFRESH_S = 60.0
 SWEEP_LOCK_MS = 60_000
 #: Sessions a sweep ends at once.
 PARALLEL = 8
+_SESSION_ID = re.compile(r"[\x21-\x7e]{1,1024}\Z")
 
 
 class Pool(Protocol):
@@ -194,8 +196,8 @@ class SessionLedger:
         try:
             upstream, session_id = json.loads(field)
             pool = self.pools.get(upstream)
-            if pool is None or not isinstance(session_id, str):
-                raise ValueError(field)
+            if pool is None or not isinstance(session_id, str) or not _SESSION_ID.match(session_id):
+                raise ValueError(field)  # the spec's session ids are visible ASCII
             status = await pool.end_other(session_id, Version(version))
         except (ValueError, TypeError):
             log.info("orphaned_session_unknown", entry=field[:200])

@@ -174,7 +174,9 @@ async def test_what_the_server_no_longer_knew_and_unknown_upstreams_are_dropped(
         "dead",
         {"legacy": FakePool({"s1": "2025-11-25"}), "retired": FakePool({"s2": "2025-11-25"})},
     ).publish()
-    await client.hset(f"{prefix}{{replica:dead}}:sessions", "not json", "2025-11-25")
+    key = f"{prefix}{{replica:dead}}:sessions"
+    await client.hset(key, "not json", "2025-11-25")
+    await client.hset(key, json.dumps(["legacy", "s\r\nX-Injected: 1"]), "2025-11-25")
     pool = FakePool()
     pool.status = 404
     counted: list[tuple[str, str]] = []
