@@ -235,7 +235,14 @@ def parse_config(
             f"set sealing.keys_file or {ENV_KEYS} (generate one with: mrtr-gateway keygen)"
         )
     fleet_sec = root.section("fleet")
-    values["fleet"] = FleetConfig(**fleet_sec.scalars(FleetConfig))
+    values["fleet"] = fleet = FleetConfig(**fleet_sec.scalars(FleetConfig))
+    if fleet.orphan_sweep_s < 2 * fleet.heartbeat_s:
+        # Two looks must be further apart than a heartbeat's TTL (two beats): a replica
+        # only late with one beat is never taken for dead.
+        raise ConfigError(
+            f"fleet.orphan_sweep_s: must be at least twice fleet.heartbeat_s "
+            f"({2 * fleet.heartbeat_s:g}), got {fleet.orphan_sweep_s:g}"
+        )
     fleet_sec.done()
     values["logging"] = _logging(root.section("logging"), env)
     origins = _names(root, "allowed_origins", "origins such as https://app.example.com")

@@ -3,19 +3,20 @@
 A replica stopped in order ends its sessions upstream (DELETE). One killed (SIGKILL, the
 OOM killer, a lost node) cannot, and a legacy server keeps them until its own expiry
 (mcp 1.x: 30 minutes of no request), each holding the server's memory and, where the
-server caps its sessions, a place. So each replica publishes, with every heartbeat, the
-sessions it holds and no call does (`<prefix>{replica:<owner>}:sessions`, a hash of
-`[upstream, session id]` to the negotiated version), and names itself in
-`<prefix>ledgers`. Every replica sweeps: a ledger whose owner's heartbeat is gone on two
-passes in a row (a Redis restart loses every heartbeat for a moment) is taken by one
-survivor (a lock key), each of its sessions is ended upstream, and the ledger deleted.
-What could not be ended is tried again on the next pass, until the ledger expires.
+server caps its sessions, a place. So each replica keeps in Redis the sessions it holds
+and no call does (`<prefix>{replica:<owner>}:sessions`, a hash of `[upstream, session
+id]` to the negotiated version; looked at every heartbeat, written when it changed), and
+names itself in `<prefix>ledgers`. Every replica sweeps: a ledger whose owner's heartbeat
+is gone on two passes in a row (a Redis restart loses every heartbeat for a moment) is
+taken by one survivor (a lock key); each entry is claimed (taken off, only while the
+owner's heartbeat is still absent) and its session ended upstream. What could not be
+ended is listed again for the next pass, until the ledger expires.
 
 Never ended this way: a session a parked call holds, which another replica may take
-over. A call that parks on a session the ledger lists takes it off (`withdraw`) before
-its client is answered, so no `requestState` a client holds names a listed session; the
-session is listed again once it is idle. Sessions nobody else can reach (stdio, HTTP+SSE)
-are never listed.
+over. A call that parks takes its session off (`withdraw`, always a round trip) before
+its client is answered; the session is listed again once it is idle. The one window: a
+replica taken for dead while it runs, parking a call on an idle session in the moment a
+survivor has claimed it. Sessions nobody else can reach (stdio, HTTP+SSE) are never listed.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from redis.exceptions import RedisError
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.clock import Clock
-from gateway.errors import StoreError, UpstreamError
+from gateway.errors import UpstreamError
 from gateway.protocol.versions import Version
 from gateway.store.redis_client import RedisClient, ride_out
 
@@ -49,6 +50,19 @@ SWEEP_LOCK_MS = 60_000
 #: Sessions a sweep ends at once.
 PARALLEL = 8
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,1024}\Z")
+
+
+# KEYS[1] the owner's heartbeat, KEYS[2] its ledger (one cluster slot); ARGV[1] an entry.
+# -1: the owner beats again; 0: the entry is gone (withdrawn, or claimed); 1: claimed.
+_CLAIM = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+return redis.call('HDEL', KEYS[2], ARGV[1])
+"""
+# KEYS[1] a sweep's lock; ARGV[1] its holder: released only by whoever holds it.
+_UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 
 class Pool(Protocol):
@@ -89,6 +103,8 @@ class SessionLedger:
         self._suspects: set[str] = set()  # owners found gone on the last pass
         self._tasks: list[asyncio.Task[None]] = []
         self._failing = {"publish": False, "sweep": False}
+        self._claim = client.register_script(_CLAIM)
+        self._unlock = client.register_script(_UNLOCK)
 
     def key(self, owner: str) -> str:
         return f"{self.prefix}{{replica:{owner}}}:sessions"
@@ -114,6 +130,9 @@ class SessionLedger:
             if entries == self._published and now - self._written_at < REFRESH_S:
                 return
             key = self.key(self.replica_id)
+            # Until the write is known to be done, what Redis holds is not known: written
+            # again at the next beat whatever it holds then.
+            self._written_at = float("-inf")
             async with self.client.pipeline(transaction=False) as pipe:
                 pipe.delete(key)
                 if entries:
@@ -126,16 +145,17 @@ class SessionLedger:
     async def withdraw(self, upstream: str, session_id: str | None) -> None:
         """A call parks on this session: off the ledger before its client is answered.
 
+        Always a round trip (made beside the record's write): what this replica last
+        wrote may not be what Redis holds (a write whose reply was lost, a failover).
+
         Raises:
             StoreError: Redis could not be told (the call must not park).
         """
         if session_id is None:
             return
         field = json.dumps([upstream, session_id])
-        async with self._lock:
-            if field not in self._published:
-                return
-            key = self.key(self.replica_id)
+        key = self.key(self.replica_id)
+        async with self._lock:  # after a write that listed it, never before
             await ride_out(self.clock, lambda: self.client.hdel(key, field))
             self._published = {k: v for k, v in self._published.items() if k != field}
 
@@ -163,31 +183,31 @@ class SessionLedger:
         try:
             entries = {_text(k): _text(v) for k, v in (await self.client.hgetall(key)).items()}
             outcomes: Counter[str] = Counter()
-            done: list[str] = []
             slots = asyncio.Semaphore(PARALLEL)
 
             async def end(field: str, version: str) -> None:
                 async with slots:
+                    # Each entry is claimed (taken off) before its DELETE, only while the
+                    # owner is still gone: one withdrawn meanwhile, or of an owner back in
+                    # the fleet, is left alone, and no two survivors end one session.
+                    beat = self.heartbeat_key(owner)
+                    if await self._claim(keys=[beat, key], args=[field]) != 1:
+                        return
                     outcome = await self._end(field, version)
+                    if outcome == "failed":  # listed again, for the next pass
+                        await self.client.hset(key, field, version)
                 outcomes[outcome] += 1
-                if outcome != "failed":
-                    done.append(field)
 
             await asyncio.gather(*(end(f, v) for f, v in entries.items()))
-            if done:
-                await self.client.hdel(key, *done)
-            if len(done) == len(entries):
+            if not await self.client.exists(key):
                 await self.client.srem(self.index_key, owner)
-            if entries:
-                event = (
-                    "orphaned_sessions_ended"
-                    if not outcomes["failed"]
-                    else "orphaned_sessions_left"
-                )
+            if outcomes:
+                left = outcomes["failed"]
+                event = "orphaned_sessions_left" if left else "orphaned_sessions_ended"
                 log.info(event, replica=owner, **dict(sorted(outcomes.items())))
             return outcomes["ended"]
         finally:
-            await self.client.delete(lock)
+            await self._unlock(keys=[lock], args=[self.replica_id])
 
     async def _end(self, field: str, version: str) -> str:
         """End one listed session: `ended`, `gone` (the server no longer knew it),
@@ -229,15 +249,19 @@ class SessionLedger:
                 if self._failing[what]:
                     log.info("session_ledger_recovered", step=what)
                 self._failing[what] = False
-            except (RedisError, OSError, StoreError) as exc:
+            except Exception as exc:  # the loop must outlive any one failure
                 if not self._failing[what]:
-                    log.warning("session_ledger_failed", step=what, error=str(exc))
+                    log.warning("session_ledger_failed", step=what, error=repr(exc))
                 self._failing[what] = True
 
     async def close(self) -> None:
         """Stop; the ledger goes (the pools are about to end their sessions themselves)."""
-        for task in self._tasks:
-            await cancel_and_wait(task)
+        try:
+            async with asyncio.timeout(5):  # bounded, whatever Redis does
+                for task in self._tasks:
+                    await cancel_and_wait(task)
+        except TimeoutError:
+            log.warning("fleet_task_stuck", task="session-ledger")
         try:
             async with asyncio.timeout(2):
                 await self.client.delete(self.key(self.replica_id))
@@ -247,4 +271,4 @@ class SessionLedger:
 
 
 def _text(raw: str | bytes) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else raw

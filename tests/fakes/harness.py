@@ -8,6 +8,7 @@ from typing import Any
 from gateway.aio import spawn
 from gateway.calls.bridge import Bridge
 from gateway.calls.forwarding import Bus
+from gateway.calls.suspension import Withdraw
 from gateway.config import GatewayConfig, parse_config
 from gateway.protocol.inbound import FrontRequest, read_envelope
 from gateway.protocol.state import AesGcmKeyRing, generate_key, parse_key
@@ -44,6 +45,7 @@ class Replica:
         store: SuspendedCallStore | None = None,
         bus: Bus | None = None,
         settings: GatewayConfig | None = None,
+        withdraw: Withdraw | None = None,
     ) -> None:
         self.config = settings or config()
         self.pool = ScriptedPool(server)
@@ -55,6 +57,7 @@ class Replica:
             pools={"up": self.pool},
             clock=clock,
             bus=bus,
+            withdraw=withdraw,
         )
         self.upstream = self.config.upstreams[0]
         self.notified: list[dict[str, Any]] = []

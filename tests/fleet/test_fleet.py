@@ -75,7 +75,7 @@ async def fleet(
         "store": {"url": redis_server.url, "key_prefix": prefix},
         # Sweeps for dead replicas' sessions run often, so every test that kills one also
         # shows that a parked call's session is never ended by them.
-        "fleet": {"heartbeat_s": 0.2, "drain_timeout_s": 20, "orphan_sweep_s": 0.3},
+        "fleet": {"heartbeat_s": 0.2, "drain_timeout_s": 20, "orphan_sweep_s": 0.4},
         "sealing": {"audience": "fleet-test"},
         "upstreams": [
             {

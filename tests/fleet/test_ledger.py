@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
 from gateway.aio import spawn
 from gateway.clock import SystemClock
 from gateway.errors import StoreError, UpstreamError
+from gateway.fleet import ledger as ledger_module
 from gateway.fleet.ledger import SessionLedger
 from gateway.protocol.versions import Version
 from gateway.store.redis_client import RedisClient, connect
@@ -30,11 +31,14 @@ class FakePool:
         self.ended: list[tuple[str, Version]] = []
         self.status = 200
         self.failing: set[str] = set()
+        self.on_end: Callable[[str], Awaitable[None]] | None = None
 
     def idle_ids(self) -> dict[str, str]:
         return dict(self.idle)
 
     async def end_other(self, session_id: str, version: Version) -> int:
+        if self.on_end is not None:
+            await self.on_end(session_id)
         if session_id in self.failing:
             raise UpstreamError("upstream unreachable")
         self.ended.append((session_id, version))
@@ -118,15 +122,61 @@ async def test_a_withdrawal_during_a_write_is_not_undone_by_it(
     assert await listed(client, prefix, "a") == {}
 
 
-async def test_a_withdrawal_of_an_unlisted_session_costs_no_round_trip(prefix: str) -> None:
-    unreachable = connect(f"redis://127.0.0.1:{free_port()}")  # any command would fail
+async def test_a_withdrawal_reaches_redis_whatever_this_replica_thinks_it_wrote(
+    client: RedisClient, prefix: str
+) -> None:
+    """A write whose reply was lost (or a failover) leaves Redis listing what this replica
+    does not know it listed: the withdrawal is sent anyway."""
+    mine = ledger(client, prefix, "a", {"legacy": FakePool()})
+    await client.hset(mine.key("a"), json.dumps(["legacy", "s1"]), "2025-11-25")
+    await mine.withdraw("legacy", "s1")
+    assert await listed(client, prefix, "a") == {}
+
+
+async def test_a_call_cannot_park_when_the_withdrawal_does_not_reach_redis(prefix: str) -> None:
+    unreachable = connect(f"redis://127.0.0.1:{free_port()}")
     mine = ledger(unreachable, prefix, "a", {"legacy": FakePool()})
-    await mine.withdraw("legacy", "s9")
-    await mine.withdraw("legacy", None)  # a transport nobody else can reach
-    with pytest.raises(StoreError):  # and a listed one would be tried
-        mine._published = {json.dumps(["legacy", "s1"]): "2025-11-25"}
+    await mine.withdraw("legacy", None)  # a transport nobody else can reach: nothing to do
+    with pytest.raises(StoreError):
         await mine.withdraw("legacy", "s1")
     await unreachable.aclose()
+
+
+async def test_a_sweep_leaves_what_its_owner_withdrew_meanwhile_and_stops_when_it_is_back(
+    client: RedisClient, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ledger_module, "PARALLEL", 1)  # one entry after the other
+    entries = {"s1": "2025-11-25", "s2": "2025-11-25", "s3": "2025-11-25"}
+    owner = ledger(client, prefix, "a", {"legacy": FakePool(entries)})
+    await owner.publish()
+    pool = FakePool()
+
+    async def meanwhile(session_id: str) -> None:
+        if session_id == "s1":  # the owner, judged dead, parks a call on s2, then beats
+            await owner.withdraw("legacy", "s2")
+            await beat(client, prefix, "a")
+
+    pool.on_end = meanwhile
+    survivor = ledger(client, prefix, "b", {"legacy": pool})
+    await survivor.sweep()
+    assert await survivor.sweep() == 1
+    assert [sid for sid, _ in pool.ended] == ["s1"]
+    assert await listed(client, prefix, "a") == {("legacy", "s3"): "2025-11-25"}
+
+
+async def test_a_sweep_releases_only_its_own_lock(client: RedisClient, prefix: str) -> None:
+    await ledger(client, prefix, "dead", {"legacy": FakePool({"s1": "2025-11-25"})}).publish()
+    lock = f"{prefix}{{replica:dead}}:sweeping"
+    pool = FakePool()
+
+    async def meanwhile(session_id: str) -> None:  # its lock lapsed; another survivor's now
+        await client.set(lock, "other", px=60_000)
+
+    pool.on_end = meanwhile
+    survivor = ledger(client, prefix, "b", {"legacy": pool})
+    await survivor.sweep()
+    assert await survivor.sweep() == 1
+    assert await client.get(lock) == b"other"
 
 
 async def test_survivors_end_a_dead_replicas_sessions_after_two_passes_and_once(
