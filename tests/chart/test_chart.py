@@ -278,6 +278,7 @@ def test_the_alerts_and_the_dashboard_name_metrics_the_gateway_exports() -> None
     assert {r["alert"] for r in rules} >= {
         "MrtrCallsLost",
         "MrtrParkedCallsUpstreamLost",
+        "MrtrOrphanedSessionsNotEnded",
         "MrtrStoreErrors",
         "MrtrDrainTimeouts",
     }
