@@ -32,7 +32,6 @@ from gateway.tracing import TRACING
 from gateway.upstream.factory import restart_backoff_s, session_factory
 from gateway.upstream.http.client import Http1Client
 from gateway.upstream.pool import SessionPool
-from gateway.upstream.port import UpstreamPool
 from gateway.web.front_door import add_metadata_routes, build_front_doors
 from gateway.web.handlers import McpEndpoint
 from gateway.web.middleware import error_middleware, name_request, request_id_middleware
@@ -105,8 +104,7 @@ def build_app(config: GatewayConfig) -> web.Application:
         store = MemoryStore(clock)
     metrics = Metrics()
     store = TimedStore(store, metrics)
-    pools: dict[str, UpstreamPool] = {}
-    session_pools: dict[str, SessionPool] = {}  # the same pools, as the ledger reads them
+    pools: dict[str, SessionPool] = {}  # filled when the app starts
     ledger: SessionLedger | None = None
     if bus is not None and client is not None:
         ledger = SessionLedger(
@@ -114,7 +112,7 @@ def build_app(config: GatewayConfig) -> web.Application:
             prefix=config.store.key_prefix,
             replica_id=owner,
             heartbeat_key=bus.replica_key,
-            pools=session_pools,
+            pools=pools,
             clock=clock,
             interval_s=config.fleet.heartbeat_s,
             sweep_s=config.fleet.orphan_sweep_s,
@@ -166,7 +164,7 @@ def build_app(config: GatewayConfig) -> web.Application:
                 restart_backoff_s=restart_backoff_s(upstream),
             )
             pool.start()
-            pools[upstream.name] = session_pools[upstream.name] = pool
+            pools[upstream.name] = pool
         metrics.bind(
             parked=lambda: bridge.parked,
             live=lambda: len(bridge.calls),

@@ -11,6 +11,7 @@ no logic of its own beyond that dispatch.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -43,7 +44,7 @@ class Bridge:
         *,
         store: SuspendedCallStore,
         codec: state.StateCodec,
-        pools: dict[str, UpstreamPool],
+        pools: Mapping[str, UpstreamPool],
         metrics: Metrics | None = None,
         clock: Clock | None = None,
         bus: Bus | None = None,

@@ -13,7 +13,7 @@ when the server answers. Every round is bounded by
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -59,7 +59,7 @@ class Runner:
         self,
         *,
         registry: Registry,
-        pools: dict[str, UpstreamPool],
+        pools: Mapping[str, UpstreamPool],
         suspender: Suspender,
         endings: Endings,
         clock: Clock,

@@ -36,7 +36,7 @@ from gateway.aio import cancel_and_wait, spawn
 from gateway.clock import Clock
 from gateway.errors import UpstreamError
 from gateway.protocol.versions import Version
-from gateway.store.redis_client import RedisClient, ride_out
+from gateway.store.redis_client import RedisClient, ride_out, text
 
 log = structlog.get_logger("gateway.fleet")
 
@@ -164,7 +164,7 @@ class SessionLedger:
     async def sweep(self) -> int:
         """One pass: end the sessions of replicas found gone on this pass and the last;
         how many the servers ended. Raises: RedisError."""
-        owners = {_text(o) for o in await self.client.smembers(self.index_key)}
+        owners = {text(o) for o in await self.client.smembers(self.index_key)}
         gone = set()
         for owner in sorted(owners - {self.replica_id}):
             if not await self.client.exists(self.heartbeat_key(owner)):
@@ -181,7 +181,7 @@ class SessionLedger:
             return 0  # another survivor has it
         key = self.key(owner)
         try:
-            entries = {_text(k): _text(v) for k, v in (await self.client.hgetall(key)).items()}
+            entries = {text(k): text(v) for k, v in (await self.client.hgetall(key)).items()}
             outcomes: Counter[str] = Counter()
             slots = asyncio.Semaphore(PARALLEL)
 
@@ -268,7 +268,3 @@ class SessionLedger:
                 await self.client.srem(self.index_key, self.replica_id)
         except (RedisError, OSError, TimeoutError):
             pass
-
-
-def _text(raw: str | bytes) -> str:
-    return raw.decode(errors="replace") if isinstance(raw, bytes) else raw

@@ -27,7 +27,7 @@ from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.clock import Clock
 from gateway.store.base import Delivery
-from gateway.store.redis_client import RedisClient, ride_out
+from gateway.store.redis_client import RedisClient, ride_out, text
 
 log = structlog.get_logger("gateway.fleet")
 
@@ -158,7 +158,7 @@ class RedisBus:
                 await clocks.sleep(self.clock, _POLL_S)
                 continue
             if popped is not None:
-                spawn(handler(_text(popped[1])), name="fleet-forwarded")
+                spawn(handler(text(popped[1])), name="fleet-forwarded")
 
     async def alive(self, replica_id: str) -> bool:
         """Whether `replica_id` is alive: its heartbeat key exists now, or reappears
@@ -223,7 +223,7 @@ class RedisBus:
     async def receive(self, key: str) -> str | None:
         """The next reply event on `key`, or None after a second. Raises: StoreError."""
         popped = await ride_out(self.clock, lambda: self.client.blpop([key], timeout=_POLL_S))
-        return None if popped is None else _text(popped[1])
+        return None if popped is None else text(popped[1])
 
 
 def _stop_if_cancelled(exc: BaseException) -> None:
@@ -236,7 +236,3 @@ def _stop_if_cancelled(exc: BaseException) -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError() from exc
-
-
-def _text(raw: str | bytes) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw

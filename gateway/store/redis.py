@@ -32,7 +32,7 @@ from gateway.store.base import (
     Reply,
     SuspendedCall,
 )
-from gateway.store.redis_client import RIDE_OUT_S, RedisClient, ride_out
+from gateway.store.redis_client import RIDE_OUT_S, RedisClient, ride_out, text
 
 T = TypeVar("T")
 log = structlog.get_logger("gateway.store")
@@ -113,7 +113,7 @@ class RedisStore:
             return None
         record = SuspendedCall.from_json(raw)
         if status in (RESUMING, RESUMING.encode()):
-            return record.claimed(_text(claimer or b""))
+            return record.claimed(text(claimer or b""))
         return record
 
     async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
@@ -258,9 +258,9 @@ class RedisStore:
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
         # The json keeps the status it was parked with; the hash field says claimed.
-        text = replace(record, owner=owner, status=PARKED).to_json()
+        taken = replace(record, owner=owner, status=PARKED).to_json()
         keys = [self.key(record.call_id)]
-        return bool(await self._run(lambda: self._take(keys=keys, args=[text])))
+        return bool(await self._run(lambda: self._take(keys=keys, args=[taken])))
 
     async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
         now = self.clock.wall_ms()
@@ -290,7 +290,3 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.client.aclose()
-
-
-def _text(raw: str | bytes) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw

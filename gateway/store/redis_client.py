@@ -106,6 +106,12 @@ def raised_by_client(exc: BaseException) -> bool:
     return False
 
 
+def text(raw: str | bytes) -> str:
+    """A reply as text (the client returns bytes); bytes that are not UTF-8 are replaced,
+    never raised from a loop that reads what any process may have written."""
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+
+
 def connect(url: str, *, timeout_s: float = 2.0) -> RedisClient:
     """A client for `url` (standalone, Sentinel or Cluster); connections open lazily.
 

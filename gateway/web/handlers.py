@@ -60,7 +60,7 @@ class McpEndpoint:
         config: GatewayConfig,
         upstream: UpstreamConfig,
         bridge: Bridge,
-        pools: dict[str, UpstreamPool],
+        pools: Mapping[str, UpstreamPool],
         front_door: FrontDoor,
     ) -> None:
         self.config = config

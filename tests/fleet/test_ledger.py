@@ -12,6 +12,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -32,8 +33,10 @@ class FakePool:
         self.status = 200
         self.failing: set[str] = set()
         self.on_end: Callable[[str], Awaitable[None]] | None = None
+        self.listed = asyncio.Event()  # a ledger write has taken its snapshot
 
     def idle_ids(self) -> dict[str, str]:
+        self.listed.set()
         return dict(self.idle)
 
     async def end_other(self, session_id: str, version: Version) -> int:
@@ -108,17 +111,59 @@ async def test_a_replica_lists_the_sessions_no_call_holds_and_a_parking_call_tak
     assert ("legacy", "s1") in await listed(client, prefix, "a")
 
 
+class Recording:
+    """A Redis client that notes when a ledger write has been applied and when a
+    withdrawal is sent (over one connection or two, Redis applies them in that order)."""
+
+    def __init__(self, client: RedisClient) -> None:
+        self._client = client
+        self.order: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def pipeline(self, **options: Any) -> RecordingPipe:
+        return RecordingPipe(self._client.pipeline(**options), self.order)
+
+    async def hdel(self, *args: Any) -> Any:
+        self.order.append("withdrawal sent")
+        return await self._client.hdel(*args)
+
+
+class RecordingPipe:
+    def __init__(self, pipe: Any, order: list[str]) -> None:
+        self._pipe, self._order = pipe, order
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pipe, name)
+
+    async def __aenter__(self) -> RecordingPipe:
+        await self._pipe.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._pipe.__aexit__(*exc)
+
+    async def execute(self) -> Any:
+        result = await self._pipe.execute()
+        self._order.append("write applied")
+        return result
+
+
 async def test_a_withdrawal_during_a_write_is_not_undone_by_it(
     client: RedisClient, prefix: str
 ) -> None:
     """The write took its snapshot while the session was idle; the call that took the
-    session parks while the write is on its way. The session must not stay listed."""
+    session parks while the write is on its way. The withdrawal must follow the write
+    (sent before it, it would be undone by it: the session listed while parked)."""
     pool = FakePool({"s1": "2025-11-25"})
-    mine = ledger(client, prefix, "a", {"legacy": pool})
+    recording = Recording(client)
+    mine = ledger(recording, prefix, "a", {"legacy": pool})  # type: ignore[arg-type]
     writing = spawn(mine.publish(), name="ledger-write")
-    await asyncio.sleep(0)  # the write has its snapshot (s1) and waits for Redis
+    await pool.listed.wait()  # the write has its snapshot (s1) and waits for Redis
     del pool.idle["s1"]
     await asyncio.gather(writing, mine.withdraw("legacy", "s1"))
+    assert recording.order == ["write applied", "withdrawal sent"]
     assert await listed(client, prefix, "a") == {}
 
 
