@@ -8,6 +8,7 @@ import uuid
 import pytest
 import structlog
 
+from gateway import logging as log_context
 from tests.support.inprocess import Gateway
 from tests.support.legacy import ALICE, greet
 from tests.support.wire import rpc
@@ -60,9 +61,7 @@ async def test_logs_explain_each_request_and_round_and_never_carry_secrets(
     gateway: Gateway,
 ) -> None:
     run_id = uuid.uuid4().hex
-    with structlog.testing.capture_logs(
-        processors=[structlog.contextvars.merge_contextvars]
-    ) as logs:
+    with structlog.testing.capture_logs(processors=[log_context.merge_bound]) as logs:
         status, first, _ = await gateway.post(
             greet(run_id), headers={"Authorization": "Bearer s3cret-token"}
         )
@@ -164,9 +163,7 @@ async def test_every_response_names_its_request_id_whether_json_or_a_stream(
 
 async def test_a_body_that_is_not_a_request_leaves_a_log_line(gateway: Gateway) -> None:
     """Refused before it could be read as a request, it is still one line at info."""
-    with structlog.testing.capture_logs(
-        processors=[structlog.contextvars.merge_contextvars]
-    ) as logs:
+    with structlog.testing.capture_logs(processors=[log_context.merge_bound]) as logs:
         status, reply, _ = await gateway.post(b"{not json", headers={"X-Request-Id": "bad-1"})
     assert status == 400 and reply["error"]["code"] == -32700
     (line,) = [entry for entry in logs if entry["event"] == "request_rejected"]

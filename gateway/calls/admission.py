@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from gateway import clock as clocks
+from gateway import logging as log_context
 from gateway.calls.forwarding import Forward
 from gateway.clock import Clock
 from gateway.config import UpstreamConfig
@@ -93,7 +94,7 @@ class Admission:
                 digest=digest,
                 audience=self.audience(upstream),
             )
-        structlog.contextvars.bind_contextvars(call_id=claims.call, round=claims.round)
+        log_context.bind(call_id=claims.call, round=claims.round)
         return claims
 
     async def claim(

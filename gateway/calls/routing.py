@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 
+from gateway import logging as log_context
 from gateway.aio import spawn
 from gateway.calls import messages
 from gateway.calls.forwarding import Bus, Forward
@@ -298,7 +299,7 @@ class Routing:
             raise CallLost()
         if not self.bus.holds_lease():
             raise LeaseLost()
-        structlog.contextvars.bind_contextvars(call_id=call.id, round=call.machine.round)
+        log_context.bind(call_id=call.id, round=call.machine.round)
         reply = message.reply
 
         async def notify(notification: dict[str, Any]) -> None:

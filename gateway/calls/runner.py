@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from gateway import clock as clocks
+from gateway import logging as log_context
 from gateway.calls.endings import Endings
 from gateway.calls.live import LiveCall, Registry
 from gateway.calls.pace import Pace, Target
@@ -106,7 +107,7 @@ class Runner:
         )
         call = self.launch(upstream, pool, session, machine, principal, digest, front.target)
         call.stateless = upstream.target(front.method, front.target).mode == REPLAY
-        structlog.contextvars.bind_contextvars(call_id=call_id)
+        log_context.bind(call_id=call_id)
         log.debug(
             "call_started",
             upstream=upstream.name,
@@ -163,7 +164,7 @@ class Runner:
                 self.pace.sibling_late(_target(call))
             responses = front.params.get("inputResponses") or {}
             answered = sorted(set(responses) & set(call.machine.pending))
-            structlog.contextvars.bind_contextvars(answered=answered)
+            log_context.bind(answered=answered)
             log.debug("call_resumed", round=call.machine.round, answered=answered)
             answers = call.machine.deliver(responses)
             for key, problem in call.machine.refusals().items():
@@ -285,7 +286,7 @@ class Runner:
 
     async def _finish(self, call: LiveCall, finished: Finished) -> dict[str, Any]:
         machine = call.machine
-        structlog.contextvars.bind_contextvars(rounds=machine.round)
+        log_context.bind(rounds=machine.round)
         log.debug(
             "call_completed",
             rounds=machine.round,

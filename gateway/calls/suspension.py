@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from gateway import clock as clocks
+from gateway import logging as log_context
 from gateway.aio import spawn
 from gateway.calls.admission import Admission
 from gateway.calls.endings import Endings
@@ -178,7 +179,7 @@ class Suspender:
             name=f"call-expiry-{call.id}",
         )
         asked = sorted(machine.pending)
-        structlog.contextvars.bind_contextvars(round=machine.round, asked=asked)
+        log_context.bind(round=machine.round, asked=asked)
         log.debug("call_suspended", round=machine.round, asked=asked)
         return result
 
@@ -195,7 +196,7 @@ class Suspender:
                 f"the answers of this call no longer fit in requestState "
                 f"({len(token)} > {self.limits.max_state_bytes} bytes)"
             )
-        structlog.contextvars.bind_contextvars(round=machine.round, asked=sorted(asked))
+        log_context.bind(round=machine.round, asked=sorted(asked))
         log.debug("call_suspended", round=machine.round, asked=sorted(asked), mode=REPLAY)
         return input_required(call, token, asked)
 

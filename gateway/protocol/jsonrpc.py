@@ -8,7 +8,6 @@ precise JSON-RPC error.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,9 +53,23 @@ def decode(body: bytes) -> Any:
         raise ParseError() from exc
 
 
-#: A run of 20 digits may be an integer past 64 bits, which orjson would read as a float.
-_LONG_NUMBER = re.compile(rb"[0-9]{20}")
-_LONG_NUMBER_TEXT = re.compile(r"[0-9]{20}")
+#: Integers orjson reads as floats: past 64 bits, or below -2**63. Every such literal is
+#: a run of 20 digits or a minus sign and 19: looked for with every digit turned into `0`,
+#: two passes in C, about a tenth of what a regular expression costs per body.
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_DIGITS_TO_ZERO_TEXT = str.maketrans("123456789", "000000000")
+_LONG, _LONG_NEGATIVE = "0" * 20, "-" + "0" * 19
+_LONG_BYTES, _LONG_NEGATIVE_BYTES = _LONG.encode(), _LONG_NEGATIVE.encode()
+
+
+def has_long_number(data: bytes | str) -> bool:
+    """Whether `data` may hold an integer orjson would not read exactly: a run of 20
+    ASCII digits or more, or a minus sign and 19 (some of which fit in 64 bits)."""
+    if isinstance(data, str):
+        text = data.translate(_DIGITS_TO_ZERO_TEXT)
+        return _LONG in text or _LONG_NEGATIVE in text
+    raw = data.translate(_DIGITS_TO_ZERO)
+    return _LONG_BYTES in raw or _LONG_NEGATIVE_BYTES in raw
 
 
 def loads(data: bytes | str) -> Any:
@@ -66,10 +79,7 @@ def loads(data: bytes | str) -> Any:
     Raises:
         ValueError, RecursionError: not JSON.
     """
-    long_number = (
-        _LONG_NUMBER_TEXT.search(data) if isinstance(data, str) else _LONG_NUMBER.search(data)
-    )
-    if long_number is not None:
+    if has_long_number(data):
         return json.loads(data)
     try:
         return orjson.loads(data)

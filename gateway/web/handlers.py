@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from gateway import logging as log_context
 from gateway.calls.bridge import Bridge
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import PayloadTooLarge, RpcError
@@ -96,9 +97,7 @@ class McpEndpoint:
         if isinstance(message, jsonrpc.Notification):
             inbound.check_notification(headers)
             return web.Response(status=202)
-        structlog.contextvars.bind_contextvars(
-            rpc_method=message.method, upstream=self.upstream.name
-        )
+        log_context.bind(rpc_method=message.method, upstream=self.upstream.name)
         principal = caller.principal
         channel = ResponseChannel(request, keepalive_s=self.config.limits.keepalive_s)
         started = time.monotonic()

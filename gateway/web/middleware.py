@@ -15,6 +15,7 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from gateway import logging as log_context
 from gateway.auth.errors import AuthError
 from gateway.errors import HttpError, RpcError
 from gateway.protocol import jsonrpc
@@ -51,8 +52,8 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
     request_id = (
         incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else _next_request_id()
     )
-    structlog.contextvars.clear_contextvars()
-    structlog.contextvars.bind_contextvars(request_id=request_id)
+    log_context.clear()
+    log_context.bind(request_id=request_id)
     request[REQUEST_ID] = request_id
     response: web.StreamResponse = await handler(request)
     return response

@@ -47,3 +47,37 @@ def test_deep_nesting_still_encodes_and_absurd_nesting_is_a_parse_error() -> Non
 def test_text_and_bytes_read_the_same() -> None:
     text = '{"n": 123456789012345678901234567890, "s": "é"}'
     assert jsonrpc.loads(text) == jsonrpc.loads(text.encode()) == json.loads(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "long"),
+    [
+        ("9" * 19, False),
+        ("9" * 20, True),
+        ("1" + "0" * 19, True),  # zeros are digits too
+        ("x" + "0" * 19 + "x", False),
+        ("12345678901-2345678901", False),
+        ("\u0661" * 25, False),  # Arabic-Indic digits: not what orjson reads as a number
+        ("18446744073709551616", True),  # 2**64, which orjson would read as a float
+        ("-9223372036854775809", True),  # below -2**63: a float to orjson, with 19 digits
+        ("9223372036854775809", False),
+    ],
+)
+def test_a_long_number_is_a_run_of_twenty_ascii_digits(text, long) -> None:
+    assert jsonrpc.has_long_number(text) is long
+    assert jsonrpc.has_long_number(text.encode()) is long
+
+
+def test_integers_either_side_of_64_bits_read_exactly() -> None:
+    for n in (
+        2**63 - 1,
+        -(2**63),
+        -(2**63) - 1,
+        -(10**19) + 1,
+        2**64 - 1,
+        2**64,
+        10**19,
+        10**19 - 1,
+    ):
+        body = f'{{"n": {n}}}'
+        assert jsonrpc.loads(body.encode())["n"] == n and type(jsonrpc.loads(body)["n"]) is int

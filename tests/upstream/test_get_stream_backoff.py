@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import structlog
 from structlog.testing import capture_logs
 
+from gateway import logging as log_context
 from gateway.protocol.versions import UPSTREAM_VERSIONS
 from gateway.upstream.http import listener
 from gateway.upstream.http.client import Http1Client
@@ -126,13 +126,13 @@ async def test_the_streams_lines_are_not_logged_as_the_request_that_opened_the_s
     server, held = await get_server([b"503 Service Unavailable"], [])
     session = new_session(http, server)
     try:
-        with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
-            structlog.contextvars.bind_contextvars(request_id="the-opening-request")
+        with capture_logs(processors=[log_context.merge_bound]) as logs:
+            log_context.bind(request_id="the-opening-request")
             try:
                 await session.adopt("s1", UPSTREAM_VERSIONS[0])
                 await asyncio.wait_for(held.wait(), 5)
             finally:
-                structlog.contextvars.unbind_contextvars("request_id")
+                log_context.unbind("request_id")
         lines = [e for e in logs if e["event"].startswith("upstream_get_stream_")]
         assert {e["event"] for e in lines} == {
             "upstream_get_stream_refused",

@@ -1,0 +1,119 @@
+"""The JSON log line: one fused step writes what structlog's own processors would."""
+
+from __future__ import annotations
+
+import datetime
+
+import orjson
+import pytest
+import structlog
+
+from gateway import logging as log_context
+from gateway.logging import _json_line
+
+#: The chain the fused step stands for (the shipped JSON format before it was fused).
+REFERENCE = (
+    structlog.processors.add_log_level,
+    structlog.processors.TimeStamper(fmt="iso", utc=True),
+    structlog.processors.format_exc_info,
+)
+
+
+def reference_line(method: str, event: dict[str, object]) -> dict[str, object]:
+    for processor in REFERENCE:
+        event = processor(None, method, event)
+    return dict(orjson.loads(structlog.processors.JSONRenderer()(None, method, event)))
+
+
+def raised() -> BaseException:
+    try:
+        raise ValueError("the reason")
+    except ValueError as exc:
+        return exc
+
+
+@pytest.mark.parametrize(
+    ("method", "event"),
+    [
+        ("info", {"event": "request_served", "status": 200, "duration_ms": 0.7}),
+        ("warning", {"event": "upstream_slow", "upstream": "legacy", "asked": ["a", "b"]}),
+        ("warn", {"event": "old_alias"}),
+        ("error", {"event": "odd_value", "value": object.__new__(type("Odd", (), {}))}),
+        ("exception", {"event": "unhandled_error", "exc_info": True}),
+        ("error", {"event": "failed", "exc_info": raised()}),
+    ],
+)
+def test_the_fused_json_line_writes_what_the_processor_chain_did(method, event) -> None:
+    odd = event.get("value")
+    try:
+        if event.get("exc_info") is True:
+            raise KeyError("in flight")
+        fused = orjson.loads(_json_line(None, method, dict(event)))
+        expected = reference_line(method, dict(event))
+    except KeyError:
+        fused = orjson.loads(_json_line(None, method, dict(event)))
+        expected = reference_line(method, dict(event))
+    stamp_fused, stamp_expected = fused.pop("timestamp"), expected.pop("timestamp")
+    if odd is not None:  # orjson writes what it cannot serialise as its repr
+        assert fused.pop("value") == repr(odd)
+        expected.pop("value")
+    assert fused == expected
+    for stamp in (stamp_fused, stamp_expected):
+        assert stamp.endswith("Z")
+        parsed = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        assert abs(datetime.datetime.now(datetime.UTC) - parsed) < datetime.timedelta(minutes=1)
+    if "exc_info" in event:
+        assert "Traceback" in fused["exception"] and "exc_info" not in fused
+
+
+def test_a_json_line_is_one_line_of_bytes() -> None:
+    line = _json_line(None, "info", {"event": "x", "text": "a\nb"})
+    assert isinstance(line, bytes) and b"\n" not in line
+
+
+def merged(**line: object) -> dict[str, object]:
+    return dict(log_context.merge_bound(None, "info", dict(line)))
+
+
+async def test_a_requests_bindings_reach_its_lines_and_tasks_but_no_other_request() -> None:
+    import asyncio
+
+    from gateway.aio import spawn
+
+    seen: dict[str, dict[str, object]] = {}
+    started = asyncio.Event()
+
+    async def child() -> None:
+        log_context.bind(round=2)  # the task's own binding stays its own
+        seen["child"] = merged(event="in_task")
+        started.set()
+
+    async def request(name: str) -> None:
+        log_context.clear()
+        log_context.bind(request_id=name)
+        if name == "a":
+            task = spawn(child(), name="child")
+            await started.wait()
+            await task
+        else:
+            await started.wait()
+        log_context.bind(outcome="complete")
+        seen[name] = merged(event="request_served", outcome="error")  # the line's own key wins
+
+    await asyncio.gather(request("a"), request("b"))
+    assert seen["child"] == {"event": "in_task", "request_id": "a", "round": 2}
+    assert seen["a"] == {"event": "request_served", "outcome": "error", "request_id": "a"}
+    assert seen["b"] == {"event": "request_served", "outcome": "error", "request_id": "b"}
+
+
+def test_clear_and_unbind_forget_what_was_bound() -> None:
+    import contextvars
+
+    def run() -> None:
+        log_context.bind(request_id="r", call_id="c")
+        log_context.unbind("call_id")
+        assert merged(event="x") == {"event": "x", "request_id": "r"}
+        log_context.clear()
+        assert merged(event="x") == {"event": "x"}
+
+    contextvars.Context().run(run)
