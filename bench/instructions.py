@@ -7,8 +7,7 @@ Timings on two shared cores move by the hour; a count of instructions does not
 else the machine is doing). For each `--tree` (a checkout of the gateway, by default this
 one: give two to compare a change with what it changes) it starts the legacy test server
 and, twice, a gateway from that tree under callgrind, with the shipped defaults and a
-fixed hash seed. It drives one with 10 warm-up calls and the other with `--calls` more,
-and prints (difference of the totals) / (difference of the calls): what one call costs,
+fixed hash seed. It drives both alike, the second with `--calls` more calls, and prints (difference of the totals) / (difference of the calls): what one call costs,
 start-up and shut-down cancelled out. `--by-function` prints the C functions that
 difference is made of (the interpreter's loop, dict lookups, the regular-expression
 engine, ...), which says what kind of work a call is, not which Python line did it.
@@ -40,6 +39,7 @@ from bench.bridge_bench import measure  # noqa: E402
 from bench.report import Gateway, echo_to, upstream  # noqa: E402
 from tests.peers.tooling import LegacyServer  # noqa: E402
 
+#: Calls of each of the 4 clients in both runs (beside the warm-up `measure` makes).
 WARM = 10
 #: Python under callgrind starts some fifty times slower than it does alone.
 START_S = 600.0
@@ -67,14 +67,15 @@ def totals_by_function(out: Path) -> tuple[int, Counter[str]]:
 
 
 async def counted_run(tree: Path, legacy: LegacyServer, calls: int, folder: Path) -> Path:
-    """A gateway of `tree` under callgrind, driven with `calls` calls after the warm-up:
-    its callgrind output file, once it has stopped."""
+    """A gateway of `tree` under callgrind, driven by 4 clients with `WARM` calls each and
+    then `calls` more in all: its callgrind output file, once it has stopped."""
     out = folder / f"callgrind.{calls}.out"
     launcher = [
         "valgrind",
         "--tool=callgrind",
         f"--callgrind-out-file={out}",
         sys.executable,
+        "-P",  # not the working directory's gateway: the tree's, from PYTHONPATH
         "-m",
         "gateway",
     ]
@@ -82,9 +83,7 @@ async def counted_run(tree: Path, legacy: LegacyServer, calls: int, folder: Path
     config = upstream("legacy", legacy.url, pool={"min_idle": 4})
     gateway = Gateway(config, folder, f"counted-{calls}", env=env, launcher=launcher)
     try:
-        await measure("warm-up", 4, WARM // 4 + 1, echo_to(gateway.url), quiet=True)
-        if calls:
-            await measure("counted", 4, calls // 4, echo_to(gateway.url), quiet=True)
+        await measure("counted", 4, WARM + calls // 4, echo_to(gateway.url), quiet=True)
         gateway.proc.send_signal(signal.SIGTERM)  # an orderly stop writes the counts
         await asyncio.to_thread(gateway.proc.wait, START_S)
     finally:

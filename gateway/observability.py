@@ -11,33 +11,121 @@ of MCP methods, upstreams from the config, reasons from the code.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gateway.tracing import TRACING
 
-M = TypeVar("M", Counter, Gauge, Histogram)
+
+class CounterTally:
+    """A counter child counted in a plain float, added to its `prometheus_client` child
+    when the registry is collected (`Tallies`): the real child's `inc` takes a lock and
+    goes through a value class each time, the hot path counts a few things per request,
+    and the gateway counts on its event loop's thread only."""
+
+    __slots__ = ("child", "pending")
+
+    def __init__(self, child: Counter) -> None:
+        self.child = child
+        self.pending = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        if amount < 0:
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        self.pending += amount
+
+    def flush(self) -> None:
+        if self.pending:
+            self.child.inc(self.pending)
+            self.pending = 0.0
 
 
-class Labelled(Generic[M]):
+class HistogramTally:
+    """A histogram child observed into plain lists, added to its `prometheus_client`
+    child when the registry is collected: an observation is a bisection and two
+    additions, where the real child's takes a lock per bucket it walks past."""
+
+    __slots__ = ("child", "bounds", "counts", "total", "dirty")
+
+    def __init__(self, child: Histogram) -> None:
+        self.child = child
+        self.bounds: list[float] = list(child._upper_bounds)  # ends with +Inf
+        self.counts = [0] * len(self.bounds)
+        self.total = 0.0
+        self.dirty = False
+
+    def observe(self, amount: float) -> None:
+        self.total += amount
+        if amount == amount:  # NaN is in no bucket, as the real child has it
+            self.counts[bisect_left(self.bounds, amount)] += 1
+        self.dirty = True
+
+    def flush(self) -> None:
+        if not self.dirty:
+            return
+        buckets = self.child._buckets
+        for i, count in enumerate(self.counts):
+            if count:
+                buckets[i].inc(count)
+                self.counts[i] = 0
+        self.child._sum.inc(self.total)
+        self.total, self.dirty = 0.0, False
+
+
+Tally = CounterTally | HistogramTally
+
+
+class Tallies:
+    """Every tally of one registry, flushed into the real metrics whenever the registry
+    is collected (a scrape, or `get_sample_value`): registered before any metric, so
+    it runs first."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._tallies: list[Tally] = []
+        registry.register(self)  # type: ignore[arg-type]
+
+    def add(self, tally: T) -> T:
+        self._tallies.append(tally)
+        return tally
+
+    def counter(self, metric: Counter) -> Labelled[CounterTally]:
+        return Labelled(metric, lambda child: self.add(CounterTally(child)))
+
+    def histogram(self, metric: Histogram) -> Labelled[HistogramTally]:
+        return Labelled(metric, lambda child: self.add(HistogramTally(child)))
+
+    def collect(self) -> list[object]:
+        for tally in self._tallies:
+            tally.flush()
+        return []
+
+
+T = TypeVar("T", CounterTally, HistogramTally)
+C = TypeVar("C")
+
+
+class Labelled(Generic[C]):
     """A labelled metric whose children are found by their label values in a dict of
     their own: `prometheus_client`'s `labels` takes a lock and rebuilds the key on every
     call, and the hot path asks for a few children per request. Label values are
-    bounded (see the module docstring), so the dict is too."""
+    bounded (see the module docstring), so the dict is too. A child is what `make`
+    turns the metric's own child into: a tally for counters and histograms."""
 
-    __slots__ = ("metric", "_children")
+    __slots__ = ("metric", "_make", "_children")
 
-    def __init__(self, metric: M) -> None:
-        self.metric: M = metric
-        self._children: dict[tuple[str, ...], M] = {}
+    def __init__(self, metric: Counter | Gauge | Histogram, make: Callable[[Any], C]) -> None:
+        self.metric = metric
+        self._make = make
+        self._children: dict[tuple[str, ...], C] = {}
 
-    def labels(self, *values: str) -> M:
+    def labels(self, *values: str) -> C:
         child = self._children.get(values)
         if child is None:
-            child = self._children[values] = self.metric.labels(*values)
+            child = self._children[values] = self._make(self.metric.labels(*values))
         return child
 
 
@@ -54,7 +142,8 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Labelled(
+        t = Tallies(r)  # before every metric: a collection flushes the tallies first
+        self.requests = t.counter(
             Counter(
                 "mrtr_requests",
                 "Client requests by JSON-RPC method and outcome",
@@ -62,7 +151,7 @@ class Metrics:
                 registry=r,
             )
         )
-        self.request_seconds = Labelled(
+        self.request_seconds = t.histogram(
             Histogram(
                 "mrtr_request_duration_seconds",
                 "Whole client request",
@@ -71,7 +160,7 @@ class Metrics:
                 registry=r,
             )
         )
-        self.upstream_seconds = Labelled(
+        self.upstream_seconds = t.histogram(
             Histogram(
                 "mrtr_upstream_duration_seconds",
                 "Plain upstream exchanges (request to response)",
@@ -80,7 +169,7 @@ class Metrics:
                 registry=r,
             )
         )
-        self.round_seconds = Labelled(
+        self.round_seconds = t.histogram(
             Histogram(
                 "mrtr_round_duration_seconds",
                 "One round of an interruptible call: from the client request to input_required or the result",
@@ -89,7 +178,7 @@ class Metrics:
                 registry=r,
             )
         )
-        self.resume_seconds = Labelled(
+        self.resume_seconds = t.histogram(
             Histogram(
                 "mrtr_resume_duration_seconds",
                 "A retry that resumed a parked call: from arrival to its outcome",
@@ -115,13 +204,17 @@ class Metrics:
             "Parked calls here whose upstream stream is gone: their retries are told so",
             registry=r,
         )
-        self.rounds_per_call = Histogram(
-            "mrtr_rounds_per_call",
-            "Rounds a finished call needed",
-            buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16),
-            registry=r,
+        self.rounds_per_call = t.add(
+            HistogramTally(
+                Histogram(
+                    "mrtr_rounds_per_call",
+                    "Rounds a finished call needed",
+                    buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16),
+                    registry=r,
+                )
+            )
         )
-        self.state_refusals = Labelled(
+        self.state_refusals = t.counter(
             Counter(
                 "mrtr_request_state_refusals",
                 "requestState refused, by reason",
@@ -129,7 +222,7 @@ class Metrics:
                 registry=r,
             )
         )
-        self.call_endings = Labelled(
+        self.call_endings = t.counter(
             Counter(
                 "mrtr_call_endings",
                 "Calls ended, by how (done, failed, expired, cancelled)",
@@ -137,10 +230,11 @@ class Metrics:
                 registry=r,
             )
         )
-        self.upstream_sessions = Labelled(
-            Gauge("mrtr_upstream_sessions", "Open upstream sessions", ["upstream"], registry=r)
+        self.upstream_sessions: Labelled[Gauge] = Labelled(
+            Gauge("mrtr_upstream_sessions", "Open upstream sessions", ["upstream"], registry=r),
+            lambda child: child,
         )
-        self.upstream_errors = Labelled(
+        self.upstream_errors = t.counter(
             Counter(
                 "mrtr_upstream_errors",
                 "Upstream failures (unreachable, protocol)",
@@ -148,7 +242,7 @@ class Metrics:
                 registry=r,
             )
         )
-        self.orphaned_sessions = Labelled(
+        self.orphaned_sessions = t.counter(
             Counter(
                 "mrtr_orphaned_sessions",
                 "Upstream sessions of dead replicas that this one ended, by outcome "
@@ -157,7 +251,7 @@ class Metrics:
                 registry=r,
             )
         )
-        self.store_seconds = Labelled(
+        self.store_seconds = t.histogram(
             Histogram(
                 "mrtr_store_duration_seconds",
                 "Suspended-call store operations",
@@ -166,10 +260,10 @@ class Metrics:
                 registry=r,
             )
         )
-        self.store_errors = Labelled(
+        self.store_errors = t.counter(
             Counter("mrtr_store_errors", "Failed store operations", ["op"], registry=r)
         )
-        self.handoffs = Labelled(
+        self.handoffs = t.counter(
             Counter(
                 "mrtr_fleet_handoffs",
                 "Retries served away from the replica that parked their call, by how "
