@@ -1,6 +1,7 @@
 """Instructions per pass-through call, counted by callgrind: a figure that does not drift.
 
     .venv/bin/python bench/instructions.py [--tree DIR ...] [--calls 400] [--by-function]
+        [--log-level info]
 
 Timings on two shared cores move by the hour; a count of instructions does not
 (`valgrind --tool=callgrind` gives the same total for the same code and inputs, whatever
@@ -41,6 +42,8 @@ from tests.peers.tooling import LegacyServer  # noqa: E402
 
 #: Calls of each of the 4 clients in both runs (beside the warm-up `measure` makes).
 WARM = 10
+#: The gateway's log level (`--log-level`): `info` is the shipped default.
+LEVEL = "info"
 #: Python under callgrind starts some fifty times slower than it does alone.
 START_S = 600.0
 
@@ -80,7 +83,7 @@ async def counted_run(tree: Path, legacy: LegacyServer, calls: int, folder: Path
         "gateway",
     ]
     env = {"PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-    config = upstream("legacy", legacy.url, pool={"min_idle": 4})
+    config = {**upstream("legacy", legacy.url, pool={"min_idle": 4}), "logging": {"level": LEVEL}}
     gateway = Gateway(config, folder, f"counted-{calls}", env=env, launcher=launcher)
     try:
         await measure("counted", 4, WARM + calls // 4, echo_to(gateway.url), quiet=True)
@@ -115,7 +118,10 @@ async def main() -> None:
     parser.add_argument("--tree", action="append", type=Path, help="a gateway checkout")
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--by-function", action="store_true")
+    parser.add_argument("--log-level", default="info", help="the gateway's (default: info)")
     args = parser.parse_args()
+    global LEVEL
+    LEVEL = args.log_level
     if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     wait_for_port = report.wait_for_port
