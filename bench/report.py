@@ -548,15 +548,39 @@ SECTIONS = {
 }
 
 
+#: Ten million additions at a module's top level, timed: the yardstick of the README's runs.
+SPEED_CHECK = (
+    "import time\nt = time.perf_counter()\ns = 0\nfor i in range(10_000_000):\n    s += i\n"
+    "print(time.perf_counter() - t)"
+)
+
+
+def machine_speed_s() -> float:
+    """Seconds a fresh Python takes for `SPEED_CHECK`: how fast the hour is (a shared
+    machine's speed changes by the hour, and a slower one moves every ratio against the
+    gateway). Printed before and after the sections."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", SPEED_CHECK], capture_output=True, text=True, check=True
+    )
+    return float(done.stdout)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     args = parser.parse_args()
     print(f"cores={os.cpu_count()}  (clients, gateways and servers share them)")
+    before = machine_speed_s()
     with tempfile.TemporaryDirectory(prefix="mrtr-report-") as tmp:
         for name in args.only.split(","):
             await SECTIONS[name](args, Path(tmp))
+    print(
+        f"machine: ten million additions in a plain loop took {before:.2f} s before the "
+        f"sections and {machine_speed_s():.2f} s after (compare runs of similar speed)"
+    )
     print("goals:")
     for g in GOALS:
         print(g.line())
