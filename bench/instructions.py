@@ -8,8 +8,9 @@ Timings on two shared cores move by the hour; a count of instructions does not
 else the machine is doing). For each `--tree` (a checkout of the gateway, by default this
 one: give two to compare a change with what it changes) it starts the legacy test server
 and, twice, a gateway from that tree under callgrind, with the shipped defaults and a
-fixed hash seed. It drives both alike, the second with `--calls` more calls, and prints (difference of the totals) / (difference of the calls): what one call costs,
-start-up and shut-down cancelled out. `--by-function` prints the C functions that
+fixed hash seed. It drives both alike, the second with `--calls` more calls, and prints
+(difference of the totals) / (difference of the calls): what one call costs, start-up
+and shut-down cancelled out. `--by-function` prints the C functions that
 difference is made of (the interpreter's loop, dict lookups, the regular-expression
 engine, ...), which says what kind of work a call is, not which Python line did it.
 
@@ -42,8 +43,6 @@ from tests.peers.tooling import LegacyServer  # noqa: E402
 
 #: Calls of each of the 4 clients in both runs (beside the warm-up `measure` makes).
 WARM = 10
-#: The gateway's log level (`--log-level`): `info` is the shipped default.
-LEVEL = "info"
 #: Python under callgrind starts some fifty times slower than it does alone.
 START_S = 600.0
 
@@ -69,7 +68,9 @@ def totals_by_function(out: Path) -> tuple[int, Counter[str]]:
     return total, by_function
 
 
-async def counted_run(tree: Path, legacy: LegacyServer, calls: int, folder: Path) -> Path:
+async def counted_run(
+    tree: Path, legacy: LegacyServer, calls: int, level: str, folder: Path
+) -> Path:
     """A gateway of `tree` under callgrind, driven by 4 clients with `WARM` calls each and
     then `calls` more in all: its callgrind output file, once it has stopped."""
     out = folder / f"callgrind.{calls}.out"
@@ -83,7 +84,7 @@ async def counted_run(tree: Path, legacy: LegacyServer, calls: int, folder: Path
         "gateway",
     ]
     env = {"PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-    config = {**upstream("legacy", legacy.url, pool={"min_idle": 4}), "logging": {"level": LEVEL}}
+    config = {**upstream("legacy", legacy.url, pool={"min_idle": 4}), "logging": {"level": level}}
     gateway = Gateway(config, folder, f"counted-{calls}", env=env, launcher=launcher)
     try:
         await measure("counted", 4, WARM + calls // 4, echo_to(gateway.url), quiet=True)
@@ -96,21 +97,21 @@ async def counted_run(tree: Path, legacy: LegacyServer, calls: int, folder: Path
     return out
 
 
-async def per_call(tree: Path, calls: int, by_function: bool) -> None:
+async def per_call(tree: Path, calls: int, level: str, by_function: bool) -> None:
     folder = Path(tempfile.mkdtemp(prefix="instructions-"))
     legacy = LegacyServer()
     try:
-        base = totals_by_function(await counted_run(tree, legacy, 0, folder))
-        more = totals_by_function(await counted_run(tree, legacy, calls, folder))
+        base = totals_by_function(await counted_run(tree, legacy, 0, level, folder))
+        more = totals_by_function(await counted_run(tree, legacy, calls, level, folder))
     finally:
         legacy.stop()
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"{tree}: {(more[0] - base[0]) / (calls // 4 * 4):,.0f} instructions per call")
+    print(f"{tree}: {(more[0] - base[0]) / calls:,.0f} instructions per call")
     if by_function:
         diff = more[1]
         diff.subtract(base[1])
         for name, count in diff.most_common(25):
-            print(f"  {count / (calls // 4 * 4):10,.0f}  {name}")
+            print(f"  {count / calls:10,.0f}  {name}")
 
 
 async def main() -> None:
@@ -120,14 +121,12 @@ async def main() -> None:
     parser.add_argument("--by-function", action="store_true")
     parser.add_argument("--log-level", default="info", help="the gateway's (default: info)")
     args = parser.parse_args()
-    global LEVEL
-    LEVEL = args.log_level
     if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     wait_for_port = report.wait_for_port
     report.wait_for_port = lambda port, proc: wait_for_port(port, proc, timeout=START_S)
     for tree in args.tree or [ROOT]:
-        await per_call(tree.resolve(), args.calls, args.by_function)
+        await per_call(tree.resolve(), args.calls // 4 * 4, args.log_level, args.by_function)
 
 
 if __name__ == "__main__":

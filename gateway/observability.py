@@ -77,6 +77,8 @@ class HistogramTally:
 
 
 Tally = CounterTally | HistogramTally
+T = TypeVar("T", CounterTally, HistogramTally)
+C = TypeVar("C")
 
 
 class Tallies:
@@ -102,10 +104,6 @@ class Tallies:
         for tally in self._tallies:
             tally.flush()
         return []
-
-
-T = TypeVar("T", CounterTally, HistogramTally)
-C = TypeVar("C")
 
 
 class Labelled(Generic[C]):
