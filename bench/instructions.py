@@ -1,7 +1,7 @@
-"""Instructions per pass-through call, counted by callgrind: a figure that does not drift.
+"""Instructions per call, counted by callgrind: a figure that does not drift.
 
-    .venv/bin/python bench/instructions.py [--tree DIR ...] [--calls 400] [--by-function]
-        [--log-level info]
+    .venv/bin/python bench/instructions.py [--tree DIR ...] [--op echo|greet] [--calls 400]
+        [--by-function] [--log-level info]
 
 Timings on two shared cores move by the hour; a count of instructions does not
 (`valgrind --tool=callgrind` gives the same total for the same code and inputs, whatever
@@ -10,7 +10,8 @@ one: give two to compare a change with what it changes) it starts the legacy tes
 and, twice, a gateway from that tree under callgrind, with the shipped defaults and a
 fixed hash seed. It drives both alike, the second with `--calls` more calls, and prints
 (difference of the totals) / (difference of the calls): what one call costs, start-up
-and shut-down cancelled out. `--by-function` prints the C functions that
+and shut-down cancelled out. `--op echo` (the default) is a pass-through call, `--op greet`
+an elicitation round trip: the call, its question parked, the retry that answers it. `--by-function` prints the C functions that
 difference is made of (the interpreter's loop, dict lookups, the regular-expression
 engine, ...), which says what kind of work a call is, not which Python line did it.
 
@@ -38,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import report  # noqa: E402
 from bench.bridge_bench import measure  # noqa: E402
-from bench.report import Gateway, echo_to, upstream  # noqa: E402
+from bench.report import Gateway, echo_to, greet_at, upstream  # noqa: E402
 from tests.peers.tooling import LegacyServer  # noqa: E402
 
 #: Calls of each of the 4 clients in both runs (beside the warm-up `measure` makes).
@@ -68,8 +69,11 @@ def totals_by_function(out: Path) -> tuple[int, Counter[str]]:
     return total, by_function
 
 
+OPS = {"echo": echo_to, "greet": greet_at}
+
+
 async def counted_run(
-    tree: Path, legacy: LegacyServer, calls: int, level: str, folder: Path
+    tree: Path, legacy: LegacyServer, op: str, calls: int, level: str, folder: Path
 ) -> Path:
     """A gateway of `tree` under callgrind, driven by 4 clients with `WARM` calls each and
     then `calls` more in all: its callgrind output file, once it has stopped."""
@@ -87,7 +91,7 @@ async def counted_run(
     config = {**upstream("legacy", legacy.url, pool={"min_idle": 4}), "logging": {"level": level}}
     gateway = Gateway(config, folder, f"counted-{calls}", env=env, launcher=launcher)
     try:
-        await measure("counted", 4, WARM + calls // 4, echo_to(gateway.url), quiet=True)
+        await measure("counted", 4, WARM + calls // 4, OPS[op](gateway.url), quiet=True)
         gateway.proc.send_signal(signal.SIGTERM)  # an orderly stop writes the counts
         await asyncio.to_thread(gateway.proc.wait, START_S)
     finally:
@@ -97,16 +101,16 @@ async def counted_run(
     return out
 
 
-async def per_call(tree: Path, calls: int, level: str, by_function: bool) -> None:
+async def per_call(tree: Path, op: str, calls: int, level: str, by_function: bool) -> None:
     folder = Path(tempfile.mkdtemp(prefix="instructions-"))
     legacy = LegacyServer()
     try:
-        base = totals_by_function(await counted_run(tree, legacy, 0, level, folder))
-        more = totals_by_function(await counted_run(tree, legacy, calls, level, folder))
+        base = totals_by_function(await counted_run(tree, legacy, op, 0, level, folder))
+        more = totals_by_function(await counted_run(tree, legacy, op, calls, level, folder))
     finally:
         legacy.stop()
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"{tree}: {(more[0] - base[0]) / calls:,.0f} instructions per call")
+    print(f"{tree}: {(more[0] - base[0]) / calls:,.0f} instructions per {op}")
     if by_function:
         diff = more[1]
         diff.subtract(base[1])
@@ -117,6 +121,7 @@ async def per_call(tree: Path, calls: int, level: str, by_function: bool) -> Non
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", action="append", type=Path, help="a gateway checkout")
+    parser.add_argument("--op", choices=sorted(OPS), default="echo")
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--by-function", action="store_true")
     parser.add_argument("--log-level", default="info", help="the gateway's (default: info)")
@@ -126,7 +131,7 @@ async def main() -> None:
     wait_for_port = report.wait_for_port
     report.wait_for_port = lambda port, proc: wait_for_port(port, proc, timeout=START_S)
     for tree in args.tree or [ROOT]:
-        await per_call(tree.resolve(), args.calls // 4 * 4, args.log_level, args.by_function)
+        await per_call(tree.resolve(), args.op, args.calls // 4 * 4, args.log_level, args.by_function)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from typing import Any
 
 from gateway.errors import InvalidParams
 from gateway.protocol import inputs, keys, translate
-from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.inbound import LOG_LEVELS
 from gateway.protocol.jsonrpc import RequestId
 
@@ -167,7 +167,7 @@ class CallMachine:
     round: int = 0  # suspensions so far; state minted at suspension n resumes round n
     pending: dict[str, Pending] = field(default_factory=dict)
     journal: list[dict[str, Any]] = field(default_factory=list)
-    ctx: RoundContext = field(default_factory=lambda: RoundContext(ClientCaps()))
+    ctx: RoundContext = field(default_factory=lambda: RoundContext(NO_CAPABILITIES))
 
     def fire(self, trigger: Trigger) -> Phase:
         try:

@@ -56,27 +56,20 @@ class ClientCaps:
         if isinstance(elicitation, dict):
             form = "form" in elicitation or "url" not in elicitation  # {} means form only
             url = "url" in elicitation
-        return cls(
-            elicitation_form=form,
-            elicitation_url=url,
-            sampling=isinstance(sampling, dict),
-            sampling_tools=isinstance(sampling, dict) and isinstance(sampling.get("tools"), dict),
-            sampling_context=isinstance(sampling, dict)
-            and isinstance(sampling.get("context"), dict),
-            roots=isinstance(value.get("roots"), dict),
+        sampled = isinstance(sampling, dict)
+        return _interned(
+            form,
+            url,
+            sampled,
+            sampled and isinstance(sampling.get("tools"), dict),
+            sampled and isinstance(sampling.get("context"), dict),
+            isinstance(value.get("roots"), dict),
         )
 
     @classmethod
     def from_key(cls, key: str) -> ClientCaps:
         names = set() if key == "none" else set(key.split(","))
-        return cls(
-            elicitation_form="ef" in names,
-            elicitation_url="eu" in names,
-            sampling="s" in names,
-            sampling_tools="st" in names,
-            sampling_context="sc" in names,
-            roots="r" in names,
-        )
+        return _interned(*(name in names for name in ("ef", "eu", "s", "st", "sc", "r")))
 
     def legacy_declaration(self, version: Version) -> dict[str, Any]:
         """The `capabilities` of a legacy `initialize` at `version`.
@@ -125,3 +118,19 @@ class ClientCaps:
         if method == "roots/list":
             return None if self.roots else {"roots": {}}
         return None
+
+
+#: One object per capability set (at most 64): a request reads its client's set, and
+#: building a frozen dataclass each time cost more than the rest of the reading.
+_INTERNED: dict[tuple[bool, ...], ClientCaps] = {}
+
+
+def _interned(*flags: bool) -> ClientCaps:
+    caps = _INTERNED.get(flags)
+    if caps is None:
+        caps = _INTERNED[flags] = ClientCaps(*flags)
+    return caps
+
+
+#: A client that declared nothing.
+NO_CAPABILITIES = _interned(*(False,) * 6)

@@ -29,7 +29,7 @@ import structlog
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.errors import CapacityExceeded, SessionsBusy, UpstreamError
-from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import Version
 from gateway.upstream.port import PooledSession, SessionExpired, UpstreamSession
@@ -63,7 +63,7 @@ class SessionPool(SessionSlots):
     async def _warm_up(self) -> None:
         """Open the shared session at start, so readiness reflects the upstream at once."""
         try:
-            await self.shared(ClientCaps())
+            await self.shared(NO_CAPABILITIES)
         except (UpstreamError, CapacityExceeded) as exc:
             log.warning("upstream_unreachable_at_start", upstream=self.name, error=exc.message)
 
@@ -75,7 +75,7 @@ class SessionPool(SessionSlots):
         """
         if self.reachable:
             return True
-        shared = self._shared.get(ClientCaps().key)
+        shared = self._shared.get(NO_CAPABILITIES.key)
         if shared is not None and self._usable(shared):
             self.reachable = True
             return True
@@ -368,7 +368,7 @@ class SessionPool(SessionSlots):
     async def upstream_info(self) -> UpstreamInfo:
         """What the upstream said in `initialize` (opens the shared session if needed)."""
         if self.info is None:
-            await self.shared(ClientCaps())
+            await self.shared(NO_CAPABILITIES)
         assert self.info is not None
         return self.info
 
@@ -378,7 +378,10 @@ class SessionPool(SessionSlots):
             now = self.clock.monotonic()
             for key, shared in list(self._shared.items()):
                 # Shared sessions of rarely seen capability sets go too (not the default one).
-                if key != ClientCaps().key and now - shared.last_used > self.limits.idle_timeout_s:
+                if (
+                    key != NO_CAPABILITIES.key
+                    and now - shared.last_used > self.limits.idle_timeout_s
+                ):
                     del self._shared[key]
                     self._forget(shared)
             for idle in self._idle.values():

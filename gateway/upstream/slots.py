@@ -17,7 +17,7 @@ from gateway.aio import spawn
 from gateway.clock import Clock, SystemClock
 from gateway.config import PoolLimits
 from gateway.errors import UpstreamError
-from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import Version
 from gateway.upstream.demand import Demand, Restarts
@@ -135,7 +135,7 @@ class SessionSlots:
     async def end_other(self, session_id: str, version: Version) -> int:
         """End upstream a session a dead replica left open (it takes no slot here): the
         status the server answered. Raises: UpstreamError."""
-        return await self.new_session(ClientCaps()).end_other(session_id, version)
+        return await self.new_session(NO_CAPABILITIES).end_other(session_id, version)
 
     def _start_failed(self, exc: BaseException) -> None:
         self._failed()

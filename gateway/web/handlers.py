@@ -20,7 +20,7 @@ from gateway.calls.bridge import Bridge
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import PayloadTooLarge, RpcError
 from gateway.protocol import inbound, jsonrpc, params, translate
-from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool
 from gateway.web.channel import ResponseChannel
@@ -190,4 +190,6 @@ class McpEndpoint:
         return result if isinstance(result, dict) else {}
 
     async def _list_tools(self, cursor: str | None) -> dict[str, Any]:
-        return await self._request(ClientCaps(), "tools/list", {"cursor": cursor} if cursor else {})
+        return await self._request(
+            NO_CAPABILITIES, "tools/list", {"cursor": cursor} if cursor else {}
+        )

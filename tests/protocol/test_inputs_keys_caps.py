@@ -8,7 +8,7 @@ import pytest
 
 from gateway.errors import InvalidParams
 from gateway.protocol import inputs, keys
-from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.versions import Version
 
 SCHEMA = {
@@ -146,6 +146,20 @@ def test_capabilities_are_read_declared_upstream_and_checked() -> None:
     assert ClientCaps().key == "none"
     with pytest.raises(InvalidParams):
         ClientCaps.from_wire({"sampling": True})
+
+
+def test_each_capability_set_is_one_object_with_its_own_flags() -> None:
+    # Read once per request, so the sets are shared objects: each must still be its own.
+    for n in range(64):
+        flags = tuple(bool(n >> bit & 1) for bit in range(6))
+        built = ClientCaps(*flags)
+        assert ClientCaps.from_key(built.key) == built
+        assert ClientCaps.from_key(built.key) is ClientCaps.from_key(built.key)
+    declared = {"elicitation": {"url": {}}, "sampling": {"context": {}}}
+    first, again = ClientCaps.from_wire(declared), ClientCaps.from_wire(dict(declared))
+    assert first is again
+    assert first == ClientCaps(elicitation_url=True, sampling=True, sampling_context=True)
+    assert ClientCaps.from_wire({}) is NO_CAPABILITIES == ClientCaps()
 
 
 def test_each_way_a_form_answer_misses_its_schema_is_named_without_the_value() -> None:
