@@ -131,7 +131,9 @@ async def main() -> None:
     wait_for_port = report.wait_for_port
     report.wait_for_port = lambda port, proc: wait_for_port(port, proc, timeout=START_S)
     for tree in args.tree or [ROOT]:
-        await per_call(tree.resolve(), args.op, args.calls // 4 * 4, args.log_level, args.by_function)
+        await per_call(
+            tree.resolve(), args.op, args.calls // 4 * 4, args.log_level, args.by_function
+        )
 
 
 if __name__ == "__main__":

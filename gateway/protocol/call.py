@@ -21,6 +21,7 @@ from gateway.protocol import inputs, keys, translate
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.inbound import LOG_LEVELS
 from gateway.protocol.jsonrpc import RequestId
+from gateway.values import quick_init
 
 
 class Phase(Enum):
@@ -98,6 +99,7 @@ class Pending:
         )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RoundContext:
     """What the client request currently being served asked for."""
@@ -107,6 +109,7 @@ class RoundContext:
     log_level: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Relay:
     """Send this notification on the client's response stream."""
@@ -114,6 +117,7 @@ class Relay:
     notification: dict[str, Any]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Answer:
     """Send this JSON-RPC response to the legacy server."""
@@ -128,6 +132,7 @@ class Answer:
         return {"jsonrpc": "2.0", "id": self.upstream_id, "result": self.result or {}}
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Asked:
     """A new question is pending under `key`."""
@@ -135,6 +140,7 @@ class Asked:
     key: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Refused:
     """The server asked for a capability this request did not declare."""
@@ -142,6 +148,7 @@ class Refused:
     required: dict[str, Any]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Finished:
     """The upstream call ended with this result or error."""

@@ -56,15 +56,12 @@ class ClientCaps:
         if isinstance(elicitation, dict):
             form = "form" in elicitation or "url" not in elicitation  # {} means form only
             url = "url" in elicitation
-        sampled = isinstance(sampling, dict)
-        return _interned(
-            form,
-            url,
-            sampled,
-            sampled and isinstance(sampling.get("tools"), dict),
-            sampled and isinstance(sampling.get("context"), dict),
-            isinstance(value.get("roots"), dict),
-        )
+        sampled = tools = context = False
+        if isinstance(sampling, dict):
+            sampled = True
+            tools = isinstance(sampling.get("tools"), dict)
+            context = isinstance(sampling.get("context"), dict)
+        return _interned(form, url, sampled, tools, context, isinstance(value.get("roots"), dict))
 
     @classmethod
     def from_key(cls, key: str) -> ClientCaps:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gateway.values import quick_init
+
 MAX_HEAD_BYTES = 64 * 1024
 MAX_CHUNK_LINE_BYTES = 1024
 _CRLF = b"\r\n"
@@ -30,6 +32,7 @@ class Incomplete(BadResponse):
     """The connection ended in the middle of a response."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Head:
     status: int
