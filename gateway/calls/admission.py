@@ -10,8 +10,8 @@ and the refusal counter only.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
+from types import TracebackType
 from typing import Any
 
 import structlog
@@ -68,14 +68,8 @@ class Admission:
         """What every state minted for `upstream` is bound to."""
         return f"{self._audience}|{upstream.name}"
 
-    @contextmanager
-    def _refusals(self, upstream: UpstreamConfig) -> Iterator[None]:
-        try:
-            yield
-        except InvalidRequestState as exc:
-            log.warning("request_state_refused", reason=exc.reason, upstream=upstream.name)
-            self.metrics.state_refusals.labels(exc.reason).inc()
-            raise
+    def _refusals(self, upstream: UpstreamConfig) -> _Refusals:
+        return _Refusals(self.metrics, upstream.name)
 
     def open(
         self, upstream: UpstreamConfig, token: Any, principal: str, digest: str
@@ -157,3 +151,27 @@ class Admission:
         log.warning("round_claimed_from_dead_replica", dead=dead)
         self.metrics.handoffs.labels("claimed_from_dead").inc()
         return stolen
+
+
+class _Refusals:
+    """Logs and counts a refused `requestState` (a plain context manager, not a generator:
+    it wraps every retry)."""
+
+    __slots__ = ("metrics", "upstream")
+
+    def __init__(self, metrics: Metrics, upstream: str) -> None:
+        self.metrics = metrics
+        self.upstream = upstream
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(error, InvalidRequestState):
+            log.warning("request_state_refused", reason=error.reason, upstream=self.upstream)
+            self.metrics.state_refusals.labels(error.reason).inc()

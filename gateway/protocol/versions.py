@@ -19,13 +19,12 @@ class Version(StrEnum):
     @classmethod
     def parse(cls, value: object) -> Version | None:
         """The known revision named by `value`, or None for anything else."""
-        if not isinstance(value, str):
-            return None
-        try:
-            return cls(value)
-        except ValueError:
-            return None
+        return _BY_VALUE.get(value) if isinstance(value, str) else None
 
+
+#: Each revision by its name: read on every request, and an enum's own lookup by value
+#: (`Version(text)`) runs several Python calls where this is one lookup.
+_BY_VALUE: dict[str, Version] = {v.value: v for v in Version}
 
 #: What the gateway serves to clients (the front side).
 FRONT_VERSIONS: tuple[Version, ...] = (Version.V2026_07_28,)

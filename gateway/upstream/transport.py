@@ -9,8 +9,8 @@ Nothing here decides what a message means.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import TracebackType
 from typing import Any
 
 import aiohttp
@@ -21,18 +21,31 @@ from gateway.protocol import jsonrpc, sse
 _DRAIN_S = 1.0
 
 
-@contextmanager
-def mapped_errors(doing: str) -> Iterator[None]:
+class mapped_errors:  # noqa: N801 - used as a function: `with mapped_errors(...)`
     """Turn a foreign failure while `doing` something into `UpstreamError`.
 
-    `UpstreamError`s raised inside pass through unchanged.
+    `UpstreamError`s raised inside pass through unchanged. A plain context manager, not
+    a generator: it wraps every upstream request.
     """
-    try:
-        yield
-    except UpstreamError:
-        raise
-    except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
-        raise failure(doing, exc) from exc
+
+    __slots__ = ("doing",)
+
+    def __init__(self, doing: str) -> None:
+        self.doing = doing
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(error, UpstreamError):
+            return
+        if isinstance(error, (TimeoutError, aiohttp.ClientError, OSError, ValueError)):
+            raise failure(self.doing, error) from error
 
 
 def failure(doing: str, exc: BaseException) -> UpstreamError:
