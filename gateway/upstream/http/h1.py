@@ -12,7 +12,6 @@ a malformed or oversized head or chunk line raises `BadResponse` (a ValueError).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from gateway.values import quick_init
@@ -21,7 +20,13 @@ MAX_HEAD_BYTES = 64 * 1024
 MAX_CHUNK_LINE_BYTES = 1024
 _CRLF = b"\r\n"
 _NO_BODY = frozenset({204, 304})
-_FORBIDDEN = re.compile("[\r\n\0]")  # would end a header line, or the head
+
+
+def _forbidden(text: str) -> bool:
+    """Whether `text` holds CR, LF or NUL (they would end a header line, or the head).
+    Three scans of a string, each by memchr, cost less than one regular-expression
+    search through a character class, character by character."""
+    return "\r" in text or "\n" in text or "\0" in text
 
 
 class BadResponse(ValueError):
@@ -62,8 +67,8 @@ def request_head(
         if not name or ":" in name:
             raise ValueError(f"header {name!r} cannot be sent: it holds a forbidden character")
         lines.append(f"{name}: {value}")
-    if _FORBIDDEN.search("".join(lines[2:])):  # one search for them all; then find which
-        bad = next(n for n, v in headers.items() if _FORBIDDEN.search(n + v))
+    if _forbidden("".join(lines[2:])):  # one look at them all; then find which
+        bad = next(n for n, v in headers.items() if _forbidden(n + v))
         raise ValueError(f"header {bad!r} cannot be sent: it holds a forbidden character")
     if length or method not in ("GET", "DELETE"):
         lines.append(f"Content-Length: {length}")
