@@ -63,7 +63,7 @@ class Endings:
         else:  # nothing to await (a call that never parked): no task for it
             self._let_go(call, reuse=True)
             self._settle(call)
-        self.metrics.call_endings.labels(call.phase.value).inc()
+        self.metrics.call_endings.labels(call.phase).inc()
         self.metrics.rounds_per_call.observe(call.machine.round)
 
     async def end(
@@ -132,8 +132,8 @@ class Endings:
         finally:
             await self._cleanup(call, reuse=False)
         if release_questions:  # a replay-mode round ends its run by design, not the call
-            self.metrics.call_endings.labels(machine.phase.value).inc()
-        log.info(f"call_{machine.phase.value}", reason=reason, rounds=machine.round)
+            self.metrics.call_endings.labels(machine.phase).inc()
+        log.info(f"call_{machine.phase}", reason=reason, rounds=machine.round)
 
     async def _cleanup(
         self, call: LiveCall, *, reuse: bool, kept: Kept | None = None, reply: Reply | None = None

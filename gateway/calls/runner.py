@@ -262,8 +262,11 @@ class Runner:
                 self.pace.round_closed(target, asked)
                 return await self.suspender.suspend(call)
             try:
-                async with clocks.deadline(self.clock, closes_at):
+                if closes_at is None:  # nothing to wait for but the call: no timer to arm
                     item = await call.inbox.get()
+                else:
+                    async with clocks.deadline(self.clock, closes_at):
+                        item = await call.inbox.get()
             except TimeoutError:
                 if asked:
                     self.pace.round_closed(target, asked)

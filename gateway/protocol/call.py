@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from gateway.errors import InvalidParams
@@ -24,7 +24,9 @@ from gateway.protocol.jsonrpc import RequestId
 from gateway.values import quick_init
 
 
-class Phase(Enum):
+# String enums: hashed as their strings in C (a plain Enum's hash is a Python call, and
+# the transition table is read at every step of every call), and their own label values.
+class Phase(StrEnum):
     RUNNING = "running"
     SUSPENDED = "suspended"
     DONE = "done"
@@ -33,7 +35,7 @@ class Phase(Enum):
     CANCELLED = "cancelled"
 
 
-class Trigger(Enum):
+class Trigger(StrEnum):
     SUSPEND = "suspend"
     RESUME = "resume"
     COMPLETE = "complete"
@@ -180,7 +182,7 @@ class CallMachine:
         try:
             self.phase = TRANSITIONS[(self.phase, trigger)]
         except KeyError:
-            raise IllegalTransition(f"{trigger.value} while {self.phase.value}") from None
+            raise IllegalTransition(f"{trigger} while {self.phase}") from None
         if trigger is Trigger.SUSPEND:
             self.round += 1
         return self.phase

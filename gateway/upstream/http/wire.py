@@ -88,7 +88,7 @@ class HttpWire:
         headers["Content-Type"] = "application/json"
         if self.session_id is not None:
             headers[SESSION_HEADER] = self.session_id
-            headers[VERSION_HEADER] = self.version.value
+            headers[VERSION_HEADER] = str(self.version)  # a StrEnum's str() is its value, in C
         return headers
 
     def forget_session(self) -> None:
