@@ -46,6 +46,7 @@ always gets the same message. Errors whose detail names internals (`UpstreamErro
 
 from __future__ import annotations
 
+from types import TracebackType
 from typing import Any, ClassVar
 
 PARSE_ERROR = -32700
@@ -345,3 +346,26 @@ class LeaseLost(StoreError):
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message, {"reason": self.reason})
+
+
+class ErrorWatch:
+    """A context manager that shows `seen` each exception leaving its block (which may
+    raise another in its place); a plain class, as those on every request are cheaper
+    than a generator's `contextmanager`."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if error is not None:
+            self.seen(error)
+
+    def seen(self, error: BaseException) -> None:
+        raise NotImplementedError

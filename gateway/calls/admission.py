@@ -11,7 +11,6 @@ and the refusal counter only.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from types import TracebackType
 from typing import Any
 
 import structlog
@@ -21,7 +20,7 @@ from gateway import logging as log_context
 from gateway.calls.forwarding import Forward
 from gateway.clock import Clock
 from gateway.config import UpstreamConfig
-from gateway.errors import InvalidRequestState
+from gateway.errors import ErrorWatch, InvalidRequestState
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.call import Pending, check_answers
@@ -153,9 +152,8 @@ class Admission:
         return stolen
 
 
-class _Refusals:
-    """Logs and counts a refused `requestState` (a plain context manager, not a generator:
-    it wraps every retry)."""
+class _Refusals(ErrorWatch):
+    """Logs and counts a refused `requestState`."""
 
     __slots__ = ("metrics", "upstream")
 
@@ -163,15 +161,7 @@ class _Refusals:
         self.metrics = metrics
         self.upstream = upstream
 
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def seen(self, error: BaseException) -> None:
         if isinstance(error, InvalidRequestState):
             log.warning("request_state_refused", reason=error.reason, upstream=self.upstream)
             self.metrics.state_refusals.labels(error.reason).inc()

@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from types import TracebackType
 from typing import Any
 
 import aiohttp
 
-from gateway.errors import UpstreamError
+from gateway.errors import ErrorWatch, UpstreamError
 from gateway.protocol import jsonrpc, sse
 
 _DRAIN_S = 1.0
 
 
-class mapped_errors:  # noqa: N801 - used as a function: `with mapped_errors(...)`
+class mapped_errors(ErrorWatch):  # noqa: N801 - used as a function: `with mapped_errors(...)`
     """Turn a foreign failure while `doing` something into `UpstreamError`.
 
-    `UpstreamError`s raised inside pass through unchanged. A plain context manager, not
-    a generator: it wraps every upstream request.
+    `UpstreamError`s raised inside pass through unchanged.
     """
 
     __slots__ = ("doing",)
@@ -33,15 +31,7 @@ class mapped_errors:  # noqa: N801 - used as a function: `with mapped_errors(...
     def __init__(self, doing: str) -> None:
         self.doing = doing
 
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def seen(self, error: BaseException) -> None:
         if isinstance(error, UpstreamError):
             return
         if isinstance(error, (TimeoutError, aiohttp.ClientError, OSError, ValueError)):
