@@ -1,0 +1,104 @@
+"""Two checkouts of the gateway timed in the same minutes: what a change does to the goals.
+
+    .venv/bin/python bench/ab.py --tree BEFORE --tree AFTER [--quick]
+
+On two shared cores a run's speed moves by the hour (see README, Performance), so runs of
+`bench/report.py` made an hour apart cannot tell a change of a few percent from the
+machine's drift. This starts one legacy server and a gateway from each tree (shipped
+defaults), and measures them, with the server driven directly, in alternating batches
+(`report.interleaved`): the pass-through call at 32 clients (throughput, CPU per call)
+and at one client (p50), and the elicitation round trip at one client (p50) and at 16
+(throughput). Each figure is printed for each tree as a ratio against the direct one,
+as the goals are stated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import uvloop
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.report import (  # noqa: E402
+    Gateway,
+    MakeOp,
+    Variant,
+    direct_echo,
+    direct_greet,
+    echo_to,
+    greet_at,
+    interleaved,
+    upstream,
+)
+from tests.peers.tooling import LegacyServer  # noqa: E402
+
+
+def gateway_of(tree: Path, legacy: LegacyServer, folder: Path, name: str) -> Gateway:
+    """A gateway from `tree` (its PYTHONPATH; `-P`: not the working directory's)."""
+    return Gateway(
+        upstream("legacy", legacy.url, pool={"min_idle": 4}),
+        folder,
+        name,
+        env={"PYTHONPATH": str(tree)},
+        launcher=[sys.executable, "-P", "-m", "gateway"],
+    )
+
+
+async def compare(trees: list[Path], quick: bool, folder: Path) -> None:
+    legacy = LegacyServer()
+    assert legacy.proc is not None
+    server = legacy.proc.pid
+    gateways = [gateway_of(tree, legacy, folder, f"tree{i}") for i, tree in enumerate(trees)]
+    names = [str(tree) for tree in trees]
+    n, seq = (64, 200) if quick else (320, 800)
+
+    def variants(direct: MakeOp, through: Callable[[str], MakeOp], cpu: bool) -> list[Variant]:
+        return [Variant("direct", direct, (server,) if cpu else ())] + [
+            Variant(name, through(gw.url), (gw.pid, server) if cpu else ())
+            for name, gw in zip(names, gateways, strict=True)
+        ]
+
+    try:
+        echo32 = await interleaved(variants(direct_echo(legacy.url), echo_to, True), 32, n)
+        echo1 = await interleaved(variants(direct_echo(legacy.url), echo_to, False), 1, seq)
+        greet1 = await interleaved(variants(direct_greet(legacy.url), greet_at, False), 1, seq // 2)
+        greet16 = await interleaved(variants(direct_greet(legacy.url), greet_at, False), 16, n)
+    finally:
+        for gw in gateways:
+            gw.stop()
+        legacy.stop()
+    direct_cpu = echo32[0]["cpu_s"][0] / echo32[0]["ops"] * 1000
+    print(
+        f"direct: echo {echo32[0]['per_s']:.0f}/s at 32 clients, p50 {echo1[0]['p50_ms']:.2f} ms "
+        f"at 1; greet p50 {greet1[0]['p50_ms']:.2f} ms at 1, {greet16[0]['per_s']:.0f}/s at 16; "
+        f"the server's CPU per echo {direct_cpu:.3f} ms"
+    )
+    for i, name in enumerate(names, start=1):
+        own = echo32[i]["cpu_s"][0] / echo32[i]["ops"] * 1000
+        print(
+            f"{name}:\n"
+            f"  pass-through throughput at 32 clients  {echo32[i]['per_s'] / echo32[0]['per_s']:.2f}x\n"
+            f"  pass-through p50 at 1 client           +{echo1[i]['p50_ms'] - echo1[0]['p50_ms']:.2f} ms\n"
+            f"  CPU per pass-through call              {own / direct_cpu:.3f}x ({own:.3f} ms)\n"
+            f"  round trip p50 at 1 client             {greet1[i]['p50_ms'] / greet1[0]['p50_ms']:.2f}x\n"
+            f"  round-trip throughput at 16 clients    {greet16[i]['per_s'] / greet16[0]['per_s']:.2f}x"
+        )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tree", action="append", type=Path, required=True)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mrtr-ab-") as tmp:
+        await compare([t.resolve() for t in args.tree], args.quick, Path(tmp))
+
+
+if __name__ == "__main__":
+    uvloop.run(main())
