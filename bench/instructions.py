@@ -11,9 +11,10 @@ and, twice, a gateway from that tree under callgrind, with the shipped defaults 
 fixed hash seed. It drives both alike, the second with `--calls` more calls, and prints
 (difference of the totals) / (difference of the calls): what one call costs, start-up
 and shut-down cancelled out. `--op echo` (the default) is a pass-through call, `--op greet`
-an elicitation round trip: the call, its question parked, the retry that answers it. `--by-function` prints the C functions that
-difference is made of (the interpreter's loop, dict lookups, the regular-expression
-engine, ...), which says what kind of work a call is, not which Python line did it.
+an elicitation round trip: the call, its question parked, the retry that answers it.
+`--by-function` prints the C functions that difference is made of (the interpreter's
+loop, dict lookups, the regular-expression engine, ...), which says what kind of work a
+call is, not which Python line did it.
 
 What it does not count: the kernel's side of each syscall, and time waiting. Use it to
 keep or drop a change to the hot path, and `bench/report.py` for the goals themselves.

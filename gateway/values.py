@@ -33,24 +33,20 @@ def quick_init(cls: type[T]) -> type[T]:
         name = field.name
         env[f"_set_{name}"] = cls.__dict__[name].__set__  # the slot's member descriptor
         has_factory = field.default_factory is not dataclasses.MISSING
-        if has_factory:
-            env[f"_make_{name}"] = field.default_factory
+        has_default = field.default is not dataclasses.MISSING
+        env[f"_make_{name}"] = field.default_factory
+        env[f"_default_{name}"] = field.default
         if not field.init:
             if has_factory:
                 body.append(f"_set_{name}(self, _make_{name}())")
-            elif field.default is not dataclasses.MISSING:
-                env[f"_default_{name}"] = field.default
+            elif has_default:
                 body.append(f"_set_{name}(self, _default_{name})")
             continue  # else left for __post_init__
         if has_factory:
             param = f"{name}=_NO_VALUE"
             body.append(f"_set_{name}(self, _make_{name}() if {name} is _NO_VALUE else {name})")
         else:
-            if field.default is dataclasses.MISSING:
-                param = name
-            else:
-                env[f"_default_{name}"] = field.default
-                param = f"{name}=_default_{name}"
+            param = f"{name}=_default_{name}" if has_default else name
             body.append(f"_set_{name}(self, {name})")
         (keyword if field.kw_only else positional).append(param)
     if hasattr(cls, "__post_init__"):
