@@ -23,13 +23,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol
 
-from redis.exceptions import RedisError
-
 from gateway.auth.errors import RateLimited
 from gateway.auth.ports import WallClock
 from gateway.auth.principal import Identity
 from gateway.errors import StoreError
-from gateway.store.redis_client import RedisClient
+from gateway.store.redis_client import RedisClient, from_redis
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +178,9 @@ class RedisTokenBucket:
         ]
         try:
             allowed, wait = await self._script(keys=[self.key(key)], args=args)
-        except (RedisError, OSError) as exc:
+        except Exception as exc:
+            if not from_redis(exc):
+                raise
             raise StoreError(f"Redis rate limit: {type(exc).__name__}: {exc}") from exc
         if int(allowed) == 1:
             return RateDecision(True)

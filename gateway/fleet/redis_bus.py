@@ -21,13 +21,12 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
-from redis.exceptions import RedisError
 
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.clock import Clock
 from gateway.store.base import Delivery
-from gateway.store.redis_client import RedisClient, ride_out, text
+from gateway.store.redis_client import RedisClient, from_redis, ride_out, text
 
 log = structlog.get_logger("gateway.fleet")
 
@@ -106,8 +105,9 @@ class RedisBus:
                 log.warning("fleet_task_stuck", task=task.get_name())
         try:
             await self.client.delete(self.replica_key(self.replica_id))
-        except (RedisError, OSError):
-            pass
+        except Exception as exc:
+            if not from_redis(exc):
+                raise
 
     async def _heartbeat(self) -> None:
         ttl_ms = int(self.heartbeat_s * 2000)
@@ -125,7 +125,9 @@ class RedisBus:
                 if not self.healthy:
                     log.info("fleet_joined", replica=self.replica_id)
                 self.healthy = True
-            except (RedisError, OSError) as exc:
+            except Exception as exc:
+                if not from_redis(exc):
+                    raise
                 _stop_if_cancelled(exc)
                 if self.healthy:
                     log.warning("fleet_heartbeat_failed", error=str(exc))
@@ -152,7 +154,9 @@ class RedisBus:
         while True:
             try:
                 popped = await self.client.blpop([key], timeout=_POLL_S)
-            except (RedisError, OSError) as exc:
+            except Exception as exc:
+                if not from_redis(exc):
+                    raise
                 _stop_if_cancelled(exc)
                 log.warning("fleet_inbox_failed", error=str(exc))
                 await clocks.sleep(self.clock, _POLL_S)

@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 
 import structlog
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
 
 from gateway.clock import Clock, SystemClock
 from gateway.store import redis_scripts as lua
@@ -32,7 +31,7 @@ from gateway.store.base import (
     Reply,
     SuspendedCall,
 )
-from gateway.store.redis_client import RIDE_OUT_S, RedisClient, ride_out, text
+from gateway.store.redis_client import RIDE_OUT_S, RedisClient, from_redis, ride_out, text
 
 T = TypeVar("T")
 log = structlog.get_logger("gateway.store")
@@ -285,7 +284,9 @@ class RedisStore:
     async def ping(self) -> bool:
         try:
             return bool(await self.client.ping())
-        except (RedisError, OSError):
+        except Exception as exc:
+            if not from_redis(exc):
+                raise
             return False
 
     async def close(self) -> None:

@@ -106,6 +106,14 @@ def raised_by_client(exc: BaseException) -> bool:
     return False
 
 
+def from_redis(exc: BaseException) -> bool:
+    """Whether `exc` is Redis failing (refused, out of reach) or its client failing inside
+    (under uvloop, a write on a connection a failover just closed raises RuntimeError up
+    through redis-py's writer), not the gateway's own code: what a loop that talks to
+    Redis logs and rides out instead of dying on."""
+    return isinstance(exc, (RedisError, OSError)) or raised_by_client(exc)
+
+
 def text(raw: str | bytes) -> str:
     """A reply as text (the client returns bytes); bytes that are not UTF-8 are replaced,
     never raised from a loop that reads what any process may have written."""

@@ -1,9 +1,12 @@
-"""What the store's ride-out tries again: Redis out of reach, or its client failing inside
-(mid failover); never a failure of the gateway's own code, which surfaces as it is."""
+"""What the store's ride-out tries again, and what the fleet's loops outlive: Redis out of
+reach, or its client failing inside (mid failover); never a failure of the gateway's own
+code, which surfaces as it is."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -12,7 +15,9 @@ from redis.exceptions import ResponseError
 
 from gateway.clock import SystemClock
 from gateway.errors import StoreError
-from gateway.store.redis_client import raised_by_client, ride_out
+from gateway.fleet.redis_bus import RedisBus
+from gateway.store.redis_client import connect, from_redis, raised_by_client, ride_out
+from tests.peers.tooling import RedisServer
 
 # A function compiled as if it were part of redis-py: it fails the way the client has been
 # seen to fail while a Cluster's slot table is rebuilt.
@@ -75,3 +80,47 @@ def test_where_a_failure_came_from() -> None:
         raise KeyError("ours")
     except KeyError as exc:
         assert not raised_by_client(exc)
+
+
+def test_what_counts_as_redis_failing() -> None:
+    assert from_redis(RedisConnectionError("refused")) and from_redis(ConnectionResetError())
+    try:
+        client_fails()
+    except TypeError as exc:
+        assert from_redis(exc)
+    assert not from_redis(KeyError("ours"))
+
+
+async def test_the_heartbeat_outlives_its_client_failing_inside(redis_server: RedisServer) -> None:
+    # Seen in a Cluster failover under uvloop: redis-py's writer raised RuntimeError on a
+    # closed transport, and the heartbeat task died of it (the replica then looks dead).
+    bus = RedisBus(
+        connect(redis_server.url),
+        prefix="beat-survives:",
+        replica_id="r1",
+        heartbeat_s=0.05,
+        clock=SystemClock(),
+    )
+    real, beats, again = bus.client.pipeline, 0, asyncio.Event()
+
+    def pipeline(*args: Any, **kwargs: Any) -> Any:
+        nonlocal beats
+        beats += 1
+        if beats == 1:
+            client_fails()
+        if beats == 3:
+            again.set()  # a beat after the one that failed has gone through
+        return real(*args, **kwargs)
+
+    bus.client.pipeline = pipeline  # type: ignore[method-assign]
+
+    async def ignore(_payload: str) -> None:
+        return None
+
+    bus.start(ignore)
+    try:
+        await asyncio.wait_for(again.wait(), timeout=5)
+        assert bus.healthy and all(not task.done() for task in bus._tasks)
+    finally:
+        await bus.close()
+        await bus.client.aclose()
