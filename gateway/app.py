@@ -34,7 +34,7 @@ from gateway.upstream.http.client import Http1Client
 from gateway.upstream.pool import SessionPool
 from gateway.web.front_door import add_metadata_routes, build_front_doors
 from gateway.web.handlers import McpEndpoint
-from gateway.web.middleware import error_middleware, name_request, request_id_middleware
+from gateway.web.middleware import error_middleware, request_id_middleware
 
 log = structlog.get_logger("gateway")
 
@@ -73,7 +73,6 @@ def build_app(config: GatewayConfig) -> web.Application:
         middlewares=[request_id_middleware, error_middleware],
         client_max_size=config.limits.max_body_bytes + 1,
     )
-    app.on_response_prepare.append(name_request)
     clock = SystemClock()
     # This process's identity in the fleet: the configured name plus an incarnation that
     # changes at every start, so a replica restarted under the same name (a pod keeps its

@@ -42,7 +42,7 @@ def _next_request_id() -> str:
     return f"{_REQUEST_ID_PREFIX}{next(_REQUEST_IDS):08x}"
 
 
-#: The request's id, kept on the request for `name_request` (set by the middleware).
+#: The request's id, kept on the request for the stream a `ResponseChannel` prepares.
 REQUEST_ID = web.RequestKey("request_id", str)
 
 
@@ -55,16 +55,18 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
     log_context.clear()
     log_context.bind(request_id=request_id)
     request[REQUEST_ID] = request_id
-    response: web.StreamResponse = await handler(request)
-    return response
-
-
-async def name_request(request: web.Request, response: web.StreamResponse) -> None:
-    """Every response names its request in `X-Request-Id` (an `on_response_prepare`
-    hook): a JSON answer, an error, and a stream prepared before its handler returns."""
-    request_id = request.get(REQUEST_ID)
-    if request_id is not None:
+    # Every response names its request: set here on a JSON answer or an error, on
+    # aiohttp's own refusals (a path nothing is served at), and by `ResponseChannel` on
+    # a stream it prepares before the handler returns. (An `on_response_prepare` hook
+    # did the same at the cost of a signal sent per response.)
+    try:
+        response: web.StreamResponse = await handler(request)
+    except web.HTTPException as exc:
+        exc.headers["X-Request-Id"] = request_id
+        raise
+    if not response.prepared:
         response.headers["X-Request-Id"] = request_id
+    return response
 
 
 def _http_error(exc: HttpError) -> web.Response:
