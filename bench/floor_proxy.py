@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/floor_proxy.py UPSTREAM_URL PORT
 
-A deliberately minimal proxy on the gateway's own stack (aiohttp's server, the
-gateway's own upstream client `gateway.upstream.http.client`, uvloop, orjson): it
+A deliberately minimal proxy on the gateway's own stack (the gateway's listener
+`gateway.web.listener` in front of aiohttp's server, the gateway's own upstream client
+`gateway.upstream.http.client`, uvloop, orjson): it
 opens a few legacy sessions at start, then forwards each POST's tool call on one of
 them and answers the last SSE `data:` line as JSON. No checks,
 no logging, no metrics, no call bookkeeping: it is not correct, only cheap. The report
@@ -24,6 +25,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.upstream.http.client import Http1Client  # noqa: E402
+from gateway.web import listener  # noqa: E402
 
 SESSIONS = 32
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -75,7 +77,7 @@ async def serve(url: str, port: int) -> None:
         free.put_nowait(headers)
 
     async def forward(request: web.Request) -> web.Response:
-        message = orjson.loads(await request.read())
+        message = orjson.loads(await request.content.readexactly(request.content_length or 0))
         params = message["params"]
         call = {
             "jsonrpc": "2.0",
@@ -92,9 +94,8 @@ async def serve(url: str, port: int) -> None:
 
     app = web.Application()
     app.router.add_post("/mcp", forward)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    app[listener.ROUTES] = {"/mcp": forward}  # served by the listener, as the gateway's
+    await listener.serve(app, "127.0.0.1", port, max_body=4 * 1024 * 1024)
     await asyncio.Event().wait()
 
 

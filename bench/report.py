@@ -10,7 +10,7 @@ drained, as a container runtime would.
 
 Sections (each starts its own processes and stops them):
   passthrough  `tools/call echo` at 32 clients and at 1; CPU per call (/proc); beside
-               it the floor: a bare aiohttp proxy (bench/floor_proxy.py) on the same path
+               it the floor: a bare proxy (bench/floor_proxy.py) on the same stack
   roundtrip    `greet` (call -> input_required -> retry -> complete), 1 and 16 clients
   parking      a burst of calls that all park, a session per call and then sessions
                shared (`pool.calls_per_session`); memory per parked call

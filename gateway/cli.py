@@ -219,15 +219,14 @@ def event_loop(choice: str) -> LoopChoice:
 
 async def _run(config: GatewayConfig, loop_name: str = "asyncio") -> None:
     # Imported here so that check-config and keygen never load aiohttp, redis or the app.
-    from aiohttp import web
-
     from gateway.app import BRIDGE, build_app
+    from gateway.web.listener import serve
 
     app = build_app(config)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, config.listen.host, config.listen.port)
-    await site.start()
+    # The listener serves the MCP paths' plain POSTs itself and hands aiohttp the rest.
+    served = await serve(
+        app, config.listen.host, config.listen.port, max_body=config.limits.max_body_bytes
+    )
     structlog.get_logger("gateway").info(
         "gateway_listening",
         host=config.listen.host,
@@ -265,7 +264,7 @@ async def _run(config: GatewayConfig, loop_name: str = "asyncio") -> None:
             drain.cancel()
             await bridge.close()
     finally:
-        await runner.cleanup()
+        await served.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

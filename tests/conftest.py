@@ -1,9 +1,10 @@
 """Shared fixtures: real peers (legacy mcp 1.x server, modern mcp 2.x client), a real
 redis-server, and the gateway.
 
-The gateway runs in the test's event loop on a real loopback port (aiohttp's
-TestServer, which cancels handlers on client disconnect as `serve` does), so
-subprocess peers can reach it and tests can look inside it. Helpers live in
+The gateway runs in the test's event loop on a real loopback port, served as
+`mrtr-gateway serve` serves it (`gateway.web.listener.serve`: the listener in front,
+aiohttp's server for what it hands off), so subprocess peers can reach it and tests
+can look inside it. Helpers live in
 tests/support/, processes in tests/peers/tooling.py.
 """
 
@@ -14,9 +15,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 
 from gateway.app import build_app
+from gateway.web.listener import Served, serve
 from tests.peers.tooling import LegacyServer, ModernClient, RedisServer
 
 # `Gateway`, `drive`, `PROTOCOL`, `default_headers` and `rpc` are re-exported for the
@@ -63,12 +64,14 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture
 async def make_gateway(legacy: LegacyServer) -> AsyncIterator[Callable[..., Any]]:
-    started: list[tuple[TestServer, aiohttp.ClientSession]] = []
+    started: list[tuple[Served, aiohttp.ClientSession]] = []
 
     async def start(upstream_url: str | None = None, **overrides: Any) -> Gateway:
         upstream_url = upstream_url or legacy.url
-        server = TestServer(build_app(gateway_config(upstream_url, **overrides)), host="127.0.0.1")
-        await server.start_server()
+        config = gateway_config(upstream_url, **overrides)
+        server = await serve(
+            build_app(config), "127.0.0.1", 0, max_body=config.limits.max_body_bytes
+        )
         http = aiohttp.ClientSession()
         started.append((server, http))
         return Gateway(server, http, upstream_url)

@@ -10,12 +10,13 @@ sends comment keepalives until the final message, after which nothing follows.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
 from gateway.aio import cancel_and_wait, spawn
 from gateway.protocol import jsonrpc, sse
+from gateway.web.listener import SimpleRequest, SimpleStream
 from gateway.web.middleware import REQUEST_ID
 
 SSE_HEADERS = {
@@ -29,7 +30,7 @@ class ResponseChannel:
     def __init__(self, request: web.Request, *, keepalive_s: float) -> None:
         self.request = request
         self.keepalive_s = keepalive_s
-        self._stream: web.StreamResponse | None = None
+        self._stream: web.StreamResponse | SimpleStream | None = None
         self._lock: asyncio.Lock | None = None  # made by the first that may stream
         self._keepalive: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -56,15 +57,18 @@ class ResponseChannel:
                 await stream.write(sse.KEEPALIVE)
             await asyncio.sleep(self.keepalive_s)
 
-    async def _commit(self) -> web.StreamResponse:
+    async def _commit(self) -> web.StreamResponse | SimpleStream:
         if self._stream is None:
             headers = dict(SSE_HEADERS)
             request_id = self.request.get(REQUEST_ID)
             if request_id is not None:
                 headers["X-Request-Id"] = request_id
-            stream = web.StreamResponse(status=200, headers=headers)
-            await stream.prepare(self.request)
-            self._stream = stream
+            if isinstance(self.request, SimpleRequest):  # served by the gateway's listener
+                self._stream = self.request.stream(headers)
+            else:
+                stream = web.StreamResponse(status=200, headers=headers)
+                await stream.prepare(self.request)
+                self._stream = stream
         return self._stream
 
     async def notify(self, message: dict[str, Any]) -> None:
@@ -83,7 +87,9 @@ class ResponseChannel:
                 return _json(message, status)
             await self._stream.write(sse.encode(jsonrpc.dumps(message).decode()))
             await self._stream.write_eof()
-            return self._stream
+            # The listener's stream stands where aiohttp's would: what is asked of a
+            # response after this (`prepared`) it answers alike.
+            return cast(web.StreamResponse, self._stream)
 
     async def close(self) -> None:
         if self._timer is not None:

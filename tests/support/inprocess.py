@@ -8,12 +8,12 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from gateway.app import BRIDGE
 from gateway.calls.bridge import Bridge
 from gateway.config import GatewayConfig, parse_config
 from gateway.protocol.state import generate_key
+from gateway.web.listener import Served
 from tests.support.wire import default_headers, parse_sse_messages
 
 TEST_KEY = generate_key()
@@ -42,7 +42,7 @@ class Gateway:
     """A running in-process gateway: its URL, its app (to look inside), an HTTP client,
     and the URL of its (first) upstream."""
 
-    def __init__(self, server: TestServer, http: aiohttp.ClientSession, upstream_url: str) -> None:
+    def __init__(self, server: Served, http: aiohttp.ClientSession, upstream_url: str) -> None:
         self.server = server
         self.http = http
         self.url = str(server.make_url("/mcp"))
@@ -50,7 +50,7 @@ class Gateway:
 
     @property
     def app(self) -> web.Application:
-        return self.server.app  # type: ignore[return-value]
+        return self.server.app
 
     @property
     def bridge(self) -> Bridge:

@@ -1,0 +1,350 @@
+"""The gateway's TCP listener: the common request served here, the rest by aiohttp.
+
+Each connection starts on `_Connection`, which serves `simple_http.SimplePost`
+requests itself: the same handler, behind the same middlewares in the same order
+(the application's own list), without aiohttp's request and response machinery,
+which was a fifth of the gateway's CPU per pass-through call. At the first request
+of any other shape, the connection (with every byte it has buffered, at a request
+boundary) is handed to aiohttp's own protocol for the rest of its life, so health
+probes, metadata documents, methods not allowed and every malformed or unusual
+request are answered exactly as aiohttp answers them.
+
+What aiohttp's server did for these requests and this one does the same way:
+handler cancellation when the client goes away, keep-alive with an idle timeout,
+pipelined requests answered in order, back-pressure on reads and on streamed
+writes, and a 500 without details for an error that escapes the middlewares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, cast
+
+import structlog
+from aiohttp import web
+from multidict import CIMultiDict
+from yarl import URL
+
+from gateway.aio import spawn
+from gateway.web.simple_http import (
+    LAST_CHUNK,
+    HandOff,
+    HttpDate,
+    SimplePost,
+    chunk,
+    read_head,
+    response_head,
+)
+
+log = structlog.get_logger("gateway.web")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: The handler of each path the listener serves itself (the app's MCP paths).
+ROUTES = web.AppKey("listener_routes", dict[str, Handler])
+#: aiohttp's default idle time of a kept-alive connection.
+KEEPALIVE_S = 75.0
+_INTERNAL_ERROR = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"Internal error"}}'
+
+
+class SimpleRequest(dict[Any, Any]):
+    """What the handler and middlewares read of a request (aiohttp's names), and its
+    keys (`request[REQUEST_ID]`)."""
+
+    def __init__(self, conn: _Connection, post: SimplePost, body: bytes) -> None:
+        super().__init__()
+        self.method = "POST"
+        self.path = post.path
+        self.headers = post.headers
+        self.content_length = len(body)
+        self.content = _Body(body)
+        self.streamed: SimpleStream | None = None
+        self._conn = conn
+
+    def stream(self, headers: Mapping[str, str]) -> SimpleStream:
+        """Commit the answer to a chunked `200` stream (what `ResponseChannel` sends)."""
+        self.streamed = SimpleStream(self._conn, headers)
+        return self.streamed
+
+
+class _Body:
+    """The body, read whole before the handler runs (`request.content`'s one read)."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    async def readexactly(self, n: int) -> bytes:
+        return self._body[:n]
+
+
+class SimpleStream:
+    """A streamed answer: written as it comes, each piece a chunk."""
+
+    prepared = True  # what the middlewares ask of a response already on its way
+
+    def __init__(self, conn: _Connection, headers: Mapping[str, str]) -> None:
+        self._conn = conn
+        self.headers = CIMultiDict(headers)
+        self.ended = False
+        conn.write(response_head(200, self.headers.items(), conn.date(), length=None))
+
+    async def write(self, data: bytes) -> None:
+        self._conn.write(chunk(data))
+        await self._conn.drain()
+
+    async def write_eof(self) -> None:
+        if not self.ended:
+            self.ended = True
+            self._conn.write(LAST_CHUNK)
+
+
+class Listener:
+    """Listens on one address; `served` and `handed_off` count what went which way."""
+
+    def __init__(
+        self,
+        app: web.Application,
+        server: web.Server,
+        routes: Mapping[str, Handler],
+        *,
+        max_body: int,
+        keepalive_s: float = KEEPALIVE_S,
+    ) -> None:
+        self.server = server
+        self.max_body = max_body
+        self.keepalive_s = keepalive_s
+        # The application's middlewares, in its order, around each route's handler.
+        self.routes = {path: _wrapped(app.middlewares, h) for path, h in routes.items()}
+        self.connections: set[_Connection] = set()
+        self.served = 0
+        self.handed_off = 0
+        self._date = HttpDate()
+        self._asyncio_server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        """Start listening; the port bound (a free one when `port` is 0)."""
+        loop = asyncio.get_running_loop()
+        self._asyncio_server = await loop.create_server(
+            lambda: _Connection(self), host, port, backlog=128
+        )
+        return int(self._asyncio_server.sockets[0].getsockname()[1])
+
+    def date(self) -> str:
+        return self._date.at(time.time())
+
+    async def close(self, timeout_s: float = 10.0) -> None:
+        """Stop listening; close idle connections, give busy ones `timeout_s` to answer."""
+        if self._asyncio_server is not None:
+            self._asyncio_server.close()
+        busy = [c.task for c in self.connections if c.task is not None]
+        for conn in list(self.connections):
+            conn.closing = True
+            if conn.task is None:
+                conn.close()
+        if busy:
+            _, late = await asyncio.wait(busy, timeout=timeout_s)
+            for task in late:
+                task.cancel()
+        for conn in list(self.connections):
+            conn.close()
+
+
+class Served:
+    """An application served as `mrtr-gateway serve` serves it: aiohttp's runner (the
+    app's start-up and clean-up, its server for handed-off connections) behind the
+    listener."""
+
+    def __init__(self, app: web.Application, runner: web.AppRunner, listener: Listener) -> None:
+        self.app, self.runner, self.listener = app, runner, listener
+        self.host, self.port = "", 0
+
+    def make_url(self, path: str) -> URL:
+        return URL.build(scheme="http", host=self.host, port=self.port, path=path)
+
+    async def close(self) -> None:
+        await self.listener.close()
+        await self.runner.cleanup()
+
+
+async def serve(app: web.Application, host: str, port: int, *, max_body: int) -> Served:
+    """Start `app` (its cleanup contexts) and listen on `host`:`port` (0: a free port)."""
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    assert runner.server is not None  # set up
+    routes = app[ROUTES]
+    served = Served(app, runner, Listener(app, runner.server, routes, max_body=max_body))
+    try:
+        served.host, served.port = host, await served.listener.start(host, port)
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return served
+
+
+def _wrapped(middlewares: Sequence[Any], handler: Handler) -> Handler:
+    for middleware in reversed(middlewares):
+        handler = functools.partial(middleware, handler=handler)
+    return handler
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+        self.transport: asyncio.Transport | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.closing = False  # the listener is closing: no request after this one
+        self._buf = b""
+        self._reading = True
+        self._writable: asyncio.Future[None] | None = None  # set while writes are paused
+        self._paused = False
+        self._idle_at = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.listener.connections.add(self)
+        loop = asyncio.get_running_loop()
+        self._idle_at = loop.time()
+        self._timer = loop.call_at(self._idle_at + self.listener.keepalive_s, self._check_idle)
+
+    def data_received(self, data: bytes) -> None:
+        self._buf = self._buf + data if self._buf else data
+        if self.task is None:
+            self._next()
+        elif self._reading and len(self._buf) > self.listener.max_body + 2 * 16384:
+            self._reading = False
+            assert self.transport is not None
+            self.transport.pause_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.listener.connections.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.task is not None:
+            self.task.cancel()  # the client went away: cancellation, as aiohttp's
+        self._wake_writer()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_writer()
+
+    # -- writing
+
+    def write(self, data: bytes) -> None:
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("the client's connection is closed")
+        self.transport.write(data)
+
+    async def drain(self) -> None:
+        if self._paused and not self.closed:
+            self._writable = asyncio.get_running_loop().create_future()
+            await self._writable
+        if self.closed:
+            raise ConnectionResetError("the client's connection is closed")
+
+    def _wake_writer(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._writable = None
+
+    def date(self) -> str:
+        return self.listener.date()
+
+    @property
+    def closed(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- requests
+
+    def _next(self) -> None:
+        if not self._buf or self.closing:
+            return
+        found = read_head(self._buf, self.listener.routes, self.listener.max_body)
+        if found is None:
+            return
+        if isinstance(found, HandOff):
+            self._hand_off(found.reason)
+            return
+        end = found.head_size + found.body_size
+        if len(self._buf) < end:
+            return
+        body, self._buf = self._buf[found.head_size : end], self._buf[end:]
+        self.task = spawn(self._serve(found, body), name="request")
+
+    async def _serve(self, post: SimplePost, body: bytes) -> None:
+        request = SimpleRequest(self, post, body)
+        try:
+            response = await self.listener.routes[post.path](cast(web.Request, request))
+            self._answer(response)
+        except web.HTTPException as exc:  # aiohttp's own answers are responses too
+            self._answer(exc)
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.task = None
+            self.close()
+            return
+        except Exception:
+            log.exception("unhandled_error", path=post.path)
+            if request.streamed is None and not self.closed:
+                self.write(self._head(500, {"Content-Type": "application/json"}, _INTERNAL_ERROR))
+            self.task = None
+            self.close()
+            return
+        self.listener.served += 1
+        self.task = None
+        if post.close or self.closing:
+            self.close()
+            return
+        self._idle_at = asyncio.get_running_loop().time()
+        if not self._reading:
+            self._reading = True
+            assert self.transport is not None
+            self.transport.resume_reading()
+        self._next()
+
+    def _answer(self, response: web.StreamResponse | SimpleStream) -> None:
+        if isinstance(response, SimpleStream):
+            if not response.ended:  # a handler that returned without ending its stream
+                self.write(LAST_CHUNK)
+            return
+        body = response.body if isinstance(response, web.Response) else None
+        if body is not None and not isinstance(body, bytes):
+            raise TypeError(f"an answer's body of {type(body).__name__} cannot be sent here")
+        self.write(self._head(response.status, response.headers, body or b""))
+
+    def _head(self, status: int, headers: Mapping[str, str], body: bytes) -> bytes:
+        head = response_head(status, headers.items(), self.date(), length=len(body))
+        return head + body
+
+    def _hand_off(self, reason: str) -> None:
+        """aiohttp's protocol takes the connection, from the request at `_buf` on."""
+        assert self.transport is not None
+        log.debug("connection_handed_off", reason=reason)
+        self.listener.handed_off += 1
+        self.listener.connections.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+        protocol = self.listener.server()
+        protocol.connection_made(self.transport)
+        self.transport.set_protocol(protocol)
+        buf, self._buf = self._buf, b""
+        protocol.data_received(buf)
+
+    def _check_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.task is None and loop.time() - self._idle_at >= self.listener.keepalive_s:
+            self._timer = None
+            self.close()
+            return
+        base = loop.time() if self.task is not None else self._idle_at
+        self._timer = loop.call_at(base + self.listener.keepalive_s, self._check_idle)

@@ -1,0 +1,135 @@
+"""The HTTP/1.1 requests the gateway's listener serves without aiohttp, sans-IO.
+
+Nearly every request a 2026-07-28 client sends is the same shape: `POST` to an MCP
+path over HTTP/1.1, with a `Content-Length` body. `read_head` recognises exactly
+that shape in the bytes a connection has buffered and says, for anything else,
+why it goes to aiohttp instead (`HandOff`): another method or path, chunked or
+`Expect` bodies, upgrades, oversize or unusual heads, non-ASCII bytes, anything
+malformed. When in doubt it hands off: aiohttp's parser answers the odd cases
+(400, 413, 405 ...) as it always has, so this path only ever sees requests whose
+message boundaries are plain. The rest is serialising what the gateway answers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Container, Iterable
+from dataclasses import dataclass
+from email.utils import formatdate
+from http import HTTPStatus
+
+from multidict import CIMultiDict, CIMultiDictProxy
+
+#: A head longer than this goes to aiohttp (which takes lines up to 8,190 bytes).
+MAX_HEAD_BYTES = 16 * 1024
+
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# Control bytes but HT, CR and LF (CR and LF are checked as line ends below).
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_DIGITS = re.compile(rb"[0-9]{1,18}")
+
+
+@dataclass(frozen=True, slots=True)
+class SimplePost:
+    """A `POST` this listener serves itself; its body follows `head_size` bytes in."""
+
+    path: str
+    headers: CIMultiDictProxy[str]
+    head_size: int
+    body_size: int
+    close: bool  # `Connection: close`: the connection ends after the answer
+
+
+@dataclass(frozen=True, slots=True)
+class HandOff:
+    """A request for aiohttp (and the connection with it, from this request on)."""
+
+    reason: str
+
+
+def read_head(buf: bytes, paths: Container[str], max_body: int) -> SimplePost | HandOff | None:
+    """What the request at the start of `buf` is; None until its head is all there."""
+    end = buf.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES)
+    if end < 0:
+        return HandOff("head too large") if len(buf) >= MAX_HEAD_BYTES else None
+    head = buf[:end]
+    if not head.isascii() or _CONTROL.search(head):
+        return HandOff("bytes outside printable ASCII in the head")
+    request_line, *lines = head.split(b"\r\n")
+    method, _, rest = request_line.partition(b" ")
+    target, _, version = rest.partition(b" ")
+    if method != b"POST" or version != b"HTTP/1.1":
+        return HandOff("not a POST over HTTP/1.1")
+    path = target.decode("ascii")
+    if path not in paths:
+        return HandOff("not an MCP path")
+    headers: CIMultiDict[str] = CIMultiDict()
+    for line in lines:
+        name, colon, value = line.partition(b":")
+        if not colon or b"\r" in line or b"\n" in line or not _TOKEN.fullmatch(name):
+            return HandOff("a malformed header line")
+        headers.add(name.decode("ascii"), value.strip(b" \t").decode("ascii"))
+    if "Transfer-Encoding" in headers or "Expect" in headers or "Upgrade" in headers:
+        return HandOff("a chunked, expected or upgraded body")
+    lengths = headers.getall("Content-Length", [])
+    if len(lengths) != 1 or not _DIGITS.fullmatch(lengths[0].encode()):
+        return HandOff("no single Content-Length")
+    size = int(lengths[0])
+    if size > max_body:
+        return HandOff("a body over the limit")
+    close = False
+    for option in headers.getall("Connection", []):
+        for token in option.lower().split(","):
+            token = token.strip()
+            if token == "close":
+                close = True
+            elif token not in ("keep-alive", ""):
+                return HandOff("a Connection option")
+    return SimplePost(path, CIMultiDictProxy(headers), end + 4, size, close)
+
+
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
+
+
+def response_head(
+    status: int, headers: Iterable[tuple[str, str]], date: str, *, length: int | None
+) -> bytes:
+    """Status line and headers; `length` None: a chunked body follows.
+
+    Raises:
+        ValueError: a header would break the head (CR or LF in it).
+    """
+    out = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"]
+    for name, value in headers:
+        if name.lower() in ("content-length", "transfer-encoding", "date"):
+            continue
+        if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
+            raise ValueError(f"header {name!r} holds a line break")
+        out.append(f"{name}: {value}\r\n")
+    if length is None:
+        out.append("Transfer-Encoding: chunked\r\n")
+    else:
+        out.append(f"Content-Length: {length}\r\n")
+    out.append(f"Date: {date}\r\n\r\n")
+    return "".join(out).encode("latin-1")
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data) if data else b""
+
+
+LAST_CHUNK = b"0\r\n\r\n"
+
+
+class HttpDate:
+    """The `Date` header's value, formatted once a second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._text = ""
+
+    def at(self, now: float) -> str:
+        second = int(now)
+        if second != self._second:
+            self._second, self._text = second, formatdate(second, usegmt=True)
+        return self._text
