@@ -20,15 +20,23 @@ from http import HTTPStatus
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from gateway.values import quick_init
+
 #: A head longer than this goes to aiohttp (which takes lines up to 8,190 bytes).
 MAX_HEAD_BYTES = 16 * 1024
 
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-# Control bytes but HT, CR and LF (CR and LF are checked as line ends below).
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+# A field's value without the whitespace around it, in a pattern that cannot backtrack
+# (runs of other bytes separated by runs of SP / HT).
+_VALUE = r"[ \t]*((?:[^\r\n \t]+(?:[ \t]+[^\r\n \t]+)*)?)[ \t]*\r\n"
+#: Every header line well formed: a token, a colon, a value without CR or LF.
+_FIELDS = re.compile(f"(?:{_TOKEN}:[^\r\n]*\r\n)*")
+_FIELD = re.compile(f"({_TOKEN}):{_VALUE}")
+# Control bytes but HT, CR and LF (CR and LF may only end lines, as `_FIELDS` checks).
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_DIGITS = re.compile(rb"[0-9]{1,18}")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class SimplePost:
     """A `POST` this listener serves itself; its body follows `head_size` bytes in."""
@@ -55,24 +63,23 @@ def read_head(buf: bytes, paths: Container[str], max_body: int) -> SimplePost | 
     head = buf[:end]
     if not head.isascii() or _CONTROL.search(head):
         return HandOff("bytes outside printable ASCII in the head")
-    request_line, *lines = head.split(b"\r\n")
-    method, _, rest = request_line.partition(b" ")
-    target, _, version = rest.partition(b" ")
-    if method != b"POST" or version != b"HTTP/1.1":
+    text = head.decode("ascii")
+    line_end = text.find("\r\n")
+    request_line = text if line_end < 0 else text[:line_end]
+    method, _, rest = request_line.partition(" ")
+    path, _, version = rest.partition(" ")
+    if method != "POST" or version != "HTTP/1.1":
         return HandOff("not a POST over HTTP/1.1")
-    path = target.decode("ascii")
     if path not in paths:
         return HandOff("not an MCP path")
-    headers: CIMultiDict[str] = CIMultiDict()
-    for line in lines:
-        name, colon, value = line.partition(b":")
-        if not colon or b"\r" in line or b"\n" in line or not _TOKEN.fullmatch(name):
-            return HandOff("a malformed header line")
-        headers.add(name.decode("ascii"), value.strip(b" \t").decode("ascii"))
+    fields = text[line_end + 2 :] + "\r\n" if line_end >= 0 else ""
+    if not _FIELDS.fullmatch(fields):
+        return HandOff("a malformed header line")
+    headers: CIMultiDict[str] = CIMultiDict(_FIELD.findall(fields))
     if "Transfer-Encoding" in headers or "Expect" in headers or "Upgrade" in headers:
         return HandOff("a chunked, expected or upgraded body")
     lengths = headers.getall("Content-Length", [])
-    if len(lengths) != 1 or not _DIGITS.fullmatch(lengths[0].encode()):
+    if len(lengths) != 1 or not lengths[0].isdigit() or len(lengths[0]) > 18:
         return HandOff("no single Content-Length")
     size = int(lengths[0])
     if size > max_body:
