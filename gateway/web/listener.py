@@ -63,6 +63,11 @@ class SimpleRequest(dict[Any, Any]):
         self.streamed: SimpleStream | None = None
         self._conn = conn
 
+    def answer(self, status: int, body: bytes, content_type: str) -> web.StreamResponse:
+        """A whole answer, lighter than aiohttp's `web.Response` (which it stands for: the
+        middlewares read `prepared` and set `headers` on either)."""
+        return cast(web.StreamResponse, SimpleAnswer(status, body, content_type))
+
     def stream(self, headers: Mapping[str, str]) -> SimpleStream:
         """Commit the answer to a chunked `200` stream (what `ResponseChannel` sends)."""
         self.streamed = SimpleStream(self._conn, headers)
@@ -77,6 +82,16 @@ class _Body:
 
     async def readexactly(self, n: int) -> bytes:
         return self._body[:n]
+
+
+class SimpleAnswer:
+    """A whole answer (what a `web.Response` would carry), for the listener to write."""
+
+    prepared = False  # the middlewares may still add headers
+
+    def __init__(self, status: int, body: bytes, content_type: str) -> None:
+        self.status, self.body = status, body
+        self.headers = {"Content-Type": content_type}
 
 
 class SimpleStream:
@@ -312,7 +327,10 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
         self._next()
 
-    def _answer(self, response: web.StreamResponse | SimpleStream) -> None:
+    def _answer(self, response: web.StreamResponse | SimpleAnswer | SimpleStream) -> None:
+        if isinstance(response, SimpleAnswer):
+            self.write(self._head(response.status, response.headers, response.body))
+            return
         if isinstance(response, SimpleStream):
             if not response.ended:  # a handler that returned without ending its stream
                 self.write(LAST_CHUNK)
