@@ -16,7 +16,7 @@ from aiohttp import web
 
 from gateway.aio import cancel_and_wait, spawn
 from gateway.protocol import jsonrpc, sse
-from gateway.web.listener import SimpleRequest, SimpleStream
+from gateway.web.exchange import SimpleRequest, SimpleStream
 from gateway.web.middleware import REQUEST_ID
 
 SSE_HEADERS = {

@@ -18,23 +18,25 @@ writes, and a 500 without details for an error that escapes the middlewares.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 import structlog
 from aiohttp import web
-from multidict import CIMultiDict
 from yarl import URL
 
 from gateway.aio import spawn
+from gateway.web.exchange import SimpleAnswer, SimpleRequest, SimpleStream
 from gateway.web.simple_http import (
     LAST_CHUNK,
+    MAX_HEAD_BYTES,
     HandOff,
     HttpDate,
     SimplePost,
-    chunk,
     read_head,
     response_head,
 )
@@ -47,72 +49,6 @@ ROUTES = web.AppKey("listener_routes", dict[str, Handler])
 #: aiohttp's default idle time of a kept-alive connection.
 KEEPALIVE_S = 75.0
 _INTERNAL_ERROR = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"Internal error"}}'
-
-
-class SimpleRequest(dict[Any, Any]):
-    """What the handler and middlewares read of a request (aiohttp's names), and its
-    keys (`request[REQUEST_ID]`)."""
-
-    def __init__(self, conn: _Connection, post: SimplePost, body: bytes) -> None:
-        super().__init__()
-        self.method = "POST"
-        self.path = post.path
-        self.headers = post.headers
-        self.content_length = len(body)
-        self.content = _Body(body)
-        self.streamed: SimpleStream | None = None
-        self._conn = conn
-
-    def answer(self, status: int, body: bytes, content_type: str) -> web.StreamResponse:
-        """A whole answer, lighter than aiohttp's `web.Response` (which it stands for: the
-        middlewares read `prepared` and set `headers` on either)."""
-        return cast(web.StreamResponse, SimpleAnswer(status, body, content_type))
-
-    def stream(self, headers: Mapping[str, str]) -> SimpleStream:
-        """Commit the answer to a chunked `200` stream (what `ResponseChannel` sends)."""
-        self.streamed = SimpleStream(self._conn, headers)
-        return self.streamed
-
-
-class _Body:
-    """The body, read whole before the handler runs (`request.content`'s one read)."""
-
-    def __init__(self, body: bytes) -> None:
-        self._body = body
-
-    async def readexactly(self, n: int) -> bytes:
-        return self._body[:n]
-
-
-class SimpleAnswer:
-    """A whole answer (what a `web.Response` would carry), for the listener to write."""
-
-    prepared = False  # the middlewares may still add headers
-
-    def __init__(self, status: int, body: bytes, content_type: str) -> None:
-        self.status, self.body = status, body
-        self.headers = {"Content-Type": content_type}
-
-
-class SimpleStream:
-    """A streamed answer: written as it comes, each piece a chunk."""
-
-    prepared = True  # what the middlewares ask of a response already on its way
-
-    def __init__(self, conn: _Connection, headers: Mapping[str, str]) -> None:
-        self._conn = conn
-        self.headers = CIMultiDict(headers)
-        self.ended = False
-        conn.write(response_head(200, self.headers.items(), conn.date(), length=None))
-
-    async def write(self, data: bytes) -> None:
-        self._conn.write(chunk(data))
-        await self._conn.drain()
-
-    async def write_eof(self) -> None:
-        if not self.ended:
-            self.ended = True
-            self._conn.write(LAST_CHUNK)
 
 
 class Listener:
@@ -162,6 +98,8 @@ class Listener:
             _, late = await asyncio.wait(busy, timeout=timeout_s)
             for task in late:
                 task.cancel()
+            if late:  # their handlers unwind before the app's resources close
+                await asyncio.wait(late)
         for conn in list(self.connections):
             conn.close()
 
@@ -210,9 +148,12 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
         self.closing = False  # the listener is closing: no request after this one
-        self._buf = b""
+        # What has come and is not yet a request: the bytes of one read as they came, a
+        # bytearray once reads pile up (appending to bytes would copy it all each time).
+        self._buf: bytes | bytearray = b""
+        self._head: SimplePost | None = None  # read, its body still on its way
         self._reading = True
-        self._writable: asyncio.Future[None] | None = None  # set while writes are paused
+        self._writable: asyncio.Future[None] | None = None  # while writes are paused
         self._paused = False
         self._idle_at = 0.0
         self._timer: asyncio.TimerHandle | None = None
@@ -221,19 +162,26 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:  # TCP keep-alive, as aiohttp sets it: a dead peer is found
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self.listener.connections.add(self)
         loop = asyncio.get_running_loop()
         self._idle_at = loop.time()
         self._timer = loop.call_at(self._idle_at + self.listener.keepalive_s, self._check_idle)
 
     def data_received(self, data: bytes) -> None:
-        self._buf = self._buf + data if self._buf else data
+        if not self._buf:
+            self._buf = data
+        elif isinstance(self._buf, bytearray):
+            self._buf += data
+        else:
+            self._buf = bytearray(self._buf) + data
         if self.task is None:
             self._next()
-        elif self._reading and len(self._buf) > self.listener.max_body + 2 * 16384:
-            self._reading = False
-            assert self.transport is not None
-            self.transport.pause_reading()
+        elif self._reading and len(self._buf) > self.listener.max_body + 2 * MAX_HEAD_BYTES:
+            self._pause_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.listener.connections.discard(self)
@@ -258,9 +206,11 @@ class _Connection(asyncio.Protocol):
         self.transport.write(data)
 
     async def drain(self) -> None:
+        """Until the client has taken what was written down to the transport's mark."""
         if self._paused and not self.closed:
-            self._writable = asyncio.get_running_loop().create_future()
-            await self._writable
+            if self._writable is None:  # one future for every writer waiting
+                self._writable = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._writable)
         if self.closed:
             raise ConnectionResetError("the client's connection is closed")
 
@@ -280,12 +230,17 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def _pause_reading(self) -> None:
+        assert self.transport is not None
+        self._reading = False
+        self.transport.pause_reading()
+
     # -- requests
 
     def _next(self) -> None:
         if not self._buf or self.closing:
             return
-        found = read_head(self._buf, self.listener.routes, self.listener.max_body)
+        found = self._head or read_head(self._buf, self.listener.routes, self.listener.max_body)
         if found is None:
             return
         if isinstance(found, HandOff):
@@ -293,31 +248,41 @@ class _Connection(asyncio.Protocol):
             return
         end = found.head_size + found.body_size
         if len(self._buf) < end:
+            self._head = found  # read once, however many pieces its body comes in
             return
-        body, self._buf = self._buf[found.head_size : end], self._buf[end:]
+        self._head = None
+        body = bytes(self._buf[found.head_size : end])
+        self._buf = self._buf[end:] if len(self._buf) > end else b""
         self.task = spawn(self._serve(found, body), name="request")
 
     async def _serve(self, post: SimplePost, body: bytes) -> None:
         request = SimpleRequest(self, post, body)
+        handler = self.listener.routes[post.path]
         try:
-            response = await self.listener.routes[post.path](cast(web.Request, request))
-            self._answer(response)
-        except web.HTTPException as exc:  # aiohttp's own answers are responses too
-            self._answer(exc)
+            try:
+                response = await handler(cast(web.Request, request))
+            except web.HTTPException as exc:  # aiohttp's own answers are responses too
+                response = exc
+            close = post.close or self.closing
+            close = self._answer(request, response, close) or close
+            await self.drain()  # no next request while this answer waits in memory
         except (asyncio.CancelledError, ConnectionResetError):
-            self.task = None
-            self.close()
+            self._done(close=True)
             return
         except Exception:
             log.exception("unhandled_error", path=post.path)
             if request.streamed is None and not self.closed:
-                self.write(self._head(500, {"Content-Type": "application/json"}, _INTERNAL_ERROR))
-            self.task = None
-            self.close()
+                head = {"Content-Type": "application/json"}
+                self.write(self._whole(500, head, _INTERNAL_ERROR, close=True))
+            self._done(close=True)
             return
         self.listener.served += 1
+        self._done(close=close or self.closing)
+
+    def _done(self, *, close: bool) -> None:
+        """The request is answered: close, or go on to the next one."""
         self.task = None
-        if post.close or self.closing:
+        if close:
             self.close()
             return
         self._idle_at = asyncio.get_running_loop().time()
@@ -327,21 +292,34 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
         self._next()
 
-    def _answer(self, response: web.StreamResponse | SimpleAnswer | SimpleStream) -> None:
-        if isinstance(response, SimpleAnswer):
-            self.write(self._head(response.status, response.headers, response.body))
-            return
+    def _answer(
+        self,
+        request: SimpleRequest,
+        response: web.StreamResponse | SimpleAnswer | SimpleStream,
+        close: bool,
+    ) -> bool:
+        """Write the handler's answer; True when the connection must end after it."""
         if isinstance(response, SimpleStream):
             if not response.ended:  # a handler that returned without ending its stream
                 self.write(LAST_CHUNK)
-            return
+            return False
+        if request.streamed is not None:
+            # An answer after the stream began (an error past the first event): nothing
+            # can follow a stream but its end, and the connection is no longer sound.
+            if not request.streamed.ended:
+                self.write(LAST_CHUNK)
+            return True
+        if isinstance(response, SimpleAnswer):
+            self.write(self._whole(response.status, response.headers, response.body, close))
+            return False
         body = response.body if isinstance(response, web.Response) else None
         if body is not None and not isinstance(body, bytes):
             raise TypeError(f"an answer's body of {type(body).__name__} cannot be sent here")
-        self.write(self._head(response.status, response.headers, body or b""))
+        self.write(self._whole(response.status, response.headers, body or b"", close))
+        return False
 
-    def _head(self, status: int, headers: Mapping[str, str], body: bytes) -> bytes:
-        head = response_head(status, headers.items(), self.date(), length=len(body))
+    def _whole(self, status: int, headers: Mapping[str, str], body: bytes, close: bool) -> bytes:
+        head = response_head(status, headers.items(), self.date(), length=len(body), close=close)
         return head + body
 
     def _hand_off(self, reason: str) -> None:
@@ -354,15 +332,23 @@ class _Connection(asyncio.Protocol):
             self._timer.cancel()
         protocol = self.listener.server()
         protocol.connection_made(self.transport)
+        if self._paused:  # the transport's writes are paused: the new protocol must know
+            protocol.pause_writing()
         self.transport.set_protocol(protocol)
-        buf, self._buf = self._buf, b""
+        buf, self._buf = bytes(self._buf), b""
         protocol.data_received(buf)
 
     def _check_idle(self) -> None:
+        """Close a connection idle for `keepalive_s` between requests; one whose request is
+        being served or still arriving is not idle (as with aiohttp)."""
         loop = asyncio.get_running_loop()
-        if self.task is None and loop.time() - self._idle_at >= self.listener.keepalive_s:
-            self._timer = None
-            self.close()
-            return
-        base = loop.time() if self.task is not None else self._idle_at
+        now = loop.time()
+        if self.task is None and not self._buf:
+            if now - self._idle_at >= self.listener.keepalive_s:
+                self._timer = None
+                self.close()
+                return
+            base = self._idle_at
+        else:
+            base = now
         self._timer = loop.call_at(base + self.listener.keepalive_s, self._check_idle)

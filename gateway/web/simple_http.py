@@ -24,6 +24,27 @@ from gateway.values import quick_init
 
 #: A head longer than this goes to aiohttp (which takes lines up to 8,190 bytes).
 MAX_HEAD_BYTES = 16 * 1024
+#: aiohttp's limits on one line and on the number of header fields (it answers 400).
+MAX_LINE_BYTES = 8190
+MAX_FIELDS = 128
+#: Fields aiohttp refuses to see twice (its parser's `SINGLETON_HEADERS`), lowercase.
+SINGLETONS = frozenset(
+    {
+        "content-length",
+        "content-location",
+        "content-range",
+        "content-type",
+        "etag",
+        "host",
+        "max-forwards",
+        "server",
+        "transfer-encoding",
+        "user-agent",
+    }
+)
+#: Fields whose presence makes aiohttp do more than read the body (decompress it) or
+#: refuse the request; the listener leaves those to it.
+_AIOHTTP_ONLY = ("Transfer-Encoding", "Expect", "Upgrade", "Content-Encoding", "Sec-WebSocket-Key1")
 
 _TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 # A field's value without the whitespace around it, in a pattern that cannot backtrack
@@ -55,7 +76,9 @@ class HandOff:
     reason: str
 
 
-def read_head(buf: bytes, paths: Container[str], max_body: int) -> SimplePost | HandOff | None:
+def read_head(
+    buf: bytes | bytearray, paths: Container[str], max_body: int
+) -> SimplePost | HandOff | None:
     """What the request at the start of `buf` is; None until its head is all there."""
     end = buf.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES)
     if end < 0:
@@ -75,9 +98,19 @@ def read_head(buf: bytes, paths: Container[str], max_body: int) -> SimplePost | 
     fields = text[line_end + 2 :] + "\r\n" if line_end >= 0 else ""
     if not _FIELDS.fullmatch(fields):
         return HandOff("a malformed header line")
+    if end > MAX_LINE_BYTES and max(map(len, text.split("\r\n"))) > MAX_LINE_BYTES:
+        return HandOff("a line over aiohttp's limit")
     headers: CIMultiDict[str] = CIMultiDict(_FIELD.findall(fields))
-    if "Transfer-Encoding" in headers or "Expect" in headers or "Upgrade" in headers:
-        return HandOff("a chunked, expected or upgraded body")
+    if len(headers) > MAX_FIELDS:
+        return HandOff("more header fields than aiohttp takes")
+    if len(set(map(str.lower, headers.keys()))) != len(headers) and any(
+        len(headers.getall(name, ())) > 1 for name in SINGLETONS
+    ):
+        return HandOff("a field that may come once came twice")
+    if "Host" not in headers:
+        return HandOff("no Host")
+    if any(name in headers for name in _AIOHTTP_ONLY):
+        return HandOff("a chunked, encoded, expected or upgraded body")
     lengths = headers.getall("Content-Length", [])
     if len(lengths) != 1 or not lengths[0].isdigit() or len(lengths[0]) > 18:
         return HandOff("no single Content-Length")
@@ -99,16 +132,22 @@ _REASONS = {status.value: status.phrase for status in HTTPStatus}
 
 
 def response_head(
-    status: int, headers: Iterable[tuple[str, str]], date: str, *, length: int | None
+    status: int,
+    headers: Iterable[tuple[str, str]],
+    date: str,
+    *,
+    length: int | None,
+    close: bool = False,
 ) -> bytes:
-    """Status line and headers; `length` None: a chunked body follows.
+    """Status line and headers; `length` None: a chunked body follows; `close`: the
+    connection ends after this answer (and says so).
 
     Raises:
         ValueError: a header would break the head (CR or LF in it).
     """
     out = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"]
     for name, value in headers:
-        if name.lower() in ("content-length", "transfer-encoding", "date"):
+        if name.lower() in ("content-length", "transfer-encoding", "date", "connection"):
             continue
         if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
             raise ValueError(f"header {name!r} holds a line break")
@@ -117,6 +156,8 @@ def response_head(
         out.append("Transfer-Encoding: chunked\r\n")
     else:
         out.append(f"Content-Length: {length}\r\n")
+    if close:
+        out.append("Connection: close\r\n")
     out.append(f"Date: {date}\r\n\r\n")
     return "".join(out).encode("latin-1")
 

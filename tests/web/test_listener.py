@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,10 +14,12 @@ import pytest
 from aiohttp import web
 
 from gateway.aio import spawn
+from gateway.web import listener as listener_module
 from gateway.web.channel import ResponseChannel
 from gateway.web.handlers import read_body
-from gateway.web.listener import ROUTES, Served, serve
+from gateway.web.listener import ROUTES, Listener, Served, serve
 from gateway.web.middleware import error_middleware, request_id_middleware
+from gateway.web.simple_http import read_head
 
 MAX_BODY = 1000
 CHUNKED = (
@@ -26,6 +29,8 @@ CHUNKED = (
 
 class Handlers:
     def __init__(self) -> None:
+        self.listener: Listener | None = None
+        self.waiting: list[int] = []
         self.release = asyncio.Event()
         self.cancelled = asyncio.Event()
         self.entered = asyncio.Event()
@@ -52,6 +57,19 @@ class Handlers:
     async def fail(self, request: web.Request) -> web.StreamResponse:
         raise RuntimeError("a bug")
 
+    async def stream_then_fail(self, request: web.Request) -> web.StreamResponse:
+        channel = ResponseChannel(request, keepalive_s=60)
+        await channel.notify({"jsonrpc": "2.0", "method": "notifications/progress"})
+        raise RuntimeError("a bug past the first event")
+
+    async def big(self, request: web.Request) -> web.StreamResponse:
+        """4 MB, noting how much of earlier answers still waits in the transport."""
+        assert self.listener is not None
+        for conn in self.listener.connections:
+            assert conn.transport is not None
+            self.waiting.append(conn.transport.get_write_buffer_size())
+        return web.Response(body=b'"' + b"x" * 4_000_000 + b'"', content_type="application/json")
+
 
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "alive"})
@@ -62,12 +80,14 @@ async def start(handlers: Handlers, *, middlewares: bool = True, **kw: Any) -> S
         middlewares=[request_id_middleware, error_middleware] if middlewares else []
     )
     routes = {"/echo": handlers.echo, "/stream": handlers.stream, "/hold": handlers.hold}
-    routes["/fail"] = handlers.fail
+    routes.update({"/fail": handlers.fail, "/stream_then_fail": handlers.stream_then_fail})
+    routes["/big"] = handlers.big
     for path, handler in routes.items():
         app.router.add_route("*", path, handler)
     app.router.add_get("/healthz", healthz)
     app[ROUTES] = dict(routes)
     served = await serve(app, "127.0.0.1", 0, max_body=MAX_BODY)
+    handlers.listener = served.listener
     served.listener.keepalive_s = kw.get("keepalive_s", served.listener.keepalive_s)
     return served
 
@@ -199,7 +219,8 @@ async def test_a_client_that_goes_away_cancels_its_handler(
 async def test_connection_close_is_honoured(served: Served) -> None:
     reader, writer = await connect(served)
     writer.write(post("/echo", b"{}", "Connection: close"))
-    assert (await read_response(reader))[0] == 200
+    status, headers, _ = await read_response(reader)
+    assert status == 200 and headers["connection"] == "close"
     assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the listener
     writer.close()
 
@@ -267,3 +288,97 @@ def test_the_hand_off_works_on_uvloop_as_served() -> None:
             await served.close()
 
     assert uvloop.run(scenario()) == (200, 200, 1)
+
+
+async def test_an_answer_the_client_has_not_taken_holds_the_next_request(
+    served: Served, handlers: Handlers
+) -> None:
+    """A client that pipelines and reads slowly: each request is served only once the
+    previous answer has left the gateway's memory (down to the transport's low mark)."""
+    reader, writer = await connect(served)
+    writer.write(post("/big") * 4)
+    for _ in range(4):
+        status, _, body = await read_response(reader)
+        assert status == 200 and len(body) == 4_000_002
+    assert len(handlers.waiting) == 4
+    assert max(handlers.waiting) <= 64 * 1024, handlers.waiting  # not answers piling up
+    writer.close()
+
+
+async def test_a_request_still_arriving_is_not_idle(served: Served) -> None:
+    reader, writer = await connect(served)
+    whole = post("/echo", b'"slow"')
+    writer.write(whole[:-3])
+    await writer.drain()
+    while not any(c._buf for c in served.listener.connections):
+        await asyncio.sleep(0)  # a turn of the loop, until the first bytes are in
+    (conn,) = served.listener.connections
+    conn._idle_at -= 1000  # long past the keep-alive time
+    conn._check_idle()
+    assert not conn.closed
+    writer.write(whole[-3:])
+    assert json.loads((await read_response(reader))[2])["body"] == '"slow"'
+    writer.close()
+
+
+async def test_an_error_after_the_stream_began_ends_it_and_the_connection(
+    served: Served,
+) -> None:
+    reader, writer = await connect(served)
+    writer.write(post("/stream_then_fail"))
+    status, headers, body = await read_response(reader)
+    assert status == 200 and headers["content-type"] == "text/event-stream"
+    assert b"notifications/progress" in body and b"HTTP/1.1" not in body
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()
+
+
+async def test_closing_waits_for_the_handlers_it_cancels(handlers: Handlers) -> None:
+    served = await start(handlers)
+    _, writer = await connect(served)
+    writer.write(post("/hold"))
+    await handlers.entered.wait()
+    await served.listener.close(timeout_s=0)
+    assert handlers.cancelled.is_set()  # unwound before the app's resources close
+    await served.runner.cleanup()
+    writer.close()
+
+
+async def test_connections_have_tcp_keep_alive(served: Served) -> None:
+    _, writer = await connect(served)
+    writer.write(post("/echo"))
+    await writer.drain()
+    while not served.listener.connections:
+        await asyncio.sleep(0)
+    (conn,) = served.listener.connections
+    assert conn.transport is not None
+    sock = conn.transport.get_extra_info("socket")
+    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    writer.close()
+
+
+async def test_a_head_is_read_once_however_its_body_comes(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body in many pieces costs one reading of its head, not one per piece (which made a
+    body's arrival quadratic in its pieces)."""
+    reads = []
+
+    def counted(buf: bytes, *args: Any) -> Any:
+        reads.append(len(buf))
+        return read_head(buf, *args)
+
+    monkeypatch.setattr(listener_module, "read_head", counted)
+    reader, writer = await connect(served)
+    whole = post("/echo", b'"' + b"y" * 600 + b'"')
+    head_size = whole.index(b"\r\n\r\n") + 4
+    writer.write(whole[:head_size])
+    await writer.drain()
+    while not reads:
+        await asyncio.sleep(0)  # a turn of the loop, until the head is read
+    for i in range(head_size, len(whole), 50):
+        writer.write(whole[i : i + 50])
+        await writer.drain()
+    assert json.loads((await read_response(reader))[2])["body"] == '"' + "y" * 600 + '"'
+    assert len(reads) == 1
+    writer.close()

@@ -16,6 +16,8 @@ from gateway.web.simple_http import (
 )
 
 PATHS = {"/mcp"}
+BODY_WORK = "a chunked, encoded, expected or upgraded body"
+TWICE = "a field that may come once came twice"
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
 
 
@@ -59,10 +61,18 @@ def test_connection_close_is_kept_and_keep_alive_is_plain() -> None:
         (request(start="POST /mcp  HTTP/1.1"), "not a POST over HTTP/1.1"),
         (request(start="POST /mcp?x=1 HTTP/1.1"), "not an MCP path"),
         (request(start="POST /healthz HTTP/1.1"), "not an MCP path"),
-        (request("Transfer-Encoding: chunked"), "a chunked, expected or upgraded body"),
-        (request("Expect: 100-continue"), "a chunked, expected or upgraded body"),
-        (request("Upgrade: h2c", "Connection: upgrade"), "a chunked, expected or upgraded body"),
-        (request("Content-Length: 41", "Content-Length: 41"), "no single Content-Length"),
+        (request("Transfer-Encoding: chunked"), BODY_WORK),
+        (request("Expect: 100-continue"), BODY_WORK),
+        (request("Upgrade: h2c", "Connection: upgrade"), BODY_WORK),
+        (request("Content-Length: 41", "Content-Length: 41"), TWICE),
+        (request("Host: other"), TWICE),  # which one would the origin check read?
+        (request("Content-Type: a/b", "content-type: a/b"), TWICE),
+        (request("User-Agent: a", "User-Agent: b"), TWICE),
+        (request(start="POST /mcp HTTP/1.1\r\nX: y").replace(b"Host: gw\r\n", b""), "no Host"),
+        (request("Content-Encoding: gzip"), BODY_WORK),
+        (request("Sec-WebSocket-Key1: x"), BODY_WORK),
+        (request(*[f"X-{i}: v" for i in range(128)]), "more header fields than aiohttp takes"),
+        (request("X: " + "v" * 8190), "a line over aiohttp's limit"),
         (request("Content-Length: +41"), "no single Content-Length"),
         (request("Content-Length: 41, 41"), "no single Content-Length"),
         (request("Content-Length: 2000"), "a body over the limit"),
@@ -78,6 +88,14 @@ def test_connection_close_is_kept_and_keep_alive_is_plain() -> None:
 )
 def test_anything_unusual_goes_to_aiohttp(raw: bytes, reason: str) -> None:
     assert read_head(raw, PATHS, 1000) == HandOff(reason)
+
+
+def test_repeated_fields_aiohttp_takes_twice_are_kept() -> None:
+    found = read_head(
+        request("Accept: a", "Accept: b", *[f"X-{i}: v" for i in range(120)]), PATHS, 1000
+    )
+    assert isinstance(found, SimplePost) and found.headers.getall("Accept") == ["a", "b"]
+    assert isinstance(read_head(request("X: " + "v" * 8180), PATHS, 1000), SimplePost)
 
 
 def test_a_head_without_end_is_handed_off_at_the_size_limit() -> None:
@@ -96,6 +114,8 @@ def test_response_heads_carry_length_or_chunking_and_never_a_line_break() -> Non
     assert response_head(405, [("Allow", "POST")], "D", length=0).startswith(
         b"HTTP/1.1 405 Method Not Allowed\r\nAllow: POST\r\n"
     )
+    closing = response_head(200, [("Connection", "keep-alive")], "D", length=0, close=True)
+    assert closing.count(b"Connection") == 1 and b"Connection: close\r\n" in closing
     with pytest.raises(ValueError, match="line break"):
         response_head(200, [("X-Request-Id", "a\r\nSet-Cookie: x")], "D", length=0)
 
