@@ -265,7 +265,8 @@ class _Connection(asyncio.Protocol):
                 response = exc
             close = post.close or self.closing
             close = self._answer(request, response, close) or close
-            await self.drain()  # no next request while this answer waits in memory
+            if self._paused:  # no next request while this answer waits in memory
+                await self.drain()
         except (asyncio.CancelledError, ConnectionResetError):
             self._done(close=True)
             return

@@ -42,9 +42,6 @@ SINGLETONS = frozenset(
         "user-agent",
     }
 )
-#: Fields whose presence makes aiohttp do more than read the body (decompress it) or
-#: refuse the request; the listener leaves those to it.
-_AIOHTTP_ONLY = ("Transfer-Encoding", "Expect", "Upgrade", "Content-Encoding", "Sec-WebSocket-Key1")
 
 _TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 # A field's value without the whitespace around it, in a pattern that cannot backtrack
@@ -109,7 +106,15 @@ def read_head(
         return HandOff("a field that may come once came twice")
     if "Host" not in headers:
         return HandOff("no Host")
-    if any(name in headers for name in _AIOHTTP_ONLY):
+    # Fields that make aiohttp do more than read the body (de-chunk or decompress it,
+    # answer 100 Continue, upgrade) or refuse the request: left to it.
+    if (
+        "Transfer-Encoding" in headers
+        or "Content-Encoding" in headers
+        or "Expect" in headers
+        or "Upgrade" in headers
+        or "Sec-WebSocket-Key1" in headers
+    ):
         return HandOff("a chunked, encoded, expected or upgraded body")
     lengths = headers.getall("Content-Length", [])
     if len(lengths) != 1 or not lengths[0].isdigit() or len(lengths[0]) > 18:
