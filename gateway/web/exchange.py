@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any, Protocol, cast
 
 from aiohttp import web
-from multidict import CIMultiDict
 
 from gateway.web.simple_http import LAST_CHUNK, SimplePost, chunk, response_head
 
@@ -79,7 +78,7 @@ class SimpleStream:
 
     def __init__(self, conn: Connection, headers: Mapping[str, str]) -> None:
         self._conn = conn
-        self.headers = CIMultiDict(headers)
+        self.headers = dict(headers)
         self.ended = False
         conn.write(response_head(200, self.headers.items(), conn.date(), length=None))
 

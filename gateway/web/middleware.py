@@ -32,6 +32,9 @@ def rpc_error_reply(exc: RpcError, rid: RequestId | None) -> tuple[dict[str, Any
     return jsonrpc.error(rid, exc.error_object()), exc.status
 
 
+#: The body of a 500: what went wrong is for the log only, never on the wire.
+INTERNAL_ERROR_BODY = jsonrpc.dumps(jsonrpc.error(None, RpcError().error_object()))
+
 _REQUEST_IDS = itertools.count(1)
 _REQUEST_ID_PREFIX = secrets.token_hex(4)
 
@@ -105,5 +108,4 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         raise
     except Exception:
         log.exception("unhandled_error", path=request.path)
-        body = jsonrpc.error(None, {"code": -32603, "message": "Internal error"})
-        return web.Response(status=500, body=jsonrpc.dumps(body), content_type="application/json")
+        return web.Response(status=500, body=INTERNAL_ERROR_BODY, content_type="application/json")

@@ -132,6 +132,17 @@ async def connect(served: Served) -> tuple[asyncio.StreamReader, asyncio.StreamW
     return await asyncio.open_connection("127.0.0.1", served.port)
 
 
+async def one_answered(
+    served: Served,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Any]:
+    """A connection that has had one request answered, and the listener's side of it."""
+    reader, writer = await connect(served)
+    writer.write(post("/echo"))
+    assert (await read_response(reader))[0] == 200
+    (conn,) = served.listener.connections
+    return reader, writer, conn
+
+
 async def test_plain_posts_are_served_here_behind_the_apps_middlewares(served: Served) -> None:
     reader, writer = await connect(served)
     writer.write(post("/echo", b'{"a":1}', "Authorization: one", "Authorization: two"))
@@ -306,13 +317,9 @@ async def test_an_answer_the_client_has_not_taken_holds_the_next_request(
 
 
 async def test_a_request_still_arriving_is_not_idle(served: Served) -> None:
-    reader, writer = await connect(served)
+    reader, writer, conn = await one_answered(served)
     whole = post("/echo", b'"slow"')
-    writer.write(whole[:-3])
-    await writer.drain()
-    while not any(c._buf for c in served.listener.connections):
-        await asyncio.sleep(0)  # a turn of the loop, until the first bytes are in
-    (conn,) = served.listener.connections
+    conn.data_received(whole[:-3])  # as the loop would hand it the first bytes
     conn._idle_at -= 1000  # long past the keep-alive time
     conn._check_idle()
     assert not conn.closed
@@ -345,12 +352,7 @@ async def test_closing_waits_for_the_handlers_it_cancels(handlers: Handlers) -> 
 
 
 async def test_connections_have_tcp_keep_alive(served: Served) -> None:
-    _, writer = await connect(served)
-    writer.write(post("/echo"))
-    await writer.drain()
-    while not served.listener.connections:
-        await asyncio.sleep(0)
-    (conn,) = served.listener.connections
+    _, writer, conn = await one_answered(served)
     assert conn.transport is not None
     sock = conn.transport.get_extra_info("socket")
     assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
@@ -362,6 +364,7 @@ async def test_a_head_is_read_once_however_its_body_comes(
 ) -> None:
     """A body in many pieces costs one reading of its head, not one per piece (which made a
     body's arrival quadratic in its pieces)."""
+    reader, writer, conn = await one_answered(served)
     reads = []
 
     def counted(buf: bytes, *args: Any) -> Any:
@@ -369,16 +372,11 @@ async def test_a_head_is_read_once_however_its_body_comes(
         return read_head(buf, *args)
 
     monkeypatch.setattr(listener_module, "read_head", counted)
-    reader, writer = await connect(served)
     whole = post("/echo", b'"' + b"y" * 600 + b'"')
     head_size = whole.index(b"\r\n\r\n") + 4
-    writer.write(whole[:head_size])
-    await writer.drain()
-    while not reads:
-        await asyncio.sleep(0)  # a turn of the loop, until the head is read
+    conn.data_received(whole[:head_size])  # each piece one read, as the loop hands them
     for i in range(head_size, len(whole), 50):
-        writer.write(whole[i : i + 50])
-        await writer.drain()
+        conn.data_received(whole[i : i + 50])
     assert json.loads((await read_response(reader))[2])["body"] == '"' + "y" * 600 + '"'
     assert len(reads) == 1
     writer.close()
