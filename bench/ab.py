@@ -1,6 +1,11 @@
 """Two checkouts of the gateway timed in the same minutes: what a change does to the goals.
 
     .venv/bin/python bench/ab.py --tree BEFORE --tree AFTER [--quick]
+    .venv/bin/python bench/ab.py --tree . --python .venv/bin/python --tree . --python OTHER
+
+`--python` (as many as `--tree`, paired in order) runs each tree's gateway on that
+interpreter (a virtual environment's, with the gateway's dependencies installed) instead
+of this one's.
 
 On two shared cores a run's speed moves by the hour (see README, Performance), so runs of
 `bench/report.py` made an hour apart cannot tell a change of a few percent from the
@@ -39,23 +44,24 @@ from bench.report import (  # noqa: E402
 from tests.peers.tooling import LegacyServer  # noqa: E402
 
 
-def gateway_of(tree: Path, legacy: LegacyServer, folder: Path, name: str) -> Gateway:
+def gateway_of(tree: Path, python: str, legacy: LegacyServer, folder: Path, name: str) -> Gateway:
     """A gateway from `tree` (its PYTHONPATH; `-P`: not the working directory's)."""
     return Gateway(
         upstream("legacy", legacy.url, pool={"min_idle": 4}),
         folder,
         name,
         env={"PYTHONPATH": str(tree)},
-        launcher=[sys.executable, "-P", "-m", "gateway"],
+        launcher=[python, "-P", "-m", "gateway"],
     )
 
 
-async def compare(trees: list[Path], quick: bool, folder: Path) -> None:
+async def compare(trees: list[Path], pythons: list[str], quick: bool, folder: Path) -> None:
     legacy = LegacyServer()
     assert legacy.proc is not None
     server = legacy.proc.pid
-    gateways = [gateway_of(tree, legacy, folder, f"tree{i}") for i, tree in enumerate(trees)]
-    names = [str(tree) for tree in trees]
+    pairs = list(enumerate(zip(trees, pythons, strict=True)))
+    gateways = [gateway_of(tree, py, legacy, folder, f"tree{i}") for i, (tree, py) in pairs]
+    names = [str(tree) if py == sys.executable else f"{tree} on {py}" for _, (tree, py) in pairs]
     n, seq = (64, 200) if quick else (320, 800)
 
     def variants(direct: MakeOp, through: Callable[[str], MakeOp], cpu: bool) -> list[Variant]:
@@ -94,10 +100,14 @@ async def compare(trees: list[Path], quick: bool, folder: Path) -> None:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", action="append", type=Path, required=True)
+    parser.add_argument("--python", action="append", help="the interpreter of each tree's gateway")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    pythons = args.python or [sys.executable] * len(args.tree)
+    if len(pythons) != len(args.tree):
+        parser.error(f"{len(pythons)} --python for {len(args.tree)} --tree: give one for each")
     with tempfile.TemporaryDirectory(prefix="mrtr-ab-") as tmp:
-        await compare([t.resolve() for t in args.tree], args.quick, Path(tmp))
+        await compare([t.resolve() for t in args.tree], pythons, args.quick, Path(tmp))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Instructions per call, counted by callgrind: a figure that does not drift.
 
-    .venv/bin/python bench/instructions.py [--tree DIR ...] [--op echo|greet] [--calls 400]
-        [--by-function] [--log-level info]
+    .venv/bin/python bench/instructions.py [--tree DIR [--python PY] ...] [--op echo|greet]
+        [--calls 400] [--by-function] [--log-level info]
 
 Timings on two shared cores move by the hour; a count of instructions does not
 (`valgrind --tool=callgrind` gives the same total for the same code and inputs, whatever
@@ -10,7 +10,9 @@ one: give two to compare a change with what it changes) it starts the legacy tes
 and, twice, a gateway from that tree under callgrind, with the shipped defaults and a
 fixed hash seed. It drives both alike, the second with `--calls` more calls, and prints
 (difference of the totals) / (difference of the calls): what one call costs, start-up
-and shut-down cancelled out. `--op echo` (the default) is a pass-through call, `--op greet`
+and shut-down cancelled out. `--python` (one for each `--tree`, paired in order) runs that
+tree's gateway on another interpreter (a virtual environment's with the gateway's
+dependencies), to count what a Python version changes. `--op echo` (the default) is a pass-through call, `--op greet`
 an elicitation round trip: the call, its question parked, the retry that answers it.
 `--by-function` prints the C functions that difference is made of (the interpreter's
 loop, dict lookups, the regular-expression engine, ...), which says what kind of work a
@@ -74,7 +76,7 @@ OPS = {"echo": echo_to, "greet": greet_at}
 
 
 async def counted_run(
-    tree: Path, legacy: LegacyServer, op: str, calls: int, level: str, folder: Path
+    tree: Path, python: str, legacy: LegacyServer, op: str, calls: int, level: str, folder: Path
 ) -> Path:
     """A gateway of `tree` under callgrind, driven by 4 clients with `WARM` calls each and
     then `calls` more in all: its callgrind output file, once it has stopped."""
@@ -83,7 +85,7 @@ async def counted_run(
         "valgrind",
         "--tool=callgrind",
         f"--callgrind-out-file={out}",
-        sys.executable,
+        python,
         "-P",  # not the working directory's gateway: the tree's, from PYTHONPATH
         "-m",
         "gateway",
@@ -102,16 +104,19 @@ async def counted_run(
     return out
 
 
-async def per_call(tree: Path, op: str, calls: int, level: str, by_function: bool) -> None:
+async def per_call(
+    tree: Path, python: str, op: str, calls: int, level: str, by_function: bool
+) -> None:
     folder = Path(tempfile.mkdtemp(prefix="instructions-"))
     legacy = LegacyServer()
     try:
-        base = totals_by_function(await counted_run(tree, legacy, op, 0, level, folder))
-        more = totals_by_function(await counted_run(tree, legacy, op, calls, level, folder))
+        base = totals_by_function(await counted_run(tree, python, legacy, op, 0, level, folder))
+        more = totals_by_function(await counted_run(tree, python, legacy, op, calls, level, folder))
     finally:
         legacy.stop()
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"{tree}: {(more[0] - base[0]) / calls:,.0f} instructions per {op}")
+    name = str(tree) if python == sys.executable else f"{tree} on {python}"
+    print(f"{name}: {(more[0] - base[0]) / calls:,.0f} instructions per {op}")
     if by_function:
         diff = more[1]
         diff.subtract(base[1])
@@ -122,6 +127,7 @@ async def per_call(tree: Path, op: str, calls: int, level: str, by_function: boo
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", action="append", type=Path, help="a gateway checkout")
+    parser.add_argument("--python", action="append", help="the interpreter of each tree's gateway")
     parser.add_argument("--op", choices=sorted(OPS), default="echo")
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--by-function", action="store_true")
@@ -131,9 +137,13 @@ async def main() -> None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     wait_for_port = report.wait_for_port
     report.wait_for_port = lambda port, proc: wait_for_port(port, proc, timeout=START_S)
-    for tree in args.tree or [ROOT]:
+    trees = args.tree or [ROOT]
+    pythons = args.python or [sys.executable] * len(trees)
+    if len(pythons) != len(trees):
+        parser.error(f"{len(pythons)} --python for {len(trees)} --tree: give one for each")
+    for tree, python in zip(trees, pythons, strict=True):
         await per_call(
-            tree.resolve(), args.op, args.calls // 4 * 4, args.log_level, args.by_function
+            tree.resolve(), python, args.op, args.calls // 4 * 4, args.log_level, args.by_function
         )
 
 
