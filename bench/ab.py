@@ -39,6 +39,7 @@ from bench.report import (  # noqa: E402
     echo_to,
     greet_at,
     interleaved,
+    tree_pythons,
     upstream,
 )
 from tests.peers.tooling import LegacyServer  # noqa: E402
@@ -55,13 +56,14 @@ def gateway_of(tree: Path, python: str, legacy: LegacyServer, folder: Path, name
     )
 
 
-async def compare(trees: list[Path], pythons: list[str], quick: bool, folder: Path) -> None:
+async def compare(trees: list[tuple[Path, str, str]], quick: bool, folder: Path) -> None:
     legacy = LegacyServer()
     assert legacy.proc is not None
     server = legacy.proc.pid
-    pairs = list(enumerate(zip(trees, pythons, strict=True)))
-    gateways = [gateway_of(tree, py, legacy, folder, f"tree{i}") for i, (tree, py) in pairs]
-    names = [str(tree) if py == sys.executable else f"{tree} on {py}" for _, (tree, py) in pairs]
+    gateways = [
+        gateway_of(tree, py, legacy, folder, f"tree{i}") for i, (tree, py, _) in enumerate(trees)
+    ]
+    names = [name for _, _, name in trees]
     n, seq = (64, 200) if quick else (320, 800)
 
     def variants(direct: MakeOp, through: Callable[[str], MakeOp], cpu: bool) -> list[Variant]:
@@ -103,11 +105,9 @@ async def main() -> None:
     parser.add_argument("--python", action="append", help="the interpreter of each tree's gateway")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    pythons = args.python or [sys.executable] * len(args.tree)
-    if len(pythons) != len(args.tree):
-        parser.error(f"{len(pythons)} --python for {len(args.tree)} --tree: give one for each")
+    trees = tree_pythons(parser, args.tree, args.python)
     with tempfile.TemporaryDirectory(prefix="mrtr-ab-") as tmp:
-        await compare([t.resolve() for t in args.tree], pythons, args.quick, Path(tmp))
+        await compare(trees, args.quick, Path(tmp))
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@ fixed hash seed. It drives both alike, the second with `--calls` more calls, and
 (difference of the totals) / (difference of the calls): what one call costs, start-up
 and shut-down cancelled out. `--python` (one for each `--tree`, paired in order) runs that
 tree's gateway on another interpreter (a virtual environment's with the gateway's
-dependencies), to count what a Python version changes. `--op echo` (the default) is a pass-through call, `--op greet`
-an elicitation round trip: the call, its question parked, the retry that answers it.
+dependencies), to count what a Python version changes. `--op echo` (the default) is a
+pass-through call, `--op greet` an elicitation round trip: the call, its question parked,
+the retry that answers it.
 `--by-function` prints the C functions that difference is made of (the interpreter's
 loop, dict lookups, the regular-expression engine, ...), which says what kind of work a
 call is, not which Python line did it.
@@ -105,7 +106,7 @@ async def counted_run(
 
 
 async def per_call(
-    tree: Path, python: str, op: str, calls: int, level: str, by_function: bool
+    tree: Path, python: str, name: str, op: str, calls: int, level: str, by_function: bool
 ) -> None:
     folder = Path(tempfile.mkdtemp(prefix="instructions-"))
     legacy = LegacyServer()
@@ -115,7 +116,6 @@ async def per_call(
     finally:
         legacy.stop()
         shutil.rmtree(folder, ignore_errors=True)
-    name = str(tree) if python == sys.executable else f"{tree} on {python}"
     print(f"{name}: {(more[0] - base[0]) / calls:,.0f} instructions per {op}")
     if by_function:
         diff = more[1]
@@ -137,13 +137,9 @@ async def main() -> None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     wait_for_port = report.wait_for_port
     report.wait_for_port = lambda port, proc: wait_for_port(port, proc, timeout=START_S)
-    trees = args.tree or [ROOT]
-    pythons = args.python or [sys.executable] * len(trees)
-    if len(pythons) != len(trees):
-        parser.error(f"{len(pythons)} --python for {len(trees)} --tree: give one for each")
-    for tree, python in zip(trees, pythons, strict=True):
+    for tree, python, name in report.tree_pythons(parser, args.tree or [ROOT], args.python):
         await per_call(
-            tree.resolve(), python, args.op, args.calls // 4 * 4, args.log_level, args.by_function
+            tree, python, name, args.op, args.calls // 4 * 4, args.log_level, args.by_function
         )
 
 

@@ -178,6 +178,25 @@ class Gateway:
             self.proc.wait(10)
 
 
+def tree_pythons(
+    parser: argparse.ArgumentParser, trees: list[Path], pythons: list[str] | None
+) -> list[tuple[Path, str, str]]:
+    """Each `--tree` (resolved) with its `--python` (this interpreter where none is given)
+    and the name to print it by; a count that does not pair, or an interpreter that is not
+    there, is the command line's error."""
+    pythons = pythons or [sys.executable] * len(trees)
+    if len(pythons) != len(trees):
+        parser.error(f"{len(pythons)} --python for {len(trees)} --tree: give one for each")
+    for python in pythons:
+        if not os.access(python, os.X_OK):
+            parser.error(f"--python {python}: not an executable file")
+    resolved = [tree.resolve() for tree in trees]
+    return [
+        (tree, py, str(tree) if py == sys.executable else f"{tree} on {py}")
+        for tree, py in zip(resolved, pythons, strict=True)
+    ]
+
+
 def upstream(name: str, url: str, **extra: Any) -> dict[str, Any]:
     return {"upstreams": [{"name": name, "url": url, **extra}]}
 
