@@ -68,17 +68,42 @@ async def get_server(script: list[bytes], arrived: list[float]) -> tuple[Server,
     return await Server().start(answer), held
 
 
+class Recoveries:
+    """A log processor that counts the `upstream_get_stream_recovered` lines: the server
+    holding the stream open does not mean the gateway has read its head and said so yet."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected, self.seen = expected, 0
+        self.all_said = asyncio.Event()
+        if expected == 0:
+            self.all_said.set()
+
+    def __call__(self, _logger: object, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+        if event["event"] == "upstream_get_stream_recovered":
+            self.seen += 1
+            if self.seen >= self.expected:
+                self.all_said.set()
+        return event
+
+
 @contextlib.asynccontextmanager
 async def adopted(
-    http: Http1Client, script: list[bytes], arrived: list[float] | None = None
+    http: Http1Client,
+    script: list[bytes],
+    arrived: list[float] | None = None,
+    *,
+    recoveries: int = 0,
 ) -> AsyncIterator[list[dict[str, Any]]]:
-    """A session adopted against `get_server(script)`, once its stream is held: the logs."""
+    """A session adopted against `get_server(script)`, once its stream is held and the
+    gateway has logged `recoveries` recovered lines: the logs."""
     server, held = await get_server(script, [] if arrived is None else arrived)
     session = new_session(http, server)
+    counted = Recoveries(recoveries)
     try:
-        with capture_logs() as logs:
+        with capture_logs(processors=[counted]) as logs:
             await session.adopt("s1", UPSTREAM_VERSIONS[0])
             await asyncio.wait_for(held.wait(), 5)
+            await asyncio.wait_for(counted.all_said.wait(), 5)
         yield logs
     finally:
         await session.close(end=False)
@@ -101,7 +126,7 @@ async def test_a_stream_that_fails_time_after_time_backs_off_and_logs_once(
     lead = [b"end"] if refusal == b"drop" else lead
     failures = 5
     arrived: list[float] = []
-    async with adopted(http, lead + [refusal] * failures, arrived) as logs:
+    async with adopted(http, lead + [refusal] * failures, arrived, recoveries=1) as logs:
         delays = [0.01, 0.02, 0.04, 0.04, 0.04]  # after the 1st, 2nd, ... failure in a row
         tries = arrived[len(lead) :]
         gaps = [b - a for a, b in zip(tries, tries[1:], strict=False)]
@@ -126,11 +151,13 @@ async def test_the_streams_lines_are_not_logged_as_the_request_that_opened_the_s
     server, held = await get_server([b"503 Service Unavailable"], [])
     session = new_session(http, server)
     try:
-        with capture_logs(processors=[log_context.merge_bound]) as logs:
+        counted = Recoveries(1)
+        with capture_logs(processors=[log_context.merge_bound, counted]) as logs:
             log_context.bind(request_id="the-opening-request")
             try:
                 await session.adopt("s1", UPSTREAM_VERSIONS[0])
                 await asyncio.wait_for(held.wait(), 5)
+                await asyncio.wait_for(counted.all_said.wait(), 5)
             finally:
                 log_context.unbind("request_id")
         lines = [e for e in logs if e["event"].startswith("upstream_get_stream_")]
@@ -152,7 +179,7 @@ async def test_a_refusal_after_a_held_stream_starts_again_from_the_shortest_dela
     monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
     monkeypatch.setattr(listener, "MAX_BACKOFF_S", 5.0)
     busy = b"503 Service Unavailable"
-    async with adopted(http, [busy, busy, busy, b"end", busy]) as logs:
+    async with adopted(http, [busy, busy, busy, b"end", busy], recoveries=2) as logs:
         warnings = [
             e
             for e in logs
