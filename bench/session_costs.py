@@ -109,9 +109,13 @@ async def main(args: argparse.Namespace) -> None:
     for name in names:
         print(f"  {name:20s} " + "  ".join(f"{ms:5.2f} ms" for ms in costs[name]))
     opened = costs["open"]
-    for name in ("open + park", "open + GET + park"):
+    ways = (
+        ("open + GET + park", "and its GET stream (as a gateway has)"),
+        ("open + park", "alone"),
+    )
+    for name, how in ways:
         bound = "  ".join(f"{o / p:.2f}x" for o, p in zip(opened, costs[name], strict=True))
-        print(f"  a session per parked call, {name[5:]}: parks at most {bound} the open rate")
+        print(f"  a session per parked call, {how}: parks at most {bound} the open rate")
 
 
 if __name__ == "__main__":
