@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -67,35 +65,27 @@ async def open_one(
         raise RuntimeError("the call ended without asking its question")
 
 
-@contextlib.asynccontextmanager
-async def server() -> AsyncIterator[LegacyServer]:
-    legacy = LegacyServer()
-    try:
-        yield legacy
-    finally:
-        legacy.stop()
-
-
 async def measure(variant: str, count: int, concurrency: int) -> float:
     """The server's CPU (ms) per operation of `variant`, on a fresh server."""
     get, park = VARIANTS[variant]
     held: list[aiohttp.ClientResponse] = []
     gate = asyncio.Semaphore(concurrency)
-    async with (
-        server() as legacy,
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
-    ):
-        await open_one(http, legacy.url, held, get, park)  # the server's first: imports
-        before = cpu_s(legacy.proc.pid)
+    legacy = LegacyServer()
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            await open_one(http, legacy.url, held, get, park)  # the server's first: imports
+            before = cpu_s(legacy.proc.pid)
 
-        async def one() -> None:
-            async with gate:
-                await open_one(http, legacy.url, held, get, park)
+            async def one() -> None:
+                async with gate:
+                    await open_one(http, legacy.url, held, get, park)
 
-        await asyncio.gather(*(one() for _ in range(count)))
-        spent = cpu_s(legacy.proc.pid) - before
-        for resp in held:
-            resp.close()
+            await asyncio.gather(*(one() for _ in range(count)))
+            spent = cpu_s(legacy.proc.pid) - before
+            for resp in held:
+                resp.close()
+    finally:
+        legacy.stop()
     return 1000 * spent / count
 
 

@@ -54,17 +54,16 @@ def test_the_image_builds_and_runs_as_uid_65532() -> None:
             os.killpg(build.pid, signal.SIGKILL)
             build.communicate()
         raise
-    done = subprocess.CompletedProcess(build.args, build.returncode, stdout, stderr)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "uid=65532" in done.stdout
+    assert build.returncode == 0, stderr[-3000:]
+    assert "uid=65532" in stdout
     # The base built here has the Python of the Dockerfile's default BASE (python:X.Y-...).
     base = re.search(r"^ARG BASE=python:(\d+\.\d+)-", (ROOT / "Dockerfile").read_text(), re.M)
-    assert base is not None and f"python {base[1]}." in done.stdout, done.stdout
-    assert "usage: mrtr-gateway" in done.stdout
+    assert base is not None and f"python {base[1]}." in stdout, stdout
+    assert "usage: mrtr-gateway" in stdout
     # Served from the image: JSON log lines, uvloop, the probe and a client's mistake.
-    listening = next(line for line in done.stdout.splitlines() if "gateway_listening" in line)
+    listening = next(line for line in stdout.splitlines() if "gateway_listening" in line)
     assert json.loads(listening)["event_loop"] == "uvloop", listening
-    assert "served: healthz 200" in done.stdout
-    assert "served: malformed body 400 -32700" in done.stdout
-    assert "config.yaml: OK; upstreams: example" in done.stdout
-    assert "65532:65532 [/opt/venv/bin/mrtr-gateway]" in done.stdout
+    assert "served: healthz 200" in stdout
+    assert "served: malformed body 400 -32700" in stdout
+    assert "config.yaml: OK; upstreams: example" in stdout
+    assert "65532:65532 [/opt/venv/bin/mrtr-gateway]" in stdout

@@ -93,15 +93,23 @@ async def adopted(
     arrived: list[float] | None = None,
     *,
     recoveries: int = 0,
+    opened_by: str | None = None,
 ) -> AsyncIterator[list[dict[str, Any]]]:
     """A session adopted against `get_server(script)`, once its stream is held and the
-    gateway has logged `recoveries` recovered lines: the logs."""
+    gateway has logged `recoveries` recovered lines: the logs (with what is bound to the
+    logging context merged in). `opened_by`: the request id bound while it is adopted."""
     server, held = await get_server(script, [] if arrived is None else arrived)
     session = new_session(http, server)
     counted = Recoveries(recoveries)
     try:
-        with capture_logs(processors=[counted]) as logs:
-            await session.adopt("s1", UPSTREAM_VERSIONS[0])
+        with capture_logs(processors=[log_context.merge_bound, counted]) as logs:
+            if opened_by is not None:
+                log_context.bind(request_id=opened_by)
+            try:
+                await session.adopt("s1", UPSTREAM_VERSIONS[0])
+            finally:
+                if opened_by is not None:
+                    log_context.unbind("request_id")
             await asyncio.wait_for(held.wait(), 5)
             await asyncio.wait_for(counted.all_said.wait(), 5)
         yield logs
@@ -148,27 +156,14 @@ async def test_the_streams_lines_are_not_logged_as_the_request_that_opened_the_s
     """The stream outlives the request that happened to open its session: its lines
     carry none of that request's log fields."""
     monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
-    server, held = await get_server([b"503 Service Unavailable"], [])
-    session = new_session(http, server)
-    try:
-        counted = Recoveries(1)
-        with capture_logs(processors=[log_context.merge_bound, counted]) as logs:
-            log_context.bind(request_id="the-opening-request")
-            try:
-                await session.adopt("s1", UPSTREAM_VERSIONS[0])
-                await asyncio.wait_for(held.wait(), 5)
-                await asyncio.wait_for(counted.all_said.wait(), 5)
-            finally:
-                log_context.unbind("request_id")
+    refused = [b"503 Service Unavailable"]
+    async with adopted(http, refused, recoveries=1, opened_by="the-opening-request") as logs:
         lines = [e for e in logs if e["event"].startswith("upstream_get_stream_")]
         assert {e["event"] for e in lines} == {
             "upstream_get_stream_refused",
             "upstream_get_stream_recovered",
         }
         assert all("request_id" not in e for e in lines), lines
-    finally:
-        await session.close(end=False)
-        await server.stop()
 
 
 async def test_a_refusal_after_a_held_stream_starts_again_from_the_shortest_delay(
