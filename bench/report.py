@@ -312,9 +312,9 @@ async def passthrough(args: argparse.Namespace, folder: Path) -> None:
         )
         direct1, through1, least1 = await interleaved(
             [
-                Variant("direct, 1 client", direct_echo(legacy.url)),
-                Variant("gateway, 1 client", echo_to(gw.url)),
-                Variant("floor proxy, 1 client", echo_to(floor.url)),
+                Variant("direct, 1 client", direct_echo(legacy.url), (server,)),
+                Variant("gateway, 1 client", echo_to(gw.url), (gw.pid, server)),
+                Variant("floor proxy, 1 client", echo_to(floor.url), (floor.proc.pid, server)),
             ],
             1,
             seq,
@@ -328,6 +328,9 @@ async def passthrough(args: argparse.Namespace, folder: Path) -> None:
     legacy_gw_per = through["cpu_s"][1] / through["ops"] * 1000
     floor_per = least["cpu_s"][0] / least["ops"] * 1000
     legacy_floor_per = least["cpu_s"][1] / least["ops"] * 1000
+    gw1_per = through1["cpu_s"][0] / through1["ops"] * 1000
+    floor1_per = least1["cpu_s"][0] / least1["ops"] * 1000
+    legacy1_per = direct1["cpu_s"][0] / direct1["ops"] * 1000
     print(
         f"  CPU per call: gateway {gw_per:.3f} ms, legacy server {legacy_per:.3f} ms direct "
         f"({legacy_gw_per:.3f} ms behind the gateway, {legacy_floor_per:.3f} ms behind the "
@@ -336,7 +339,11 @@ async def passthrough(args: argparse.Namespace, folder: Path) -> None:
         f"({floor_per / legacy_per:.2f}x the server's), sequential p50 "
         f"+{least1['p50_ms'] - direct1['p50_ms']:.2f} ms, throughput {least['per_s'] / direct['per_s']:.2f}x direct; "
         f"the gateway's own work on top: {gw_per - floor_per:.3f} ms CPU, "
-        f"+{through1['p50_ms'] - least1['p50_ms']:.2f} ms p50"
+        f"+{through1['p50_ms'] - least1['p50_ms']:.2f} ms p50\n"
+        f"  at 1 client, where every process waits between calls and its code runs cold: "
+        f"gateway {gw1_per:.3f} ms CPU per call, floor {floor1_per:.3f}, legacy server "
+        f"{legacy1_per:.3f} direct ({gw1_per / gw_per:.2f}x, {floor1_per / floor_per:.2f}x "
+        f"and {legacy1_per / legacy_per:.2f}x their CPU per call at 32 clients)"
     )
     goal(
         "pass-through throughput, 32 clients (gateway/direct)",
