@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -220,13 +221,18 @@ def build_app(config: GatewayConfig) -> web.Application:
     async def readyz(request: web.Request) -> web.Response:
         store_ok = await store.ping()
         upstreams = {name: await pool.check() for name, pool in pools.items()}
-        ready = store_ok and all(upstreams.values()) and not bridge.draining
-        body = {
+        # A replica whose lease has lapsed resumes none of its calls, so a call parked on
+        # it now would be refused on its retry until the next heartbeat: not ready.
+        leased = bus is None or bus.holds_lease()
+        ready = store_ok and leased and all(upstreams.values()) and not bridge.draining
+        body: dict[str, Any] = {
             "ready": ready,
             "store": "ok" if store_ok else "unreachable",
             "upstreams": {name: "ok" if ok else "unreachable" for name, ok in upstreams.items()},
             "draining": bridge.draining,
         }
+        if bus is not None:
+            body["fleet"] = "ok" if leased else "lapsed"
         return web.json_response(body, status=200 if ready else 503)
 
     async def prometheus(request: web.Request) -> web.Response:

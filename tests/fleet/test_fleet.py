@@ -311,6 +311,15 @@ async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 15.0)
             await asyncio.sleep(0.05)
 
 
+async def all_ready(fleet: Fleet) -> bool:
+    for replica in fleet.replicas:
+        async with fleet.http.get(replica.base + "/readyz") as resp:
+            if resp.status != 200:
+                return False
+            assert (await resp.json())["fleet"] == "ok"
+    return True
+
+
 async def session_known(http: aiohttp.ClientSession, url: str, sid: str, version: str) -> bool:
     """Whether the legacy server still knows a session: a ping on it (404 once it ended)."""
     headers = {
@@ -525,9 +534,14 @@ async def test_redis_down_plain_requests_work_suspensions_fail_clearly_and_recov
         assert status == 503 and reply["error"]["code"] == -32603
         assert "127.0.0.1" not in reply["error"]["message"]  # no internals on the wire
         async with fleet.http.get(fleet.replicas[0].base + "/readyz") as resp:
-            assert resp.status == 503 and (await resp.json())["store"] == "unreachable"
+            probe = await resp.json()
+            assert resp.status == 503 and probe["store"] == "unreachable", probe
+            assert probe["fleet"] == "lapsed", probe  # it resumes nothing until it beats
     finally:
         await asyncio.to_thread(redis_server.start)
+    # Back when every replica is ready again: the store answers and each has renewed its
+    # lease (a call parked on one before that would be refused on its retry, with 503).
+    await until(lambda: all_ready(fleet))
     # its upstream call was released: the tool saw its question cancelled
     assert await await_journal(legacy.url, run_id, "cancel") == ["cancel"]
     status, first = await fleet.post(
