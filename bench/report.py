@@ -5,8 +5,8 @@
 Each figure is a ratio against a baseline measured in the same run on the same
 machine (the same mcp 1.x legacy server driven directly by a legacy client), so
 the figures compare across machines while the absolute numbers do not. The
-gateways run with the shipped default logging, their stderr on a pipe that is
-drained, as a container runtime would.
+gateways run with the shipped default logging, their stderr written to a file, as a
+container runtime's log driver takes it.
 
 Sections (each starts its own processes and stops them):
   passthrough  `tools/call echo` at 32 clients and at 1; CPU per call (/proc); beside
