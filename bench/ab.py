@@ -7,7 +7,7 @@
 interpreter (a virtual environment's, with the gateway's dependencies installed) instead
 of this one's.
 
-On two shared cores a run's speed moves by the hour (see README, Performance), so runs of
+On two shared cores a run's speed moves by the hour (see docs/performance.md), so runs of
 `bench/report.py` made an hour apart cannot tell a change of a few percent from the
 machine's drift. This starts one legacy server and a gateway from each tree (shipped
 defaults), and measures them, with the server driven directly, in alternating batches
