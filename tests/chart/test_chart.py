@@ -176,6 +176,59 @@ def test_optional_parts_render_when_enabled() -> None:
     assert env["MRTR_GATEWAY_STORE_URL"]["value"] == "redis://rel-mrtr-gateway-redis:6379/0"
 
 
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a Kubernetes label selector (matchLabels, matchExpressions) matches `labels`."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expr in selector.get("matchExpressions", []):
+        key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def test_the_gateways_selectors_leave_the_in_chart_redis_out_and_its_policy_lets_them_in() -> None:
+    m = render({**EVERYTHING, "autoscaling": {"enabled": False}})
+    gateway_pod = m["Deployment"]["spec"]["template"]
+    redis_pod = m["Deployment/rel-mrtr-gateway-redis"]["spec"]["template"]
+    gateway, redis = gateway_pod["metadata"]["labels"], redis_pod["metadata"]["labels"]
+    spread = gateway_pod["spec"]["topologySpreadConstraints"][0]["labelSelector"]
+    services = {k: v for k, v in m.items() if k.split("/")[0] == "Service"}
+    gateway_service = next(
+        s for s in services.values() if s["metadata"]["name"] == "rel-mrtr-gateway"
+    )
+    for selector in (
+        m["PodDisruptionBudget"]["spec"]["selector"],
+        m["NetworkPolicy"]["spec"]["podSelector"],
+        spread,
+    ):
+        assert selects(selector, gateway) and not selects(selector, redis), selector
+    # The ServiceMonitor picks the gateway's Service and not Redis's.
+    monitor = m["ServiceMonitor"]["spec"]["selector"]
+    picked = [
+        s["metadata"]["name"]
+        for s in services.values()
+        if selects(monitor, s["metadata"]["labels"])
+    ]
+    assert picked == ["rel-mrtr-gateway"]
+    # The gateway's Service selects by labels alone; Redis's pod has no port it targets.
+    target = gateway_service["spec"]["ports"][0]["targetPort"]
+    assert target not in {p["name"] for p in redis_pod["spec"]["containers"][0]["ports"]}
+    # Redis's own policy: its pod, from the gateway's pods, on its port.
+    policy = m["NetworkPolicy/rel-mrtr-gateway-redis"]["spec"]
+    assert selects(policy["podSelector"], redis) and not selects(policy["podSelector"], gateway)
+    (rule,) = policy["ingress"]
+    assert rule["ports"] == [{"port": "redis", "protocol": "TCP"}]
+    (source,) = rule["from"]
+    assert selects(source["podSelector"], gateway) and not selects(source["podSelector"], redis)
+
+
 def test_the_chart_lints_strictly() -> None:
     for values in ({}, FLEET, EVERYTHING):
         report = helm.lint(CHART, values, strict=True)

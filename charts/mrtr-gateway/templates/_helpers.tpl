@@ -35,6 +35,22 @@ app.kubernetes.io/name: {{ include "mrtr-gateway.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/*
+A label selector for the gateway's pods and nothing else the chart runs. The in-chart Redis
+carries the selector labels too (its own Deployment's selector adds its component), so a
+selector of the gateway's pods leaves it out by its component. Deployment selectors cannot
+change on an upgrade, which is why the gateway's pods are told apart this way and not by a
+component label of their own.
+*/}}
+{{- define "mrtr-gateway.gatewaySelector" -}}
+matchLabels:
+  {{- include "mrtr-gateway.selectorLabels" . | nindent 2 }}
+matchExpressions:
+  - key: app.kubernetes.io/component
+    operator: NotIn
+    values: [redis]
+{{- end }}
+
 {{- define "mrtr-gateway.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "mrtr-gateway.fullname" .) .Values.serviceAccount.name }}
