@@ -200,6 +200,14 @@ def test_every_field_is_read_from_the_file() -> None:
 
 
 @pytest.mark.parametrize(
+    "rate", [{}, {"per_s": 0}, {"per_s": 0, "burst": 0}, {"per_s": 0, "burst": 40}]
+)
+def test_a_rate_of_zero_is_off_as_leaving_it_out_is(rate: dict) -> None:
+    config = parse_config({"upstreams": [UP], "limits": {"rate": {"per_principal": rate}}})
+    assert not config.limits.rate_per_principal.enabled
+
+
+@pytest.mark.parametrize(
     ("data", "message"),
     [
         ({}, "upstreams: at least one"),
@@ -256,6 +264,14 @@ def test_every_field_is_read_from_the_file() -> None:
             r"over sse they cannot be told apart",
         ),
         ({"upstreams": [UP], "replica_id": ""}, "replica_id: must not be empty"),
+        (
+            {"upstreams": [UP], "limits": {"rate": {"per_principal": {"per_s": 5}}}},
+            r"limits.rate.per_principal.burst: give a burst of at least 1 request",
+        ),
+        (
+            {"upstreams": [UP], "limits": {"rate": {"per_principal": {"per_s": -1}}}},
+            r"limits.rate.per_principal.per_s: must be 0 or more",
+        ),
         (
             {"upstreams": [UP], "limits": {"max_rounds": 0}},
             "limits.max_rounds: must be greater than 0",

@@ -216,7 +216,9 @@ def parse_config(
     lim = root.section("limits")
     rate_sec = lim.section("rate")
     per_principal = rate_sec.section("per_principal")
-    rate = RateConfig(**per_principal.scalars(RateConfig))
+    # 0 for `per_s` is off, as leaving it out is (the documented default); a burst is
+    # checked only for a bucket that is on.
+    rate = RateConfig(**per_principal.scalars(RateConfig, zero_ok={"per_s", "burst"}))
     if rate.enabled and rate.burst < 1:
         raise ConfigError(f"{per_principal.at('burst')}: give a burst of at least 1 request")
     per_principal.done()
