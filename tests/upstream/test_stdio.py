@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.aio import spawn
 from gateway.config import PoolLimits
@@ -116,11 +117,14 @@ async def test_a_crash_mid_call_fails_that_call_clearly_and_the_next_call_works(
         session.attach(inbox)
         message = {"jsonrpc": "2.0", "id": session.next_id(), "method": "tools/call"}
         message["params"] = {"name": "crash", "arguments": {}}
-        await session.pump(message, inbox, StreamCursor())
-        end = await inbox.get()
+        with capture_logs() as logs:
+            await session.pump(message, inbox, StreamCursor())
+            end = await inbox.get()
         assert isinstance(end, StreamEnd) and isinstance(end.error, UpstreamExited)
         assert "exited with status 3" in end.error.message
         assert "tiny stdio server starting" in end.error.message  # its last stderr line
+        [exit_line] = [e for e in logs if e["event"] == "upstream_process_exited"]
+        assert exit_line["status"] == 3 and "tiny stdio server starting" in exit_line["last_stderr"]
         pool.release(session, reuse=True)  # dead: closed, not kept
         again = await pool.acquire(ClientCaps())
         assert again is not session

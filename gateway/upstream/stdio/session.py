@@ -166,7 +166,12 @@ class StdioSession(DuplexSession):
         if self._stopping:
             return  # closed on purpose; `_disconnect` logs the ending
         detail = f": {self._last_stderr}" if self._last_stderr else ""
-        log.warning("upstream_process_exited", upstream=self.name, status=status)
+        log.warning(
+            "upstream_process_exited",
+            upstream=self.name,
+            status=status,
+            last_stderr=self._last_stderr or None,
+        )
         self._lost(UpstreamExited(f"the stdio server exited with status {status}{detail}"))
 
     async def _read_stderr(self) -> None:
