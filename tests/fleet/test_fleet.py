@@ -372,7 +372,13 @@ async def test_owner_killed_its_idle_sessions_are_ended_upstream_but_not_a_parke
         assert await session_known(
             fleet.http, resumable.url, record.session_id, record.protocol_version
         )
-        sweeper = [s for s in survivors if '"event":"orphaned_sessions_ended"' in s.logs()]
+        ended = '"event":"orphaned_sessions_ended"'
+
+        async def logged() -> bool:  # the sweeper logs its pass once its DELETEs are done
+            return any(ended in s.logs() for s in survivors)
+
+        await until(logged)
+        sweeper = [s for s in survivors if ended in s.logs()]
         assert len(sweeper) == 1, [s.logs()[-LOG_TAIL:] for s in survivors]
     finally:
         await client.aclose()
