@@ -52,9 +52,23 @@ def decode(body: bytes) -> Any:
         ParseError: not UTF-8 JSON (including absurd nesting or number literals).
     """
     try:
-        return loads(body)
+        value = loads(body)
     except (ValueError, RecursionError) as exc:
         raise ParseError() from exc
+    # A \uD800-\uDFFF escape without its pair reads (in the standard path) as a lone
+    # surrogate, which no UTF-8 text can carry: refused here, before anything is done with
+    # it, rather than failing when the answer or the upstream request is written.
+    if (b"\\ud" in body or b"\\uD" in body) and _has_lone_surrogate(value):
+        raise ParseError("Parse error: the body has a \\u escape of a lone UTF-16 surrogate")
+    return value
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 #: Integers orjson reads as floats: past 64 bits, or below -2**63. Every such literal is
@@ -97,7 +111,11 @@ def dumps(obj: Any) -> bytes:
     try:
         return orjson.dumps(obj)
     except orjson.JSONEncodeError:
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+        text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate (from upstream): written as its escape
+        return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def _valid_id(value: Any) -> bool:

@@ -44,6 +44,30 @@ def test_deep_nesting_still_encodes_and_absurd_nesting_is_a_parse_error() -> Non
         jsonrpc.decode(b"\xff not utf-8")
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"jsonrpc":"2.0","id":"\\ud800","method":"tools/list"}',
+        b'{"params":{"arguments":{"t":"a\\uDC00b"}}}',
+        b'{"k\\udbff":1}',  # in a key
+        b'{"n":123456789012345678901234567890,"s":"\\ud83d"}',  # on the long-number path
+    ],
+)
+def test_a_lone_surrogate_in_a_client_body_is_a_parse_error(body: bytes) -> None:
+    with pytest.raises(ParseError, match="lone UTF-16 surrogate"):
+        jsonrpc.decode(body)
+
+
+def test_a_surrogate_pair_and_text_about_escapes_still_read() -> None:
+    assert jsonrpc.decode(b'{"s":"\\ud83d\\ude00"}') == {"s": "\U0001f600"}
+    assert jsonrpc.decode(b'{"s":"\\\\ud800"}') == {"s": "\\ud800"}  # an escaped backslash
+
+
+def test_dumps_writes_a_lone_surrogate_from_upstream_as_its_escape() -> None:
+    assert jsonrpc.dumps({"s": "a\ud800"}) == b'{"s":"a\\ud800"}'
+    assert json.loads(jsonrpc.dumps({"n": 2**70, "s": "\udc00"})) == {"n": 2**70, "s": "\udc00"}
+
+
 def test_text_and_bytes_read_the_same() -> None:
     text = '{"n": 123456789012345678901234567890, "s": "é"}'
     assert jsonrpc.loads(text) == jsonrpc.loads(text.encode()) == json.loads(text)
