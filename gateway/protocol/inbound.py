@@ -178,7 +178,8 @@ def check_http(
     """HTTP-level refusals, decided before the body is read.
 
     Raises:
-        MethodNotAllowed, ForbiddenOrigin, NotAcceptable, UnsupportedMediaType.
+        MethodNotAllowed, ForbiddenOrigin, NotAcceptable, UnsupportedMediaType (also for a
+        compressed body).
     """
     if method != "POST":
         raise MethodNotAllowed()
@@ -192,6 +193,11 @@ def check_http(
     content_type = headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "application/json":
         raise UnsupportedMediaType()
+    coding = headers.get("content-encoding")
+    if coding is not None and coding.strip().lower() not in ("", "identity"):
+        raise UnsupportedMediaType(
+            "Content-Encoding is not supported on the MCP endpoint: send the body uncompressed"
+        )
 
 
 def decode_header_value(value: str | None) -> str | None:

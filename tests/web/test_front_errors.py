@@ -6,6 +6,8 @@ HTTP status and JSON-RPC code; no row may produce a traceback or a 500.
 
 from __future__ import annotations
 
+import gzip
+import json
 from typing import Any
 
 import pytest
@@ -148,6 +150,23 @@ ROWS: list[tuple[str, Any, dict[str, str], tuple[str, ...], int, int | None]] = 
         -32600,
     ),
     ("content type not json", rpc("tools/list"), {"Content-Type": "text/plain"}, (), 415, -32600),
+    ("body said gzip", rpc("tools/list"), {"Content-Encoding": "gzip"}, (), 415, -32600),
+    (
+        "body gzipped",
+        gzip.compress(json.dumps(rpc("tools/list")).encode()),
+        {"Content-Encoding": "gzip", "Mcp-Method": "tools/list"},
+        (),
+        415,
+        -32600,
+    ),
+    (
+        "lone surrogate in the id",
+        b'{"jsonrpc":"2.0","id":"\\ud800","method":"tools/list"}',
+        {"Mcp-Method": "tools/list"},
+        (),
+        400,
+        -32700,
+    ),
     ("foreign origin", rpc("tools/list"), {"Origin": "https://evil.example"}, (), 403, -32600),
 ]
 
