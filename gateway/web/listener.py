@@ -50,6 +50,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ROUTES = web.AppKey("listener_routes", dict[str, Handler])
 #: aiohttp's default idle time of a kept-alive connection.
 KEEPALIVE_S = 75.0
+#: How long a request's head may take to arrive, from its first byte: a connection that
+#: trickles a head (or sends what never ends one) is answered 408 and closed, so that
+#: idle-looking half-requests cannot hold the gateway's sockets.
+HEAD_TIMEOUT_S = 10.0
+_HEAD_TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 
 
 class Listener:
@@ -67,6 +72,7 @@ class Listener:
         self.server = server
         self.max_body = max_body
         self.keepalive_s = keepalive_s
+        self.head_timeout_s = HEAD_TIMEOUT_S
         # The application's middlewares, in its order, around each route's handler.
         self.routes = {path: _wrapped(app.middlewares, h) for path, h in routes.items()}
         self.connections: set[_Connection] = set()
@@ -157,6 +163,7 @@ class _Connection(asyncio.Protocol):
         self._writable: asyncio.Future[None] | None = None  # while writes are paused
         self._paused = False
         self._idle_at = 0.0
+        self._head_since: float | None = None  # when a head still arriving began to
         self._timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol
@@ -181,6 +188,7 @@ class _Connection(asyncio.Protocol):
             self._buf = bytearray(self._buf) + data
         if self.task is None:
             self._next()
+            self._watch_head()
         elif self._reading and len(self._buf) > self.listener.max_body + 2 * MAX_HEAD_BYTES:
             self._pause_reading()
 
@@ -293,6 +301,23 @@ class _Connection(asyncio.Protocol):
             assert self.transport is not None
             self.transport.resume_reading()
         self._next()
+        self._watch_head()
+
+    def _watch_head(self) -> None:
+        """Time a head that has begun to arrive and is not all there (the rare case: a
+        request nearly always comes whole in one read)."""
+        if self.task is not None or self._head is not None or not self._buf:
+            self._head_since = None
+            return
+        if self._head_since is not None or self.transport is None:
+            return  # timed already
+        loop = asyncio.get_running_loop()
+        self._head_since = loop.time()
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(
+            self._head_since + self.listener.head_timeout_s, self._check_idle
+        )
 
     def _answer(
         self,
@@ -345,6 +370,17 @@ class _Connection(asyncio.Protocol):
         being served or still arriving is not idle (as with aiohttp)."""
         loop = asyncio.get_running_loop()
         now = loop.time()
+        if self._head_since is not None and self.task is None and self._head is None:
+            deadline = self._head_since + self.listener.head_timeout_s
+            if now >= deadline:
+                self._timer = None
+                log.debug("request_head_timed_out", received=len(self._buf))
+                if self.transport is not None and not self.transport.is_closing():
+                    self.transport.write(_HEAD_TIMED_OUT)
+                self.close()
+                return
+            self._timer = loop.call_at(deadline, self._check_idle)
+            return
         if self.task is None and not self._buf:
             if now - self._idle_at >= self.listener.keepalive_s:
                 self._timer = None

@@ -77,9 +77,15 @@ def read_head(
     buf: bytes | bytearray, paths: Container[str], max_body: int
 ) -> SimplePost | HandOff | None:
     """What the request at the start of `buf` is; None until its head is all there."""
+    if not 0x41 <= buf[0] <= 0x5A:  # a method starts with a capital letter; TLS does not
+        return HandOff("not the start of an HTTP request")
     end = buf.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES)
     if end < 0:
-        return HandOff("head too large") if len(buf) >= MAX_HEAD_BYTES else None
+        if len(buf) >= MAX_HEAD_BYTES:
+            return HandOff("head too large")
+        if b"\n\n" in buf[:MAX_HEAD_BYTES]:  # lines ended by a bare LF: aiohttp decides
+            return HandOff("a head of bare LF line ends")
+        return None
     head = buf[:end]
     if not head.isascii() or _CONTROL.search(head):
         return HandOff("bytes outside printable ASCII in the head")

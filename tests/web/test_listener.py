@@ -380,3 +380,48 @@ async def test_a_head_is_read_once_however_its_body_comes(
     assert json.loads((await read_response(reader))[2])["body"] == '"' + "y" * 600 + '"'
     assert len(reads) == 1
     writer.close()
+
+
+async def test_a_head_that_does_not_arrive_in_time_gets_408_and_the_connection_closes(
+    served: Served,
+) -> None:
+    served.listener.head_timeout_s = 0.2
+    reader, writer = await connect(served)
+    writer.write(b"POST /echo HTTP/1.1\r\nHost: gw\r\n")  # and nothing more
+    status_line = await asyncio.wait_for(reader.readline(), 5)
+    assert status_line.startswith(b"HTTP/1.1 408")
+    assert (await asyncio.wait_for(reader.read(), 5)).endswith(b"\r\n\r\n")  # then EOF
+    assert not served.listener.connections
+    writer.close()
+
+
+async def test_a_head_timed_then_completed_in_time_is_served(served: Served) -> None:
+    served.listener.head_timeout_s = 0.5
+    reader, writer = await connect(served)
+    whole = post("/echo", b'"late"')
+    writer.write(whole[:10])
+    await writer.drain()
+    await asyncio.sleep(0)  # the piece is read by the listener when the loop turns
+    writer.write(whole[10:])
+    assert json.loads((await read_response(reader))[2])["body"] == '"late"'
+    writer.write(post("/echo"))  # the timer of the finished head does not close it
+    assert (await read_response(reader))[0] == 200
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    "opening",
+    [
+        b"POST /echo HTTP/1.1\nHost: gw\nContent-Length: 2\n\n{}",  # bare LF line ends
+        bytes.fromhex("16030100c8010000c40303") + b"\x00" * 40,  # a TLS ClientHello
+    ],
+    ids=["bare-lf", "tls-hello"],
+)
+async def test_what_can_never_end_a_head_is_answered_at_once(
+    served: Served, opening: bytes
+) -> None:
+    reader, writer = await connect(served)
+    writer.write(opening)
+    answer = await asyncio.wait_for(reader.read(65536), 5)  # aiohttp answers or closes
+    assert answer == b"" or answer.startswith((b"HTTP/1.0 4", b"HTTP/1.1 4"))
+    writer.close()
