@@ -48,16 +48,18 @@ def check_shape(key: str, method: str, answer: Any) -> None:
                     "or string arrays"
                 )
     elif method == "sampling/createMessage":
-        if not isinstance(answer.get("role"), str):
-            raise InvalidParams(f"{where}.role must be a string")
+        if answer.get("role") not in _ROLES:
+            raise InvalidParams(f"{where}.role must be 'user' or 'assistant'")
         if not isinstance(answer.get("model"), str):
             raise InvalidParams(f"{where}.model must be a string")
+        _optional(answer, "stopReason", str, where)
+        _optional(answer, "_meta", dict, where)
         content = answer.get("content")
         blocks = content if isinstance(content, list) else [content]
-        if not blocks or not all(
-            isinstance(b, dict) and isinstance(b.get("type"), str) for b in blocks
-        ):
+        if not blocks:
             raise InvalidParams(f"{where}.content must be a content block or a list of them")
+        for block in blocks:
+            _check_block(block, f"{where}.content")
     elif method == "roots/list":
         roots = answer.get("roots")
         if not isinstance(roots, list) or not all(
@@ -67,6 +69,42 @@ def check_shape(key: str, method: str, answer: Any) -> None:
         for root in roots:
             if not root["uri"].startswith("file://"):
                 raise InvalidParams(f"{where}: root URIs must be file:// URIs")
+            _optional(root, "name", str, f"{where}.roots[]")
+            _optional(root, "_meta", dict, f"{where}.roots[]")
+
+
+_ROLES = frozenset({"user", "assistant"})
+
+#: The fields each kind of content block in a sampling answer must carry, and their
+#: types: what a legacy server's SDK reads, so that an answer it would refuse is refused
+#: here, before it spends the call's round.
+_BLOCK_FIELDS: dict[str, tuple[tuple[str, type], ...]] = {
+    "text": (("text", str),),
+    "image": (("data", str), ("mimeType", str)),
+    "audio": (("data", str), ("mimeType", str)),
+    "tool_use": (("id", str), ("name", str), ("input", dict)),
+    "tool_result": (("toolUseId", str), ("content", list)),
+}
+
+
+def _check_block(block: Any, where: str) -> None:
+    if not isinstance(block, dict) or block.get("type") not in _BLOCK_FIELDS:
+        kinds = ", ".join(_BLOCK_FIELDS)
+        raise InvalidParams(f"{where} must be content blocks of a type among {kinds}")
+    for name, kind in _BLOCK_FIELDS[block["type"]]:
+        if not isinstance(block.get(name), kind):
+            raise InvalidParams(
+                f"{where}: a {block['type']} block needs {name!r} ({kind.__name__})"
+            )
+    _optional(block, "_meta", dict, where)
+
+
+def _optional(obj: dict[str, Any], name: str, kind: type, where: str) -> None:
+    if name in obj and obj[name] is not None and not isinstance(obj[name], kind):
+        raise InvalidParams(f"{where}.{name} must be a {_KIND_NAMES[kind]}")
+
+
+_KIND_NAMES: dict[type, str] = {str: "string", dict: "object", list: "list"}
 
 
 def fits_form(schema: Any, answer: dict[str, Any]) -> bool:

@@ -67,6 +67,9 @@ def test_decline_and_cancel_always_fit() -> None:
     assert inputs.fits_form(SCHEMA, {"action": "cancel"})
 
 
+SAMPLED = {"role": "assistant", "model": "m", "content": {"type": "text", "text": "x"}}
+
+
 @pytest.mark.parametrize(
     ("method", "answer"),
     [
@@ -77,6 +80,17 @@ def test_decline_and_cancel_always_fit() -> None:
         ("roots/list", {"roots": [{"uri": "http://x"}]}),
         ("roots/list", {}),
         ("roots/list", "roots"),
+        # What a legacy server's SDK refuses, which had spent the call's round:
+        ("sampling/createMessage", {**SAMPLED, "role": "weird"}),
+        ("sampling/createMessage", {**SAMPLED, "content": {"type": "bogus"}}),
+        ("sampling/createMessage", {**SAMPLED, "content": {"type": "text"}}),
+        ("sampling/createMessage", {**SAMPLED, "content": {"type": "text", "text": 5}}),
+        ("sampling/createMessage", {**SAMPLED, "content": {"type": "image", "data": "x"}}),
+        ("sampling/createMessage", {**SAMPLED, "content": []}),
+        ("sampling/createMessage", {**SAMPLED, "stopReason": 1}),
+        ("sampling/createMessage", {**SAMPLED, "_meta": 5}),
+        ("roots/list", {"roots": [{"uri": "file:///x", "name": 5}]}),
+        ("roots/list", {"roots": [{"uri": "file:///x", "_meta": 5}]}),
     ],
 )
 def test_malformed_answers_are_invalid_params(method: str, answer) -> None:
@@ -91,6 +105,12 @@ def test_well_formed_answers_pass() -> None:
         {"role": "assistant", "model": "m", "content": [{"type": "text", "text": "x"}]},
     )
     inputs.check_shape("k", "roots/list", {"roots": [{"uri": "file:///a", "name": "a"}]})
+    inputs.check_shape("k", "sampling/createMessage", {**SAMPLED, "stopReason": "endTurn"})
+    image = {"type": "image", "data": "aGk=", "mimeType": "image/png"}
+    inputs.check_shape("k", "sampling/createMessage", {**SAMPLED, "content": [image]})
+    tool = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+    inputs.check_shape("k", "sampling/createMessage", {**SAMPLED, "content": [tool]})
+    inputs.check_shape("k", "roots/list", {"roots": [{"uri": "file:///a", "name": None}]})
     inputs.check_shape(
         "k", "elicitation/create", {"action": "accept", "content": {"tags": ["a"], "n": 1.5}}
     )
