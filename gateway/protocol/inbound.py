@@ -241,9 +241,12 @@ def check_notification(headers: Mapping[str, str]) -> None:
     """A notification POST is accepted (202) at a served version; the core defines none over HTTP.
 
     Raises:
+        HeaderMismatch: no version header (the spec's rule for a missing header).
         UnsupportedProtocolVersion: the version header names a revision not served.
     """
     requested = headers.get(VERSION_HEADER)
+    if requested is None:
+        raise HeaderMismatch("The MCP-Protocol-Version header is required")
     if Version.parse(requested) not in FRONT_VERSIONS:
         raise UnsupportedProtocolVersion(requested, front_supported())
 

@@ -39,6 +39,22 @@ ROWS: list[tuple[str, Any, dict[str, str], tuple[str, ...], int, int | None]] = 
         None,
     ),
     (
+        "notification without a version header",
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}},
+        {},
+        ("MCP-Protocol-Version",),
+        400,
+        -32020,
+    ),
+    (
+        "notification at a version not served",
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}},
+        {"MCP-Protocol-Version": "2099-01-01"},
+        (),
+        400,
+        -32022,
+    ),
+    (
         "missing protocolVersion in _meta",
         without_meta("io.modelcontextprotocol/protocolVersion"),
         {},
