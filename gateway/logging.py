@@ -22,6 +22,7 @@ from typing import IO, Any
 
 import orjson
 import structlog
+from aiohttp.http_exceptions import HttpProcessingError
 from structlog.typing import EventDict
 
 _LEVELS = {
@@ -112,3 +113,23 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=max(_LEVELS[level], logging.WARNING), stream=sys.stderr)
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, MalformedRequests) for f in server_log.filters):
+        server_log.addFilter(MalformedRequests())
+
+
+class MalformedRequests(logging.Filter):
+    """aiohttp logs a request it could not parse as an error with its traceback: a client's
+    mistake, not the gateway's, and a way for anyone to flood the log. Such a record
+    becomes one `request_malformed` line (the exception's kind and the status answered;
+    nothing of the request itself, which may hold a credential); any other record of
+    aiohttp's server passes as it is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError):
+            return True
+        structlog.get_logger("gateway.web").info(
+            "request_malformed", kind=type(exc).__name__, status=exc.code
+        )
+        return False

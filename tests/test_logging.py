@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import datetime
+import logging
 
 import orjson
 import pytest
 import structlog
+from aiohttp.http_exceptions import BadHttpMessage
+from structlog.testing import capture_logs
 
 from gateway import logging as log_context
-from gateway.logging import _json_line
+from gateway.logging import MalformedRequests, _json_line
 
 #: The chain the fused step stands for (the shipped JSON format before it was fused).
 REFERENCE = (
@@ -119,3 +122,41 @@ def test_clear_and_unbind_forget_what_was_bound() -> None:
         assert merged(event="x") == {"event": "x"}
 
     contextvars.Context().run(run)
+
+
+def _record(exc: BaseException) -> logging.LogRecord:
+    return logging.LogRecord(
+        "aiohttp.server",
+        logging.ERROR,
+        __file__,
+        1,
+        "Error handling request from %s",
+        ("127.0.0.1",),
+        (type(exc), exc, None),
+    )
+
+
+def test_a_request_aiohttp_could_not_parse_is_one_line_without_its_traceback() -> None:
+    malformed = BadHttpMessage("Invalid header value: Authorization: Bearer s3cret")
+    with capture_logs() as logs:
+        assert MalformedRequests().filter(_record(malformed)) is False
+    assert logs == [
+        {"event": "request_malformed", "kind": "BadHttpMessage", "status": 400, "log_level": "info"}
+    ]
+    assert "s3cret" not in repr(logs)
+    with capture_logs() as logs:  # the server's own failures still pass, traceback and all
+        assert MalformedRequests().filter(_record(RuntimeError("a bug"))) is True
+    assert logs == []
+
+
+def test_configure_puts_the_filter_on_aiohttps_server_log_once() -> None:
+    saved = structlog.get_config()
+    server_log = logging.getLogger("aiohttp.server")
+    try:
+        log_context.configure("info", "json")
+        log_context.configure("info", "json")
+        assert sum(isinstance(f, MalformedRequests) for f in server_log.filters) == 1
+    finally:
+        structlog.configure(**saved)
+        for f in [f for f in server_log.filters if isinstance(f, MalformedRequests)]:
+            server_log.removeFilter(f)
