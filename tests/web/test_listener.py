@@ -395,16 +395,19 @@ async def test_a_head_that_does_not_arrive_in_time_gets_408_and_the_connection_c
     writer.close()
 
 
-async def test_a_head_timed_then_completed_in_time_is_served(served: Served) -> None:
-    served.listener.head_timeout_s = 0.5
-    reader, writer = await connect(served)
+async def test_a_head_timed_then_completed_in_time_is_served_and_no_longer_timed(
+    served: Served,
+) -> None:
+    reader, writer, conn = await one_answered(served)
     whole = post("/echo", b'"late"')
-    writer.write(whole[:10])
-    await writer.drain()
-    await asyncio.sleep(0)  # the piece is read by the listener when the loop turns
-    writer.write(whole[10:])
+    conn.data_received(whole[:10])  # as the loop would hand it: a head begun, not all there
+    assert conn._head_since is not None
+    conn.data_received(whole[10:])  # it completes: served, and its deadline is dropped
+    assert conn._head_since is None
     assert json.loads((await read_response(reader))[2])["body"] == '"late"'
-    writer.write(post("/echo"))  # the timer of the finished head does not close it
+    conn._check_idle()  # the head's timer firing now finds nothing to time out
+    assert not conn.closed
+    writer.write(post("/echo"))
     assert (await read_response(reader))[0] == 200
     writer.close()
 
