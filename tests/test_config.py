@@ -292,6 +292,14 @@ def test_a_rate_of_zero_is_off_as_leaving_it_out_is(rate: dict) -> None:
             {"upstreams": [{**UP, "tools": {"t": {"inputs": [{"key": "k", "message": "("}]}}}]},
             "not a valid regular expression",
         ),
+        (
+            {"upstreams": [{**UP, "tools": {"wipe": {"scopes": ["admin"]}}}]},
+            r"^upstreams\[0\].tools.wipe.scopes: scopes need an `auth` section",
+        ),
+        (
+            {"upstreams": [{**UP, "resources": {"static://a": {}, "STATIC://a": {}}}]},
+            r"^upstreams\[0\].resources.STATIC://a: the same resource as 'static://a'",
+        ),
         ({"upstreams": [UP], "store": {"url": "postgres://x"}}, "store.url"),
         ({"upstreams": [UP], "logging": {"format": "xml"}}, "logging.format"),
     ],

@@ -262,8 +262,23 @@ def parse_config(
     _unique([u.name for u in upstreams], "name")
     _unique([u.path for u in upstreams], "path")
     values["auth"] = parse_auth(root.section("auth"), base, [u.path for u in upstreams])
+    if values["auth"] is None:
+        _no_scopes_without_auth(upstreams)
     root.done()
     return GatewayConfig(**values, upstreams=upstreams)
+
+
+def _no_scopes_without_auth(upstreams: tuple[Any, ...]) -> None:
+    """Scopes bind only authenticated callers: without `auth` they would guard nothing."""
+    for index, upstream in enumerate(upstreams):
+        for kind in ("tools", "prompts", "resources"):
+            for name, target in getattr(upstream, kind).items():
+                if target.scopes:
+                    raise ConfigError(
+                        f"upstreams[{index}].{kind}.{name}.scopes: scopes need an `auth` "
+                        f"section (without one every caller is anonymous and nothing would be "
+                        f"refused); add auth, or remove the scopes"
+                    )
 
 
 def _unique(values: list[str], what: str) -> None:

@@ -15,6 +15,7 @@ from gateway.auth import ClientCredentials
 from gateway.config.auth import AuthConfig
 from gateway.protocol.keys import KeyRule
 from gateway.protocol.translate import CachePolicy
+from gateway.protocol.uris import normal as normal_uri
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,12 +155,20 @@ class UpstreamConfig:
     resources: Mapping[str, TargetConfig] = field(default_factory=dict)
 
     def target(self, method: str, target: str | None) -> TargetConfig:
-        table = {
-            "tools/call": self.tools,
-            "prompts/get": self.prompts,
-            "resources/read": self.resources,
-        }
-        return table.get(method, {}).get(target or "") or _DEFAULT_TARGET
+        """The settings of one tool, prompt or resource (the defaults if it has none).
+        Resources are keyed by `gateway.protocol.uris.normal` (the loader keys them so):
+        the one key of every spelling a server reads as that URI."""
+        if method == "tools/call":
+            table = self.tools
+        elif method == "prompts/get":
+            table = self.prompts
+        elif method == "resources/read":
+            table = self.resources
+            if table and target:
+                target = normal_uri(target)
+        else:
+            return _DEFAULT_TARGET
+        return table.get(target or "") or _DEFAULT_TARGET
 
     def rules_for(self, method: str, target: str | None) -> tuple[KeyRule, ...]:
         return self.target(method, target).inputs + self.inputs

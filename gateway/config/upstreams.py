@@ -30,6 +30,7 @@ from gateway.config.section import Section
 from gateway.errors import ConfigError
 from gateway.protocol.keys import KeyRule
 from gateway.protocol.translate import CachePolicy
+from gateway.protocol.uris import normal as normal_uri
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -79,9 +80,21 @@ def _key_rules(items: Any, path: str) -> tuple[KeyRule, ...]:
     return tuple(rules)
 
 
-def _targets(section: Section) -> dict[str, TargetConfig]:
+def _targets(section: Section, *, uri: bool = False) -> dict[str, TargetConfig]:
+    """Tools or prompts by name; resources (`uri`) by `gateway.protocol.uris.normal` of
+    their URI, two spellings of one URI refused."""
     targets = {}
+    spelled: dict[str, str] = {}
     for name, body in section.items():
+        key = name
+        if uri:
+            key = normal_uri(name)
+            if key in spelled:
+                raise ConfigError(
+                    f"{section.at(name)}: the same resource as {spelled[key]!r} "
+                    f"(a server reads both as {key!r}); give its settings once"
+                )
+            spelled[key] = name
         target = Section(body, section.at(name))
         inputs = _key_rules(target.raw("inputs"), target.at("inputs"))
         scopes = parse_scopes(target.raw("scopes"), target.at("scopes"))
@@ -89,7 +102,7 @@ def _targets(section: Section) -> dict[str, TargetConfig]:
         if config.mode not in (PARK, REPLAY):
             raise ConfigError(f"{target.at('mode')}: must be park or replay")
         target.done()
-        targets[name] = config
+        targets[key] = config
     return targets
 
 
@@ -137,7 +150,7 @@ def parse_upstream(data: Any, path: str, env: Mapping[str, str], base: Path) -> 
         inputs=_key_rules(sec.raw("inputs"), sec.at("inputs")),
         tools=_targets(sec.section("tools")),
         prompts=_targets(sec.section("prompts")),
-        resources=_targets(sec.section("resources")),
+        resources=_targets(sec.section("resources"), uri=True),
     )
     sec.done()
     return config

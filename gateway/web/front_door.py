@@ -63,6 +63,9 @@ class FrontDoor:
         self.upstream = upstream
         self.authenticator = authenticator
         self.limiter = limiter
+        self._guarded_resources = authenticator is not None and any(
+            t.scopes for t in upstream.resources.values()
+        )
 
     async def admit(self, authorization: str | None) -> Caller:
         """The caller, or the refusal to send.
@@ -111,6 +114,21 @@ class FrontDoor:
             return
         target = params.get("uri") if method == "resources/read" else params.get("name")
         self.check_target(caller, method, target if isinstance(target, str) else None)
+
+    def check_result(self, caller: Caller, method: str, result: dict[str, Any]) -> None:
+        """Refuse a `resources/read` result holding a resource the caller lacks scopes for,
+        by the URIs the server gave its contents: a spelling of a guarded URI that
+        `uris.normal` did not map to it still reaches no one without the scopes.
+
+        Raises:
+            InsufficientScope: 403 naming every scope needed.
+        """
+        if method != "resources/read" or not self._guarded_resources:
+            return
+        contents = result.get("contents")
+        if isinstance(contents, list):
+            for content in contents:
+                self.check_target(caller, method, _field(content, "uri"))
 
     def check_target(self, caller: Caller, method: str, target: str | None) -> None:
         """Refuse a tool, prompt or resource the caller lacks the scopes for.

@@ -120,6 +120,7 @@ class McpEndpoint:
                         self.upstream, message, principal, channel.notify
                     )
                     outcome = result.get("resultType", "complete")
+                    self.front_door.check_result(caller, message.method, result)
                 elif message.method == "server/discover":
                     info = await self.pool.upstream_info()
                     result = translate.discover_result(info, self.upstream.cache)

@@ -3,6 +3,7 @@ keys made per run), the gateway in process, a real mcp 1.x legacy server behind 
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -14,8 +15,11 @@ from aiohttp.test_utils import TestServer
 
 from gateway.app import build_app
 from gateway.auth import new_api_key
+from gateway.auth.errors import InsufficientScope
+from gateway.auth.principal import Identity, Principal
 from gateway.config import parse_config
 from gateway.protocol.state import generate_key
+from gateway.web.front_door import Caller, build_front_doors
 from tests.peers.auth_server import AuthServer
 from tests.peers.tooling import LegacyServer
 
@@ -52,8 +56,8 @@ class Front:
             "MCP-Protocol-Version": "2026-07-28",
             "Mcp-Method": body["method"],
         }
-        if "name" in body["params"]:
-            headers["Mcp-Name"] = body["params"]["name"]
+        if "name" in body["params"] or "uri" in body["params"]:
+            headers["Mcp-Name"] = body["params"].get("name") or body["params"]["uri"]
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         async with self.http.post(self.server.make_url("/mcp"), json=body, headers=headers) as r:
@@ -376,6 +380,98 @@ async def test_a_prompts_scopes_guard_its_completions_and_its_place_in_the_list(
             assert "interview" in {p["name"] for p in listed["result"]["prompts"]}
     finally:
         await server.close()
+
+
+async def test_a_resources_scopes_bind_however_its_uri_is_spelled(
+    legacy: LegacyServer, issuer: AuthServer
+) -> None:
+    """The server reads `STATIC://hello` as `static://hello` (so did the gateway's scope
+    check not, it would hand the guarded text to anyone who changed the case)."""
+    config = {
+        "auth": {"public_url": PUBLIC, "oauth": {"issuer": issuer.issuer}},
+        "upstreams": [
+            {
+                "name": "legacy",
+                "url": legacy.url,
+                "resources": {"static://hello": {"scopes": ["secret"]}},
+            }
+        ],
+    }
+    server = TestServer(build_app(parse_config(config, env={})), host="127.0.0.1")
+    await server.start_server()
+
+    def read(uri: str) -> dict[str, Any]:
+        return {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "method": "resources/read",
+            "params": {"uri": uri, "_meta": META},
+        }
+
+    spellings = [
+        "static://hello",
+        "STATIC://hello",
+        "Static://hello",
+        "sTaTiC://hello",
+    ]
+    try:
+        async with aiohttp.ClientSession() as http:
+            door = Front(server, http)
+            for uri in spellings:
+                status, reply, headers = await door.post(read(uri), issuer.sign())
+                assert status == 403, (uri, reply)
+                assert 'scope="secret' in headers["WWW-Authenticate"]
+            completion = {
+                "jsonrpc": "2.0",
+                "id": 6,
+                "method": "completion/complete",
+                "params": {
+                    "ref": {"type": "ref/resource", "uri": "STATIC://hello"},
+                    "argument": {"name": "x", "value": "a"},
+                    "_meta": META,
+                },
+            }
+            status, _, _ = await door.post(completion, issuer.sign())
+            assert status == 403
+            allowed = issuer.sign(issuer.claims(scope="secret"))
+            status, reply, _ = await door.post(read("STATIC://hello"), allowed)
+            assert status == 200 and reply["result"]["contents"][0]["text"]
+    finally:
+        await server.close()
+
+
+def test_a_read_whose_contents_are_a_guarded_resource_is_refused(tmp_path: Path) -> None:
+    """Whatever spelling reached it, a result holding a guarded resource (by the URIs the
+    server gave its contents) goes to no one without the resource's scopes."""
+    key, entry = new_api_key("reader", ["mcp"])
+    (tmp_path / "keys.yaml").write_text(entry)
+    config = parse_config(
+        {
+            "auth": {"public_url": PUBLIC, "api_keys_file": "keys.yaml"},
+            "upstreams": [
+                {
+                    "name": "u",
+                    "url": "http://127.0.0.1:9/mcp",
+                    "resources": {"file:///vault/k": {"scopes": ["vault"]}},
+                }
+            ],
+        },
+        env={},
+        base=tmp_path,
+    )
+    door = build_front_doors(config, fetcher=None, wall_s=time.time, redis=None)["u"]  # type: ignore[arg-type]
+    reader = Identity(Principal.for_api_key("reader"), frozenset({"mcp"}))
+    keeper = Identity(Principal.for_api_key("keeper"), frozenset({"mcp", "vault"}))
+    result = {
+        "contents": [{"uri": "file:///pub/a", "text": "a"}, {"uri": "file:///vault/k", "text": "k"}]
+    }
+    with pytest.raises(InsufficientScope) as refused:
+        door.check_result(Caller("key:reader", "r", reader), "resources/read", result)
+    assert refused.value.missing == {"vault"}
+    door.check_result(Caller("key:keeper", "k", keeper), "resources/read", result)
+    door.check_result(
+        Caller("key:reader", "r", reader), "resources/read", {"contents": result["contents"][:1]}
+    )
 
 
 def test_urls_in_logs_carry_no_credentials_and_any_host_list() -> None:
