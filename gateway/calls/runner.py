@@ -166,7 +166,13 @@ class Runner:
             answered = sorted(set(responses) & set(call.machine.pending))
             log_context.bind(answered=answered)
             log.debug("call_resumed", round=call.machine.round, answered=answered)
-            answers = call.machine.deliver(responses)
+            try:
+                answers = call.machine.deliver(responses)
+            except Exception:
+                # A defect, not the client's: the call must not stay resumed for nobody
+                # (no deadline, its round claimed), so it ends here, upstream too.
+                await self._fail(call, "answers not deliverable")
+                raise
             for key, problem in call.machine.refusals().items():
                 log.info("form_answer_refused", key=key, problem=problem)
             return await self.drive(call, front, notify, answers)

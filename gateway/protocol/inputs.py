@@ -168,7 +168,7 @@ def _property_problem(prop: dict[str, Any], value: Any) -> str | None:
 def _number_problem(prop: dict[str, Any], kind: str, value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return f"must be {'an integer' if kind == 'integer' else 'a number'}"
-    if kind == "integer" and not float(value).is_integer():
+    if kind == "integer" and isinstance(value, float) and not value.is_integer():
         return "must be an integer"
     low, high = prop.get("minimum"), prop.get("maximum")
     if isinstance(low, int | float) and value < low:

@@ -23,7 +23,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
-from gateway.protocol.call import Phase
+from gateway.protocol.call import CallMachine, Phase
 from gateway.store.memory import MemoryStore
 from tests.fakes.clock import ManualClock
 from tests.fakes.harness import ALICE, WINDOW, Replica, ask_username, call_tool, config
@@ -378,3 +378,24 @@ async def test_a_form_answer_that_misses_the_schema_is_asked_again_saying_why(
     assert (await server.next_sent())["result"]["content"] == {"age": 30}
     session.respond()
     assert (await last)["resultType"] == "complete"
+
+
+async def test_a_defect_delivering_answers_ends_the_call_instead_of_stranding_it(
+    replica: Replica, server: ScriptedServer, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a retry has resumed a call its deadline is gone: an unexpected error before
+    the answers go upstream must end the call (upstream too), not leave it running for
+    nobody with its round claimed."""
+    first, session = await ask_username(replica, server, clock)
+
+    def broken(self: CallMachine, responses: Any) -> Any:
+        raise RuntimeError("a defect")
+
+    monkeypatch.setattr(CallMachine, "deliver", broken)
+    with pytest.raises(RuntimeError):
+        await replica.call(call_tool(rid=2, state=first["requestState"], answers=ALICE))
+    assert replica.bridge.calls == {}
+    assert await server.next_sent() == {"jsonrpc": "2.0", "id": 7, "result": {"action": "cancel"}}
+    cancelled = await server.next_sent()
+    assert cancelled["method"] == "notifications/cancelled"
+    assert cancelled["params"]["requestId"] == session.call_id

@@ -210,3 +210,21 @@ def test_each_way_a_form_answer_misses_its_schema_is_named_without_the_value() -
     assert form_problems(schema, {"action": "decline"}) == []
     fine = {"action": "accept", "content": {"name": "xy", "ok": True, "age": 150}}
     assert form_problems(schema, fine) == []
+
+
+def test_integers_beyond_a_float_are_checked_not_raised_on() -> None:
+    """A 400-digit integer parses (the wire reads integers exactly); checking it against
+    its schema must not overflow (it raised OverflowError, after the call had resumed)."""
+    from gateway.protocol import jsonrpc
+    from gateway.protocol.inputs import form_problems
+
+    huge = jsonrpc.loads(b'{"age": 1' + b"0" * 400 + b"}")
+    bounded = {"type": "object", "properties": {"age": {"type": "integer", "maximum": 150}}}
+    free = {"type": "object", "properties": {"age": {"type": "integer"}}}
+    number = {"type": "object", "properties": {"age": {"type": "number", "minimum": 0.5}}}
+    answer = {"action": "accept", "content": huge}
+    assert form_problems(bounded, answer) == ["'age' must be at most 150"]
+    assert form_problems(free, answer) == []
+    assert form_problems(number, answer) == []
+    negative = {"action": "accept", "content": {"age": -(10**400)}}
+    assert form_problems(number, negative) == ["'age' must be at least 0.5"]
