@@ -70,6 +70,15 @@ def make_codec(config: GatewayConfig) -> StateCodec:
     return AesGcmKeyRing(list(config.sealing.keys))
 
 
+def upstream_http_client() -> aiohttp.ClientSession:
+    """The aiohttp client of the HTTP+SSE upstreams: no connection limit (a parked call
+    holds its stream) and no cookie jar, so that a cookie one upstream sets is never
+    sent to another (a shared jar sends it to every upstream on the same host)."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar()
+    )
+
+
 def build_app(config: GatewayConfig) -> web.Application:
     app = web.Application(
         middlewares=[request_id_middleware, error_middleware],
@@ -146,7 +155,7 @@ def build_app(config: GatewayConfig) -> web.Application:
     }
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
-        http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        http = upstream_http_client()
         h1 = Http1Client()  # Streamable HTTP upstreams: the gateway's own client
         for upstream in config.upstreams:
             source = credentials.get(upstream.name)

@@ -45,7 +45,11 @@ class AiohttpFetcher:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            # No cookie jar: a cookie an issuer sets must not follow the gateway to
+            # another issuer or an upstream's token endpoint.
+            self._session = aiohttp.ClientSession(
+                timeout=self._timeout, cookie_jar=aiohttp.DummyCookieJar()
+            )
             self._owned = True
         return self._session
 

@@ -30,8 +30,20 @@ async def site() -> AsyncIterator[str]:
     async def moved(request: web.Request) -> web.Response:
         raise web.HTTPFound("/big")
 
+    async def cookie(request: web.Request) -> web.Response:
+        answer = web.json_response({"cookie": request.headers.get("Cookie")})
+        answer.set_cookie("session", "issuer-secret")
+        return answer
+
     app = web.Application()
-    for path, handler in (("/big", big), ("/hang", hang), ("/html", html), ("/moved", moved)):
+    routes = (
+        ("/big", big),
+        ("/hang", hang),
+        ("/html", html),
+        ("/moved", moved),
+        ("/cookie", cookie),
+    )
+    for path, handler in routes:
         app.router.add_get(path, handler)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
@@ -79,3 +91,15 @@ async def test_an_error_page_is_a_status_and_a_2xx_page_is_a_fetch_error(site: s
             await fetcher.get_json(site + "/html?status=200")
     finally:
         await fetcher.close()
+
+
+async def test_a_cookie_one_answer_sets_is_never_sent_again(site: str) -> None:
+    named = site.replace("127.0.0.1", "localhost")  # a jar keeps no cookie of an IP address
+    fetcher = AiohttpFetcher()
+    try:
+        first = await fetcher.get_json(f"{named}/cookie")
+        again = await fetcher.get_json(f"{named}/cookie")
+    finally:
+        await fetcher.close()
+    assert first.status == again.status == 200
+    assert again.body == {"cookie": None}
