@@ -67,6 +67,9 @@ class KeysUnavailable(Exception):
 def _family(jwk: Mapping[str, Any]) -> tuple[frozenset[str], Any]:
     """The algorithms `jwk` may verify and its public key. Raises ValueError to skip it."""
     kty = jwk.get("kty")
+    for member in ("kty", "crv", "alg"):
+        if member in jwk and not isinstance(jwk[member], str):
+            raise ValueError(f"{member} is not a string")
     builder: Any
     if kty == "RSA":
         algorithms, builder = RSA_ALGORITHMS, RSAAlgorithm

@@ -186,12 +186,22 @@ def rsa_jwk(bits: int = 2048, **extra) -> dict:
         (make_key("e", "EC").public_jwk() | {"crv": "P-192"}, "curve 'P-192'"),
         ({"kty": "RSA", "kid": "r", "n": "AQAB", "e": "AQAB"}, "unreadable RSA key"),
         ({"kty": "RSA", "kid": "r"}, "unreadable RSA key"),
+        (rsa_jwk(kid="r", alg=["RS256"]), "alg is not a string"),
+        (make_key("e", "OKP").public_jwk() | {"crv": ["Ed25519"]}, "crv is not a string"),
+        (make_key("e", "EC").public_jwk() | {"crv": {"P-256": 1}}, "crv is not a string"),
+        ({"kty": ["RSA"], "kid": "r"}, "kty is not a string"),
     ],
 )
 def test_keys_that_could_be_misused_are_dropped(jwk: dict, dropped: str) -> None:
     keys, reasons = parse_jwks({"keys": [jwk]})
     assert keys == {}
     assert len(reasons) == 1 and dropped in reasons[0]
+
+
+def test_an_entry_of_the_wrong_types_is_dropped_and_the_good_keys_kept() -> None:
+    good = make_key("good", "RSA").public_jwk()
+    keys, reasons = parse_jwks({"keys": [rsa_jwk(kid="odd", alg=["RS256"]), good]})
+    assert set(keys) == {"good"} and len(reasons) == 1
 
 
 def test_each_key_type_allows_only_its_own_algorithms() -> None:
