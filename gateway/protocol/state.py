@@ -19,6 +19,7 @@ import binascii
 import hashlib
 import json
 import os
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,9 @@ class StateCodec(Protocol):
         ...
 
 
+_BASE64 = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
+
+
 def _b64u(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
@@ -80,9 +84,13 @@ def parse_key(text: str, where: str) -> bytes:
     raw: bytes | None = None
     if len(text) >= 2 * MIN_KEY_BYTES and all(c in "0123456789abcdefABCDEF" for c in text):
         raw = bytes.fromhex(text) if len(text) % 2 == 0 else None
-    if raw is None:
+    if raw is None and _BASE64.fullmatch(text):
+        # base64url as keygen writes it, or standard base64 (`openssl rand -base64 32`);
+        # nothing outside the alphabet, which a lenient decoder would skip, so that a
+        # passphrase is refused, not taken for a key.
+        body = text.rstrip("=").replace("-", "+").replace("_", "/")
         try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            raw = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
         except (binascii.Error, ValueError):
             raw = None
     if raw is None:

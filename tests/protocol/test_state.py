@@ -153,8 +153,15 @@ def test_principal_is_a_hash_of_the_credentials_or_anonymous() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["short", "A" * 43, "0" * 64, "%%%not-base64%%%"],
-    ids=["short", "zeros-b64", "zeros-hex", "garbage"],
+    [
+        "short",
+        "A" * 43,
+        "0" * 64,
+        "%%%not-base64%%%",
+        "correct horse battery staple, my gateway sealing passphrase 2026!",
+        "x2Fz!" + "Q" * 40,
+    ],
+    ids=["short", "zeros-b64", "zeros-hex", "garbage", "passphrase", "stray-character"],
 )
 def test_weak_or_malformed_keys_are_refused_with_a_hint(text: str) -> None:
     with pytest.raises(ConfigError, match="mrtr-gateway keygen"):
@@ -166,6 +173,9 @@ def test_generated_keys_parse_in_base64url_and_hex() -> None:
     raw = state.parse_key(key, "k")
     assert len(raw) == 32
     assert state.parse_key(raw.hex(), "k") == raw
+    padded = base64.b64encode(raw).decode()  # as `openssl rand -base64 32` writes one
+    assert state.parse_key(padded, "k") == raw
+    assert state.parse_key(base64.urlsafe_b64encode(raw).decode(), "k") == raw
 
 
 def test_a_ring_rejects_duplicate_keys() -> None:
