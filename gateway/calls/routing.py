@@ -250,8 +250,11 @@ class Routing:
             log.warning("fleet_cancel_failed", error=str(exc))
 
     async def _forget(self, record: SuspendedCall) -> None:
+        """Forget a call whose owner is gone, and free its place among its principal's
+        parked calls (else its replay, or the fresh start a lost call's client is told
+        to make, would be refused by its own old place until the deadline)."""
         try:
-            await self.store.delete(record.call_id)
+            await self.store.forget(record.call_id, record.principal)
         except StoreError as exc:
             log.warning("store_delete_failed", error=str(exc))
 

@@ -459,3 +459,30 @@ async def test_an_owner_killed_right_after_parking_the_next_round_leaves_its_out
     assert again["resultType"] == "input_required"
     assert list(again["inputRequests"]) == ["elicit.color"]
     lost.cancel()
+
+
+async def test_a_call_lost_with_its_owner_frees_its_place_among_its_principals_parked_calls(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    """Told its call was lost and to start again, the client can: the lost call's place
+    under `max_parked_per_principal` went with its record (it was held to the deadline)."""
+    server.resumable = False
+    store = MemoryStore(clock)
+    a, b = (
+        Replica(
+            clock,
+            server,
+            store=store,
+            bus=network.bus(n),
+            settings=config(n, max_parked_per_principal=1),
+        )
+        for n in ("a", "b")
+    )
+    network.join("a", a.bridge.serve_forwarded)
+    network.join("b", b.bridge.serve_forwarded)
+    first, _ = await ask_username(a, server, clock)
+    network.kill("a")
+    with pytest.raises(CallLost):
+        await b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE))
+    again, _ = await ask_username(b, server, clock)
+    assert again["resultType"] == "input_required"
