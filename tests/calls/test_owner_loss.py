@@ -467,19 +467,7 @@ async def test_a_call_lost_with_its_owner_frees_its_place_among_its_principals_p
     """Told its call was lost and to start again, the client can: the lost call's place
     under `max_parked_per_principal` went with its record (it was held to the deadline)."""
     server.resumable = False
-    store = MemoryStore(clock)
-    a, b = (
-        Replica(
-            clock,
-            server,
-            store=store,
-            bus=network.bus(n),
-            settings=config(n, max_parked_per_principal=1),
-        )
-        for n in ("a", "b")
-    )
-    network.join("a", a.bridge.serve_forwarded)
-    network.join("b", b.bridge.serve_forwarded)
+    a, b = two_replicas(clock, server, network, max_parked_per_principal=1)
     first, _ = await ask_username(a, server, clock)
     network.kill("a")
     with pytest.raises(CallLost):

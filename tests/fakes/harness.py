@@ -129,12 +129,19 @@ def two_replicas(
     network: Network,
     tools: dict | None = None,
     store: SuspendedCallStore | None = None,
+    **limits: Any,
 ) -> tuple[Replica, Replica]:
     """Replicas `a` and `b` sharing one store (a `MemoryStore` unless given) and one bus,
-    both alive."""
+    both alive; `limits` as `config` takes them."""
     store = store if store is not None else MemoryStore(clock)
     a, b = (
-        Replica(clock, server, store=store, bus=network.bus(n), settings=config(n, tools=tools))
+        Replica(
+            clock,
+            server,
+            store=store,
+            bus=network.bus(n),
+            settings=config(n, tools=tools, **limits),
+        )
         for n in ("a", "b")
     )
     network.join("a", a.bridge.serve_forwarded)
