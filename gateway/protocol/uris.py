@@ -21,6 +21,7 @@ import re
 _SPECIAL = {"http": "80", "https": "443", "ws": "80", "wss": "443", "ftp": "21", "file": ""}
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):(.*)\Z", re.S)
 _TAB_OR_NEWLINE = re.compile(r"[\t\n\r]")
+_C0_AND_SPACE = "".join(map(chr, range(0x21)))
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _PORT = re.compile(r":([0-9]*)\Z")
@@ -31,7 +32,7 @@ def normal(uri: str) -> str:
     ports dropped, dot segments resolved, escapes of unreserved characters decoded and
     every other escape in upper case; tabs and newlines dropped and the ends trimmed, as
     the WHATWG parser does."""
-    text = _TAB_OR_NEWLINE.sub("", uri).strip("".join(map(chr, range(0x21))))
+    text = _TAB_OR_NEWLINE.sub("", uri).strip(_C0_AND_SPACE)
     match = _SCHEME.match(text)
     if match is None:
         return _escapes(text)
