@@ -10,7 +10,6 @@ no logic of its own beyond that dispatch.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +19,7 @@ from gateway import clock as clocks
 from gateway.calls.admission import CLAIMER_PATIENCE_BEATS, MISSING_RECORD_BEATS, Admission
 from gateway.calls.endings import Endings
 from gateway.calls.forwarding import Bus, Forward
-from gateway.calls.live import Registry
+from gateway.calls.live import LiveCall, Registry
 from gateway.calls.routing import Routing
 from gateway.calls.runner import Notify, Runner
 from gateway.calls.suspension import Suspender, Withdraw
@@ -31,7 +30,7 @@ from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.call import CallMachine, Trigger
 from gateway.protocol.inbound import FrontRequest
-from gateway.store.base import SuspendedCallStore
+from gateway.store.base import SuspendedCall, SuspendedCallStore
 from gateway.upstream.port import UpstreamPool
 
 log = structlog.get_logger("gateway.calls")
@@ -141,14 +140,8 @@ class Bridge:
         if here or self.routing is None:
             return await self._resume(upstream, claims, front, notify, None)
         # Another replica holds it (or nobody does): its claim can carry the forward.
-        forward = self.routing.forward(front)
-        try:
+        with self.routing.forwarding(front) as forward:
             return await self._resume(upstream, claims, front, notify, forward)
-        except asyncio.CancelledError:
-            self.routing.abandon(forward)  # the client left: the owner must not go on for it
-            raise
-        finally:
-            forward.close()
 
     async def _resume(
         self,
@@ -170,11 +163,20 @@ class Bridge:
                 raise
             return before
         call = self.calls.get(record.call_id)
+        if call is not None and self.routing is not None and not self._holds(call, record):
+            # A stale copy: the call was taken over while this replica was taken for dead
+            # (and it has not let go of it yet). Its owner now resumes the round.
+            await self.endings.abandon(call, "another replica took the call over")
+            call = None
         if call is None:
             if self.routing is None:
                 raise CallLost()
             return await self.routing.elsewhere(upstream, record, front, notify, forward)
         return await self.runner.resume(call, front, notify)
+
+    def _holds(self, call: LiveCall, record: SuspendedCall) -> bool:
+        """Whether the claimed `record` is the round `call` waits in, here."""
+        return record.owner == self.suspender.replica_id and call.machine.round == record.round
 
     async def restore_records(self) -> None:
         """The store lost its data: write back the records of the calls parked here."""

@@ -18,6 +18,8 @@ replicas talk through a `Bus` (`gateway.calls.forwarding`; Redis lists in produc
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
@@ -82,10 +84,19 @@ class Routing:
 
     # -- receiving side ----------------------------------------------------------------
 
-    def forward(self, front: FrontRequest) -> Forward:
+    @contextmanager
+    def forwarding(self, front: FrontRequest) -> Iterator[Forward]:
         """A retry's way to the replica holding its call, made before its round is claimed
-        so that the claim can carry it (`Admission.claim`); `elsewhere` sends it on."""
-        return Forward(self.bus, front)
+        so that the claim can carry it (`Admission.claim`); `elsewhere` sends it on. If
+        the client leaves meanwhile, the owner is told, so it does not go on for nobody."""
+        forward = Forward(self.bus, front)
+        try:
+            yield forward
+        except asyncio.CancelledError:
+            self._abandon(forward)
+            raise
+        finally:
+            forward.close()
 
     async def elsewhere(
         self,
@@ -102,7 +113,11 @@ class Routing:
             RpcError: CallLost when neither the owner, takeover nor replay can serve it.
         """
         if record.owner != self.bus.replica_id:
-            forwarded = await self._forward(record, forward or self.forward(front), notify)
+            if forward is None:
+                with self.forwarding(front) as made:
+                    forwarded = await self._forward(record, made, notify)
+            else:
+                forwarded = await self._forward(record, forward, notify)
             if forwarded is not None:
                 return forwarded
         log.warning("call_owner_lost", owner=record.owner, round=record.round)
@@ -223,7 +238,7 @@ class Routing:
             spawn(self._send_quietly(record.owner, cancel), name="fleet-cancel")
             raise
 
-    def abandon(self, forward: Forward) -> None:
+    def _abandon(self, forward: Forward) -> None:
         """The client left while its retry was on its way (before the relay, which tells
         the owner itself): the owner is told, so it does not resume the round for nobody."""
         left = forward.left()

@@ -148,3 +148,34 @@ async def test_a_forward_the_cut_off_owner_refuses_gives_the_round_back(
     assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
     session.respond()
     assert (await again)["resultType"] == "complete"
+
+
+async def test_an_old_owner_back_from_the_dead_forwards_the_next_round_to_the_new_owner(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    """a was taken for dead, b took its call over and parked round 2; a comes back with
+    its stale copy of round 1 before letting go of it. Round 2's retry reaching a must be
+    resumed by b, its owner now: a's copy is dropped, nothing said upstream."""
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    (stale,) = a.bridge.calls.values()
+    network.kill("a")
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    adopted = await server.next_call()
+    assert adopted.id == session.id
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    adopted.elicit(8, field="city", message="City?")
+    await clock.armed(clock.now + WINDOW)
+    clock.advance(WINDOW)
+    second = await retry
+    assert second["resultType"] == "input_required"
+    network.alive.add("a")  # a is back, and has not yet let go of its stale copy
+    answers = {"elicit.city": {"action": "accept", "content": {"city": "Oslo"}}}
+    at_a = spawn(a.call(call_tool(rid=3, state=second["requestState"], answers=answers)), name="a")
+    sent = await server.next_sent()
+    assert sent["id"] == 8 and sent["result"]["content"] == {"city": "Oslo"}
+    adopted.respond({"content": [{"type": "text", "text": "Hello, alice of Oslo!"}]})
+    assert (await at_a)["content"][0]["text"] == "Hello, alice of Oslo!"
+    assert stale.phase is Phase.CANCELLED and not a.bridge.calls and not b.bridge.calls
+    assert server.nothing_sent()  # a said nothing upstream on b's session
+    assert a.pool.discarded == [session] and a.pool.released == []
