@@ -9,7 +9,7 @@ toward legacy servers that want their own token. This package holds:
     challenge      WWW-Authenticate values for 401 and 403 (pure)
     errors         Unauthenticated 401, InsufficientScope 403, AuthUnavailable 503,
                    RateLimited 429, UpstreamCredentialsError 502
-    principal      Principal (jwt:<iss>|<sub>, key:<id>) and Identity
+    principal      Principal (jwt:<iss>|<sub>[|<client>], key:<id>) and Identity
     discovery      issuer -> metadata -> jwks_uri (RFC 8414, then OpenID)
     jwks           JwksCache: per-kty algorithms, bounded refresh, last-good keys
     tokens         JwtVerifier: signature, iss, aud, exp/nbf/iat, scopes

@@ -1,12 +1,15 @@
 """Who is calling: the principal and the identity the authenticator hands to the gateway.
 
-A principal is `(issuer, subject)` for an access token and the key's id for an
-API key, so a refreshed token of the same subject is the same principal (binding
-to a hash of the raw token would break every parked call at each refresh).
+A principal is `(issuer, subject, client)` for an access token (the client is its
+`azp` or `client_id`, when it has one) and the key's id for an API key, so a
+refreshed token of the same subject and client is the same principal (binding to
+a hash of the raw token would break every parked call at each refresh), while
+another application acting for the same user is not.
 
 `Principal.key` is the stable string sealed into requestState and used to key
-limits: `jwt:<iss>|<sub>`, `key:<id>`, or `anonymous`. Issuers never contain `|`
-(`require_secure_url` refuses it), so the first `|` splits the two unambiguously.
+limits: `jwt:<iss>|<sub>`, `jwt:<iss>|<sub>|<client>`, `key:<id>`, or `anonymous`.
+Issuers never contain `|` (`require_secure_url` refuses it), and `%` and `|` in a
+subject or client are escaped, so the parts split unambiguously.
 `Principal.log_id` is a short hash for logs, which never carry subjects.
 
 Pure: no I/O.
@@ -29,10 +32,12 @@ class Principal:
     issuer: str
     #: The token's `sub` for kind "jwt", the key id for kind "key".
     subject: str
+    #: The token's `azp` or `client_id` for kind "jwt", when it has one; empty otherwise.
+    client: str = ""
 
     @classmethod
-    def for_token(cls, issuer: str, subject: str) -> Principal:
-        return cls("jwt", issuer, subject)
+    def for_token(cls, issuer: str, subject: str, client: str = "") -> Principal:
+        return cls("jwt", issuer, subject, client)
 
     @classmethod
     def for_api_key(cls, key_id: str) -> Principal:
@@ -46,7 +51,9 @@ class Principal:
     def key(self) -> str:
         """The stable form: for requestState bindings and rate-limit keys."""
         if self.kind == "jwt":
-            return f"jwt:{self.issuer}|{self.subject}"
+            if self.client:
+                return f"jwt:{self.issuer}|{_escaped(self.subject)}|{_escaped(self.client)}"
+            return f"jwt:{self.issuer}|{_escaped(self.subject)}"
         if self.kind == "key":
             return f"key:{self.subject}"
         return "anonymous"
@@ -62,12 +69,19 @@ class Principal:
         return self.log_id
 
 
+def _escaped(part: str) -> str:
+    """`part` with `%` and `|` escaped: a subject's `|` cannot pass for the client's."""
+    if "%" not in part and "|" not in part:
+        return part
+    return part.replace("%", "%25").replace("|", "%7C")
+
+
 @dataclass(frozen=True, slots=True)
 class Identity:
     """A caller the gateway has authenticated, with the scopes its credential grants.
 
-    `client_id` (the token's `azp` or `client_id`, when present) is for audit logs;
-    it is not part of the principal.
+    `client_id` is the token's `azp` or `client_id`, when present (also in the
+    principal, so another application's token resumes none of this one's calls).
     """
 
     principal: Principal

@@ -13,8 +13,9 @@ Order of checks, each failure a `TokenRejected` whose reason is for the log only
 6. `sub` is a non-empty string; scopes come from `scope` (space-separated) and
    `scp` (a list or a string).
 
-The principal is `(iss, sub)`: a refreshed token of the same subject is the same
-principal.
+The principal is `(iss, sub, client)`, the client being `azp` or `client_id` when
+the token names one: a refreshed token of the same subject and application is the
+same principal, another application's token for the same user is not.
 """
 
 from __future__ import annotations
@@ -166,11 +167,11 @@ class JwtVerifier:
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             raise TokenRejected("sub is not a non-empty string")
-        client = claims.get("azp", claims.get("client_id"))
+        client = _client(claims)
         identity = Identity(
-            Principal.for_token(cache.issuer, subject),
+            Principal.for_token(cache.issuer, subject, client or ""),
             scopes_of(claims),
-            client if isinstance(client, str) else None,
+            client,
         )
         return identity, float(claims["exp"])
 
@@ -187,3 +188,13 @@ class JwtVerifier:
         iat = _number(claims, "iat")
         if iat is not None and iat > now + self.leeway_s:
             raise TokenRejected("issued in the future (iat)")
+
+
+def _client(claims: Mapping[str, Any]) -> str | None:
+    """The application the token was issued to: `azp` (OpenID Connect), else RFC 9068's
+    `client_id`; None when neither is a non-empty string."""
+    for name in ("azp", "client_id"):
+        client = claims.get(name)
+        if isinstance(client, str) and client:
+            return client
+    return None

@@ -4,9 +4,10 @@ With an `auth` section, every request (an MRTR retry too: it is a request of its
 own) must carry a valid bearer token or API key; the route's scopes are needed
 for any access, and a tool's own scopes for calling it or seeing it in
 `tools/list` (such a list is then `cacheScope: private`). The principal sealed into
-`requestState` and keying the limits is `jwt:<iss>|<sub>` or `key:<id>`, so a
-refreshed token of the same subject resumes its calls. Without `auth` the gateway
-works as before: the principal is a hash of whatever `Authorization` arrived.
+`requestState` and keying the limits is `jwt:<iss>|<sub>|<client>` or `key:<id>`,
+so a refreshed token of the same subject and application resumes its calls. Without
+`auth` the gateway works as before: the principal is a hash of whatever
+`Authorization` arrived.
 """
 
 from __future__ import annotations

@@ -114,6 +114,17 @@ def test_principal_forms_are_stable_and_distinct() -> None:
     assert Identity.anonymous().kind == "anonymous"
 
 
+def test_a_subject_or_client_holding_a_bar_cannot_pass_for_another_principal() -> None:
+    issuer = "https://as.example"
+    split_one_way = Principal.for_token(issuer, "alice|app")
+    split_another = Principal.for_token(issuer, "alice", "app")
+    assert split_one_way.key != split_another.key
+    one, other = Principal.for_token(issuer, "a", "b|c"), Principal.for_token(issuer, "a|b", "c")
+    assert one.key != other.key
+    assert Principal.for_token(issuer, "alice%7Capp").key != split_one_way.key  # `%` too
+    assert Principal.for_token(issuer, "alice").key == f"jwt:{issuer}|alice"  # unchanged
+
+
 def test_the_package_namespace_loads_no_transport() -> None:
     """The config layer may import gateway.auth: check-config must load no aiohttp or redis."""
     import subprocess

@@ -25,9 +25,28 @@ async def test_a_good_token_gives_the_subject_its_scopes_and_client(
 ) -> None:
     identity = await authenticator.authenticate("Bearer " + auth_server.sign())
     assert identity.kind == "jwt"
-    assert identity.principal.key == f"jwt:{auth_server.issuer}|alice"
+    assert identity.principal.key == f"jwt:{auth_server.issuer}|alice|test-client"
     assert identity.scopes == {"mcp:tools", "mcp:read"}
     assert identity.client_id == "test-client"
+
+
+@pytest.mark.parametrize(
+    ("client", "key"),
+    [
+        ({"azp": "app", "client_id": "other"}, "|alice|app"),  # OpenID Connect's azp first
+        ({"client_id": "other"}, "|alice|other"),
+        ({"azp": 7, "client_id": "other"}, "|alice|other"),
+        ({"azp": "", "client_id": None}, "|alice"),
+        ({"client_id": None}, "|alice"),
+    ],
+)
+async def test_the_principal_names_the_application_the_token_was_issued_to(
+    authenticator: Authenticator, auth_server: AuthServer, client: dict, key: str
+) -> None:
+    identity = await authenticator.authenticate(
+        "Bearer " + auth_server.sign(auth_server.claims(**client))
+    )
+    assert identity.principal.key == f"jwt:{auth_server.issuer}{key}"
 
 
 @pytest.mark.parametrize(

@@ -166,7 +166,7 @@ async def test_a_tool_needing_a_scope_is_refused_with_403_and_hidden_from_the_li
     assert "increment_counter" in {t["name"] for t in listed["result"]["tools"]}
 
 
-async def test_a_refreshed_token_resumes_its_call_and_another_subject_cannot(
+async def test_a_refreshed_token_resumes_its_call_and_another_subject_or_app_cannot(
     front: Callable[..., Any], issuer: AuthServer
 ) -> None:
     gateway: Front = await front()
@@ -179,6 +179,9 @@ async def test_a_refreshed_token_resumes_its_call_and_another_subject_cannot(
     retry["params"]["inputResponses"] = ALICE
     mallory = issuer.sign(issuer.claims(sub="mallory"))
     status, refused, _ = await gateway.post(retry, mallory)
+    assert status == 400 and refused["error"]["code"] == -32602
+    another_app = issuer.sign(issuer.claims(client_id="another-app"))  # alice, elsewhere
+    status, refused, _ = await gateway.post(retry, another_app)
     assert status == 400 and refused["error"]["code"] == -32602
     refreshed = issuer.sign(issuer.claims(jti="refreshed"), kid="ec-1")  # a new token, alice
     status, done, _ = await gateway.post(retry, refreshed)
