@@ -264,6 +264,14 @@ class Draining(CapacityExceeded):
     default_message = "This replica is draining; send the request again"
 
 
+class RoundInProgress(CapacityExceeded):
+    """The retry's round is being resumed already, by an earlier sending of the same retry
+    whose first receiver died: its outcome is kept for the retry sent again a moment later."""
+
+    reason = "round_in_progress"
+    default_message = "This round of the call is still being resumed; send the retry again"
+
+
 class GatewayFull(CapacityExceeded):
     reason = "max_parked_calls"
     default_message = "Too many calls are waiting for input on this replica; retry later"

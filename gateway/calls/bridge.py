@@ -19,18 +19,18 @@ from gateway import clock as clocks
 from gateway.calls.admission import CLAIMER_PATIENCE_BEATS, MISSING_RECORD_BEATS, Admission
 from gateway.calls.endings import Endings
 from gateway.calls.forwarding import Bus, Forward
-from gateway.calls.live import LiveCall, Registry
+from gateway.calls.live import Registry
 from gateway.calls.routing import Routing
 from gateway.calls.runner import Notify, Runner
 from gateway.calls.suspension import Suspender, Withdraw
 from gateway.clock import Clock, SystemClock
 from gateway.config import REPLAY, GatewayConfig, UpstreamConfig
-from gateway.errors import CallLost, Draining, InvalidRequestState, LeaseLost
+from gateway.errors import CallLost, Draining, InvalidRequestState, LeaseLost, RoundInProgress
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.call import CallMachine, Trigger
 from gateway.protocol.inbound import FrontRequest
-from gateway.store.base import SuspendedCall, SuspendedCallStore
+from gateway.store.base import SuspendedCallStore
 from gateway.upstream.port import UpstreamPool
 
 log = structlog.get_logger("gateway.calls")
@@ -163,20 +163,22 @@ class Bridge:
                 raise
             return before
         call = self.calls.get(record.call_id)
-        if call is not None and self.routing is not None and not self._holds(call, record):
+        if self.routing is None:
+            if call is None:
+                raise CallLost()
+            return await self.runner.resume(call, front, notify, record.round)
+        if call is not None and record.owner != self.suspender.replica_id:
             # A stale copy: the call was taken over while this replica was taken for dead
             # (and it has not let go of it yet). Its owner now resumes the round.
             await self.endings.abandon(call, "another replica took the call over")
             call = None
         if call is None:
-            if self.routing is None:
-                raise CallLost()
             return await self.routing.elsewhere(upstream, record, front, notify, forward)
-        return await self.runner.resume(call, front, notify)
-
-    def _holds(self, call: LiveCall, record: SuspendedCall) -> bool:
-        """Whether the claimed `record` is the round `call` waits in, here."""
-        return record.owner == self.suspender.replica_id and call.machine.round == record.round
+        try:
+            return await self.runner.resume(call, front, notify, record.round)
+        except RoundInProgress:
+            await self.routing.give_back(record)  # for the retry sent again once it is done
+            raise
 
     async def restore_records(self) -> None:
         """The store lost its data: write back the records of the calls parked here."""

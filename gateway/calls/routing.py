@@ -38,13 +38,14 @@ from gateway.errors import (
     CallLost,
     LeaseLost,
     RelayedError,
+    RoundInProgress,
     RpcError,
     StoreError,
     UpstreamError,
 )
 from gateway.observability import Metrics
 from gateway.protocol import state
-from gateway.protocol.call import CallMachine, Phase
+from gateway.protocol.call import CallMachine
 from gateway.protocol.inbound import FrontRequest
 from gateway.store.base import SuspendedCall, SuspendedCallStore
 from gateway.tracing import TRACING
@@ -55,6 +56,8 @@ log = structlog.get_logger("gateway.calls")
 LOST = "the replica that held this call stopped; start the request again without requestState"
 #: How long a receiving replica waits for a forwarded round beyond the owner's hold timeout.
 FORWARD_SLACK_S = 5.0
+#: The reasons of an owner's refusal that leave the round as it was (nothing delivered).
+UNTOUCHED = frozenset({LeaseLost.reason, RoundInProgress.reason})
 
 
 class Routing:
@@ -181,7 +184,7 @@ class Routing:
             if not delivered and await self.bus.alive(record.owner):
                 delivered = await self.bus.deliver(record.owner, payload)
         except StoreError:
-            await self._give_back(record)  # nobody has it: the next retry may claim it
+            await self.give_back(record)  # nobody has it: the next retry may claim it
             raise
         if not delivered:
             forward.not_sent()
@@ -208,7 +211,7 @@ class Routing:
                     # Unread by the owner, the forward is taken back and the round given
                     # back for the client's next retry; read, the owner is resuming it.
                     if await self._retract_quietly(record.owner, sent):
-                        await self._give_back(record)
+                        await self.give_back(record)
                     raise
                 if payload is None:
                     if not await self.bus.alive(record.owner):
@@ -226,10 +229,11 @@ class Routing:
                 elif isinstance(event, messages.Outcome):
                     return event.result
                 elif isinstance(event, messages.Failure):
-                    if (event.error.get("data") or {}).get("reason") == LeaseLost.reason:
+                    if (event.error.get("data") or {}).get("reason") in UNTOUCHED:
                         # The owner refused it untouched: the round goes back to parked,
-                        # so the client's next retry finds it once the owner is back.
-                        await self._give_back(record)
+                        # so the client's next retry finds it once the owner is back (or
+                        # once the owner resumed the round, which keeps its outcome).
+                        await self.give_back(record)
                     raise RelayedError(event.error, event.status)
                 else:
                     raise UpstreamError(f"unexpected fleet reply {type(event).__name__}")
@@ -251,7 +255,7 @@ class Routing:
         except StoreError:
             return False
 
-    async def _give_back(self, record: SuspendedCall) -> None:
+    async def give_back(self, record: SuspendedCall) -> None:
         """Park again a round this replica claimed and nobody resumed, best effort."""
         try:
             await self.store.unclaim(record.call_id, record.round, self.bus.replica_id)
@@ -313,7 +317,7 @@ class Routing:
         """The forwarded round's outcome, and whether its reply has been pushed already."""
         front = message.front()
         call = self.registry.get(message.call)
-        if call is None or call.phase is not Phase.SUSPENDED or call.machine.round != message.round:
+        if call is None:
             raise CallLost()
         if not self.bus.holds_lease():
             raise LeaseLost()
@@ -326,7 +330,7 @@ class Routing:
         call.reply_with = messages.outcome_reply(reply, self.bus.reply_ttl_ms)
         call.replied = False
         try:
-            return await self.runner.resume(call, front, notify), call.replied
+            return await self.runner.resume(call, front, notify, message.round), call.replied
         finally:
             call.reply_with = None
 

@@ -30,12 +30,14 @@ from gateway.errors import (
     CallLost,
     GatewayError,
     MissingClientCapability,
+    RoundInProgress,
     UpstreamError,
     UpstreamTimeout,
 )
 from gateway.observability import Metrics
 from gateway.protocol import jsonrpc, state, translate
 from gateway.protocol.call import (
+    FINAL_PHASES,
     Answer,
     Asked,
     CallMachine,
@@ -145,17 +147,23 @@ class Runner:
         self.registry.add(call)
         return call
 
-    async def resume(self, call: LiveCall, front: FrontRequest, notify: Notify) -> dict[str, Any]:
-        """Continue a call parked here, whose round this retry has claimed.
+    async def resume(
+        self, call: LiveCall, front: FrontRequest, notify: Notify, round_: int
+    ) -> dict[str, Any]:
+        """Continue a call parked here, whose round `round_` this retry has claimed.
 
         Raises:
             CallLost: it ended (e.g. expired) while the retry was claiming it.
+            RoundInProgress: the round is being resumed here already (an earlier sending
+                of the retry, whose claimer died, reached this replica first).
             RpcError: as `drive`.
         """
         started = self.clock.monotonic()
         try:
-            if call.phase is not Phase.SUSPENDED:
+            if call.phase in FINAL_PHASES:
                 raise CallLost()
+            if call.phase is not Phase.SUSPENDED or call.machine.round != round_:
+                raise RoundInProgress()
             self.registry.fire(call, Trigger.RESUME)
             call.resumed = call.machine.round
             if call.expiry is not None:

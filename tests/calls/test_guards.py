@@ -161,7 +161,7 @@ async def test_resuming_a_call_that_ended_meanwhile_is_call_lost(replica, server
     await replica.bridge.endings.end(call, Trigger.EXPIRE, "test")
     with pytest.raises(CallLost):
         await replica.bridge.runner.resume(
-            call, call_tool(rid=2, state=first["requestState"], answers=ALICE), replica.notify
+            call, call_tool(rid=2, state=first["requestState"], answers=ALICE), replica.notify, 1
         )
 
 

@@ -11,8 +11,17 @@ import pytest
 from gateway.aio import spawn
 from gateway.calls import messages
 from gateway.calls.admission import CLAIMER_PATIENCE_BEATS, MISSING_RECORD_BEATS
-from gateway.errors import CallLost, InvalidRequestState, PrincipalBusy, UpstreamError
+from gateway.errors import (
+    CallLost,
+    InvalidRequestState,
+    PrincipalBusy,
+    RelayedError,
+    RoundInProgress,
+    UpstreamError,
+)
 from gateway.protocol.call import Phase
+from gateway.protocol.inbound import FrontRequest
+from gateway.store.base import PARKED
 from gateway.store.memory import MemoryStore
 from tests.fakes.clock import ManualClock
 from tests.fakes.fleet import POLL_S, Network, OneTripStore
@@ -23,6 +32,7 @@ from tests.fakes.harness import (
     ask_username,
     call_tool,
     config,
+    replicas,
     two_replicas,
 )
 from tests.fakes.upstream import ScriptedServer, ScriptedSession
@@ -474,3 +484,44 @@ async def test_a_call_lost_with_its_owner_frees_its_place_among_its_principals_p
         await b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE))
     again, _ = await ask_username(b, server, clock)
     assert again["resultType"] == "input_required"
+
+
+async def resuming_at_a_for_dead_b(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> tuple[Replica, Replica, FrontRequest, ScriptedSession, asyncio.Task[dict[str, Any]]]:
+    """a parks a call; its retry reaches b, which claims the round and forwards it; a is
+    resuming it (its answer went upstream) when b dies."""
+    a, b, c = replicas(clock, server, network, ("a", "b", "c"))
+    first, session = await ask_username(a, server, clock)
+    retry = call_tool(rid=2, state=first["requestState"], answers=ALICE)
+    at_b = spawn(b.call(retry), name="at-b")
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    await network.polls.get()  # b waits for a's reply ...
+    network.kill("b")  # ... and dies (its task, a dead process's, is left to itself)
+    return a, c, retry, session, at_b
+
+
+@pytest.mark.parametrize("again_at", ["a", "c"])
+async def test_a_retry_sent_again_while_its_owner_resumes_the_round_is_told_to_retry(
+    clock: ManualClock, server: ScriptedServer, network: Network, again_at: str
+) -> None:
+    """Its first receiver died: the round is taken from it, but the owner is resuming it
+    still, so the call is neither lost nor run twice. The retry is told to come again
+    (503), and that retry gets the round's outcome, once the owner has it."""
+    a, c, retry, session, at_b = await resuming_at_a_for_dead_b(clock, server, network)
+    receiver = a if again_at == "a" else c
+    with pytest.raises((RoundInProgress, RelayedError)) as busy:
+        await receiver.call(retry)
+    assert busy.value.status == 503
+    assert busy.value.error_object()["data"] == {"reason": "round_in_progress"}
+    (record,) = [await a.store.get(call_id) for call_id in a.bridge.calls]
+    assert record is not None and record.status == PARKED  # the round was given back
+    session.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
+    await a.bridge.calls.idle.wait()
+    again = spawn(receiver.call(retry), name="again")  # the outcome a kept for the round
+    grace = MISSING_RECORD_BEATS * a.config.fleet.heartbeat_s  # its record is gone for good
+    await clock.armed(clock.now + grace)
+    clock.advance(grace)
+    assert (await again)["content"][0]["text"] == "Hello, alice!"
+    assert server.nothing_sent()  # the answer went upstream once
+    await at_b

@@ -133,8 +133,22 @@ def two_replicas(
 ) -> tuple[Replica, Replica]:
     """Replicas `a` and `b` sharing one store (a `MemoryStore` unless given) and one bus,
     both alive; `limits` as `config` takes them."""
+    a, b = replicas(clock, server, network, ("a", "b"), tools, store, **limits)
+    return a, b
+
+
+def replicas(
+    clock: ManualClock,
+    server: ScriptedServer,
+    network: Network,
+    names: tuple[str, ...],
+    tools: dict | None = None,
+    store: SuspendedCallStore | None = None,
+    **limits: Any,
+) -> tuple[Replica, ...]:
+    """A fleet of replicas named `names`, as `two_replicas` makes two."""
     store = store if store is not None else MemoryStore(clock)
-    a, b = (
+    fleet = tuple(
         Replica(
             clock,
             server,
@@ -142,8 +156,8 @@ def two_replicas(
             bus=network.bus(n),
             settings=config(n, tools=tools, **limits),
         )
-        for n in ("a", "b")
+        for n in names
     )
-    network.join("a", a.bridge.serve_forwarded)
-    network.join("b", b.bridge.serve_forwarded)
-    return a, b
+    for name, replica in zip(names, fleet, strict=True):
+        network.join(name, replica.bridge.serve_forwarded)
+    return fleet
