@@ -20,7 +20,7 @@ from gateway.aio import spawn
 from gateway.calls.runner import Notify, Runner
 from gateway.clock import Clock
 from gateway.config import UpstreamConfig
-from gateway.errors import CapacityExceeded, UpstreamError
+from gateway.errors import CapacityExceeded, StoreError, UpstreamError
 from gateway.observability import Metrics
 from gateway.protocol import jsonrpc, state
 from gateway.protocol.call import CallMachine, Pending, Trigger
@@ -28,7 +28,7 @@ from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.versions import Version
 from gateway.store.base import SuspendedCall, SuspendedCallStore
-from gateway.upstream.port import StreamCursor, TaskPump
+from gateway.upstream.port import SessionExpired, StreamCursor, TaskPump
 
 log = structlog.get_logger("gateway.calls")
 
@@ -62,13 +62,27 @@ class Takeover:
             SessionExpired: the upstream forgot the session; nothing was sent.
         """
         assert record.session_id is not None
+        pool = self.runner.pools[upstream.name]
+        try:
+            session = await pool.adopt(
+                ClientCaps.from_key(record.caps),
+                record.session_id,
+                Version(record.protocol_version),
+            )
+        except SessionExpired:
+            raise  # the call cannot be continued: `Routing` replays or gives it up
+        except (UpstreamError, CapacityExceeded):
+            # The upstream is down or busy for now: the call stays as it was, its round
+            # parked again for the client's next retry (which tries the takeover again).
+            await self._give_back(record)
+            raise
         # The record names this replica from now on: its previous owner, if it was only
         # cut off, learns from it that the call is not its own any more.
-        await self.store.take(record, self.replica_id)
-        pool = self.runner.pools[upstream.name]
-        session = await pool.adopt(
-            ClientCaps.from_key(record.caps), record.session_id, Version(record.protocol_version)
-        )
+        try:
+            await self.store.take(record, self.replica_id)
+        except StoreError:
+            pool.release(session, reuse=False)
+            raise
         pending = [Pending.from_record(p) for p in record.pending]
         machine = CallMachine(
             call_id=record.call_id,
@@ -103,6 +117,12 @@ class Takeover:
         self.metrics.handoffs.labels("taken_over").inc()
         answers = machine.deliver(front.params.get("inputResponses") or {})
         return await self.runner.drive(call, front, notify, answers)
+
+    async def _give_back(self, record: SuspendedCall) -> None:
+        try:
+            await self.store.unclaim(record.call_id, record.round, self.replica_id)
+        except StoreError as exc:
+            log.warning("round_not_given_back", error=str(exc))
 
     async def _until_live(self, cursor: StreamCursor) -> None:
         """Until the resumed stream carries the call's new events, bounded: mcp 1.x attaches

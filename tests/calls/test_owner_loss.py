@@ -525,3 +525,21 @@ async def test_a_retry_sent_again_while_its_owner_resumes_the_round_is_told_to_r
     assert (await again)["content"][0]["text"] == "Hello, alice!"
     assert server.nothing_sent()  # the answer went upstream once
     await at_b
+
+
+async def test_a_takeover_the_upstream_cannot_take_now_leaves_the_call_for_the_next_retry(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    (call_id,) = a.bridge.calls
+    network.kill("a")
+    server.unreachable = True  # the session cannot be adopted for now
+    retry = call_tool(rid=2, state=first["requestState"], answers=ALICE)
+    with pytest.raises(UpstreamError):
+        await b.call(retry)
+    record = await b.store.get(call_id)
+    assert record is not None and record.status == PARKED and record.owner == "a"
+    server.unreachable = False
+    again = spawn(b.call(retry), name="again")  # the same retry: the takeover goes ahead
+    await completes_by_takeover(server, session, again)

@@ -210,6 +210,8 @@ class ScriptedPool:
     async def adopt(self, caps: ClientCaps, session_id: str, version: Version) -> ScriptedSession:
         if session_id in self.server.forgotten:
             raise SessionExpired()
+        if self.server.unreachable:
+            raise UpstreamError("scripted upstream unreachable")
         self.adopted.append(session_id)
         return self.server.new_session(caps, session_id)
 
