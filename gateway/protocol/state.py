@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -42,6 +43,7 @@ _NONCE_BYTES = 12
 _TAG_BYTES = 16
 _HKDF_INFO = b"mrtr-gateway requestState aes-256-gcm v1"
 _KID_INFO = b"mrtr-gateway requestState kid v1"
+_LOG_INFO = b"mrtr-gateway caller log ids v1"
 KEYGEN_HINT = "generate one with: mrtr-gateway keygen"
 
 
@@ -272,6 +274,22 @@ def principal_of(authorization: str | None) -> str:
     if not authorization:
         return "anonymous"
     return "sha256:" + hashlib.sha256(authorization.encode()).hexdigest()[:32]
+
+
+def log_salt(keys: Sequence[bytes]) -> bytes:
+    """The secret that keys callers' log ids, derived from the sealing key (random for a
+    process with none): a log line's id reveals nothing a guess of the credential can
+    be checked against."""
+    if not keys:
+        return os.urandom(32)
+    return HKDF(algorithm=SHA256(), length=32, salt=None, info=_LOG_INFO).derive(keys[0])
+
+
+def log_id_of(principal: str, salt: bytes) -> str:
+    """A caller's short id for logs: a keyed hash of its principal (`principal_of`)."""
+    if principal == "anonymous":
+        return principal
+    return "p_" + hmac.new(salt, principal.encode(), hashlib.sha256).hexdigest()[:16]
 
 
 def new_call_id() -> str:

@@ -7,7 +7,7 @@ for any access, and a tool's own scopes for calling it or seeing it in
 `requestState` and keying the limits is `jwt:<iss>|<sub>|<client>` or `key:<id>`,
 so a refreshed token of the same subject and application resumes its calls. Without
 `auth` the gateway works as before: the principal is a hash of whatever
-`Authorization` arrived.
+`Authorization` arrived, and logs carry a keyed hash of that (`state.log_id_of`).
 """
 
 from __future__ import annotations
@@ -60,8 +60,10 @@ class FrontDoor:
         upstream: UpstreamConfig,
         authenticator: Authenticator | None,
         limiter: RateLimiter | None,
+        log_salt: bytes = b"",
     ) -> None:
         self.upstream = upstream
+        self.log_salt = log_salt or state.log_salt(())
         self.authenticator = authenticator
         self.limiter = limiter
         self._guarded_resources = authenticator is not None and any(
@@ -77,7 +79,7 @@ class FrontDoor:
         """
         if self.authenticator is None:
             principal = state.principal_of(authorization)
-            caller = Caller(principal, principal[:16], None)
+            caller = Caller(principal, state.log_id_of(principal, self.log_salt), None)
         else:
             identity = await self.authenticator.authenticate(authorization)
             self.authenticator.require(identity, self.authenticator.scopes)
@@ -208,12 +210,13 @@ def build_front_doors(
         else:
             limiter = MemoryTokenBucket(rate_per_s=rate.per_s, burst=rate.burst, clock=wall_s)
     doors = {}
+    salt = state.log_salt(config.sealing.keys)
     for upstream in config.upstreams:
         authenticator = None
         if config.auth is not None:
             settings = config.auth.route(upstream.path)
             authenticator = build_authenticator(settings, fetcher=fetcher, clock=wall_s)
-        doors[upstream.name] = FrontDoor(upstream, authenticator, limiter)
+        doors[upstream.name] = FrontDoor(upstream, authenticator, limiter, salt)
     return doors
 
 

@@ -484,3 +484,29 @@ def test_urls_in_logs_carry_no_credentials_and_any_host_list() -> None:
     assert redact("unix:///run/redis.sock?db=0&password=s3cret") == "unix:///run/redis.sock"
     sentinel = "redis+sentinel://:pw@h1:26379,h2:26379/mymaster"
     assert redact(sentinel) == "redis+sentinel://h1:26379,h2:26379/mymaster"
+
+
+async def test_without_auth_a_callers_log_id_is_keyed_so_no_guess_of_its_credential_checks_out(
+    tmp_path: Path,
+) -> None:
+    """The id a log line carries for an unauthenticated caller is an HMAC under a key of
+    the sealing key's: not a hash of its Authorization header anyone can compute."""
+    import hashlib
+
+    def door(key: str) -> Any:
+        config = parse_config(
+            {"upstreams": [{"name": "u", "url": "http://127.0.0.1:9/mcp"}]},
+            env={"MRTR_GATEWAY_SEALING_KEYS": key},
+            base=tmp_path,
+        )
+        return build_front_doors(config, fetcher=None, wall_s=time.time, redis=None)["u"]  # type: ignore[arg-type]
+
+    key = generate_key()
+    caller = await door(key).admit("Bearer s3cret")
+    header_hash = hashlib.sha256(b"Bearer s3cret").hexdigest()
+    assert caller.log_id.startswith("p_") and caller.log_id[2:] not in header_hash
+    assert caller.log_id[2:] not in hashlib.sha256(caller.principal.encode()).hexdigest()
+    assert (await door(key).admit("Bearer s3cret")).log_id == caller.log_id  # fleet-stable
+    assert (await door(key).admit("Bearer other")).log_id != caller.log_id
+    assert (await door(generate_key()).admit("Bearer s3cret")).log_id != caller.log_id
+    assert (await door(key).admit(None)).log_id == "anonymous"
