@@ -45,7 +45,13 @@ return v[3]
 
 # KEYS[1] the principal's parked calls (a sorted set scored by until); ARGV now, call,
 # until, cap, ttl. Forgets calls past their time, then adds (or moves) the call unless
-# the principal is at its cap (returns 0 then): atomic, for the whole fleet.
+# the principal is at its cap (returns 0 then): atomic, for the whole fleet. The set
+# lives as long as its longest-held call: a call with less time left never shortens it.
+_LONGER = """
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[{ttl}]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[{ttl}])
+end
+"""
 _HOLD_STEPS = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 local known = redis.call('ZSCORE', KEYS[1], ARGV[2])
@@ -53,8 +59,7 @@ if not known and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then
   return 0
 end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-"""
+""" + _LONGER.format(ttl=5)
 
 HOLD = _HOLD_STEPS + "return 1\n"
 
@@ -73,14 +78,16 @@ return 1
 
 # KEYS[1] the principal's parked calls, KEYS[2] the call's record; ARGV call, until,
 # ttl of the set, json, round, status, ttl of the record. Written only if no record is.
-RESTORE = """
+RESTORE = (
+    """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 redis.call('HSET', KEYS[2], 'json', ARGV[4], 'round', ARGV[5], 'status', ARGV[6])
 redis.call('PEXPIRE', KEYS[2], ARGV[7])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
 """
+    + _LONGER.format(ttl=3)
+    + "return 1\n"
+)
 
 # KEYS[1] record; ARGV round, resuming, claimer, parked. A round resuming for `claimer`
 # is parked again; anything else returns 0.

@@ -154,6 +154,25 @@ async def test_a_principals_parked_calls_are_capped_and_counted_once_each(store)
     assert await store.hold("alice", "c3", until, 2)
 
 
+async def test_a_principals_set_of_held_calls_lives_as_long_as_its_longest_held_call(
+    redis_server: RedisServer,
+) -> None:
+    """A call held for less time must not cut the set's life short, taking the places of
+    the calls held longer with it (the cap would then let more calls in)."""
+    store = RedisStore(
+        connect(redis_server.url), prefix=f"h{uuid.uuid4().hex[:6]}:", clock=ManualClock()
+    )
+    try:
+        now, hour = START_WALL_MS, 3_600_000
+        assert await store.hold("alice", "long", now + hour, 5)
+        assert await store.hold("alice", "short", now + 1_000, 5)
+        assert await store.restore(record("c9", deadline_in_ms=2_000), now + 2_000)
+        assert await store.client.pttl(store.held_key("alice")) > hour
+        assert await store.client.pttl(store.held_key("anonymous")) > 1_000  # set at first
+    finally:
+        await store.close()
+
+
 async def test_a_held_call_past_its_time_no_longer_counts(store) -> None:
     now = START_WALL_MS
     assert await store.hold("alice", "gone", now - 1, 1)  # its time is already over
