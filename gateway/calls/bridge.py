@@ -84,6 +84,7 @@ class Bridge:
             replica_id=owner or config.replica_id,
             keeps_outcomes=bus is not None,
             withdraw=withdraw,
+            lease_term=bus.lease_term if bus is not None else None,
         )
         self.runner = Runner(
             registry=self.calls,

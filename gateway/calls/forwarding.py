@@ -49,6 +49,12 @@ class Bus(Protocol):
         """Whether this replica's heartbeat is surely in the store: it may serve its calls."""
         ...
 
+    def lease_term(self) -> int | None:
+        """While this replica holds its lease, which unbroken stretch of it this is (a new
+        one each time the lease is regained after a lapse); None without it. Within one
+        term no other replica can have judged this one dead and taken a call over."""
+        ...
+
     async def reply(self, key: str, payload: str) -> None: ...
 
     async def receive(self, key: str) -> str | None:

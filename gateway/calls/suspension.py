@@ -60,7 +60,11 @@ class Suspender:
         replica_id: str,
         keeps_outcomes: bool = False,
         withdraw: Withdraw | None = None,
+        lease_term: Callable[[], int | None] | None = None,
     ) -> None:
+        # On a fleet, this replica's lease term (`Bus.lease_term`): a call parked within
+        # the current term cannot have been taken over, even when the store cannot say.
+        self.lease_term = lease_term
         # On a fleet, a resumed round's outcome is parked with the next round's record.
         self.keeps_outcomes = keeps_outcomes
         # On a fleet, a session a call parks on is taken off the list of those a survivor
@@ -146,6 +150,7 @@ class Suspender:
         self.registry.fire(call, Trigger.SUSPEND)
         token, issued, deadline = self._mint(call, round_=machine.round, mode=PARK)
         call.parked_ms, call.stored = (issued, deadline), False
+        call.lease_term = self.lease_term() if self.lease_term is not None else None
         result = input_required(call, token, machine.input_required())
         kept = None
         if self.keeps_outcomes:
@@ -261,10 +266,12 @@ class Suspender:
                     return
                 log.warning("claimed_round_never_resumed", round=round_)
         except StoreError as exc:
-            # Whether another replica took it over cannot be known: say nothing upstream.
             log.warning("store_claim_failed", error=str(exc))
-            await self.endings.abandon(call, "its ownership cannot be checked")
-            return
+            if not self._surely_mine(call):
+                # Another replica may have taken it over: say nothing upstream.
+                await self.endings.abandon(call, "its ownership cannot be checked")
+                return
+            # Nobody can have taken it over: it ends, and the server's handler with it.
         if call.phase is Phase.SUSPENDED:
             await self.endings.end(call, Trigger.EXPIRE, "suspension deadline passed")
 
@@ -282,6 +289,14 @@ class Suspender:
             log.warning("ownership_check_failed", call_id=call.id, error=str(exc))
             mine = False
         self.endings.release_lost(call, end=mine)
+
+    def _surely_mine(self, call: LiveCall) -> bool:
+        """Whether no other replica can have taken `call` over, by this replica's lease
+        alone (with no store to ask): held without a break since the call parked."""
+        if self.lease_term is None:
+            return True  # no fleet: nobody else serves its calls
+        term = self.lease_term()
+        return term is not None and term == call.lease_term
 
     async def _still_mine(self, call: LiveCall) -> bool:
         """Whether the store still names this replica the call's owner.

@@ -73,10 +73,14 @@ class RedisBus:
         # in Redis. Others judge it dead only after the heartbeat's TTL and their patience
         # (`alive`), so it stops strictly before anyone can take a call over.
         self._lease_until = 0.0
+        self._term = 0
 
     def holds_lease(self) -> bool:
         """Whether this replica's last heartbeat is recent enough to serve its calls."""
         return self.clock.monotonic() < self._lease_until
+
+    def lease_term(self) -> int | None:
+        return self._term if self.holds_lease() else None
 
     def epoch_key(self) -> str:
         return f"{self.prefix}fleet:epoch"
@@ -114,10 +118,13 @@ class RedisBus:
         while True:
             try:
                 sent = self.clock.monotonic()
-                lapsed = self._epoch is not None and not self.holds_lease()
+                held = self.holds_lease()
+                lapsed = self._epoch is not None and not held
                 lost_data = await self._beat(ttl_ms)
                 # The TTL counts from when Redis set the key, which is after we sent it.
                 self._lease_until = sent + ttl_ms / 1000
+                if not held:
+                    self._term += 1  # a new stretch: a call parked before it may be taken
                 if lapsed and not lost_data:
                     log.warning("fleet_lease_regained", replica=self.replica_id)
                     if self.on_lease_regained is not None:

@@ -9,7 +9,8 @@ import asyncio
 import pytest
 
 from gateway.aio import spawn
-from gateway.errors import LeaseLost, RelayedError
+from gateway.calls.live import LiveCall
+from gateway.errors import LeaseLost, RelayedError, StoreError
 from gateway.protocol.call import Phase
 from gateway.store.base import Kept, SuspendedCall
 from gateway.store.memory import MemoryStore
@@ -179,3 +180,45 @@ async def test_an_old_owner_back_from_the_dead_forwards_the_next_round_to_the_ne
     assert stale.phase is Phase.CANCELLED and not a.bridge.calls and not b.bridge.calls
     assert server.nothing_sent()  # a said nothing upstream on b's session
     assert a.pool.discarded == [session] and a.pool.released == []
+
+
+class UnreachableStore(MemoryStore):
+    """Redis down at the call's deadline: its claim cannot be made."""
+
+    async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
+        raise StoreError("Redis: unreachable")
+
+
+async def at_the_deadline_with_the_store_down(
+    clock: ManualClock, server: ScriptedServer, network: Network, *, lapse: bool
+) -> LiveCall:
+    a, _ = two_replicas(clock, server, network)
+    await ask_username(a, server, clock)
+    (call,) = a.bridge.calls.values()
+    if lapse:  # the lease lapsed and came back since the call parked: b may have it now
+        network.cut_off.add("a")
+        network.reconnect("a")
+    a.bridge.suspender.store = UnreachableStore(clock)
+    ttl = a.config.limits.suspension_ttl_s
+    await clock.armed(clock.now + ttl)
+    clock.advance(ttl)
+    await call.ended.wait()
+    return call
+
+
+async def test_a_call_owned_throughout_is_cancelled_upstream_at_its_deadline_with_the_store_down(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    """Held without a break since it parked, the lease proves nobody took the call over: it
+    ends upstream too, so the server's handler does not wait on its question for ever."""
+    call = await at_the_deadline_with_the_store_down(clock, server, network, lapse=False)
+    assert call.phase is Phase.EXPIRED
+    assert (await server.next_sent())["result"] == {"action": "cancel"}
+    assert (await server.next_sent())["method"] == "notifications/cancelled"
+
+
+async def test_a_call_parked_before_a_lapse_of_the_lease_is_let_go_quietly_with_the_store_down(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    call = await at_the_deadline_with_the_store_down(clock, server, network, lapse=True)
+    assert call.phase is Phase.CANCELLED and server.nothing_sent()

@@ -33,6 +33,7 @@ class Network:
         self.handlers: dict[str, Handler] = {}
         self.alive: set[str] = set()
         self.cut_off: set[str] = set()  # alive, but unable to renew their lease
+        self.terms: defaultdict[str, int] = defaultdict(int)  # lease terms (`reconnect`)
         self.stalled: set[str] = set()  # replicas whose inbox holds what it is sent
         self.held: defaultdict[str, list[str]] = defaultdict(list)
         self.replies: defaultdict[str, asyncio.Queue[str]] = defaultdict(asyncio.Queue)
@@ -47,6 +48,11 @@ class Network:
 
     def kill(self, replica_id: str) -> None:
         self.alive.discard(replica_id)
+
+    def reconnect(self, replica_id: str) -> None:
+        """Back from being cut off: its lease regained, in a new term."""
+        self.cut_off.discard(replica_id)
+        self.terms[replica_id] += 1
 
     def bus(self, replica_id: str) -> MemoryBus:
         return MemoryBus(self, replica_id)
@@ -88,6 +94,9 @@ class MemoryBus:
 
     def holds_lease(self) -> bool:
         return self.replica_id not in self.network.cut_off
+
+    def lease_term(self) -> int | None:
+        return self.network.terms[self.replica_id] if self.holds_lease() else None
 
     async def retract(self, replica_id: str, payload: str) -> bool:
         held = self.network.held[replica_id]

@@ -124,3 +124,33 @@ async def test_the_heartbeat_outlives_its_client_failing_inside(redis_server: Re
     finally:
         await bus.close()
         await bus.client.aclose()
+
+
+async def test_a_lease_regained_after_a_lapse_is_a_new_term(redis_server: RedisServer) -> None:
+    """A call parked in one term of the lease cannot have been taken over while the term
+    lasts; once the lease lapses, the term it comes back in is another."""
+    from tests.fakes.clock import ManualClock
+
+    clock = ManualClock()
+    bus = RedisBus(
+        connect(redis_server.url), prefix="terms:", replica_id="r1", heartbeat_s=1.0, clock=clock
+    )
+
+    async def ignore(_payload: str) -> None:
+        return None
+
+    bus.start(ignore)
+    try:
+        await clock.armed(clock.now + 1.0)  # the first beat is in: the next one waits
+        first = bus.lease_term()
+        assert first is not None
+        clock.advance(1.0)  # a beat within the lease: the same term
+        await clock.armed(clock.now + 1.0)
+        assert bus.lease_term() == first
+        clock.advance(5.0)  # past the lease (two beats) before the next beat
+        assert bus.lease_term() is None
+        await clock.armed(clock.now + 1.0)
+        assert bus.lease_term() == first + 1
+    finally:
+        await bus.close()
+        await bus.client.aclose()
