@@ -116,7 +116,7 @@ class Authenticator:
             return
         keep = identity.scopes & frozenset(self.scopes)
         raise InsufficientScope(
-            f"missing scope(s) {' '.join(sorted(missing))} for {identity.principal.log_id}",
+            f"missing scope(s) {' '.join(sorted(missing))}",
             challenge=insufficient_scope_challenge(
                 resource_metadata=self.resource_metadata, scopes=wanted | keep
             ),

@@ -10,14 +10,15 @@ another application acting for the same user is not.
 limits: `jwt:<iss>|<sub>`, `jwt:<iss>|<sub>|<client>`, `key:<id>`, or `anonymous`.
 Issuers never contain `|` (`require_secure_url` refuses it), and `%` and `|` in a
 subject or client are escaped, so the parts split unambiguously.
-`Principal.log_id` is a short hash for logs, which never carry subjects.
+Logs never carry a key: they carry `state.log_id_of(key, salt)`, a hash keyed by a
+secret derived from the sealing key, so a subject (often an email) cannot be
+guessed and checked against a log line.
 
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -57,16 +58,6 @@ class Principal:
         if self.kind == "key":
             return f"key:{self.subject}"
         return "anonymous"
-
-    @property
-    def log_id(self) -> str:
-        """A short, stable hash of `key`: safe in logs and metrics labels."""
-        if self.kind == "anonymous":
-            return "anonymous"
-        return "p_" + hashlib.sha256(self.key.encode()).hexdigest()[:16]
-
-    def __str__(self) -> str:
-        return self.log_id
 
 
 def _escaped(part: str) -> str:

@@ -2,8 +2,8 @@
 
 Each principal key (`Principal.key`) has a bucket of `burst` tokens refilled at
 `rate_per_s`. `take(key)` spends one: allowed, or the seconds until a token is
-back (for `Retry-After`, see `retry_after_header`); `admit` turns a refusal into
-`RateLimited` (429). Both read an injected wall clock, so refill is tested
+back (for `Retry-After`, see `retry_after_header`); the front door turns a refusal
+into `RateLimited` (429). Both read an injected wall clock, so refill is tested
 without sleeping.
 
 - `MemoryTokenBucket`: one replica's view; at most `max_keys` buckets (least
@@ -23,9 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.auth.errors import RateLimited
 from gateway.auth.ports import WallClock
-from gateway.auth.principal import Identity
 from gateway.errors import StoreError
 from gateway.store.redis_client import RedisClient, from_redis
 
@@ -44,21 +42,6 @@ class RateLimiter(Protocol):
             StoreError: the shared store failed (Redis only).
         """
         ...
-
-
-async def admit(limiter: RateLimiter, identity: Identity) -> None:
-    """Spend one token of `identity`'s bucket or refuse the request.
-
-    Raises:
-        RateLimited: 429 with `Retry-After`; other principals are unaffected.
-        StoreError: the shared store failed (Redis only).
-    """
-    decision = await limiter.take(identity.principal.key)
-    if not decision.allowed:
-        raise RateLimited(
-            f"rate limit for {identity.principal.log_id}",
-            retry_after=retry_after_header(decision.retry_after_s),
-        )
 
 
 def retry_after_header(seconds: float) -> str:

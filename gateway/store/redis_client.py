@@ -151,7 +151,7 @@ def connect(url: str, *, timeout_s: float = 2.0) -> RedisClient:
                 "store.url: a Sentinel URL needs the service name: redis+sentinel://h:26379/mymaster/0"
             )
         db = int(path[1]) if len(path) > 1 else 0
-        sentinel = Sentinel(hosts, sentinel_kwargs={"socket_timeout": timeout_s}, **common)  # type: ignore[no-untyped-call]
+        sentinel = Sentinel(hosts, sentinel_kwargs={"socket_timeout": timeout_s}, **common)  # type: ignore[no-untyped-call,unused-ignore]
         master: aioredis.Redis = sentinel.master_for(path[0], db=db, password=parts.password)
         return master
     raise ConfigError(f"store.url: unsupported scheme {parts.scheme!r}")

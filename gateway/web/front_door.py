@@ -7,7 +7,8 @@ for any access, and a tool's own scopes for calling it or seeing it in
 `requestState` and keying the limits is `jwt:<iss>|<sub>|<client>` or `key:<id>`,
 so a refreshed token of the same subject and application resumes its calls. Without
 `auth` the gateway works as before: the principal is a hash of whatever
-`Authorization` arrived, and logs carry a keyed hash of that (`state.log_id_of`).
+`Authorization` arrived. Either way logs carry a hash of the principal keyed by a
+secret derived from the sealing key (`state.log_id_of`), never the principal.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ class FrontDoor:
         else:
             identity = await self.authenticator.authenticate(authorization)
             self.authenticator.require(identity, self.authenticator.scopes)
-            caller = Caller(identity.principal.key, identity.principal.log_id, identity)
+            key = identity.principal.key
+            caller = Caller(key, state.log_id_of(key, self.log_salt), identity)
         if self.limiter is not None:
             decision = await self.limiter.take(caller.principal)
             if not decision.allowed:

@@ -7,12 +7,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.auth import Identity, Principal, RateLimited
+from gateway.auth import Principal
 from gateway.auth.ratelimit import (
     MemoryTokenBucket,
     RateDecision,
     RedisTokenBucket,
-    admit,
     retry_after_header,
 )
 from gateway.errors import StoreError
@@ -109,16 +108,14 @@ def test_a_bucket_needs_a_positive_rate_and_burst(rate: float, burst: int) -> No
         MemoryTokenBucket(rate_per_s=rate, burst=burst)
 
 
-async def test_admit_refuses_with_429_and_retry_after_for_that_principal_only(
+async def test_a_spent_bucket_refuses_that_principal_only_and_says_when_to_come_back(
     limiter, clock: ManualWallClock
 ) -> None:
-    alice = Identity(Principal.for_token("https://as.example", "alice"))
-    bob = Identity(Principal.for_api_key("bob"))
+    alice = Principal.for_token("https://as.example", "alice").key
+    bob = Principal.for_api_key("bob").key
     for _ in range(3):
-        await admit(limiter, alice)
-    with pytest.raises(RateLimited) as caught:
-        await admit(limiter, alice)
-    assert caught.value.http_status == 429
-    assert caught.value.headers == {"Retry-After": "2"}
-    assert "alice" not in caught.value.reason
-    await admit(limiter, bob)
+        assert (await limiter.take(alice)).allowed
+    refused = await limiter.take(alice)
+    assert not refused.allowed
+    assert retry_after_header(refused.retry_after_s) == "2"
+    assert (await limiter.take(bob)).allowed

@@ -510,3 +510,34 @@ async def test_without_auth_a_callers_log_id_is_keyed_so_no_guess_of_its_credent
     assert (await door(key).admit("Bearer other")).log_id != caller.log_id
     assert (await door(generate_key()).admit("Bearer s3cret")).log_id != caller.log_id
     assert (await door(key).admit(None)).log_id == "anonymous"
+
+
+async def test_with_auth_a_callers_log_id_is_keyed_too_so_no_subject_can_be_checked_against_it(
+    tmp_path: Path,
+) -> None:
+    """Subjects are often emails: the id logs carry for an authenticated caller is an
+    HMAC of its principal under the sealing key's log secret, as without auth."""
+    import hashlib
+
+    api_key, entry = new_api_key("alice@example.com", ["mcp"])
+    (tmp_path / "keys.yaml").write_text(entry)
+
+    def door(sealing: str) -> Any:
+        config = parse_config(
+            {
+                "auth": {"public_url": PUBLIC, "api_keys_file": "keys.yaml"},
+                "upstreams": [{"name": "u", "url": "http://127.0.0.1:9/mcp"}],
+            },
+            env={"MRTR_GATEWAY_SEALING_KEYS": sealing},
+            base=tmp_path,
+        )
+        return build_front_doors(config, fetcher=None, wall_s=time.time, redis=None)["u"]  # type: ignore[arg-type]
+
+    sealing = generate_key()
+    caller = await door(sealing).admit(f"Bearer {api_key}")
+    assert caller.principal == "key:alice@example.com"
+    unsalted = hashlib.sha256(caller.principal.encode()).hexdigest()
+    assert caller.log_id.startswith("p_") and caller.log_id[2:] not in unsalted
+    assert "alice" not in caller.log_id
+    assert (await door(sealing).admit(f"Bearer {api_key}")).log_id == caller.log_id
+    assert (await door(generate_key()).admit(f"Bearer {api_key}")).log_id != caller.log_id
