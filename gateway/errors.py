@@ -272,6 +272,16 @@ class RoundInProgress(CapacityExceeded):
     default_message = "This round of the call is still being resumed; send the retry again"
 
 
+class TakeoverUnavailable(CapacityExceeded):
+    """The call's owner is gone and the upstream cannot be reached to continue its session
+    now: the call is kept as it was, for the same retry sent again."""
+
+    reason = "takeover_unavailable"
+    default_message = (
+        "The call's upstream cannot be reached to continue it now; send the retry again"
+    )
+
+
 class GatewayFull(CapacityExceeded):
     reason = "max_parked_calls"
     default_message = "Too many calls are waiting for input on this replica; retry later"

@@ -257,10 +257,7 @@ class Routing:
 
     async def give_back(self, record: SuspendedCall) -> None:
         """Park again a round this replica claimed and nobody resumed, best effort."""
-        try:
-            await self.store.unclaim(record.call_id, record.round, self.bus.replica_id)
-        except StoreError as exc:
-            log.warning("round_not_given_back", error=str(exc))
+        await self.takeover.give_back(record)
 
     async def _send_quietly(self, owner: str, message: messages.Message) -> None:
         try:

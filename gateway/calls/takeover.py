@@ -20,7 +20,7 @@ from gateway.aio import spawn
 from gateway.calls.runner import Notify, Runner
 from gateway.clock import Clock
 from gateway.config import UpstreamConfig
-from gateway.errors import CapacityExceeded, StoreError, UpstreamError
+from gateway.errors import CapacityExceeded, StoreError, TakeoverUnavailable, UpstreamError
 from gateway.observability import Metrics
 from gateway.protocol import jsonrpc, state
 from gateway.protocol.call import CallMachine, Pending, Trigger
@@ -58,8 +58,14 @@ class Takeover:
     ) -> dict[str, Any]:
         """Continue the dead owner's upstream call from where its stream stopped.
 
+        Until the record names this replica, every way out but SessionExpired gives the
+        round back, so that the same retry sent again finds the call as it was.
+
         Raises:
             SessionExpired: the upstream forgot the session; nothing was sent.
+            TakeoverUnavailable: the upstream cannot be reached now (503, retry).
+            CapacityExceeded: the pool is full (503, retry).
+            StoreError: the store failed as the call was taken.
         """
         assert record.session_id is not None
         pool = self.runner.pools[upstream.name]
@@ -71,10 +77,15 @@ class Takeover:
             )
         except SessionExpired:
             raise  # the call cannot be continued: `Routing` replays or gives it up
-        except (UpstreamError, CapacityExceeded):
-            # The upstream is down or busy for now: the call stays as it was, its round
-            # parked again for the client's next retry (which tries the takeover again).
-            await self._give_back(record)
+        except UpstreamError as exc:
+            await self.give_back(record)
+            log.info("takeover_deferred", error=exc.message)
+            raise TakeoverUnavailable() from exc
+        except CapacityExceeded:
+            await self.give_back(record)
+            raise
+        except asyncio.CancelledError:  # the client left: the next retry may claim it
+            self._give_back_soon(record)
             raise
         # The record names this replica from now on: its previous owner, if it was only
         # cut off, learns from it that the call is not its own any more.
@@ -82,6 +93,11 @@ class Takeover:
             await self.store.take(record, self.replica_id)
         except StoreError:
             pool.release(session, reuse=False)
+            await self.give_back(record)
+            raise
+        except asyncio.CancelledError:
+            pool.release(session, reuse=False)
+            self._give_back_soon(record)
             raise
         pending = [Pending.from_record(p) for p in record.pending]
         machine = CallMachine(
@@ -118,11 +134,17 @@ class Takeover:
         answers = machine.deliver(front.params.get("inputResponses") or {})
         return await self.runner.drive(call, front, notify, answers)
 
-    async def _give_back(self, record: SuspendedCall) -> None:
+    async def give_back(self, record: SuspendedCall) -> None:
+        """Park again a round this replica claimed and nobody resumed, best effort."""
         try:
             await self.store.unclaim(record.call_id, record.round, self.replica_id)
         except StoreError as exc:
             log.warning("round_not_given_back", error=str(exc))
+
+    def _give_back_soon(self, record: SuspendedCall) -> None:
+        """`give_back` from a request being cancelled: in a task of its own, as the
+        request's task cannot await any more."""
+        spawn(self.give_back(record), name=f"give-back-{record.call_id}")
 
     async def _until_live(self, cursor: StreamCursor) -> None:
         """Until the resumed stream carries the call's new events, bounded: mcp 1.x attaches

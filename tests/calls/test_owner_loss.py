@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.aio import spawn
+from gateway.aio import cancel_and_wait, spawn
 from gateway.calls import messages
 from gateway.calls.admission import CLAIMER_PATIENCE_BEATS, MISSING_RECORD_BEATS
 from gateway.errors import (
@@ -17,6 +17,8 @@ from gateway.errors import (
     PrincipalBusy,
     RelayedError,
     RoundInProgress,
+    StoreError,
+    TakeoverUnavailable,
     UpstreamError,
 )
 from gateway.protocol.call import Phase
@@ -536,10 +538,56 @@ async def test_a_takeover_the_upstream_cannot_take_now_leaves_the_call_for_the_n
     network.kill("a")
     server.unreachable = True  # the session cannot be adopted for now
     retry = call_tool(rid=2, state=first["requestState"], answers=ALICE)
-    with pytest.raises(UpstreamError):
+    with pytest.raises(TakeoverUnavailable) as deferred:
         await b.call(retry)
+    assert deferred.value.status == 503  # retry the same request, not start again
+    assert deferred.value.error_object()["data"] == {"reason": "takeover_unavailable"}
     record = await b.store.get(call_id)
     assert record is not None and record.status == PARKED and record.owner == "a"
     server.unreachable = False
     again = spawn(b.call(retry), name="again")  # the same retry: the takeover goes ahead
+    await completes_by_takeover(server, session, again)
+
+
+async def test_a_takeover_whose_client_leaves_while_adopting_leaves_the_call_for_the_next_retry(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    (call_id,) = a.bridge.calls
+    network.kill("a")
+    server.adopt_gate = asyncio.Event()
+    retry = call_tool(rid=2, state=first["requestState"], answers=ALICE)
+    left = spawn(b.call(retry), name="left")
+    await server.adopt_waiting.wait()
+    await cancel_and_wait(left)  # the client went away while the session was adopted
+    await asyncio.gather(*(t for t in asyncio.all_tasks() if t.get_name().startswith("give-")))
+    record = await b.store.get(call_id)
+    assert record is not None and record.status == PARKED and record.owner == "a"
+    server.adopt_gate.set()
+    again = spawn(b.call(retry), name="again")
+    await completes_by_takeover(server, session, again)
+
+
+async def test_a_takeover_the_store_fails_to_record_leaves_the_call_for_the_next_retry(
+    clock: ManualClock, server: ScriptedServer, network: Network, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    (call_id,) = a.bridge.calls
+    network.kill("a")
+
+    async def take_fails(record: Any, owner: str) -> None:
+        raise StoreError("Redis: unreachable")
+
+    monkeypatch.setattr(b.store, "take", take_fails)
+    retry = call_tool(rid=2, state=first["requestState"], answers=ALICE)
+    with pytest.raises(StoreError):
+        await b.call(retry)
+    record = await b.store.get(call_id)
+    assert record is not None and record.status == PARKED and record.owner == "a"
+    (adopted,) = [s for s in server.sessions if s.id == session.id and s is not session]
+    assert b.pool.released_reuse(adopted) is False  # not left to the pool
+    monkeypatch.undo()
+    again = spawn(b.call(retry), name="again")
     await completes_by_takeover(server, session, again)

@@ -46,6 +46,8 @@ class ScriptedServer:
         self.unreachable = False
         self.resumable = True  # gives SSE event ids, so another replica can take over
         self.adoptable = True  # False: a session is a process or a connection (stdio, SSE)
+        self.adopt_gate: asyncio.Event | None = None  # set: adopt() waits for it
+        self.adopt_waiting = asyncio.Event()  # an adopt() is waiting at the gate
         self._ids = itertools.count(1)
 
     def new_session(self, caps: ClientCaps, session_id: str | None = None) -> ScriptedSession:
@@ -212,6 +214,9 @@ class ScriptedPool:
             raise SessionExpired()
         if self.server.unreachable:
             raise UpstreamError("scripted upstream unreachable")
+        if self.server.adopt_gate is not None:
+            self.server.adopt_waiting.set()
+            await self.server.adopt_gate.wait()
         self.adopted.append(session_id)
         return self.server.new_session(caps, session_id)
 
