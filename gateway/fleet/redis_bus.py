@@ -118,9 +118,12 @@ class RedisBus:
         while True:
             try:
                 sent = self.clock.monotonic()
+                lost_data = await self._beat(ttl_ms)
+                # Held if the lease had not run out by the time the beat came back: a beat
+                # slower than what was left of the lease may have reached Redis after the
+                # key expired, and another replica may have judged this one dead meanwhile.
                 held = self.holds_lease()
                 lapsed = self._epoch is not None and not held
-                lost_data = await self._beat(ttl_ms)
                 # The TTL counts from when Redis set the key, which is after we sent it.
                 self._lease_until = sent + ttl_ms / 1000
                 if not held:

@@ -154,3 +154,51 @@ async def test_a_lease_regained_after_a_lapse_is_a_new_term(redis_server: RedisS
     finally:
         await bus.close()
         await bus.client.aclose()
+
+
+async def test_a_beat_that_comes_back_after_the_lease_ran_out_starts_a_new_term(
+    redis_server: RedisServer,
+) -> None:
+    """A beat slower than what was left of the lease may have renewed a key that had
+    expired already, when another replica could have judged this one dead: the term the
+    lease goes on in is another, and the replica hands over what was taken meanwhile."""
+    from tests.fakes.clock import ManualClock
+
+    clock = ManualClock()
+    regained = asyncio.Event()
+
+    class SlowBeat(RedisBus):
+        slow = False
+
+        async def _beat(self, ttl_ms: int) -> bool:
+            if self.slow:
+                # Sent 1 s before the lease ran out, back 0.5 s after: within its own TTL
+                # (2 s), so the lease is held again, but it did run out in between.
+                clock.advance(1.5)
+                self.slow = False
+            return await super()._beat(ttl_ms)
+
+    async def hand_over() -> None:
+        regained.set()
+
+    bus = SlowBeat(
+        connect(redis_server.url), prefix="slow:", replica_id="r1", heartbeat_s=1.0, clock=clock
+    )
+    bus.on_lease_regained = hand_over
+
+    async def ignore(_payload: str) -> None:
+        return None
+
+    bus.start(ignore)
+    try:
+        await clock.armed(clock.now + 1.0)
+        first = bus.lease_term()
+        assert first is not None
+        bus.slow = True
+        clock.advance(1.0)
+        await clock.armed(clock.now + 1.5 + 1.0)  # the slow beat is back, the next one waits
+        assert bus.lease_term() == first + 1
+        await regained.wait()
+    finally:
+        await bus.close()
+        await bus.client.aclose()
