@@ -166,8 +166,10 @@ async def test_a_principals_set_of_held_calls_lives_as_long_as_its_longest_held_
         now, hour = START_WALL_MS, 3_600_000
         assert await store.hold("alice", "long", now + hour, 5)
         assert await store.hold("alice", "short", now + 1_000, 5)
-        assert await store.restore(record("c9", deadline_in_ms=2_000), now + 2_000)
+        restored = replace(record("c9", deadline_in_ms=2_000), principal="alice")
+        assert await store.restore(restored, now + 2_000)  # written back: held less time too
         assert await store.client.pttl(store.held_key("alice")) > hour
+        assert await store.restore(record("c8", deadline_in_ms=2_000), now + 2_000)
         assert await store.client.pttl(store.held_key("anonymous")) > 1_000  # set at first
     finally:
         await store.close()
