@@ -366,20 +366,20 @@ async def test_owner_killed_its_idle_sessions_are_ended_upstream_but_not_a_parke
 
         owner.kill9()  # no shutdown: its sessions stay open on the servers
         await until_dead(fleet, redis_server.url, owner)
-        await until(lambda: _gone(client, ledger))
-        for sid, (upstream, version) in listed.items():
-            assert not await session_known(fleet.http, url_of[upstream], sid, version), upstream
-        assert await session_known(
-            fleet.http, resumable.url, record.session_id, record.protocol_version
-        )
+        await until(lambda: _gone(client, ledger))  # every entry claimed by a sweeper ...
         ended = '"event":"orphaned_sessions_ended"'
 
-        async def logged() -> bool:  # the sweeper logs its pass once its DELETEs are done
+        async def logged() -> bool:  # ... which logs its pass once its DELETEs are done
             return any(ended in s.logs() for s in survivors)
 
         await until(logged)
         sweeper = [s for s in survivors if ended in s.logs()]
         assert len(sweeper) == 1, [s.logs()[-LOG_TAIL:] for s in survivors]
+        for sid, (upstream, version) in listed.items():
+            assert not await session_known(fleet.http, url_of[upstream], sid, version), upstream
+        assert await session_known(
+            fleet.http, resumable.url, record.session_id, record.protocol_version
+        )
     finally:
         await client.aclose()
     # The parked call's session lived on: the call is taken over and completes.
