@@ -228,10 +228,11 @@ class SessionPool(SessionSlots):
         try:
             await session.adopt(session_id, version)
         except BaseException:
+            # Closed here, not ended upstream: the session is the dead owner's call's, which
+            # the next retry's takeover may adopt still.
             self._count -= 1
-            self._closings.add(
-                spawn(session.close(), name=f"pool-close-{self.name}", detached=True)
-            )
+            closing = session.close(end=False)
+            self._closings.add(spawn(closing, name=f"pool-close-{self.name}", detached=True))
             self._wake_waiters()
             raise
         return session

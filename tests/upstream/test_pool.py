@@ -50,8 +50,12 @@ class FakeSession:
         return INFO
 
     async def adopt(self, session_id: str, version: Version) -> None:
-        await asyncio.sleep(0)  # its GET stream's head, on the wire
-        self.id, self._open = session_id, True
+        self.id = session_id  # named before its GET stream is asked for, as a real one is
+        self.factory.adopting.put_nowait(self)
+        await self.factory.adopt_gate.wait()  # its GET stream's head, on the wire
+        if self.factory.fail:
+            raise UpstreamError("refused")
+        self._open = True
 
     async def close(self, *, end: bool = True) -> None:
         self.ended = end
@@ -90,6 +94,9 @@ class Factory:
         self.made: list[FakeSession] = []
         self.opening: asyncio.Queue[FakeSession] = asyncio.Queue()
         self.gate = asyncio.Event()
+        self.adopting: asyncio.Queue[FakeSession] = asyncio.Queue()
+        self.adopt_gate = asyncio.Event()
+        self.adopt_gate.set()
         self.fail = False
 
     def __call__(self, caps: ClientCaps) -> FakeSession:
@@ -353,6 +360,33 @@ async def test_calls_taken_over_from_one_session_share_one_adopted_session() -> 
     assert first.ended is False  # other replicas may carry more of its calls
     again = await sessions.adopt(ClientCaps(), "upstream-1", UPSTREAM_VERSIONS[0])
     assert again is not first  # the closed one is not handed out again
+
+
+@pytest.mark.parametrize("calls_per_session", [1, 4])
+@pytest.mark.parametrize("how", ["refused", "cancelled"])
+async def test_a_session_whose_adoption_fails_is_let_go_of_not_ended_upstream(
+    how: str, calls_per_session: int
+) -> None:
+    """The session is the dead owner's call's: a takeover that cannot adopt it now leaves
+    it for the next retry's, so it must not be ended (DELETE) on the way out."""
+    factory = Factory()
+    sessions = pool(factory, max_sessions=1, calls_per_session=calls_per_session)
+    factory.adopt_gate.clear()
+    adopting = spawn(sessions.adopt(ClientCaps(), "upstream-1", UPSTREAM_VERSIONS[0]), name="a")
+    session = await factory.adopting.get()
+    if how == "refused":
+        factory.fail = True
+        factory.adopt_gate.set()
+        with pytest.raises(UpstreamError):
+            await adopting
+    else:
+        adopting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await adopting
+    async with asyncio.timeout(5):
+        await session.closed.wait()
+    assert session.ended is False
+    assert sessions.size == 0  # its slot is free again
 
 
 async def test_with_sharing_the_pool_opens_ahead_for_calls_not_sessions() -> None:
