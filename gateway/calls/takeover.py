@@ -20,7 +20,13 @@ from gateway.aio import spawn
 from gateway.calls.runner import Notify, Runner
 from gateway.clock import Clock
 from gateway.config import UpstreamConfig
-from gateway.errors import CapacityExceeded, StoreError, TakeoverUnavailable, UpstreamError
+from gateway.errors import (
+    CallLost,
+    CapacityExceeded,
+    StoreError,
+    TakeoverUnavailable,
+    UpstreamError,
+)
 from gateway.observability import Metrics
 from gateway.protocol import jsonrpc, state
 from gateway.protocol.call import CallMachine, Pending, Trigger
@@ -66,6 +72,7 @@ class Takeover:
             TakeoverUnavailable: the upstream cannot be reached now (503, retry).
             CapacityExceeded: the pool is full (503, retry).
             StoreError: the store failed as the call was taken.
+            CallLost: the record went as the call was taken.
         """
         assert record.session_id is not None
         pool = self.runner.pools[upstream.name]
@@ -78,38 +85,25 @@ class Takeover:
         except SessionExpired:
             raise  # the call cannot be continued: `Routing` replays or gives it up
         except UpstreamError as exc:
-            await self.give_back(record)
+            await self._give_back_whatever(record)
             log.info("takeover_deferred", error=exc.message)
             raise TakeoverUnavailable() from exc
-        except CapacityExceeded:
-            await self.give_back(record)
-            raise
-        except asyncio.CancelledError:  # the client left: the next retry may claim it
-            self._give_back_soon(record)
+        except BaseException:  # the pool is full, the client left, a record unreadable
+            await self._give_back_whatever(record)
             raise
         # The record names this replica from now on: its previous owner, if it was only
-        # cut off, learns from it that the call is not its own any more.
+        # cut off, learns from it that the call is not its own any more. Until the call
+        # runs here, a way out lets go of the session (the call is still the upstream's)
+        # and parks the round again naming the owner it had, as `take` may have reached
+        # the store though it failed.
         try:
-            await self.store.take(record, self.replica_id)
-        except StoreError:
-            pool.release(session, reuse=False)
-            await self.give_back(record)
+            if not await self.store.take(record, self.replica_id):
+                raise CallLost()  # the record is gone: it ended or lapsed meanwhile
+            machine = self._machine(upstream, record)
+        except BaseException:
+            pool.discard(session)
+            await self._give_back_whatever(record, untake=True)
             raise
-        except asyncio.CancelledError:
-            pool.release(session, reuse=False)
-            self._give_back_soon(record)
-            raise
-        pending = [Pending.from_record(p) for p in record.pending]
-        machine = CallMachine(
-            call_id=record.call_id,
-            method=record.method,
-            upstream_id=record.upstream_request_id,
-            progress_token=f"mrtr-{record.call_id}",
-            rules=upstream.rules_for(record.method, record.target),
-            round=record.round,
-            pending={p.key: p for p in pending},
-            journal=list(record.journal),
-        )
         cursor = StreamCursor(last_id=record.last_event_id, live=asyncio.Event())
         call = self.runner.launch(
             upstream,
@@ -134,17 +128,35 @@ class Takeover:
         answers = machine.deliver(front.params.get("inputResponses") or {})
         return await self.runner.drive(call, front, notify, answers)
 
-    async def give_back(self, record: SuspendedCall) -> None:
-        """Park again a round this replica claimed and nobody resumed, best effort."""
+    @staticmethod
+    def _machine(upstream: UpstreamConfig, record: SuspendedCall) -> CallMachine:
+        pending = [Pending.from_record(p) for p in record.pending]
+        return CallMachine(
+            call_id=record.call_id,
+            method=record.method,
+            upstream_id=record.upstream_request_id,
+            progress_token=f"mrtr-{record.call_id}",
+            rules=upstream.rules_for(record.method, record.target),
+            round=record.round,
+            pending={p.key: p for p in pending},
+            journal=list(record.journal),
+        )
+
+    async def give_back(self, record: SuspendedCall, *, untake: bool = False) -> None:
+        """Park again a round this replica claimed and nobody resumed, best effort; with
+        `untake`, naming the owner the record named when it was claimed."""
         try:
-            await self.store.unclaim(record.call_id, record.round, self.replica_id)
+            await self.store.unclaim(
+                record.call_id, record.round, self.replica_id, untake=record if untake else None
+            )
         except StoreError as exc:
             log.warning("round_not_given_back", error=str(exc))
 
-    def _give_back_soon(self, record: SuspendedCall) -> None:
-        """`give_back` from a request being cancelled: in a task of its own, as the
-        request's task cannot await any more."""
-        spawn(self.give_back(record), name=f"give-back-{record.call_id}")
+    async def _give_back_whatever(self, record: SuspendedCall, *, untake: bool = False) -> None:
+        """`give_back` on a way out, which may be the request's cancellation: in a task of
+        its own that a second cancellation does not stop, awaited where it can be."""
+        giving = spawn(self.give_back(record, untake=untake), name=f"give-back-{record.call_id}")
+        await asyncio.shield(giving)
 
     async def _until_live(self, cursor: StreamCursor) -> None:
         """Until the resumed stream carries the call's new events, bounded: mcp 1.x attaches

@@ -195,9 +195,13 @@ class SuspendedCallStore(Protocol):
         """The outcome kept for a round (`Kept`), if any. Raises: StoreError."""
         ...
 
-    async def unclaim(self, call_id: str, round_: int, claimer: str) -> bool:
+    async def unclaim(
+        self, call_id: str, round_: int, claimer: str, *, untake: SuspendedCall | None = None
+    ) -> bool:
         """Give back a round `claimer` claimed but could not resume (its owner refused it
-        untouched): parked again, for the client's next retry. Raises: StoreError."""
+        untouched): parked again, for the client's next retry. With `untake`, the record
+        names `untake.owner` again, in the same write: a takeover that failed after its
+        `take` may have reached the store. Raises: StoreError."""
         ...
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
@@ -281,9 +285,11 @@ class TimedStore:
         async with self.metrics.timed_store("recall"):
             return await self.inner.recall(call_id, round_)
 
-    async def unclaim(self, call_id: str, round_: int, claimer: str) -> bool:
+    async def unclaim(
+        self, call_id: str, round_: int, claimer: str, *, untake: SuspendedCall | None = None
+    ) -> bool:
         async with self.metrics.timed_store("unclaim"):
-            return await self.inner.unclaim(call_id, round_, claimer)
+            return await self.inner.unclaim(call_id, round_, claimer, untake=untake)
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
         async with self.metrics.timed_store("take"):

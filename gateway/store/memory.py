@@ -107,13 +107,16 @@ class MemoryStore:
         outcome, until = self._outcomes.get((call_id, round_), (b"", 0))
         return outcome if until > self.clock.wall_ms() else None
 
-    async def unclaim(self, call_id: str, round_: int, claimer: str) -> bool:
+    async def unclaim(
+        self, call_id: str, round_: int, claimer: str, *, untake: SuspendedCall | None = None
+    ) -> bool:
         record = self._live(call_id)
         if record is None or record.status != RESUMING or record.round != round_:
             return False
         if record.claimer != claimer:
             return False
-        self._records[call_id] = replace(record, status=PARKED, claimer="")
+        owner = record.owner if untake is None else untake.owner
+        self._records[call_id] = replace(record, status=PARKED, claimer="", owner=owner)
         return True
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:

@@ -251,8 +251,12 @@ class RedisStore:
         raw = await self._run(lambda: self.client.get(self.outcome_key(call_id, round_)))
         return None if raw is None else raw.encode() if isinstance(raw, str) else bytes(raw)
 
-    async def unclaim(self, call_id: str, round_: int, claimer: str) -> bool:
+    async def unclaim(
+        self, call_id: str, round_: int, claimer: str, *, untake: SuspendedCall | None = None
+    ) -> bool:
         args: list[str | int] = [round_, RESUMING, claimer, PARKED]
+        if untake is not None:  # the json as parked, naming its owner before the takeover
+            args.append(replace(untake, status=PARKED, claimer="").to_json())
         return bool(await self._run(lambda: self._unclaim(keys=[self.key(call_id)], args=args)))
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:

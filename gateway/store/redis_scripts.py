@@ -89,14 +89,15 @@ redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
     + "return 1\n"
 )
 
-# KEYS[1] record; ARGV round, resuming, claimer, parked. A round resuming for `claimer`
-# is parked again; anything else returns 0.
+# KEYS[1] record; ARGV round, resuming, claimer, parked, and optionally the json to
+# write back. A round resuming for `claimer` is parked again; anything else returns 0.
 UNCLAIM = """
 local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'claimer')
 if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) or v[3] ~= ARGV[3] then
   return 0
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[4], 'claimer', '', 'attempt', '', 'pushed', 0)
+if ARGV[5] then redis.call('HSET', KEYS[1], 'json', ARGV[5]) end
 return 1
 """
 

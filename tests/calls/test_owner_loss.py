@@ -569,25 +569,96 @@ async def test_a_takeover_whose_client_leaves_while_adopting_leaves_the_call_for
     await completes_by_takeover(server, session, again)
 
 
-async def test_a_takeover_the_store_fails_to_record_leaves_the_call_for_the_next_retry(
+async def test_a_client_leaving_while_a_deferred_takeover_gives_its_round_back_does_not_stop_it(
     clock: ManualClock, server: ScriptedServer, network: Network, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b = two_replicas(clock, server, network)
     first, session = await ask_username(a, server, clock)
     (call_id,) = a.bridge.calls
     network.kill("a")
+    server.unreachable = True
+    unclaim, giving, gate = b.store.unclaim, asyncio.Event(), asyncio.Event()
 
-    async def take_fails(record: Any, owner: str) -> None:
-        raise StoreError("Redis: unreachable")
+    async def slow_unclaim(*args: Any, **kwargs: Any) -> bool:
+        giving.set()
+        await gate.wait()
+        return await unclaim(*args, **kwargs)
 
-    monkeypatch.setattr(b.store, "take", take_fails)
+    monkeypatch.setattr(b.store, "unclaim", slow_unclaim)
     retry = call_tool(rid=2, state=first["requestState"], answers=ALICE)
-    with pytest.raises(StoreError):
-        await b.call(retry)
+    left = spawn(b.call(retry), name="left")
+    await giving.wait()
+    await cancel_and_wait(left)  # the client went away while the round was given back
+    gate.set()
+    await asyncio.gather(*(t for t in asyncio.all_tasks() if t.get_name().startswith("give-")))
     record = await b.store.get(call_id)
     assert record is not None and record.status == PARKED and record.owner == "a"
-    (adopted,) = [s for s in server.sessions if s.id == session.id and s is not session]
-    assert b.pool.released_reuse(adopted) is False  # not left to the pool
+    server.unreachable = False
     monkeypatch.undo()
     again = spawn(b.call(retry), name="again")
     await completes_by_takeover(server, session, again)
+
+
+@pytest.mark.parametrize("how", ["reply_lost", "client_left"])
+async def test_a_takeover_the_store_fails_to_record_leaves_the_call_for_the_next_retry(
+    how: str,
+    clock: ManualClock,
+    server: ScriptedServer,
+    network: Network,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`take` reached the store, naming b, but b never learnt it: the round goes back
+    naming a again (b holds no call), and b lets go of the session without ending it."""
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    (call_id,) = a.bridge.calls
+    network.kill("a")
+    take, written = b.store.take, asyncio.Event()
+
+    async def take_then_fail(record: Any, owner: str) -> bool:
+        assert await take(record, owner)
+        written.set()
+        if how == "reply_lost":
+            raise StoreError("Redis: connection reset")
+        await asyncio.Event().wait()  # the client leaves meanwhile
+        return True
+
+    monkeypatch.setattr(b.store, "take", take_then_fail)
+    retry = call_tool(rid=2, state=first["requestState"], answers=ALICE)
+    if how == "reply_lost":
+        with pytest.raises(StoreError):
+            await b.call(retry)
+    else:
+        left = spawn(b.call(retry), name="left")
+        await written.wait()
+        await cancel_and_wait(left)
+        await asyncio.gather(*(t for t in asyncio.all_tasks() if t.get_name().startswith("give-")))
+    record = await b.store.get(call_id)
+    assert record is not None and record.status == PARKED and record.owner == "a"
+    (adopted,) = [s for s in server.sessions if s.id == session.id and s is not session]
+    assert b.pool.discarded == [adopted]  # let go of, not ended: the call is still upstream
+    assert b.pool.released_reuse(adopted) is None
+    monkeypatch.undo()
+    again = spawn(b.call(retry), name="again")
+    await completes_by_takeover(server, session, again)
+
+
+async def test_a_takeover_of_a_call_that_ended_meanwhile_is_lost_and_holds_nothing(
+    clock: ManualClock, server: ScriptedServer, network: Network, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    (call_id,) = a.bridge.calls
+    network.kill("a")
+    take = b.store.take
+
+    async def gone_first(record: Any, owner: str) -> bool:
+        await b.store.delete(call_id)  # it lapsed between the claim and the take
+        return await take(record, owner)
+
+    monkeypatch.setattr(b.store, "take", gone_first)
+    with pytest.raises(CallLost):
+        await b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE))
+    (adopted,) = [s for s in server.sessions if s.id == session.id and s is not session]
+    assert b.pool.discarded == [adopted]
+    assert not b.bridge.calls

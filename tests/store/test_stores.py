@@ -270,6 +270,25 @@ async def test_a_round_its_claimer_could_not_resume_is_parked_again(store) -> No
     assert await store.claim("c1", 1, "c~1") is not None  # the next retry takes it
 
 
+async def test_a_round_given_back_after_a_takeover_names_its_owner_before_it(store) -> None:
+    """A takeover whose `take` reached the store but failed on the way back gives the
+    round back naming the owner it had, in the same write as the round is parked."""
+    await store.park(record())
+    claimed = await store.claim("c1", 1, "b~1")
+    assert claimed is not None and claimed.owner == "replica-a"
+    assert await store.take(claimed, "replica-b")
+    assert not await store.unclaim("c1", 1, "c~1", untake=claimed)  # not its claim
+    assert (await store.get("c1")).owner == "replica-b"  # type: ignore[union-attr]
+    assert await store.unclaim("c1", 1, "b~1", untake=claimed)
+    again = await store.get("c1")
+    assert again is not None and (again.owner, again.status, again.claimer) == (
+        "replica-a",
+        PARKED,
+        "",
+    )
+    assert await store.claim("c1", 1, "c~1") is not None  # the next retry takes it
+
+
 async def test_a_resumed_rounds_outcome_is_kept_with_the_write_that_ends_the_round(store) -> None:
     await store.park(record(round_=1))
     assert await store.claim("c1", 1, "replica-a") is not None
