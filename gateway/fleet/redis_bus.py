@@ -117,18 +117,20 @@ class RedisBus:
         ttl_ms = int(self.heartbeat_s * 2000)
         while True:
             try:
-                sent = self.clock.monotonic()
+                sent, first = self.clock.monotonic(), self._epoch is None
                 lost_data = await self._beat(ttl_ms)
                 # Held if the lease had not run out by the time the beat came back: a beat
                 # slower than what was left of the lease may have reached Redis after the
                 # key expired, and another replica may have judged this one dead meanwhile.
                 held = self.holds_lease()
-                lapsed = self._epoch is not None and not held
                 # The TTL counts from when Redis set the key, which is after we sent it.
                 self._lease_until = sent + ttl_ms / 1000
                 if not held:
                     self._term += 1  # a new stretch: a call parked before it may be taken
-                if lapsed and not lost_data:
+                # Regained: held before, lost, and held again now (a beat slower than the
+                # whole TTL brings back no lease).
+                regained = not first and not held and self.holds_lease()
+                if regained and not lost_data:
                     log.warning("fleet_lease_regained", replica=self.replica_id)
                     if self.on_lease_regained is not None:
                         spawn(self.on_lease_regained(), name="fleet-hand-over")

@@ -165,7 +165,7 @@ async def test_a_beat_that_comes_back_after_the_lease_ran_out_starts_a_new_term(
     from tests.fakes.clock import ManualClock
 
     clock = ManualClock()
-    regained = asyncio.Event()
+    regained: asyncio.Queue[int | None] = asyncio.Queue()  # the term each hand-over saw
 
     class SlowBeat(RedisBus):
         slow = False
@@ -179,7 +179,7 @@ async def test_a_beat_that_comes_back_after_the_lease_ran_out_starts_a_new_term(
             return await super()._beat(ttl_ms)
 
     async def hand_over() -> None:
-        regained.set()
+        regained.put_nowait(bus.lease_term())
 
     bus = SlowBeat(
         connect(redis_server.url), prefix="slow:", replica_id="r1", heartbeat_s=1.0, clock=clock
@@ -198,7 +198,10 @@ async def test_a_beat_that_comes_back_after_the_lease_ran_out_starts_a_new_term(
         clock.advance(1.0)
         await clock.armed(clock.now + 1.5 + 1.0)  # the slow beat is back, the next one waits
         assert bus.lease_term() == first + 1
-        await regained.wait()
+        async with asyncio.timeout(5):
+            # One hand-over, for the lease regained: the first beat regains nothing.
+            assert await regained.get() == first + 1
+        assert regained.empty()
     finally:
         await bus.close()
         await bus.client.aclose()
