@@ -372,6 +372,17 @@ async def claimed_by_a(
     return a, b, retry, session
 
 
+async def owner_killed(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> tuple[Replica, Replica, dict[str, Any], ScriptedSession, str]:
+    """A call parked at a, which is then killed: b, the retry's receiver, finds it gone."""
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    (call_id,) = a.bridge.calls
+    network.kill("a")
+    return a, b, first, session, call_id
+
+
 async def completes_by_takeover(
     server: ScriptedServer, session: ScriptedSession, retry: asyncio.Task[dict[str, Any]]
 ) -> None:
@@ -532,10 +543,7 @@ async def test_a_retry_sent_again_while_its_owner_resumes_the_round_is_told_to_r
 async def test_a_takeover_the_upstream_cannot_take_now_leaves_the_call_for_the_next_retry(
     clock: ManualClock, server: ScriptedServer, network: Network
 ) -> None:
-    a, b = two_replicas(clock, server, network)
-    first, session = await ask_username(a, server, clock)
-    (call_id,) = a.bridge.calls
-    network.kill("a")
+    a, b, first, session, call_id = await owner_killed(clock, server, network)
     server.unreachable = True  # the session cannot be adopted for now
     retry = call_tool(rid=2, state=first["requestState"], answers=ALICE)
     with pytest.raises(TakeoverUnavailable) as deferred:
@@ -552,10 +560,7 @@ async def test_a_takeover_the_upstream_cannot_take_now_leaves_the_call_for_the_n
 async def test_a_takeover_whose_client_leaves_while_adopting_leaves_the_call_for_the_next_retry(
     clock: ManualClock, server: ScriptedServer, network: Network
 ) -> None:
-    a, b = two_replicas(clock, server, network)
-    first, session = await ask_username(a, server, clock)
-    (call_id,) = a.bridge.calls
-    network.kill("a")
+    a, b, first, session, call_id = await owner_killed(clock, server, network)
     server.adopt_gate = asyncio.Event()
     retry = call_tool(rid=2, state=first["requestState"], answers=ALICE)
     left = spawn(b.call(retry), name="left")
@@ -572,10 +577,7 @@ async def test_a_takeover_whose_client_leaves_while_adopting_leaves_the_call_for
 async def test_a_client_leaving_while_a_deferred_takeover_gives_its_round_back_does_not_stop_it(
     clock: ManualClock, server: ScriptedServer, network: Network, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a, b = two_replicas(clock, server, network)
-    first, session = await ask_username(a, server, clock)
-    (call_id,) = a.bridge.calls
-    network.kill("a")
+    a, b, first, session, call_id = await owner_killed(clock, server, network)
     server.unreachable = True
     unclaim, giving, gate = b.store.unclaim, asyncio.Event(), asyncio.Event()
 
@@ -609,10 +611,7 @@ async def test_a_takeover_the_store_fails_to_record_leaves_the_call_for_the_next
 ) -> None:
     """`take` reached the store, naming b, but b never learnt it: the round goes back
     naming a again (b holds no call), and b lets go of the session without ending it."""
-    a, b = two_replicas(clock, server, network)
-    first, session = await ask_username(a, server, clock)
-    (call_id,) = a.bridge.calls
-    network.kill("a")
+    a, b, first, session, call_id = await owner_killed(clock, server, network)
     take, written = b.store.take, asyncio.Event()
 
     async def take_then_fail(record: Any, owner: str) -> bool:
@@ -646,10 +645,7 @@ async def test_a_takeover_the_store_fails_to_record_leaves_the_call_for_the_next
 async def test_a_takeover_of_a_call_that_ended_meanwhile_is_lost_and_holds_nothing(
     clock: ManualClock, server: ScriptedServer, network: Network, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a, b = two_replicas(clock, server, network)
-    first, session = await ask_username(a, server, clock)
-    (call_id,) = a.bridge.calls
-    network.kill("a")
+    a, b, first, session, call_id = await owner_killed(clock, server, network)
     take = b.store.take
 
     async def gone_first(record: Any, owner: str) -> bool:
