@@ -9,6 +9,7 @@ and ended by `stop()`. Nothing persists: a process restarted comes back empty.
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -23,11 +24,33 @@ SERVICE = "mymaster"
 READY = "Ready to accept connections"
 
 
-def _cluster_port() -> int:
-    """A free port whose cluster bus port (10,000 higher) is free and valid too."""
-    while True:
-        port = free_port()
-        if port <= 55535 and _free(port + 10000):
+BUS_OFFSET = 10000  # a Cluster node's bus listens this much above its port
+
+
+def _ephemeral_start() -> int:
+    """The first port the kernel hands out to outgoing connections (Linux's default if unknown)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _quiet_port(taken: set[int]) -> int:
+    """A free port, and its cluster bus port, below the kernel's ephemeral range.
+
+    A port from `free_port()` goes back to the ephemeral pool when its probe socket closes,
+    so any outgoing connection made before the node binds it may take it (a fleet's chaos
+    run makes many); below the range, nothing but another listener can. Neither port is one
+    of `taken`, the ports this set already holds, which gains both.
+    """
+    high = _ephemeral_start() - BUS_OFFSET - 1
+    while True:  # with no room below the range, `free_port()` and the old risk
+        port = random.randint(1024, high) if high >= 2048 else free_port()
+        pair = {port, port + BUS_OFFSET}
+        if port + BUS_OFFSET > 65535 or pair & taken:
+            continue
+        if _free(port) and _free(port + BUS_OFFSET):
+            taken.update(pair)
             return port
 
 
@@ -63,7 +86,8 @@ class SentinelSet:
             raise
 
     def _start(self) -> None:
-        self.primary_port, replica_port = free_port(), free_port()
+        taken: set[int] = set()
+        self.primary_port, replica_port = _quiet_port(taken), _quiet_port(taken)
         self.primary = _server(self.primary_port, name="redis-primary", folder=self.folder)
         self.replica = _server(
             replica_port,
@@ -73,7 +97,7 @@ class SentinelSet:
             name="redis-replica",
             folder=self.folder,
         )
-        self.sentinel_ports = [free_port() for _ in range(3)]
+        self.sentinel_ports = [_quiet_port(taken) for _ in range(3)]
         for port in self.sentinel_ports:
             conf = self.folder / f"sentinel-{port}.conf"
             conf.write_text(
@@ -112,7 +136,8 @@ class SentinelSet:
 class ClusterSet:
     def __init__(self, primaries: int = 3) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="mrtr-cluster-"))
-        self.ports = [_cluster_port() for _ in range(2 * primaries)]
+        taken: set[int] = set()
+        self.ports = [_quiet_port(taken) for _ in range(2 * primaries)]
         self.nodes: dict[int, LoggedProcess] = {}
         try:
             self._start()

@@ -13,7 +13,7 @@ from gateway.store.base import PARKED, RESUMING, Delivery, Reply
 from gateway.store.redis import RedisStore
 from gateway.store.redis_client import connect
 from tests.fakes.clock import ManualClock
-from tests.peers.redis_topologies import ClusterSet
+from tests.peers.redis_topologies import BUS_OFFSET, ClusterSet, _ephemeral_start
 from tests.store.test_stores import record
 
 
@@ -31,6 +31,16 @@ async def store(cluster: ClusterSet) -> AsyncIterator[RedisStore]:
     )
     yield backend
     await backend.close()
+
+
+def test_the_cluster_listens_below_the_ports_outgoing_connections_are_given(
+    cluster: ClusterSet,
+) -> None:
+    # chosen among the ephemeral ports, a node's port or bus could be taken by an outgoing
+    # connection before the node bound it: a chaos run in CI once failed so
+    buses = [port + BUS_OFFSET for port in cluster.ports]
+    assert max(buses) < _ephemeral_start()
+    assert len(set(cluster.ports) | set(buses)) == 2 * len(cluster.ports)
 
 
 async def test_a_claim_on_a_cluster_claims_and_leaves_the_delivery_to_the_bus(
