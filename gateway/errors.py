@@ -24,7 +24,7 @@ translated at the boundary (`raise UpstreamError(...) from exc`).
     │   ├── UpstreamRpcError           the legacy server's own error, translated
     │   ├── RelayedError               an error another replica answered with
     │   ├── LimitExceeded              -32603, data.reason names the bound
-    │   │   ├── CapacityExceeded       503, busy now: retry later
+    │   │   ├── CapacityExceeded       503 + Retry-After, busy now: retry later
     │   │   │   ├── Draining           503, this replica is shutting down
     │   │   │   ├── GatewayFull        503, max_parked_calls
     │   │   │   └── SessionsBusy       503, every upstream session busy
@@ -35,7 +35,7 @@ translated at the boundary (`raise UpstreamError(...) from exc`).
     │   ├── UpstreamError              -32603 / 502, the legacy server failed us
     │   │   ├── UpstreamExited         -32603 / 502, a stdio server's process ended
     │   │   └── UpstreamTimeout        -32603 / 502, a round outlived hold_timeout_s
-    │   └── StoreError                 -32603 / 503, the suspended-call store failed
+    │   └── StoreError                 -32603 / 503 + Retry-After, the store failed
     │       └── LeaseLost              -32603 / 503, this replica cannot renew its lease
     └── ConfigError                    startup only; never reaches the wire
 
@@ -127,6 +127,9 @@ class RpcError(GatewayError):
     # False for errors whose detail names internals (hosts, store errors, upstream bodies):
     # the wire gets `default_message`, the log gets `message`.
     public_detail: ClassVar[bool] = True
+    # Seconds for `Retry-After` on a JSON answer: set on the errors of a moment (503) that
+    # the same request may get past soon, None where retrying would not help.
+    retry_after_s: ClassVar[int | None] = None
 
     def __init__(self, message: str | None = None, data: Any = None) -> None:
         self.message = message or self.default_message
@@ -256,6 +259,7 @@ class CapacityExceeded(LimitExceeded):
     """The gateway is too busy right now; the same request may succeed later."""
 
     http_status = 503
+    retry_after_s = 1
     default_message = "The gateway is at capacity; retry later"
 
 
@@ -351,6 +355,7 @@ class StoreError(RpcError):
     """The suspended-call store failed; the call could not be parked or resumed."""
 
     http_status = 503
+    retry_after_s = 1
     default_message = "The gateway's call store is unavailable"
     public_detail = False
 

@@ -102,6 +102,7 @@ class McpEndpoint:
         channel = ResponseChannel(request, keepalive_s=self.config.limits.keepalive_s)
         started = time.monotonic()
         outcome = "complete"
+        retry_after: int | None = None
         span = TRACING.span(
             f"mcp {message.method}",
             parent=message.trace,
@@ -131,6 +132,7 @@ class McpEndpoint:
             except RpcError as exc:
                 outcome = "error"
                 reply, status = rpc_error_reply(exc, message.id)
+                retry_after = exc.retry_after_s
                 log.info(
                     "request_failed",
                     code=exc.error_object()["code"],
@@ -150,7 +152,10 @@ class McpEndpoint:
             principal=caller.log_id,
             duration_ms=round(elapsed * 1000, 1),
         )
-        return await channel.finish(reply, status)
+        response = await channel.finish(reply, status)
+        if retry_after is not None and not response.prepared:  # a stream said 200 already
+            response.headers["Retry-After"] = str(retry_after)
+        return response
 
     async def _pass_through(self, message: inbound.FrontRequest) -> dict[str, Any]:
         result = await self._request(

@@ -101,8 +101,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except RpcError as exc:  # before the body was a request (e.g. not JSON): no id to answer
         body, status = rpc_error_reply(exc, None)
         log.info("request_rejected", code=body["error"]["code"], error=exc.message, status=status)
+        retry = {} if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
         return web.Response(
-            status=status, body=jsonrpc.dumps(body), content_type="application/json"
+            status=status, body=jsonrpc.dumps(body), content_type="application/json", headers=retry
         )
     except web.HTTPException:
         raise

@@ -241,6 +241,18 @@ async def test_a_body_over_the_limit_gets_413(make_gateway) -> None:
         assert resp.status == 413
 
 
+async def test_a_gateway_at_capacity_answers_503_and_when_to_retry(make_gateway) -> None:
+    gateway = await make_gateway(limits={"max_parked_calls": 1})
+    greet = rpc("tools/call", {"name": "greet", "arguments": {}})
+    status, reply, _ = await gateway.post(greet)
+    assert status == 200 and reply["result"]["resultType"] == "input_required"
+    status, reply, response = await gateway.post(greet)
+    assert (status, reply["error"]["data"]) == (503, {"reason": "max_parked_calls"})
+    assert response.headers["Retry-After"] == "1"
+    status, reply, response = await gateway.post(rpc("tools/list"))  # a 200 says no such thing
+    assert status == 200 and "Retry-After" not in response.headers
+
+
 async def test_an_allowed_origin_is_served(make_gateway) -> None:
     gateway = await make_gateway(allowed_origins=["https://app.example"])
     status, _, _ = await gateway.post(rpc("tools/list"), headers={"Origin": "https://app.example"})
