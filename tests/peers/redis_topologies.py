@@ -9,58 +9,17 @@ and ended by `stop()`. Nothing persists: a process restarted comes back empty.
 
 from __future__ import annotations
 
-import random
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 
 import redis
 
-from tests.peers.tooling import LoggedProcess, free_port
+from tests.peers.tooling import LoggedProcess, quiet_port
 
 SERVICE = "mymaster"
 READY = "Ready to accept connections"
-
-
-BUS_OFFSET = 10000  # a Cluster node's bus listens this much above its port
-
-
-def _ephemeral_start() -> int:
-    """The first port the kernel hands out to outgoing connections (Linux's default if unknown)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def _quiet_port(taken: set[int]) -> int:
-    """A free port, and its cluster bus port, below the kernel's ephemeral range.
-
-    A port from `free_port()` goes back to the ephemeral pool when its probe socket closes,
-    so any outgoing connection made before the node binds it may take it (a fleet's chaos
-    run makes many); below the range, nothing but another listener can. Neither port is one
-    of `taken`, the ports this set already holds, which gains both.
-    """
-    high = _ephemeral_start() - BUS_OFFSET - 1
-    while True:  # with no room below the range, `free_port()` and the old risk
-        port = random.randint(1024, high) if high >= 2048 else free_port()
-        pair = {port, port + BUS_OFFSET}
-        if port + BUS_OFFSET > 65535 or pair & taken:
-            continue
-        if _free(port) and _free(port + BUS_OFFSET):
-            taken.update(pair)
-            return port
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _server(port: int, *extra: str, name: str, folder: Path) -> LoggedProcess:
@@ -87,7 +46,7 @@ class SentinelSet:
 
     def _start(self) -> None:
         taken: set[int] = set()
-        self.primary_port, replica_port = _quiet_port(taken), _quiet_port(taken)
+        self.primary_port, replica_port = quiet_port(taken), quiet_port(taken)
         self.primary = _server(self.primary_port, name="redis-primary", folder=self.folder)
         self.replica = _server(
             replica_port,
@@ -97,7 +56,7 @@ class SentinelSet:
             name="redis-replica",
             folder=self.folder,
         )
-        self.sentinel_ports = [_quiet_port(taken) for _ in range(3)]
+        self.sentinel_ports = [quiet_port(taken) for _ in range(3)]
         for port in self.sentinel_ports:
             conf = self.folder / f"sentinel-{port}.conf"
             conf.write_text(
@@ -137,7 +96,7 @@ class ClusterSet:
     def __init__(self, primaries: int = 3) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="mrtr-cluster-"))
         taken: set[int] = set()
-        self.ports = [_quiet_port(taken) for _ in range(2 * primaries)]
+        self.ports = [quiet_port(taken) for _ in range(2 * primaries)]
         self.nodes: dict[int, LoggedProcess] = {}
         try:
             self._start()

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -68,6 +69,50 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+BUS_OFFSET = 10000  # a Redis Cluster node's bus listens this much above its port
+_QUIET: set[int] = set()  # the quiet ports this process handed out
+
+
+def ephemeral_start() -> int:
+    """The first port the kernel hands out to outgoing connections (Linux's default if unknown)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def quiet_port(taken: set[int] | None = None) -> int:
+    """A free port, and the port `BUS_OFFSET` above it, both below the ephemeral range: for
+    a process that binds it later, or again after a restart.
+
+    A port from `free_port()` goes back to the ephemeral pool when its probe socket closes,
+    so any outgoing connection made before the process binds it (or while it is down for
+    a restart) may take it, and a chaos run makes many; below the range, nothing but
+    another listener can. Neither port is one this process handed out before, nor one of
+    `taken`, which gains both.
+    """
+    taken = _QUIET if taken is None else taken
+    high = ephemeral_start() - BUS_OFFSET - 1
+    while True:  # with no room below the range, `free_port()` and the old risk
+        port = random.randint(1024, high) if high >= 2048 else free_port()
+        pair = {port, port + BUS_OFFSET}
+        if port + BUS_OFFSET > 65535 or pair & (taken | _QUIET):
+            continue
+        if _bindable(port) and _bindable(port + BUS_OFFSET):
+            taken.update(pair)
+            _QUIET.update(pair)
+            return port
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[Any], timeout: float = 30.0) -> None:
@@ -369,7 +414,7 @@ class RedisServer(LoggedProcess):
     READY = "Ready to accept connections"
 
     def __init__(self) -> None:
-        self.port = free_port()
+        self.port = quiet_port()  # restarted on it
         self.url = f"redis://127.0.0.1:{self.port}/0"
         super().__init__(
             [
@@ -420,7 +465,7 @@ class GatewayProcess(LoggedProcess):
         argv: Sequence[str] = (),
         ready_timeout: float = 30.0,
     ) -> None:
-        self.port = free_port()
+        self.port = quiet_port()  # restarted on it
         args = [sys.executable, "-m", "gateway", "serve"]
         if config_file is not None:
             args += ["--config", str(config_file)]

@@ -13,7 +13,8 @@ from gateway.store.base import PARKED, RESUMING, Delivery, Reply
 from gateway.store.redis import RedisStore
 from gateway.store.redis_client import connect
 from tests.fakes.clock import ManualClock
-from tests.peers.redis_topologies import BUS_OFFSET, ClusterSet, _ephemeral_start
+from tests.peers.redis_topologies import ClusterSet
+from tests.peers.tooling import BUS_OFFSET, ephemeral_start
 from tests.store.test_stores import record
 
 
@@ -39,7 +40,7 @@ def test_the_cluster_listens_below_the_ports_outgoing_connections_are_given(
     # chosen among the ephemeral ports, a node's port or bus could be taken by an outgoing
     # connection before the node bound it: a chaos run in CI once failed so
     buses = [port + BUS_OFFSET for port in cluster.ports]
-    assert max(buses) < _ephemeral_start()
+    assert max(buses) < ephemeral_start()
     assert len(set(cluster.ports) | set(buses)) == 2 * len(cluster.ports)
 
 
