@@ -25,7 +25,7 @@ from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool
 from gateway.web.channel import ResponseChannel
 from gateway.web.front_door import FrontDoor
-from gateway.web.middleware import rpc_error_reply
+from gateway.web.middleware import NO_HEADERS, rpc_error_headers, rpc_error_reply
 from gateway.web.tool_headers import ToolHeaders
 
 log = structlog.get_logger("gateway.web")
@@ -102,7 +102,7 @@ class McpEndpoint:
         channel = ResponseChannel(request, keepalive_s=self.config.limits.keepalive_s)
         started = time.monotonic()
         outcome = "complete"
-        retry_after: int | None = None
+        extra = NO_HEADERS
         span = TRACING.span(
             f"mcp {message.method}",
             parent=message.trace,
@@ -132,7 +132,7 @@ class McpEndpoint:
             except RpcError as exc:
                 outcome = "error"
                 reply, status = rpc_error_reply(exc, message.id)
-                retry_after = exc.retry_after_s
+                extra = rpc_error_headers(exc)
                 log.info(
                     "request_failed",
                     code=exc.error_object()["code"],
@@ -153,8 +153,8 @@ class McpEndpoint:
             duration_ms=round(elapsed * 1000, 1),
         )
         response = await channel.finish(reply, status)
-        if retry_after is not None and not response.prepared:  # a stream said 200 already
-            response.headers["Retry-After"] = str(retry_after)
+        if extra and not response.prepared:  # a stream said 200 already
+            response.headers.update(extra)
         return response
 
     async def _pass_through(self, message: inbound.FrontRequest) -> dict[str, Any]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import secrets
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import structlog
@@ -30,6 +32,17 @@ def rpc_error_reply(exc: RpcError, rid: RequestId | None) -> tuple[dict[str, Any
     The error's class carries both (`RpcError.error_object`, `RpcError.status`).
     """
     return jsonrpc.error(rid, exc.error_object()), exc.status
+
+
+#: No headers beyond the answer's own (what most errors send).
+NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+
+
+def rpc_error_headers(exc: RpcError) -> Mapping[str, str]:
+    """The headers a JSON answer to `exc` carries: `Retry-After` for an error of a moment."""
+    if exc.retry_after_s is None:
+        return NO_HEADERS
+    return {"Retry-After": str(exc.retry_after_s)}
 
 
 #: The body of a 500: what went wrong is for the log only, never on the wire.
@@ -101,9 +114,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except RpcError as exc:  # before the body was a request (e.g. not JSON): no id to answer
         body, status = rpc_error_reply(exc, None)
         log.info("request_rejected", code=body["error"]["code"], error=exc.message, status=status)
-        retry = {} if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
         return web.Response(
-            status=status, body=jsonrpc.dumps(body), content_type="application/json", headers=retry
+            status=status,
+            body=jsonrpc.dumps(body),
+            content_type="application/json",
+            headers=rpc_error_headers(exc),
         )
     except web.HTTPException:
         raise

@@ -45,8 +45,7 @@ class SentinelSet:
             raise
 
     def _start(self) -> None:
-        taken: set[int] = set()
-        self.primary_port, replica_port = quiet_port(taken), quiet_port(taken)
+        self.primary_port, replica_port = quiet_port(), quiet_port()
         self.primary = _server(self.primary_port, name="redis-primary", folder=self.folder)
         self.replica = _server(
             replica_port,
@@ -56,7 +55,7 @@ class SentinelSet:
             name="redis-replica",
             folder=self.folder,
         )
-        self.sentinel_ports = [quiet_port(taken) for _ in range(3)]
+        self.sentinel_ports = [quiet_port() for _ in range(3)]
         for port in self.sentinel_ports:
             conf = self.folder / f"sentinel-{port}.conf"
             conf.write_text(
@@ -95,8 +94,7 @@ class SentinelSet:
 class ClusterSet:
     def __init__(self, primaries: int = 3) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="mrtr-cluster-"))
-        taken: set[int] = set()
-        self.ports = [quiet_port(taken) for _ in range(2 * primaries)]
+        self.ports = [quiet_port() for _ in range(2 * primaries)]
         self.nodes: dict[int, LoggedProcess] = {}
         try:
             self._start()

@@ -83,25 +83,22 @@ def ephemeral_start() -> int:
         return 32768
 
 
-def quiet_port(taken: set[int] | None = None) -> int:
+def quiet_port() -> int:
     """A free port, and the port `BUS_OFFSET` above it, both below the ephemeral range: for
     a process that binds it later, or again after a restart.
 
     A port from `free_port()` goes back to the ephemeral pool when its probe socket closes,
     so any outgoing connection made before the process binds it (or while it is down for
     a restart) may take it, and a chaos run makes many; below the range, nothing but
-    another listener can. Neither port is one this process handed out before, nor one of
-    `taken`, which gains both.
+    another listener can. Neither port is one this process handed out before.
     """
-    taken = _QUIET if taken is None else taken
     high = ephemeral_start() - BUS_OFFSET - 1
     while True:  # with no room below the range, `free_port()` and the old risk
         port = random.randint(1024, high) if high >= 2048 else free_port()
         pair = {port, port + BUS_OFFSET}
-        if port + BUS_OFFSET > 65535 or pair & (taken | _QUIET):
+        if port + BUS_OFFSET > 65535 or pair & _QUIET:
             continue
         if _bindable(port) and _bindable(port + BUS_OFFSET):
-            taken.update(pair)
             _QUIET.update(pair)
             return port
 
