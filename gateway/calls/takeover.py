@@ -146,9 +146,7 @@ class Takeover:
         """Park again a round this replica claimed and nobody resumed, best effort; with
         `untake`, naming the owner the record named when it was claimed."""
         try:
-            await self.store.unclaim(
-                record.call_id, record.round, self.replica_id, untake=record if untake else None
-            )
+            await self.store.unclaim(record, untake=untake)
         except StoreError as exc:
             log.warning("round_not_given_back", error=str(exc))
 

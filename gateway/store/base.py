@@ -55,9 +55,15 @@ class SuspendedCall:
     created_ms: int
     version: int = RECORD_VERSION
     claimer: str = ""  # the replica whose retry claimed the round (while resuming)
+    # Which claim this copy is of (the store's token for it): a claim given back names
+    # it, so a give-back run twice (its reply lost with a connection) cannot give back a
+    # later claim of the same replica. Never written into the record's json.
+    attempt: str = field(default="", compare=False)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        data = asdict(self)
+        del data["attempt"]
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> SuspendedCall:
@@ -72,8 +78,8 @@ class SuspendedCall:
         except (ValueError, TypeError, AttributeError) as exc:
             raise StoreError("unreadable suspended-call record") from exc
 
-    def claimed(self, by: str = "") -> SuspendedCall:
-        return replace(self, status=RESUMING, claimer=by)
+    def claimed(self, by: str = "", attempt: str = "") -> SuspendedCall:
+        return replace(self, status=RESUMING, claimer=by, attempt=attempt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,13 +201,14 @@ class SuspendedCallStore(Protocol):
         """The outcome kept for a round (`Kept`), if any. Raises: StoreError."""
         ...
 
-    async def unclaim(
-        self, call_id: str, round_: int, claimer: str, *, untake: SuspendedCall | None = None
-    ) -> bool:
-        """Give back a round `claimer` claimed but could not resume (its owner refused it
-        untouched): parked again, for the client's next retry. With `untake`, the record
-        names `untake.owner` again, in the same write: a takeover that failed after its
-        `take` may have reached the store. Raises: StoreError."""
+    async def unclaim(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
+        """Give back a round claimed but not resumed (its owner refused it untouched):
+        `claim` is what `claim` or `steal` returned. Parked again, for the client's next
+        retry, if that very claim (its claimer and attempt) still holds the round; False
+        otherwise. With `untake`, the record names `claim.owner` again, in the same write:
+        a takeover that failed after its `take` may have reached the store.
+
+        Raises: StoreError."""
         ...
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
@@ -285,11 +292,9 @@ class TimedStore:
         async with self.metrics.timed_store("recall"):
             return await self.inner.recall(call_id, round_)
 
-    async def unclaim(
-        self, call_id: str, round_: int, claimer: str, *, untake: SuspendedCall | None = None
-    ) -> bool:
+    async def unclaim(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
         async with self.metrics.timed_store("unclaim"):
-            return await self.inner.unclaim(call_id, round_, claimer, untake=untake)
+            return await self.inner.unclaim(claim, untake=untake)
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
         async with self.metrics.timed_store("take"):

@@ -6,6 +6,7 @@ claim is atomic because nothing here awaits between the check and the update.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import replace
 
 from gateway.clock import Clock, SystemClock
@@ -38,13 +39,16 @@ class MemoryStore:
         self._records[record.call_id] = record
 
     async def get(self, call_id: str) -> SuspendedCall | None:
-        return self._live(call_id)
+        record = self._live(call_id)
+        if record is not None and record.attempt:  # a claim's token is its claimer's alone
+            return replace(record, attempt="")
+        return record
 
     async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
         record = self._live(call_id)
         if record is None or record.status != PARKED or record.round != round_:
             return None
-        claimed = record.claimed(claimer)
+        claimed = record.claimed(claimer, secrets.token_hex(8))
         self._records[call_id] = claimed
         return claimed
 
@@ -61,7 +65,7 @@ class MemoryStore:
             return None
         if record.claimer != dead:
             return None
-        stolen = record.claimed(claimer)
+        stolen = record.claimed(claimer, secrets.token_hex(8))
         self._records[call_id] = stolen
         return stolen
 
@@ -107,16 +111,15 @@ class MemoryStore:
         outcome, until = self._outcomes.get((call_id, round_), (b"", 0))
         return outcome if until > self.clock.wall_ms() else None
 
-    async def unclaim(
-        self, call_id: str, round_: int, claimer: str, *, untake: SuspendedCall | None = None
-    ) -> bool:
-        record = self._live(call_id)
-        if record is None or record.status != RESUMING or record.round != round_:
+    async def unclaim(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
+        record = self._live(claim.call_id)
+        if record is None or record.status != RESUMING or record.round != claim.round:
             return False
-        if record.claimer != claimer:
+        if (record.claimer, record.attempt) != (claim.claimer, claim.attempt):
             return False
-        owner = record.owner if untake is None else untake.owner
-        self._records[call_id] = replace(record, status=PARKED, claimer="", owner=owner)
+        owner = claim.owner if untake else record.owner
+        parked = replace(record, status=PARKED, claimer="", attempt="", owner=owner)
+        self._records[claim.call_id] = parked
         return True
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:

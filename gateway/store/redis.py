@@ -117,11 +117,12 @@ class RedisStore:
 
     async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
         # Run twice (a reply lost with its connection), the attempt finds its own claim.
-        args: list[str | int] = [round_, PARKED, RESUMING, claimer, secrets.token_hex(8)]
+        attempt = secrets.token_hex(8)
+        args: list[str | int] = [round_, PARKED, RESUMING, claimer, attempt]
         found = await self._run(lambda: self._claim(keys=[self.key(call_id)], args=args))
         if not found:
             return None
-        return SuspendedCall.from_json(found[0]).claimed(claimer)
+        return SuspendedCall.from_json(found[0]).claimed(claimer, attempt)
 
     async def claim_delivering(
         self, call_id: str, round_: int, claimer: str, delivery: Delivery
@@ -129,7 +130,8 @@ class RedisStore:
         if not self._one_trip:  # a cluster: the inbox lives in another slot
             return await self.claim(call_id, round_, claimer), None
         keys = [self.key(call_id), delivery.heartbeat_key, delivery.inbox_key]
-        args: list[str | int] = [round_, PARKED, RESUMING, claimer, secrets.token_hex(8)]
+        attempt = secrets.token_hex(8)
+        args: list[str | int] = [round_, PARKED, RESUMING, claimer, attempt]
         args += [delivery.payload, delivery.ttl_ms]
         # Run twice (a reply lost with its connection), the attempt finds its own claim and
         # learns whether the first run pushed: nothing is pushed twice, nothing refused.
@@ -137,16 +139,17 @@ class RedisStore:
         if not found:
             return None, None
         raw, pushed = found
-        return SuspendedCall.from_json(raw).claimed(claimer), bool(pushed)
+        return SuspendedCall.from_json(raw).claimed(claimer, attempt), bool(pushed)
 
     async def steal(
         self, call_id: str, round_: int, dead: str, claimer: str
     ) -> SuspendedCall | None:
-        args: list[str | int] = [round_, RESUMING, dead, claimer, secrets.token_hex(8)]
+        attempt = secrets.token_hex(8)
+        args: list[str | int] = [round_, RESUMING, dead, claimer, attempt]
         raw = await self._run(lambda: self._steal(keys=[self.key(call_id)], args=args))
         if not raw:
             return None
-        return SuspendedCall.from_json(raw).claimed(claimer)
+        return SuspendedCall.from_json(raw).claimed(claimer, attempt)
 
     async def delete(self, call_id: str, kept: Kept | None = None) -> None:
         if kept is None:
@@ -251,13 +254,12 @@ class RedisStore:
         raw = await self._run(lambda: self.client.get(self.outcome_key(call_id, round_)))
         return None if raw is None else raw.encode() if isinstance(raw, str) else bytes(raw)
 
-    async def unclaim(
-        self, call_id: str, round_: int, claimer: str, *, untake: SuspendedCall | None = None
-    ) -> bool:
-        args: list[str | int] = [round_, RESUMING, claimer, PARKED]
-        if untake is not None:  # the json as parked, naming its owner before the takeover
-            args.append(replace(untake, status=PARKED, claimer="").to_json())
-        return bool(await self._run(lambda: self._unclaim(keys=[self.key(call_id)], args=args)))
+    async def unclaim(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
+        args: list[str | int] = [claim.round, RESUMING, claim.claimer, claim.attempt, PARKED]
+        if untake:  # the json as parked, naming its owner before the takeover
+            args.append(replace(claim, status=PARKED, claimer="").to_json())
+        keys = [self.key(claim.call_id)]
+        return bool(await self._run(lambda: self._unclaim(keys=keys, args=args)))
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
         # The json keeps the status it was parked with; the hash field says claimed.

@@ -89,15 +89,18 @@ redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
     + "return 1\n"
 )
 
-# KEYS[1] record; ARGV round, resuming, claimer, parked, and optionally the json to
-# write back. A round resuming for `claimer` is parked again; anything else returns 0.
+# KEYS[1] record; ARGV round, resuming, claimer, attempt, parked, and optionally the json
+# to write back. A round resuming for that claim (claimer and attempt) is parked again;
+# anything else returns 0, a later claim of the same claimer included (a give-back run
+# again after its reply was lost with a connection, once the next retry claimed).
 UNCLAIM = """
-local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'claimer')
+local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'claimer', 'attempt')
 if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) or v[3] ~= ARGV[3] then
   return 0
 end
-redis.call('HSET', KEYS[1], 'status', ARGV[4], 'claimer', '', 'attempt', '', 'pushed', 0)
-if ARGV[5] then redis.call('HSET', KEYS[1], 'json', ARGV[5]) end
+if v[4] ~= ARGV[4] then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[5], 'claimer', '', 'attempt', '', 'pushed', 0)
+if ARGV[6] then redis.call('HSET', KEYS[1], 'json', ARGV[6]) end
 return 1
 """
 

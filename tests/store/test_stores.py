@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -262,12 +263,50 @@ async def test_a_round_claimed_by_a_replica_that_died_can_be_handed_to_another(s
 
 async def test_a_round_its_claimer_could_not_resume_is_parked_again(store) -> None:
     await store.park(record())
-    assert await store.claim("c1", 1, "b~1") is not None
-    assert not await store.unclaim("c1", 1, "c~1")  # not its claim
-    assert await store.unclaim("c1", 1, "b~1")
+    claimed = await store.claim("c1", 1, "b~1")
+    assert claimed is not None
+    assert not await store.unclaim(replace(claimed, claimer="c~1"))  # not its claim
+    assert await store.unclaim(claimed)
     again = await store.get("c1")
     assert again is not None and again.status == PARKED and again.claimer == ""
     assert await store.claim("c1", 1, "c~1") is not None  # the next retry takes it
+
+
+async def test_a_give_back_gives_back_only_its_own_claim(store) -> None:
+    """A give-back run again (its reply lost with a connection) after the same replica's
+    next retry claimed the round must not park that later claim: two retries could then
+    resume one round."""
+    await store.park(record())
+    first = await store.claim("c1", 1, "b~1")
+    assert first is not None and first.attempt
+    assert await store.unclaim(first)
+    second = await store.claim("c1", 1, "b~1")
+    assert second is not None and second.attempt != first.attempt
+    assert not await store.unclaim(first)  # the first claim's give-back, run again
+    now = await store.get("c1")
+    assert now is not None and (now.status, now.claimer) == (RESUMING, "b~1")
+    assert await store.claim("c1", 1, "c~1") is None  # still held by the second claim
+    assert await store.unclaim(second)
+
+
+async def test_a_stolen_round_is_given_back_by_its_new_claim_only(store) -> None:
+    await store.park(record())
+    dead = await store.claim("c1", 1, "a~1")
+    assert dead is not None
+    stolen = await store.steal("c1", 1, "a~1", "b~1")
+    assert stolen is not None and stolen.attempt not in ("", dead.attempt)
+    assert not await store.unclaim(dead)  # the dead claimer's claim is no longer
+    assert await store.unclaim(stolen)
+    assert (await store.get("c1")).status == PARKED  # type: ignore[union-attr]
+
+
+async def test_a_claims_token_is_not_written_into_the_record(store) -> None:
+    await store.park(record())
+    claimed = await store.claim("c1", 1, "b~1")
+    assert claimed is not None and claimed.attempt
+    assert "attempt" not in json.loads(claimed.to_json())
+    seen = await store.get("c1")
+    assert seen is not None and seen.attempt == ""  # the token is its claimer's alone
 
 
 async def test_a_round_given_back_after_a_takeover_names_its_owner_before_it(store) -> None:
@@ -277,9 +316,9 @@ async def test_a_round_given_back_after_a_takeover_names_its_owner_before_it(sto
     claimed = await store.claim("c1", 1, "b~1")
     assert claimed is not None and claimed.owner == "replica-a"
     assert await store.take(claimed, "replica-b")
-    assert not await store.unclaim("c1", 1, "c~1", untake=claimed)  # not its claim
+    assert not await store.unclaim(replace(claimed, claimer="c~1"), untake=True)  # not its
     assert (await store.get("c1")).owner == "replica-b"  # type: ignore[union-attr]
-    assert await store.unclaim("c1", 1, "b~1", untake=claimed)
+    assert await store.unclaim(claimed, untake=True)
     again = await store.get("c1")
     assert again is not None and (again.owner, again.status, again.claimer) == (
         "replica-a",
@@ -409,5 +448,39 @@ async def test_a_claim_run_again_after_its_reply_was_lost_finds_its_own_claim(
         store._steal = losing_first_reply(store._steal)
         stolen = await store.steal("c3", 1, "dead", "b")
         assert stolen is not None and stolen.claimer == "b"
+    finally:
+        await store.close()
+
+
+async def test_a_give_back_run_again_after_its_reply_was_lost_leaves_a_later_claim(
+    redis_server: RedisServer,
+) -> None:
+    """The give-back's first run parks the round and its reply is lost; before the ride-out
+    runs it again, the same replica's next retry claims the round. The second run must
+    leave that claim alone, or a third retry could resume the round beside it."""
+    store = RedisStore(connect(redis_server.url), prefix=f"t{uuid.uuid4().hex[:6]}:")
+    live = {"deadline_ms": int(time.time() * 1000) + 60_000, "created_ms": int(time.time() * 1000)}
+    try:
+        await store.park(replace(record("c1"), **live))
+        first = await store.claim("c1", 1, "b")
+        assert first is not None
+        later: list[SuspendedCall | None] = []
+        unclaim, runs = store._unclaim, 0
+
+        async def lost_then_claimed(*args: Any, **kwargs: Any) -> Any:
+            nonlocal runs
+            runs += 1
+            result = await unclaim(*args, **kwargs)
+            if runs == 1:
+                later.append(await store.claim("c1", 1, "b"))  # the next retry, meanwhile
+                raise RedisConnectionError("the reply was lost with the connection")
+            return result
+
+        store._unclaim = lost_then_claimed
+        assert not await store.unclaim(first)  # its second run finds another claim
+        assert runs == 2 and later[0] is not None
+        now = await store.get("c1")
+        assert now is not None and (now.status, now.claimer) == (RESUMING, "b")
+        assert await store.claim("c1", 1, "c") is None  # nobody else resumes it meanwhile
     finally:
         await store.close()
