@@ -10,17 +10,19 @@ and the refusal counter only.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import structlog
 
 from gateway import clock as clocks
 from gateway import logging as log_context
+from gateway.aio import spawn
 from gateway.calls.forwarding import Forward
 from gateway.clock import Clock
 from gateway.config import UpstreamConfig
-from gateway.errors import ErrorWatch, InvalidRequestState
+from gateway.errors import ErrorWatch, InvalidRequestState, StoreError
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.call import Pending, check_answers
@@ -118,10 +120,13 @@ class Admission:
                 return await self._claim_from_the_dead(record)
             delivery = forward.delivery(record) if forward is not None else None
             if forward is None or delivery is None:
-                claimed = await self.store.claim(claims.call, claims.round, self.claimer)
+                claimed = await self._whole(
+                    self.store.claim(claims.call, claims.round, self.claimer), _itself
+                )
             else:
-                claimed, forward.delivered = await self.store.claim_delivering(
-                    claims.call, claims.round, self.claimer, delivery
+                claimed, forward.delivered = await self._whole(
+                    self.store.claim_delivering(claims.call, claims.round, self.claimer, delivery),
+                    _unless_pushed,
                 )
             if claimed is None:
                 raise InvalidRequestState("round already resumed (replay)")
@@ -144,12 +149,57 @@ class Admission:
             if self.clock.monotonic() >= give_up:
                 raise InvalidRequestState("round already resumed (replay)")
             await clocks.sleep(self.clock, self.claimer_ttl_s / 8)
-        stolen = await self.store.steal(record.call_id, record.round, dead, self.claimer)
+        stolen = await self._whole(
+            self.store.steal(record.call_id, record.round, dead, self.claimer), _itself
+        )
         if stolen is None:
             raise InvalidRequestState("round already resumed (replay)")
         log.warning("round_claimed_from_dead_replica", dead=dead)
         self.metrics.handoffs.labels("claimed_from_dead").inc()
         return stolen
+
+    async def _whole(self, step: Coroutine[Any, Any, T], claim_of: Callable[[T], Claim]) -> T:
+        """`step`, which claims a round, run to its end even if the retry's client leaves
+        meanwhile (cut short, it would leave unknown whether the store made the claim). A
+        claim made for a client gone is given back at once, so the client's next sending
+        of the retry finds the round parked instead of claimed, resumed by nobody, until
+        its deadline. `claim_of` names what to give back of the step's result: nothing
+        where its forward went with it (its owner is told the client left)."""
+        task = spawn(step, name="claim")
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(lambda done: self._abandoned(done, claim_of))
+            raise
+
+    def _abandoned(self, done: asyncio.Task[T], claim_of: Callable[[T], Claim]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return  # no claim was made, or none is known (the next retry waits it out)
+        claim = claim_of(done.result())
+        if claim is not None:
+            spawn(self._give_back(claim), name=f"give-back-{claim.call_id}")
+
+    async def _give_back(self, claim: SuspendedCall) -> None:
+        try:
+            given = await self.store.unclaim(claim)
+        except StoreError as exc:
+            log.warning("round_not_given_back", call_id=claim.call_id, error=str(exc))
+            return
+        if given:
+            log.info("round_given_back", call_id=claim.call_id, reason="client left claiming")
+
+
+Claim = SuspendedCall | None
+T = TypeVar("T")
+
+
+def _itself(claim: Claim) -> Claim:
+    return claim
+
+
+def _unless_pushed(result: tuple[Claim, bool | None]) -> Claim:
+    claim, pushed = result
+    return None if pushed else claim
 
 
 class _Refusals(ErrorWatch):

@@ -167,7 +167,13 @@ class Runner:
             self.registry.fire(call, Trigger.RESUME)
             call.resumed = call.machine.round
             if call.expiry is not None:
-                await call.expiry.cancel()
+                try:
+                    await call.expiry.cancel()  # waits while a deadline's expiry runs
+                except asyncio.CancelledError:
+                    # The client left while it waited: as in a round, the call ends (it
+                    # is resumed already, so no retry and no deadline would end it).
+                    self.endings.end_soon(call, Trigger.CANCEL, "client disconnected")
+                    raise
             if _holds_question(call.inbox):
                 self.pace.sibling_late(_target(call))
             responses = front.params.get("inputResponses") or {}
