@@ -20,6 +20,7 @@ from gateway.calls.admission import CLAIMER_PATIENCE_BEATS, MISSING_RECORD_BEATS
 from gateway.calls.endings import Endings
 from gateway.calls.forwarding import Bus, Forward
 from gateway.calls.live import Registry
+from gateway.calls.ownership import Ownership
 from gateway.calls.routing import Routing
 from gateway.calls.runner import Notify, Runner
 from gateway.calls.suspension import Suspender, Withdraw
@@ -73,7 +74,12 @@ class Bridge:
         )
         # On a fleet, whoever resumes a round keeps its outcome (`gateway.calls.outcomes`).
         outcomes_ttl_s = self.limits.suspension_ttl_s if bus is not None else None
-        self.endings = Endings(self.calls, store, self.metrics, outcomes_ttl_s=outcomes_ttl_s)
+        ownership = Ownership(
+            store, owner or config.replica_id, bus.lease_term if bus is not None else None
+        )
+        self.endings = Endings(
+            self.calls, store, self.metrics, outcomes_ttl_s=outcomes_ttl_s, ownership=ownership
+        )
         self.suspender = suspender = Suspender(
             registry=self.calls,
             store=store,
@@ -84,7 +90,7 @@ class Bridge:
             replica_id=owner or config.replica_id,
             keeps_outcomes=bus is not None,
             withdraw=withdraw,
-            lease_term=bus.lease_term if bus is not None else None,
+            ownership=ownership,
         )
         self.runner = Runner(
             registry=self.calls,

@@ -18,6 +18,7 @@ import structlog
 from gateway.aio import spawn
 from gateway.calls.live import LiveCall, Registry
 from gateway.calls.outcomes import to_keep
+from gateway.calls.ownership import Ownership
 from gateway.clock import Later
 from gateway.errors import StoreError, UpstreamError
 from gateway.observability import Metrics
@@ -36,10 +37,14 @@ class Endings:
         metrics: Metrics,
         *,
         outcomes_ttl_s: float | None = None,
+        ownership: Ownership | None = None,
     ) -> None:
         self.registry = registry
         self.store = store
         self.metrics = metrics
+        # Whether this replica may still act for a call: one taken over while this
+        # replica was cut off is let go of without a word (`abandon`), whatever ends it.
+        self.ownership = ownership
         # On a fleet, how long a resumed round's outcome is kept (None: not kept).
         self.outcomes_ttl_s = outcomes_ttl_s
 
@@ -49,6 +54,8 @@ class Endings:
         `result` is the client's answer: on a fleet it is kept as the resumed round's
         outcome with the deletion of the call's record (`gateway.calls.outcomes`).
         """
+        if await self._lost(call):
+            return  # its record is the new owner's; the upstream call is over anyway
         self.registry.fire(call, Trigger.COMPLETE)
         if _in_store(call):
             kept = reply = None
@@ -73,8 +80,8 @@ class Endings:
 
         Does nothing for a call that has ended already.
         """
-        if call.phase in FINAL_PHASES:
-            return
+        if call.phase in FINAL_PHASES or await self._lost(call):
+            return  # ended already, or another replica's now
         self.registry.fire(call, trigger)
         ending = spawn(
             self._wind_up(call, reason, release_questions, call.expiry), name=f"call-end-{call.id}"
@@ -97,6 +104,14 @@ class Endings:
             self._settle(call)
         self.metrics.call_endings.labels("handed_over").inc()
         log.info("call_handed_over", reason=reason, rounds=call.machine.round)
+
+    async def _lost(self, call: LiveCall) -> bool:
+        """Whether `call` is not this replica's to end: taken over while this replica was
+        cut off (let go of, then), or ended meanwhile, as the store was asked."""
+        if self.ownership is None or not await self.ownership.lost(call):
+            return call.phase in FINAL_PHASES  # unchanged unless the store was asked
+        await self.abandon(call, "taken over while this replica served it")
+        return True
 
     def release_lost(self, call: LiveCall, *, end: bool) -> None:
         """A parked call lost its stream: its session is given back now (closed, and

@@ -46,7 +46,7 @@ class LiveCall:
     expiry: Later | None = None  # the suspension deadline, while parked
     parked_ms: tuple[int, int] = (0, 0)  # the round's issue time and deadline (wall ms)
     stored: bool = False  # its record for this round is written (checks of ownership wait)
-    lease_term: int | None = None  # this replica's lease term when it parked (`Bus`)
+    lease_term: int | None = None  # this replica's lease term when it started or parked
     resumed: int | None = None  # the round last resumed here, whose outcome is kept
     ended: Once = field(default_factory=Once)
     # A forwarded retry's reply, made from the call's result (`gateway.calls.routing`): the

@@ -143,6 +143,7 @@ class Runner:
             target=target,
             started=self.clock.monotonic(),
         )
+        self.suspender.ownership.stamp(call)  # a call replayed or taken over is this one's
         session.attach(call.inbox)
         self.registry.add(call)
         return call

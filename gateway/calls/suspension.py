@@ -24,10 +24,12 @@ from gateway.calls.admission import Admission
 from gateway.calls.endings import Endings
 from gateway.calls.live import LiveCall, Registry
 from gateway.calls.outcomes import to_keep
+from gateway.calls.ownership import Ownership
 from gateway.clock import Clock
 from gateway.config import PARK, REPLAY, LimitsConfig
 from gateway.errors import (
     GatewayFull,
+    LeaseLost,
     MissingClientCapability,
     PrincipalBusy,
     StateTooLarge,
@@ -60,11 +62,11 @@ class Suspender:
         replica_id: str,
         keeps_outcomes: bool = False,
         withdraw: Withdraw | None = None,
-        lease_term: Callable[[], int | None] | None = None,
+        ownership: Ownership | None = None,
     ) -> None:
-        # On a fleet, this replica's lease term (`Bus.lease_term`): a call parked within
-        # the current term cannot have been taken over, even when the store cannot say.
-        self.lease_term = lease_term
+        # Whether this replica may still act for a call (on a fleet, another may have
+        # taken it over while this one was cut off).
+        self.ownership = ownership or Ownership(store, replica_id)
         # On a fleet, a resumed round's outcome is parked with the next round's record.
         self.keeps_outcomes = keeps_outcomes
         # On a fleet, a session a call parks on is taken off the list of those a survivor
@@ -147,10 +149,15 @@ class Suspender:
         machine = call.machine
         until = self.clock.wall_ms() + int(self.limits.suspension_ttl_s * 1000)
         cap = self.limits.max_parked_per_principal
+        if await self.ownership.lost(call):
+            # Taken over while this replica, cut off, served the round: the next round is
+            # the new owner's to park, and the client's to ask of it.
+            await self.endings.abandon(call, "taken over while this replica served it")
+            raise LeaseLost()
         self.registry.fire(call, Trigger.SUSPEND)
         token, issued, deadline = self._mint(call, round_=machine.round, mode=PARK)
         call.parked_ms, call.stored = (issued, deadline), False
-        call.lease_term = self.lease_term() if self.lease_term is not None else None
+        self.ownership.stamp(call)
         result = input_required(call, token, machine.input_required())
         kept = None
         if self.keeps_outcomes:
@@ -261,13 +268,13 @@ class Suspender:
                 await clocks.sleep(clock, min(self.limits.hold_timeout_s, CLAIM_GRACE_S))
                 if not _waits_in(call, round_):
                     return
-                if not await self._still_mine(call):
+                if not await self.ownership.still(call):
                     await self.endings.abandon(call, "another replica holds the call")
                     return
                 log.warning("claimed_round_never_resumed", round=round_)
         except StoreError as exc:
             log.warning("store_claim_failed", error=str(exc))
-            if not self._surely_mine(call):
+            if not self.ownership.surely(call):
                 # Another replica may have taken it over: say nothing upstream.
                 await self.endings.abandon(call, "its ownership cannot be checked")
                 return
@@ -284,27 +291,11 @@ class Suspender:
         or its deadline. The session is ended upstream only while the store names this
         replica the call's owner: another may have taken the call over and hold it now."""
         try:
-            mine = await self._still_mine(call)
+            mine = await self.ownership.still(call)
         except StoreError as exc:
             log.warning("ownership_check_failed", call_id=call.id, error=str(exc))
             mine = False
         self.endings.release_lost(call, end=mine)
-
-    def _surely_mine(self, call: LiveCall) -> bool:
-        """Whether no other replica can have taken `call` over, by this replica's lease
-        alone (with no store to ask): held without a break since the call parked."""
-        if self.lease_term is None:
-            return True  # no fleet: nobody else serves its calls
-        term = self.lease_term()
-        return term is not None and term == call.lease_term
-
-    async def _still_mine(self, call: LiveCall) -> bool:
-        """Whether the store still names this replica the call's owner.
-
-        Raises: StoreError.
-        """
-        record = await self.store.get(call.id)
-        return record is not None and record.owner == self.replica_id
 
     async def hand_over_lost(self) -> None:
         """After a time without the lease: let go, quietly, of every parked call whose
@@ -314,7 +305,7 @@ class Suspender:
         parked = [c for c in self.registry.values() if c.phase is Phase.SUSPENDED and c.stored]
         for call in parked:
             try:
-                if call.stateless or await self._still_mine(call):
+                if call.stateless or await self.ownership.still(call):
                     continue
             except StoreError as exc:
                 log.warning("ownership_check_failed", call_id=call.id, error=str(exc))

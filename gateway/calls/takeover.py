@@ -23,6 +23,7 @@ from gateway.config import UpstreamConfig
 from gateway.errors import (
     CallLost,
     CapacityExceeded,
+    RoundInProgress,
     StoreError,
     TakeoverUnavailable,
     UpstreamError,
@@ -98,7 +99,11 @@ class Takeover:
         # the store though it failed.
         try:
             if not await self.store.take(record, self.replica_id):
-                raise CallLost()  # the record is gone: it ended or lapsed meanwhile
+                if await self.store.get(record.call_id) is None:
+                    raise CallLost()  # the record is gone: it ended or lapsed meanwhile
+                # Its owner lived and ended the round meanwhile (the round's outcome is
+                # kept): the retry sent again is answered with it.
+                raise RoundInProgress()
             machine = self._machine(upstream, record)
         except BaseException:
             pool.discard(session)

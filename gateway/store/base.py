@@ -212,8 +212,11 @@ class SuspendedCallStore(Protocol):
         ...
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
-        """Name `owner` as the call's owner from now on (a takeover); False if the record
-        is gone. The replica named before learns from it that the call is no longer its.
+        """Name `owner` as the call's owner from now on (a takeover) while `record`, the
+        claim its takeover was given, still holds the round; False if the record is gone
+        or the round was ended meanwhile (its owner lived: it parked the next round or
+        finished the call). The replica named before learns from it that the call is no
+        longer its.
 
         Raises: StoreError.
         """

@@ -124,7 +124,9 @@ class MemoryStore:
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
         current = self._live(record.call_id)
-        if current is None:
+        if current is None or current.status != RESUMING or current.round != record.round:
+            return False
+        if (current.claimer, current.attempt) != (record.claimer, record.attempt):
             return False
         self._records[record.call_id] = replace(current, owner=owner)
         return True

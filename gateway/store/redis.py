@@ -265,7 +265,8 @@ class RedisStore:
         # The json keeps the status it was parked with; the hash field says claimed.
         taken = replace(record, owner=owner, status=PARKED).to_json()
         keys = [self.key(record.call_id)]
-        return bool(await self._run(lambda: self._take(keys=keys, args=[taken])))
+        args: list[str | int] = [taken, record.round, RESUMING, record.claimer, record.attempt]
+        return bool(await self._run(lambda: self._take(keys=keys, args=args)))
 
     async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
         now = self.clock.wall_ms()

@@ -104,9 +104,13 @@ if ARGV[6] then redis.call('HSET', KEYS[1], 'json', ARGV[6]) end
 return 1
 """
 
-# KEYS[1] the record; ARGV its json naming the new owner. Nothing if the record is gone.
+# KEYS[1] the record; ARGV its json naming the new owner, then the claim's round, resuming,
+# claimer and attempt. Written only while that claim still holds the round: nothing if the
+# record is gone, or its owner ended the round meanwhile (parked the next, or finished).
 TAKE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'claimer', 'attempt')
+if v[1] ~= ARGV[3] or tonumber(v[2]) ~= tonumber(ARGV[2]) then return 0 end
+if v[3] ~= ARGV[4] or v[4] ~= ARGV[5] then return 0 end
 redis.call('HSET', KEYS[1], 'json', ARGV[1])
 return 1
 """

@@ -10,21 +10,22 @@ import pytest
 
 from gateway.aio import spawn
 from gateway.calls.live import LiveCall
-from gateway.errors import LeaseLost, RelayedError, StoreError
+from gateway.errors import LeaseLost, RelayedError, RoundInProgress, StoreError
 from gateway.protocol.call import Phase
 from gateway.store.base import Kept, SuspendedCall
 from gateway.store.memory import MemoryStore
 from tests.fakes.clock import ManualClock
-from tests.fakes.fleet import Network
+from tests.fakes.fleet import POLL_S, Network
 from tests.fakes.harness import (
     ALICE,
     WINDOW,
+    Replica,
     ask_username,
     call_tool,
     letting_go,
     two_replicas,
 )
-from tests.fakes.upstream import ScriptedServer
+from tests.fakes.upstream import ScriptedServer, ScriptedSession
 
 
 async def test_a_replica_without_its_lease_resumes_nothing_and_uses_up_no_round(
@@ -222,3 +223,100 @@ async def test_a_call_parked_before_a_lapse_of_the_lease_is_let_go_quietly_with_
 ) -> None:
     call = await at_the_deadline_with_the_store_down(clock, server, network, lapse=True)
     assert call.phase is Phase.CANCELLED and server.nothing_sent()
+
+
+async def taken_while_serving(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> tuple[Replica, Replica, LiveCall, ScriptedSession]:
+    """a took b's forward and answered upstream, then was cut off: its lease lapsed, and b,
+    finding it dead, took the call over and parked round 2, while a still serves round 1."""
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    (call,) = a.bridge.calls.values()
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}  # by a
+    await network.polls.get()  # b waits for a's reply
+    network.kill("a")  # its heartbeat lapsed: b finds it dead ...
+    network.cut_off.add("a")  # ... while a, cut off, still serves the round
+    await clock.armed(clock.now + POLL_S)
+    clock.advance(POLL_S)
+    taken = await server.next_call()  # b takes the call over where the stream stopped
+    assert taken.id == session.id
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}  # by b
+    taken.elicit(8, field="city", message="City?")
+    await clock.armed(clock.now + WINDOW)
+    clock.advance(WINDOW)
+    assert (await retry)["resultType"] == "input_required"
+    return a, b, call, session
+
+
+async def test_an_owner_cut_off_while_serving_a_round_says_nothing_on_the_taken_call(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    """When a's round ends (its hold timeout here), a must say nothing upstream on b's
+    call and leave b's record alone."""
+    a, b, call, session = await taken_while_serving(clock, server, network)
+    clock.advance(a.config.limits.hold_timeout_s)  # nothing answers a's round any more
+    await call.ended.wait()
+    assert call.phase is Phase.CANCELLED and not a.bridge.calls
+    assert server.nothing_sent()  # no answer released, no cancellation on b's call
+    assert a.pool.discarded == [session] and a.pool.released == []
+    record = await b.store.get(call.id)
+    assert record is not None and (record.owner, record.round) == ("b", 2)
+
+
+async def test_an_owner_cut_off_while_serving_a_round_parks_nothing_over_the_new_owner(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    """A question still reaching a's stream ends its round as a park: the record is b's,
+    and a lets the call go instead of writing its own round over b's."""
+    a, b, call, session = await taken_while_serving(clock, server, network)
+    question = {"message": "Age?", "requestedSchema": {"type": "object", "properties": {}}}
+    call.inbox.put_nowait(
+        {"jsonrpc": "2.0", "id": 9, "method": "elicitation/create", "params": question}
+    )
+    await clock.armed(clock.now + WINDOW)
+    clock.advance(WINDOW)
+    await call.ended.wait()
+    assert call.phase is Phase.CANCELLED and not a.bridge.calls and server.nothing_sent()
+    record = await b.store.get(call.id)
+    assert record is not None and (record.owner, record.round) == ("b", 2)
+
+
+async def test_a_takeover_of_a_round_its_owner_ended_meanwhile_backs_off(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    """b judged a dead and began to take the call over, but a lived: it parked round 2
+    before b could name itself the owner. b's takeover gives up (its claim holds no round
+    now) and the client, sent again, gets a's round 2: the call goes on once, at a."""
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    (call,) = a.bridge.calls.values()
+    request = call_tool(rid=2, state=first["requestState"], answers=ALICE)
+    retry = spawn(b.call(request), name="r")
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}  # by a
+    await network.polls.get()
+    server.adopt_gate = asyncio.Event()
+    network.kill("a")
+    network.cut_off.add("a")
+    await clock.armed(clock.now + POLL_S)
+    clock.advance(POLL_S)
+    await server.adopt_waiting.wait()  # b is adopting the session ...
+    session.elicit(8, field="city", message="City?")  # ... as a's round asks again
+    await clock.armed(clock.now + WINDOW)
+    clock.advance(WINDOW)
+    for _ in range(100):  # a parks round 2: the store still names it the owner
+        if (await a.store.get(call.id)).round == 2:  # type: ignore[union-attr]
+            break
+        await asyncio.sleep(0)
+    assert call.phase is Phase.SUSPENDED
+    server.adopt_gate.set()
+    with pytest.raises(RoundInProgress) as backed_off:
+        await retry
+    assert backed_off.value.status == 503
+    assert server.nothing_sent()  # b sent nothing upstream
+    assert [s.id for s in b.pool.discarded] == [session.id]
+    record = await a.store.get(call.id)
+    assert record is not None and (record.owner, record.round) == ("a", 2)
+    again = await b.call(request)  # the client sends the retry again
+    assert again["resultType"] == "input_required" and "elicit.city" in again["inputRequests"]
