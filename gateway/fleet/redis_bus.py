@@ -16,6 +16,7 @@ This module moves opaque payloads; what they mean is `gateway.calls`' business
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import secrets
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -43,6 +44,18 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 """
 
+# KEYS[1] an inbox, KEYS[2] the forward's mark; ARGV payload, the mark's ttl. Taken out, the
+# forward leaves a mark, so the same retraction run again (its reply lost with a
+# connection) still says it took it back, not that the owner read it.
+_RETRACT = """
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
+  redis.call('SET', KEYS[2], 1, 'PX', ARGV[2])
+  return 1
+end
+return redis.call('EXISTS', KEYS[2])
+"""
+_RETRACTED_TTL_MS = 60_000
+
 
 class RedisBus:
     def __init__(
@@ -63,6 +76,7 @@ class RedisBus:
         self._tasks: list[asyncio.Task[None]] = []
         self.healthy = False
         self._deliver = client.register_script(_DELIVER)
+        self._retract = client.register_script(_RETRACT)
         # The fleet's epoch: a key every replica reads as it beats. Missing or changed, the
         # Redis it names lost its data (a restart without persistence, a failover to an
         # empty replica): the owners write back the records of the calls they hold.
@@ -217,8 +231,10 @@ class RedisBus:
 
         Raises: StoreError.
         """
-        key = self.inbox_key(replica_id)
-        return bool(await ride_out(self.clock, lambda: self.client.lrem(key, 1, payload)))
+        mark = hashlib.sha256(payload.encode()).hexdigest()[:32]
+        keys = [self.inbox_key(replica_id), f"{self.prefix}{{replica:{replica_id}}}:back:{mark}"]
+        args: list[str | int] = [payload, _RETRACTED_TTL_MS]
+        return bool(await ride_out(self.clock, lambda: self._retract(keys=keys, args=args)))
 
     async def reply(self, key: str, payload: str) -> None:
         """Push one reply event for a forwarded request. Raises: StoreError."""

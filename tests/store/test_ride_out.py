@@ -205,3 +205,38 @@ async def test_a_beat_that_comes_back_after_the_lease_ran_out_starts_a_new_term(
     finally:
         await bus.close()
         await bus.client.aclose()
+
+
+async def test_a_retraction_run_again_after_its_reply_was_lost_still_took_the_forward_back(
+    redis_server: RedisServer,
+) -> None:
+    """The forward is taken out of the owner's inbox but the reply is lost with the
+    connection: run again, the retraction must still say "taken back" (the round is then
+    given back for the client's next retry), not "the owner read it"."""
+    bus = RedisBus(
+        connect(redis_server.url),
+        prefix="retract:",
+        replica_id="b",
+        heartbeat_s=1.0,
+        clock=SystemClock(),
+    )
+    script, runs = bus._retract, 0
+
+    async def losing_first_reply(*args: Any, **kwargs: Any) -> Any:
+        nonlocal runs
+        runs += 1
+        result = await script(*args, **kwargs)
+        if runs == 1:
+            raise RedisConnectionError("the reply was lost with the connection")
+        return result
+
+    try:
+        await bus.send("a", '{"op":"resume","reply":"r1"}')
+        bus._retract = losing_first_reply
+        assert await bus.retract("a", '{"op":"resume","reply":"r1"}')
+        assert runs == 2 and await bus.client.llen(bus.inbox_key("a")) == 0
+        await bus.send("a", '{"op":"resume","reply":"r2"}')
+        assert await bus.client.lpop(bus.inbox_key("a")) is not None  # the owner read it
+        assert not await bus.retract("a", '{"op":"resume","reply":"r2"}')
+    finally:
+        await bus.client.aclose()
