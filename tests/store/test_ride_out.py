@@ -17,6 +17,7 @@ from gateway.clock import SystemClock
 from gateway.errors import StoreError
 from gateway.fleet.redis_bus import RedisBus
 from gateway.store.redis_client import connect, from_redis, raised_by_client, ride_out
+from tests.fakes.lost_replies import LosingFirstReply
 from tests.peers.tooling import RedisServer
 
 # A function compiled as if it were part of redis-py: it fails the way the client has been
@@ -220,21 +221,11 @@ async def test_a_retraction_run_again_after_its_reply_was_lost_still_took_the_fo
         heartbeat_s=1.0,
         clock=SystemClock(),
     )
-    script, runs = bus._retract, 0
-
-    async def losing_first_reply(*args: Any, **kwargs: Any) -> Any:
-        nonlocal runs
-        runs += 1
-        result = await script(*args, **kwargs)
-        if runs == 1:
-            raise RedisConnectionError("the reply was lost with the connection")
-        return result
-
     try:
         await bus.send("a", '{"op":"resume","reply":"r1"}')
-        bus._retract = losing_first_reply
+        bus._retract = lost = LosingFirstReply(bus._retract)
         assert await bus.retract("a", '{"op":"resume","reply":"r1"}')
-        assert runs == 2 and await bus.client.llen(bus.inbox_key("a")) == 0
+        assert lost.runs == 2 and await bus.client.llen(bus.inbox_key("a")) == 0
         await bus.send("a", '{"op":"resume","reply":"r2"}')
         assert await bus.client.lpop(bus.inbox_key("a")) is not None  # the owner read it
         assert not await bus.retract("a", '{"op":"resume","reply":"r2"}')

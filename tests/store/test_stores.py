@@ -8,11 +8,9 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gateway.aio import spawn
 from gateway.errors import ConfigError, StoreError
@@ -21,6 +19,7 @@ from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
 from gateway.store.redis_client import connect
 from tests.fakes.clock import START_WALL_MS, ManualClock
+from tests.fakes.lost_replies import LosingFirstReply
 from tests.peers.tooling import RedisServer
 
 
@@ -405,22 +404,6 @@ async def test_a_forward_is_pushed_with_the_claim_only_while_its_owner_beats(sto
     await store.client.delete(beat, inbox)
 
 
-def losing_first_reply(script: Any) -> Any:
-    """`script`, whose first run succeeds in Redis but whose reply is lost with its
-    connection (`ride_out` runs it again)."""
-    runs = 0
-
-    async def run(*args: Any, **kwargs: Any) -> Any:
-        nonlocal runs
-        runs += 1
-        result = await script(*args, **kwargs)
-        if runs == 1:
-            raise RedisConnectionError("the reply was lost with the connection")
-        return result
-
-    return run
-
-
 async def test_a_claim_run_again_after_its_reply_was_lost_finds_its_own_claim(
     redis_server: RedisServer,
 ) -> None:
@@ -431,21 +414,21 @@ async def test_a_claim_run_again_after_its_reply_was_lost_finds_its_own_claim(
     try:
         for call_id in ("c1", "c2", "c3"):
             await store.park(replace(record(call_id), **live))
-        store._claim = losing_first_reply(store._claim)
+        store._claim = LosingFirstReply(store._claim)
         claimed = await store.claim("c1", 1, "b")
         assert claimed is not None and claimed.claimer == "b"
         assert await store.claim("c1", 1, "b") is None  # another attempt is still refused
 
         beat, inbox = f"{store.prefix}{{replica:a}}:beat", f"{store.prefix}{{replica:a}}:inbox"
         await store.client.set(beat, "1", px=60_000)
-        store._claim_delivering = losing_first_reply(store._claim_delivering)
+        store._claim_delivering = LosingFirstReply(store._claim_delivering)
         delivery = Delivery(beat, inbox, '{"op":"resume"}', 60_000)
         claimed, pushed = await store.claim_delivering("c2", 1, "b", delivery)
         assert claimed is not None and pushed is True
         assert await store.client.lrange(inbox, 0, -1) == [b'{"op":"resume"}']  # once
 
         assert await store.claim("c3", 1, "dead") is not None
-        store._steal = losing_first_reply(store._steal)
+        store._steal = LosingFirstReply(store._steal)
         stolen = await store.steal("c3", 1, "dead", "b")
         assert stolen is not None and stolen.claimer == "b"
     finally:
@@ -465,20 +448,13 @@ async def test_a_give_back_run_again_after_its_reply_was_lost_leaves_a_later_cla
         first = await store.claim("c1", 1, "b")
         assert first is not None
         later: list[SuspendedCall | None] = []
-        unclaim, runs = store._unclaim, 0
 
-        async def lost_then_claimed(*args: Any, **kwargs: Any) -> Any:
-            nonlocal runs
-            runs += 1
-            result = await unclaim(*args, **kwargs)
-            if runs == 1:
-                later.append(await store.claim("c1", 1, "b"))  # the next retry, meanwhile
-                raise RedisConnectionError("the reply was lost with the connection")
-            return result
+        async def next_retry() -> None:
+            later.append(await store.claim("c1", 1, "b"))
 
-        store._unclaim = lost_then_claimed
+        store._unclaim = lost = LosingFirstReply(store._unclaim, meanwhile=next_retry)
         assert not await store.unclaim(first)  # its second run finds another claim
-        assert runs == 2 and later[0] is not None
+        assert lost.runs == 2 and later[0] is not None
         now = await store.get("c1")
         assert now is not None and (now.status, now.claimer) == (RESUMING, "b")
         assert await store.claim("c1", 1, "c") is None  # nobody else resumes it meanwhile
