@@ -165,6 +165,8 @@ class Admission:
         of the retry finds the round parked instead of claimed, resumed by nobody, until
         its deadline. `claim_of` names what to give back of the step's result: nothing
         where its forward went with it (its owner is told the client left)."""
+        if self.store.in_process:
+            return await step  # it runs to its end before anything can cancel the request
         task = spawn(step, name="claim")
         try:
             return await asyncio.shield(task)

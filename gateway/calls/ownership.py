@@ -55,13 +55,18 @@ class Ownership:
         record = await self.store.get(call.id)
         return record is not None and record.owner == self.replica_id
 
+    def doubtful(self, call: LiveCall) -> bool:
+        """Whether `lost` must ask the store: a call resumed or taken over here, whose
+        stamp this replica's lease no longer vouches for."""
+        return call.resumed is not None and not call.stateless and not self.surely(call)
+
     async def lost(self, call: LiveCall) -> bool:
         """Whether another replica may hold `call`, resumed or taken over here, now, so
         this one must let it go without a word: asked of the store only after a break of
         the lease since its stamp. A call in its first run here has no record another
         replica could have claimed (a parked call's own ways out check for themselves). A
         store that cannot say counts as lost: saying nothing cannot harm another's call."""
-        if call.resumed is None or call.stateless or self.surely(call):
+        if not self.doubtful(call):
             return False
         try:
             return not await self.still(call)

@@ -149,7 +149,7 @@ class Suspender:
         machine = call.machine
         until = self.clock.wall_ms() + int(self.limits.suspension_ttl_s * 1000)
         cap = self.limits.max_parked_per_principal
-        if await self.ownership.lost(call):
+        if self.ownership.doubtful(call) and await self.ownership.lost(call):
             # Taken over while this replica, cut off, served the round: the next round is
             # the new owner's to park, and the client's to ask of it.
             await self.endings.abandon(call, "taken over while this replica served it")

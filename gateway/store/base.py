@@ -119,6 +119,10 @@ class Delivery:
 class SuspendedCallStore(Protocol):
     """Backends: `MemoryStore` (one replica), Redis (a fleet)."""
 
+    #: Whether every operation runs to its end without waiting (in this process): a
+    #: request cancelled meanwhile cannot cut one short.
+    in_process: bool
+
     async def park(self, record: SuspendedCall) -> None:
         """Create or replace the record; it lapses `GRACE_MS` after `record.deadline_ms`.
 
@@ -242,6 +246,7 @@ class TimedStore:
     def __init__(self, inner: SuspendedCallStore, metrics: Metrics) -> None:
         self.inner = inner
         self.metrics = metrics
+        self.in_process = inner.in_process
 
     async def park(self, record: SuspendedCall) -> None:
         async with self.metrics.timed_store("park"):

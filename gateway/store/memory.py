@@ -22,6 +22,8 @@ from gateway.store.base import (
 
 
 class MemoryStore:
+    in_process = True  # no operation waits: none is cut short by a cancellation
+
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock = clock or SystemClock()
         self._records: dict[str, SuspendedCall] = {}

@@ -38,6 +38,8 @@ log = structlog.get_logger("gateway.store")
 
 
 class RedisStore:
+    in_process = False
+
     def __init__(
         self,
         client: RedisClient,

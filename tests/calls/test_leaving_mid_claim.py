@@ -24,6 +24,8 @@ class ClaimHeld(MemoryStore):
     """A store whose claims are made at once but answered only when `answer` is set: a
     reply on its way back while the client leaves."""
 
+    in_process = False  # its claims wait, as a remote store's do
+
     def __init__(self, clock: ManualClock) -> None:
         super().__init__(clock)
         self.holding = False
