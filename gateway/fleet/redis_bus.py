@@ -3,9 +3,10 @@
 Each replica writes `<prefix>{replica:<id>}:beat` every `heartbeat_s` with a TTL of
 two heartbeats, so a replica that dies is known to be gone within about two
 heartbeats. Each replica reads its own inbox list `<prefix>{replica:<id>}:inbox`
-(BLPOP); a retry that lands on another replica is pushed there only while the owner
-beats: by the store's script that claims its round (`delivery`; off a Cluster), or
-here in one round trip that checks the heartbeat too (both keys share a cluster slot).
+(BLMOVE into its `:taken` list, cleared of each message once handled); a retry that
+lands on another replica is pushed there only while the owner beats: by the store's
+script that claims its round (`delivery`; off a Cluster), or here in one round trip
+that checks the heartbeat too (both keys share a cluster slot).
 The owner answers on a per-request reply list that the receiving replica reads. Every
 wait is bounded; reply lists expire.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -76,6 +78,7 @@ class RedisBus:
         self._tasks: list[asyncio.Task[None]] = []
         self.healthy = False
         self._deliver = client.register_script(_DELIVER)
+        self._handling: Counter[str] = Counter()  # taken from the inbox, being handled
         self._retract = client.register_script(_RETRACT)
         # The fleet's epoch: a key every replica reads as it beats. Missing or changed, the
         # Redis it names lost its data (a restart without persistence, a failover to an
@@ -166,7 +169,8 @@ class RedisBus:
             pipe.set(self.replica_key(self.replica_id), str(self.clock.wall_ms()), px=ttl_ms)
             pipe.set(self.epoch_key(), secrets.token_hex(8), nx=True)
             pipe.get(self.epoch_key())
-            _, created, epoch = await pipe.execute()
+            pipe.pexpire(self.taken_key(), _REPLY_TTL_MS)  # gone a while after its replica
+            _, created, epoch, _ = await pipe.execute()
         known, self._epoch = self._epoch, epoch
         if known is None or (not created and epoch == known):
             return False
@@ -175,20 +179,65 @@ class RedisBus:
             spawn(self.on_data_loss(), name="fleet-restore")
         return True
 
+    def taken_key(self) -> str:
+        """This replica's messages taken from its inbox and not yet handled to their end."""
+        return f"{self.prefix}{{replica:{self.replica_id}}}:taken"
+
     async def _inbox(self, handler: Handler) -> None:
-        key = self.inbox_key(self.replica_id)
+        """Each message is moved from the inbox to the taken list and removed from there
+        once handled: one whose move's reply was lost with a connection is still found
+        (`_take_up_stranded`), where a pop's would be gone, its retry resumed by nobody."""
+        key, taken = self.inbox_key(self.replica_id), self.taken_key()
         while True:
             try:
-                popped = await self.client.blpop([key], timeout=_POLL_S)
+                moved = await self.client.blmove(key, taken, int(_POLL_S), "LEFT", "RIGHT")
             except Exception as exc:
                 if not from_redis(exc):
                     raise
                 _stop_if_cancelled(exc)
                 log.warning("fleet_inbox_failed", error=str(exc))
                 await clocks.sleep(self.clock, _POLL_S)
+                await self._take_up_stranded(handler)
                 continue
-            if popped is not None:
-                spawn(handler(text(popped[1])), name="fleet-forwarded")
+            if moved is not None:
+                self._handle(handler, text(moved))
+
+    def _handle(self, handler: Handler, payload: str) -> None:
+        self._handling[payload] += 1
+        spawn(self._handled(handler, payload), name="fleet-forwarded")
+
+    async def _handled(self, handler: Handler, payload: str) -> None:
+        taken = self.taken_key()
+        try:
+            await handler(payload)
+        finally:
+            self._handling[payload] -= 1
+            if not self._handling[payload]:
+                del self._handling[payload]
+            try:  # one copy: another still being handled has its own removal to come
+                await self.client.lrem(taken, 1, payload)
+            except Exception as exc:
+                if not from_redis(exc):
+                    raise
+                log.warning("fleet_taken_not_cleared", error=str(exc))
+
+    async def _take_up_stranded(self, handler: Handler) -> None:
+        """After a failure: handle what was moved to the taken list but never handed
+        over (its move's reply was lost), best effort."""
+        try:
+            stranded = await self.client.lrange(self.taken_key(), 0, -1)
+        except Exception as exc:
+            if not from_redis(exc):
+                raise
+            return
+        handling = Counter(self._handling)
+        for raw in stranded:
+            payload = text(raw)
+            if handling[payload]:
+                handling[payload] -= 1  # this copy is being handled
+                continue
+            log.info("fleet_message_taken_up")
+            self._handle(handler, payload)
 
     async def alive(self, replica_id: str) -> bool:
         """Whether `replica_id` is alive: its heartbeat key exists now, or reappears

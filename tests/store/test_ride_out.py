@@ -231,3 +231,58 @@ async def test_a_retraction_run_again_after_its_reply_was_lost_still_took_the_fo
         assert not await bus.retract("a", '{"op":"resume","reply":"r2"}')
     finally:
         await bus.client.aclose()
+
+
+async def test_a_forward_whose_move_out_of_the_inbox_lost_its_reply_is_still_handled(
+    redis_server: RedisServer,
+) -> None:
+    """Redis moved the message out of the owner's inbox, but the reply was lost with the
+    connection: the owner still finds it in its taken list and handles it, once, instead
+    of leaving the retry that sent it waiting for an owner that never saw it."""
+    bus = RedisBus(
+        connect(redis_server.url),
+        prefix="taken:",
+        replica_id="a",
+        heartbeat_s=1.0,
+        clock=SystemClock(),
+    )
+    real, lost = bus.client.blmove, asyncio.Event()
+
+    async def losing_first_reply(*args: Any, **kwargs: Any) -> Any:
+        moved = await real(*args, **kwargs)
+        if moved is not None and not lost.is_set():
+            lost.set()
+            raise RedisConnectionError("the reply was lost with the connection")
+        return moved
+
+    handled: asyncio.Queue[str] = asyncio.Queue()
+
+    async def handler(payload: str) -> None:
+        handled.put_nowait(payload)
+
+    clear, cleared = bus.client.lrem, asyncio.Queue[int]()
+
+    async def counted_clear(*args: Any) -> Any:
+        removed = await clear(*args)
+        cleared.put_nowait(removed)
+        return removed
+
+    bus.client.blmove = losing_first_reply  # type: ignore[method-assign]
+    bus.client.lrem = counted_clear  # type: ignore[method-assign]
+    bus.start(handler)
+    try:
+        await bus.send("a", '{"op":"resume","reply":"r1"}')
+        async with asyncio.timeout(10):
+            assert await handled.get() == '{"op":"resume","reply":"r1"}'
+        assert lost.is_set()
+        await bus.send("a", '{"op":"resume","reply":"r2"}')  # and the inbox goes on
+        async with asyncio.timeout(10):
+            assert await handled.get() == '{"op":"resume","reply":"r2"}'
+        async with asyncio.timeout(10):
+            for _ in range(2):  # each cleared from the taken list once handled
+                await cleared.get()
+        assert await bus.client.llen(bus.taken_key()) == 0
+        assert handled.empty()  # nothing handled twice
+    finally:
+        await bus.close()
+        await bus.client.aclose()
