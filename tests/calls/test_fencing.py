@@ -320,3 +320,27 @@ async def test_a_takeover_of_a_round_its_owner_ended_meanwhile_backs_off(
     assert record is not None and (record.owner, record.round) == ("a", 2)
     again = await b.call(request)  # the client sends the retry again
     assert again["resultType"] == "input_required" and "elicit.city" in again["inputRequests"]
+
+
+async def test_a_resumed_round_whose_record_the_store_lost_parks_its_next_round_as_before(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    """The store lost its data while a round resumed on a ran (a running call's record is
+    not written back), and a's lease broke and came back: a record that is gone names no
+    other owner, so a goes on and parks the next round, written anew."""
+    a, _ = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    (call,) = a.bridge.calls.values()
+    retry = spawn(a.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    await a.store.forget(call.id, call.principal)  # the store came back empty
+    network.cut_off.add("a")
+    network.reconnect("a")  # the lease, lost meanwhile, is back in a new term
+    session.elicit(8, field="city", message="City?")
+    await clock.armed(clock.now + WINDOW)
+    clock.advance(WINDOW)
+    second = await retry
+    assert second["resultType"] == "input_required" and "elicit.city" in second["inputRequests"]
+    record = await a.store.get(call.id)
+    assert record is not None and (record.owner, record.round) == ("a", 2)
+    assert call.phase is Phase.SUSPENDED and server.nothing_sent()
