@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import structlog
@@ -167,17 +168,22 @@ class Admission:
         where its forward went with it (its owner is told the client left)."""
         if self.store.in_process:
             return await step  # it runs to its end before anything can cancel the request
-        task = spawn(step, name="claim")
+        # Its failure is the request's (a store error answered 503), not a background
+        # task's: carried out as a value, raised here.
+        task = spawn(_outcome(step), name="claim")
         try:
-            return await asyncio.shield(task)
+            outcome = await asyncio.shield(task)
         except asyncio.CancelledError:
             task.add_done_callback(lambda done: self._abandoned(done, claim_of))
             raise
+        if isinstance(outcome, _Failed):
+            raise outcome.error
+        return outcome
 
-    def _abandoned(self, done: asyncio.Task[T], claim_of: Callable[[T], Claim]) -> None:
-        if done.cancelled() or done.exception() is not None:
+    def _abandoned(self, done: asyncio.Task[T | _Failed], claim_of: Callable[[T], Claim]) -> None:
+        if done.cancelled() or isinstance(outcome := done.result(), _Failed):
             return  # no claim was made, or none is known (the next retry waits it out)
-        claim = claim_of(done.result())
+        claim = claim_of(outcome)
         if claim is not None:
             spawn(self._give_back(claim), name=f"give-back-{claim.call_id}")
 
@@ -193,6 +199,18 @@ class Admission:
 
 Claim = SuspendedCall | None
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    error: Exception
+
+
+async def _outcome(step: Coroutine[Any, Any, T]) -> T | _Failed:
+    try:
+        return await step
+    except Exception as exc:  # noqa: BLE001 - handed to the request that awaits it
+        return _Failed(exc)
 
 
 def _itself(claim: Claim) -> Claim:

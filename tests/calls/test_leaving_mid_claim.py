@@ -8,9 +8,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.aio import spawn
 from gateway.calls import suspension
+from gateway.errors import StoreError
 from gateway.protocol.call import Phase
 from gateway.store.base import PARKED, RESUMING, SuspendedCall
 from gateway.store.memory import MemoryStore
@@ -124,3 +126,23 @@ async def test_a_client_leaving_while_the_resume_stops_the_expiry_ends_the_call(
     assert released == {"jsonrpc": "2.0", "id": 7, "result": {"action": "cancel"}}
     assert cancelled["method"] == "notifications/cancelled"
     await until(lambda: call.phase is Phase.CANCELLED and call.id not in replica.bridge.calls)
+
+
+class ClaimFailing(MemoryStore):
+    in_process = False
+
+    async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
+        raise StoreError("Redis: unreachable")
+
+
+async def test_a_claim_the_store_fails_is_the_requests_error_and_no_background_failure(
+    clock: ManualClock, server: ScriptedServer
+) -> None:
+    store = ClaimFailing(clock)
+    replica = Replica(clock, server, store=store)
+    first, _ = await ask_username(replica, server, clock)
+    with capture_logs() as logs:
+        with pytest.raises(StoreError):
+            await replica.call(call_tool(rid=2, state=first["requestState"], answers=ALICE))
+        await asyncio.sleep(0)  # a failed task's callback would have logged by now
+    assert [e for e in logs if e["log_level"] == "error"] == []
