@@ -80,6 +80,9 @@ class Routing:
         self.limits = limits
         self.metrics = metrics
         self._served: dict[str, asyncio.Task[Any]] = {}
+        # The reply keys of forwards served to their end, and when: a message taken up
+        # again (`RedisBus`: its removal from the taken list failed) is not served twice.
+        self._finished: dict[str, float] = {}
         self.outcomes = Outcomes(store=store, metrics=metrics)
         self.takeover = Takeover(
             runner=runner, store=store, clock=clock, metrics=metrics, replica_id=bus.replica_id
@@ -291,7 +294,7 @@ class Routing:
         if not isinstance(message, messages.Resume):
             log.warning("fleet_unexpected_message", kind=type(message).__name__)
             return
-        if message.reply in self._served:
+        if message.reply in self._served or message.reply in self._finished:
             return  # the same message again (a push retried after a dropped connection)
         current = asyncio.current_task()
         assert current is not None
@@ -309,6 +312,15 @@ class Routing:
             log.info("forwarded_retry_cancelled")
         finally:
             self._served.pop(reply, None)
+            self._remember(reply)
+
+    def _remember(self, reply: str) -> None:
+        """Keep `reply` as served for as long as its reply list lives."""
+        now = self.clock.monotonic()
+        finished, horizon = self._finished, now - self.bus.reply_ttl_ms / 1000
+        while finished and next(iter(finished.values())) < horizon:
+            del finished[next(iter(finished))]
+        finished[reply] = now
 
     async def _serve_resume(self, message: messages.Resume) -> tuple[dict[str, Any], bool]:
         """The forwarded round's outcome, and whether its reply has been pushed already."""

@@ -28,6 +28,7 @@ import structlog
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.clock import Clock
+from gateway.errors import StoreError
 from gateway.store.base import Delivery
 from gateway.store.redis_client import RedisClient, from_redis, ride_out, text
 
@@ -57,6 +58,8 @@ end
 return redis.call('EXISTS', KEYS[2])
 """
 _RETRACTED_TTL_MS = 60_000
+#: How often, in heartbeats, the inbox loop looks for messages taken and never handled.
+TAKE_UP_BEATS = 2.0
 
 
 class RedisBus:
@@ -188,7 +191,13 @@ class RedisBus:
         once handled: one whose move's reply was lost with a connection is still found
         (`_take_up_stranded`), where a pop's would be gone, its retry resumed by nobody."""
         key, taken = self.inbox_key(self.replica_id), self.taken_key()
+        look_again = self.clock.monotonic() + TAKE_UP_BEATS * self.heartbeat_s
         while True:
+            if self.clock.monotonic() >= look_again:
+                # The client may have sent a move again itself after its reply was lost
+                # (redis-py's own retry), with no error to tell: looked for now and then.
+                look_again = self.clock.monotonic() + TAKE_UP_BEATS * self.heartbeat_s
+                await self._take_up_stranded(handler)
             try:
                 moved = await self.client.blmove(key, taken, int(_POLL_S), "LEFT", "RIGHT")
             except Exception as exc:
@@ -211,15 +220,14 @@ class RedisBus:
         try:
             await handler(payload)
         finally:
-            self._handling[payload] -= 1
-            if not self._handling[payload]:
-                del self._handling[payload]
             try:  # one copy: another still being handled has its own removal to come
-                await self.client.lrem(taken, 1, payload)
-            except Exception as exc:
-                if not from_redis(exc):
-                    raise
+                await ride_out(self.clock, lambda: self.client.lrem(taken, 1, payload))
+            except StoreError as exc:  # taken up again later: the handler knows it did it
                 log.warning("fleet_taken_not_cleared", error=str(exc))
+            finally:  # handling until cleared, so that no take-up runs it meanwhile
+                self._handling[payload] -= 1
+                if not self._handling[payload]:
+                    del self._handling[payload]
 
     async def _take_up_stranded(self, handler: Handler) -> None:
         """After a failure: handle what was moved to the taken list but never handed

@@ -658,3 +658,23 @@ async def test_a_takeover_of_a_call_that_ended_meanwhile_is_lost_and_holds_nothi
     (adopted,) = [s for s in server.sessions if s.id == session.id and s is not session]
     assert b.pool.discarded == [adopted]
     assert not b.bridge.calls
+
+
+async def test_a_forward_handled_to_its_end_is_not_served_again_when_it_comes_again(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    """A message the owner's inbox hands over a second time (its removal from the taken
+    list failed, and it was taken up again) is the same forward: not served twice."""
+    a, b = two_replicas(clock, server, network)
+    first, session = await ask_username(a, server, clock)
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    session.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
+    assert (await retry)["content"][0]["text"] == "Hello, alice!"
+    ((owner, resume),) = network.delivered
+    assert owner == "a" and isinstance(resume, messages.Resume)
+    served = a.bridge.routing
+    assert served is not None
+    await served.serve(messages.encode(resume))  # the same message, handed over again
+    assert network.replies[resume.reply].empty()  # nothing served: no answer, no failure
+    assert server.nothing_sent() and server.calls.empty()

@@ -286,3 +286,42 @@ async def test_a_forward_whose_move_out_of_the_inbox_lost_its_reply_is_still_han
     finally:
         await bus.close()
         await bus.client.aclose()
+
+
+async def test_a_move_the_client_sent_again_itself_leaves_nothing_stranded(
+    redis_server: RedisServer,
+) -> None:
+    """redis-py sends a command again by itself after a dropped connection: the first
+    move's message sits in the taken list and no error says so. The inbox loop looks
+    there now and then, and handles it."""
+    bus = RedisBus(
+        connect(redis_server.url),
+        prefix="resent:",
+        replica_id="a",
+        heartbeat_s=0.1,
+        clock=SystemClock(),
+    )
+    real, resent = bus.client.blmove, asyncio.Event()
+
+    async def sent_again_after_its_reply_was_lost(*args: Any, **kwargs: Any) -> Any:
+        moved = await real(*args, **kwargs)
+        if moved is not None and not resent.is_set():
+            resent.set()
+            return await real(*args, **kwargs)  # the first move's reply never arrived
+        return moved
+
+    handled: asyncio.Queue[str] = asyncio.Queue()
+
+    async def handler(payload: str) -> None:
+        handled.put_nowait(payload)
+
+    bus.client.blmove = sent_again_after_its_reply_was_lost  # type: ignore[method-assign]
+    bus.start(handler)
+    try:
+        await bus.send("a", '{"op":"resume","reply":"r1"}')
+        async with asyncio.timeout(10):
+            assert await handled.get() == '{"op":"resume","reply":"r1"}'
+        assert resent.is_set()
+    finally:
+        await bus.close()
+        await bus.client.aclose()
