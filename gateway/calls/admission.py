@@ -181,7 +181,9 @@ class Admission:
         return outcome
 
     def _abandoned(self, done: asyncio.Task[T | _Failed], claim_of: Callable[[T], Claim]) -> None:
-        if done.cancelled() or isinstance(outcome := done.result(), _Failed):
+        if done.cancelled() or done.exception() is not None:
+            return  # the process is going down: nothing more to do here
+        if isinstance(outcome := done.result(), _Failed):
             return  # no claim was made, or none is known (the next retry waits it out)
         claim = claim_of(outcome)
         if claim is not None:

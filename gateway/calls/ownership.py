@@ -55,17 +55,6 @@ class Ownership:
         record = await self.store.get(call.id)
         return record is not None and record.owner == self.replica_id
 
-    async def named_elsewhere(self, call: LiveCall) -> bool:
-        """Whether the store's record of `call` names another owner. A record that is gone
-        names nobody: a call running a resumed round has none after the store lost its
-        data (only parked calls are written back), nor once it is past its deadline's
-        grace; one finished by a new owner has no upstream call left to disturb.
-
-        Raises: StoreError.
-        """
-        record = await self.store.get(call.id)
-        return record is not None and record.owner != self.replica_id
-
     def doubtful(self, call: LiveCall) -> bool:
         """Whether `lost` must ask the store: a call resumed or taken over here, whose
         stamp this replica's lease no longer vouches for."""
@@ -74,14 +63,17 @@ class Ownership:
     async def lost(self, call: LiveCall) -> bool:
         """Whether another replica may hold `call`, resumed or taken over here, now, so
         this one must let it go without a word: asked of the store only after a break of
-        the lease since its stamp, and so only when its record names another owner. A
-        call in its first run here has no record another replica could have claimed (a
-        parked call's own ways out check for themselves). A store that cannot say counts
-        as lost: saying nothing cannot harm another's call."""
+        the lease since its stamp. A call in its first run here has no record another
+        replica could have claimed (a parked call's own ways out check for themselves).
+        A record that names another owner, a record that is gone and a store that cannot
+        say all count as lost: a record can be gone while a new owner still runs the call
+        (the store lost its data, which writes back parked calls only, or the record's
+        grace ran out mid-round), and saying nothing cannot harm another's call, where a
+        cancellation would end it."""
         if not self.doubtful(call):
             return False
         try:
-            return await self.named_elsewhere(call)
+            return not await self.still(call)
         except StoreError as exc:
             log.warning("ownership_check_failed", call_id=call.id, error=str(exc))
             return True

@@ -265,6 +265,19 @@ async def test_an_owner_cut_off_while_serving_a_round_says_nothing_on_the_taken_
     assert record is not None and (record.owner, record.round) == ("b", 2)
 
 
+async def test_an_owner_cut_off_while_serving_says_nothing_once_the_new_owners_record_is_gone(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    """b holds the call now, but its record is gone (the store lost its data): a record
+    that is gone is no proof the call is a's again, so a still says nothing upstream."""
+    a, b, call, session = await taken_while_serving(clock, server, network)
+    await b.store.forget(call.id, call.principal)
+    clock.advance(a.config.limits.hold_timeout_s)
+    await call.ended.wait()
+    assert call.phase is Phase.CANCELLED and server.nothing_sent()
+    assert a.pool.discarded == [session] and a.pool.released == []
+
+
 async def test_an_owner_cut_off_while_serving_a_round_parks_nothing_over_the_new_owner(
     clock: ManualClock, server: ScriptedServer, network: Network
 ) -> None:
@@ -322,12 +335,13 @@ async def test_a_takeover_of_a_round_its_owner_ended_meanwhile_backs_off(
     assert again["resultType"] == "input_required" and "elicit.city" in again["inputRequests"]
 
 
-async def test_a_resumed_round_whose_record_the_store_lost_parks_its_next_round_as_before(
+async def test_a_resumed_round_whose_record_is_gone_after_a_lease_break_is_let_go_quietly(
     clock: ManualClock, server: ScriptedServer, network: Network
 ) -> None:
-    """The store lost its data while a round resumed on a ran (a running call's record is
-    not written back), and a's lease broke and came back: a record that is gone names no
-    other owner, so a goes on and parks the next round, written anew."""
+    """The record of a round resumed on a is gone (the store lost its data), and a's lease
+    broke and came back meanwhile. A record can be gone while another replica, which took
+    the call over, still runs it: a must not park over it nor cancel it upstream, so it
+    lets the call go, and its client is told to retry (503)."""
     a, _ = two_replicas(clock, server, network)
     first, session = await ask_username(a, server, clock)
     (call,) = a.bridge.calls.values()
@@ -339,8 +353,8 @@ async def test_a_resumed_round_whose_record_the_store_lost_parks_its_next_round_
     session.elicit(8, field="city", message="City?")
     await clock.armed(clock.now + WINDOW)
     clock.advance(WINDOW)
-    second = await retry
-    assert second["resultType"] == "input_required" and "elicit.city" in second["inputRequests"]
-    record = await a.store.get(call.id)
-    assert record is not None and (record.owner, record.round) == ("a", 2)
-    assert call.phase is Phase.SUSPENDED and server.nothing_sent()
+    with pytest.raises(LeaseLost):
+        await retry
+    assert call.phase is Phase.CANCELLED and not a.bridge.calls
+    assert server.nothing_sent()  # no answer released, no cancellation upstream
+    assert await a.store.get(call.id) is None  # nothing written over whoever holds it
