@@ -5,6 +5,7 @@ code, which surfaces as it is."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -208,19 +209,32 @@ async def test_a_beat_that_comes_back_after_the_lease_ran_out_starts_a_new_term(
         await bus.client.aclose()
 
 
+def reader(
+    redis_server: RedisServer, prefix: str, *, replica_id: str = "a", heartbeat_s: float = 1.0
+) -> tuple[RedisBus, asyncio.Queue[str], Callable[[str], Awaitable[None]]]:
+    """A replica's bus on a real Redis, and a handler that queues what its inbox hands over."""
+    bus = RedisBus(
+        connect(redis_server.url),
+        prefix=prefix,
+        replica_id=replica_id,
+        heartbeat_s=heartbeat_s,
+        clock=SystemClock(),
+    )
+    handled: asyncio.Queue[str] = asyncio.Queue()
+
+    async def handler(payload: str) -> None:
+        handled.put_nowait(payload)
+
+    return bus, handled, handler
+
+
 async def test_a_retraction_run_again_after_its_reply_was_lost_still_took_the_forward_back(
     redis_server: RedisServer,
 ) -> None:
     """The forward is taken out of the owner's inbox but the reply is lost with the
     connection: run again, the retraction must still say "taken back" (the round is then
     given back for the client's next retry), not "the owner read it"."""
-    bus = RedisBus(
-        connect(redis_server.url),
-        prefix="retract:",
-        replica_id="b",
-        heartbeat_s=1.0,
-        clock=SystemClock(),
-    )
+    bus, _, _ = reader(redis_server, "retract:", replica_id="b")
     try:
         await bus.send("a", '{"op":"resume","reply":"r1"}')
         bus._retract = lost = LosingFirstReply(bus._retract)
@@ -239,13 +253,7 @@ async def test_a_forward_whose_move_out_of_the_inbox_lost_its_reply_is_still_han
     """Redis moved the message out of the owner's inbox, but the reply was lost with the
     connection: the owner still finds it in its taken list and handles it, once, instead
     of leaving the retry that sent it waiting for an owner that never saw it."""
-    bus = RedisBus(
-        connect(redis_server.url),
-        prefix="taken:",
-        replica_id="a",
-        heartbeat_s=1.0,
-        clock=SystemClock(),
-    )
+    bus, handled, handler = reader(redis_server, "taken:")
     real, lost = bus.client.blmove, asyncio.Event()
 
     async def losing_first_reply(*args: Any, **kwargs: Any) -> Any:
@@ -254,11 +262,6 @@ async def test_a_forward_whose_move_out_of_the_inbox_lost_its_reply_is_still_han
             lost.set()
             raise RedisConnectionError("the reply was lost with the connection")
         return moved
-
-    handled: asyncio.Queue[str] = asyncio.Queue()
-
-    async def handler(payload: str) -> None:
-        handled.put_nowait(payload)
 
     clear, cleared = bus.client.lrem, asyncio.Queue[int]()
 
@@ -294,13 +297,7 @@ async def test_a_move_the_client_sent_again_itself_leaves_nothing_stranded(
     """redis-py sends a command again by itself after a dropped connection: the first
     move's message sits in the taken list and no error says so. The inbox loop looks
     there now and then, and handles it."""
-    bus = RedisBus(
-        connect(redis_server.url),
-        prefix="resent:",
-        replica_id="a",
-        heartbeat_s=0.1,
-        clock=SystemClock(),
-    )
+    bus, handled, handler = reader(redis_server, "resent:", heartbeat_s=0.1)
     real, resent = bus.client.blmove, asyncio.Event()
 
     async def sent_again_after_its_reply_was_lost(*args: Any, **kwargs: Any) -> Any:
@@ -309,11 +306,6 @@ async def test_a_move_the_client_sent_again_itself_leaves_nothing_stranded(
             resent.set()
             return await real(*args, **kwargs)  # the first move's reply never arrived
         return moved
-
-    handled: asyncio.Queue[str] = asyncio.Queue()
-
-    async def handler(payload: str) -> None:
-        handled.put_nowait(payload)
 
     bus.client.blmove = sent_again_after_its_reply_was_lost  # type: ignore[method-assign]
     bus.start(handler)
