@@ -54,7 +54,7 @@ class Endings:
         `result` is the client's answer: on a fleet it is kept as the resumed round's
         outcome with the deletion of the call's record (`gateway.calls.outcomes`).
         """
-        if self._doubtful(call) and await self._lost(call):
+        if self.doubtful(call) and await self.taken_over(call):
             return  # its record is the new owner's; the upstream call is over anyway
         self.registry.fire(call, Trigger.COMPLETE)
         if _in_store(call):
@@ -80,7 +80,7 @@ class Endings:
 
         Does nothing for a call that has ended already.
         """
-        if call.phase in FINAL_PHASES or (self._doubtful(call) and await self._lost(call)):
+        if call.phase in FINAL_PHASES or (self.doubtful(call) and await self.taken_over(call)):
             return  # ended already, or another replica's now
         self.registry.fire(call, trigger)
         ending = spawn(
@@ -105,12 +105,15 @@ class Endings:
         self.metrics.call_endings.labels("handed_over").inc()
         log.info("call_handed_over", reason=reason, rounds=call.machine.round)
 
-    def _doubtful(self, call: LiveCall) -> bool:
+    def doubtful(self, call: LiveCall) -> bool:
+        """Whether `taken_over` must ask the store (`Ownership.doubtful`); a test, so the
+        path of a call owned throughout awaits nothing."""
         return self.ownership is not None and self.ownership.doubtful(call)
 
-    async def _lost(self, call: LiveCall) -> bool:
-        """Whether `call`, `_doubtful`, is not this replica's to end: taken over while this
-        replica was cut off (let go of, then), or ended while the store was asked."""
+    async def taken_over(self, call: LiveCall) -> bool:
+        """Whether `call`, `doubtful`, is not this replica's to end or park: taken over
+        while this replica was cut off (let go of, then), or ended while the store was
+        asked."""
         assert self.ownership is not None
         if not await self.ownership.lost(call):
             return call.phase in FINAL_PHASES

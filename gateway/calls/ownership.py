@@ -57,21 +57,18 @@ class Ownership:
 
     def doubtful(self, call: LiveCall) -> bool:
         """Whether `lost` must ask the store: a call resumed or taken over here, whose
-        stamp this replica's lease no longer vouches for."""
+        stamp this replica's lease no longer vouches for. A call in its first run here has
+        no record another replica could have claimed (a parked call's own ways out check
+        for themselves)."""
         return call.resumed is not None and not call.stateless and not self.surely(call)
 
     async def lost(self, call: LiveCall) -> bool:
-        """Whether another replica may hold `call`, resumed or taken over here, now, so
-        this one must let it go without a word: asked of the store only after a break of
-        the lease since its stamp. A call in its first run here has no record another
-        replica could have claimed (a parked call's own ways out check for themselves).
-        A record that names another owner, a record that is gone and a store that cannot
-        say all count as lost: a record can be gone while a new owner still runs the call
-        (the store lost its data, which writes back parked calls only, or the record's
-        grace ran out mid-round), and saying nothing cannot harm another's call, where a
-        cancellation would end it."""
-        if not self.doubtful(call):
-            return False
+        """Whether another replica may hold `call`, `doubtful`, now, so this one must let
+        it go without a word, as the store says. A record that names another owner, a
+        record that is gone and a store that cannot say all count as lost: a record can
+        be gone while a new owner still runs the call (the store lost its data, which
+        writes back parked calls only, or the record's grace ran out mid-round), and
+        saying nothing cannot harm another's call, where a cancellation would end it."""
         try:
             return not await self.still(call)
         except StoreError as exc:

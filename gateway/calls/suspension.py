@@ -149,10 +149,9 @@ class Suspender:
         machine = call.machine
         until = self.clock.wall_ms() + int(self.limits.suspension_ttl_s * 1000)
         cap = self.limits.max_parked_per_principal
-        if self.ownership.doubtful(call) and await self.ownership.lost(call):
+        if self.endings.doubtful(call) and await self.endings.taken_over(call):
             # Taken over while this replica, cut off, served the round: the next round is
             # the new owner's to park, and the client's to ask of it.
-            await self.endings.abandon(call, "taken over while this replica served it")
             raise LeaseLost()
         self.registry.fire(call, Trigger.SUSPEND)
         token, issued, deadline = self._mint(call, round_=machine.round, mode=PARK)

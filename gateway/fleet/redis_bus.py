@@ -81,8 +81,8 @@ class RedisBus:
         self._tasks: list[asyncio.Task[None]] = []
         self.healthy = False
         self._deliver = client.register_script(_DELIVER)
-        self._handling: Counter[str] = Counter()  # taken from the inbox, being handled
         self._retract = client.register_script(_RETRACT)
+        self._handling: Counter[str] = Counter()  # taken from the inbox, being handled
         # The fleet's epoch: a key every replica reads as it beats. Missing or changed, the
         # Redis it names lost its data (a restart without persistence, a failover to an
         # empty replica): the owners write back the records of the calls they hold.
@@ -230,8 +230,8 @@ class RedisBus:
                     del self._handling[payload]
 
     async def _take_up_stranded(self, handler: Handler) -> None:
-        """After a failure: handle what was moved to the taken list but never handed
-        over (its move's reply was lost), best effort."""
+        """Handle what was moved to the taken list but never handed over (its move's
+        reply was lost), best effort: after a failure, and every `TAKE_UP_BEATS`."""
         try:
             stranded = await self.client.lrange(self.taken_key(), 0, -1)
         except Exception as exc:

@@ -113,11 +113,18 @@ class MemoryStore:
         outcome, until = self._outcomes.get((call_id, round_), (b"", 0))
         return outcome if until > self.clock.wall_ms() else None
 
-    async def unclaim(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
+    def _while_claimed(self, claim: SuspendedCall) -> SuspendedCall | None:
+        """The record, while that very claim (round, claimer, attempt) holds its round."""
         record = self._live(claim.call_id)
         if record is None or record.status != RESUMING or record.round != claim.round:
-            return False
+            return None
         if (record.claimer, record.attempt) != (claim.claimer, claim.attempt):
+            return None
+        return record
+
+    async def unclaim(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
+        record = self._while_claimed(claim)
+        if record is None:
             return False
         owner = claim.owner if untake else record.owner
         parked = replace(record, status=PARKED, claimer="", attempt="", owner=owner)
@@ -125,10 +132,8 @@ class MemoryStore:
         return True
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
-        current = self._live(record.call_id)
-        if current is None or current.status != RESUMING or current.round != record.round:
-            return False
-        if (current.claimer, current.attempt) != (record.claimer, record.attempt):
+        current = self._while_claimed(record)
+        if current is None:
             return False
         self._records[record.call_id] = replace(current, owner=owner)
         return True

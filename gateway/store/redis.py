@@ -257,7 +257,7 @@ class RedisStore:
         return None if raw is None else raw.encode() if isinstance(raw, str) else bytes(raw)
 
     async def unclaim(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
-        args: list[str | int] = [claim.round, RESUMING, claim.claimer, claim.attempt, PARKED]
+        args = _claim_args(claim) + [PARKED]
         if untake:  # the json as parked, naming its owner before the takeover
             args.append(replace(claim, status=PARKED, claimer="").to_json())
         keys = [self.key(claim.call_id)]
@@ -267,7 +267,7 @@ class RedisStore:
         # The json keeps the status it was parked with; the hash field says claimed.
         taken = replace(record, owner=owner, status=PARKED).to_json()
         keys = [self.key(record.call_id)]
-        args: list[str | int] = [taken, record.round, RESUMING, record.claimer, record.attempt]
+        args = _claim_args(record) + [taken]
         return bool(await self._run(lambda: self._take(keys=keys, args=args)))
 
     async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
@@ -300,3 +300,8 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+def _claim_args(claim: SuspendedCall) -> list[str | int]:
+    """The arguments by which a script knows a claim (`_WHILE_CLAIMED`)."""
+    return [claim.round, RESUMING, claim.claimer, claim.attempt]

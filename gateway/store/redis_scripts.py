@@ -89,28 +89,30 @@ redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
     + "return 1\n"
 )
 
-# KEYS[1] record; ARGV round, resuming, claimer, attempt, parked, and optionally the json
-# to write back. A round resuming for that claim (claimer and attempt) is parked again;
-# anything else returns 0, a later claim of the same claimer included (a give-back run
-# again after its reply was lost with a connection, once the next retry claimed).
-UNCLAIM = """
+# KEYS[1] record; ARGV[1..4] a claim's round, resuming, claimer and attempt. What follows
+# runs only while that very claim holds the round: not once the record is gone, its round
+# ended (parked the next, or finished), or a later claim of the same claimer took it (a
+# write run again after its reply was lost with a connection, once the next retry claimed).
+_WHILE_CLAIMED = """
 local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'claimer', 'attempt')
-if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) or v[3] ~= ARGV[3] then
-  return 0
-end
-if v[4] ~= ARGV[4] then return 0 end
-redis.call('HSET', KEYS[1], 'status', ARGV[5], 'claimer', '', 'attempt', '', 'pushed', 0)
+if v[1] ~= ARGV[2] or tonumber(v[2]) ~= tonumber(ARGV[1]) then return 0 end
+if v[3] ~= ARGV[3] or v[4] ~= ARGV[4] then return 0 end
+"""
+
+# _WHILE_CLAIMED, then ARGV[5] parked and optionally ARGV[6] the json to write back: the
+# round is parked again.
+UNCLAIM = (
+    _WHILE_CLAIMED
+    + """redis.call('HSET', KEYS[1], 'status', ARGV[5], 'claimer', '', 'attempt', '', 'pushed', 0)
 if ARGV[6] then redis.call('HSET', KEYS[1], 'json', ARGV[6]) end
 return 1
 """
+)
 
-# KEYS[1] the record; ARGV its json naming the new owner, then the claim's round, resuming,
-# claimer and attempt. Written only while that claim still holds the round: nothing if the
-# record is gone, or its owner ended the round meanwhile (parked the next, or finished).
-TAKE = """
-local v = redis.call('HMGET', KEYS[1], 'status', 'round', 'claimer', 'attempt')
-if v[1] ~= ARGV[3] or tonumber(v[2]) ~= tonumber(ARGV[2]) then return 0 end
-if v[3] ~= ARGV[4] or v[4] ~= ARGV[5] then return 0 end
-redis.call('HSET', KEYS[1], 'json', ARGV[1])
+# _WHILE_CLAIMED, then ARGV[5] the record's json naming the new owner.
+TAKE = (
+    _WHILE_CLAIMED
+    + """redis.call('HSET', KEYS[1], 'json', ARGV[5])
 return 1
 """
+)
