@@ -23,6 +23,7 @@ from gateway.clock import SystemClock
 from gateway.config import STDIO, GatewayConfig, UpstreamConfig
 from gateway.fleet.ledger import SessionLedger
 from gateway.fleet.redis_bus import RedisBus
+from gateway.listens import Listens
 from gateway.observability import Metrics
 from gateway.protocol.state import AesGcmKeyRing, StateCodec
 from gateway.store.base import SuspendedCallStore, TimedStore
@@ -130,6 +131,7 @@ def build_app(config: GatewayConfig) -> web.Application:
                 upstream, outcome
             ).inc(),
         )
+    listens = Listens(config.limits.max_listens)
     bridge = Bridge(
         config,
         store=store,
@@ -140,6 +142,7 @@ def build_app(config: GatewayConfig) -> web.Application:
         bus=bus,
         owner=owner,
         withdraw=ledger.withdraw if ledger is not None else None,
+        listens=listens,
     )
     app[BRIDGE] = bridge
     fetcher = AiohttpFetcher()  # issuers' metadata and keys, upstream token endpoints
@@ -219,7 +222,7 @@ def build_app(config: GatewayConfig) -> web.Application:
     app.cleanup_ctx.append(resources)
     app[ROUTES] = {}
     for upstream in config.upstreams:
-        endpoint = McpEndpoint(config, upstream, bridge, pools, doors[upstream.name])
+        endpoint = McpEndpoint(config, upstream, bridge, pools, doors[upstream.name], listens)
         app.router.add_route("*", upstream.path, endpoint.handle)
         app[ROUTES][upstream.path] = endpoint.handle
     add_metadata_routes(app, config)

@@ -27,7 +27,8 @@ translated at the boundary (`raise UpstreamError(...) from exc`).
     │   │   ├── CapacityExceeded       503 + Retry-After, busy now: retry later
     │   │   │   ├── Draining           503, this replica is shutting down
     │   │   │   ├── GatewayFull        503, max_parked_calls
-    │   │   │   └── SessionsBusy       503, every upstream session busy
+    │   │   │   ├── SessionsBusy       503, every upstream session busy
+    │   │   │   └── ListensFull        503, max_listens
     │   │   ├── PrincipalBusy          429, max_parked_per_principal
     │   │   ├── TooManyRounds          502, max_rounds
     │   │   └── StateTooLarge          502, max_state_bytes
@@ -294,6 +295,11 @@ class GatewayFull(CapacityExceeded):
 class SessionsBusy(CapacityExceeded):
     reason = "upstream_sessions"
     default_message = "Every upstream session is busy; retry later"
+
+
+class ListensFull(CapacityExceeded):
+    reason = "max_listens"
+    default_message = "Too many subscriptions/listen streams are open on this replica; retry later"
 
 
 class PrincipalBusy(LimitExceeded):

@@ -27,6 +27,7 @@ from gateway.calls.suspension import Suspender, Withdraw
 from gateway.clock import Clock, SystemClock
 from gateway.config import REPLAY, GatewayConfig, UpstreamConfig
 from gateway.errors import CallLost, Draining, InvalidRequestState, LeaseLost, RoundInProgress
+from gateway.listens import Listens
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.call import CallMachine, Trigger
@@ -50,8 +51,10 @@ class Bridge:
         bus: Bus | None = None,
         owner: str | None = None,
         withdraw: Withdraw | None = None,
+        listens: Listens | None = None,
     ) -> None:
         self.config = config
+        self.listens = listens
         self.limits = config.limits
         self.store = store
         self.pools = pools
@@ -100,6 +103,7 @@ class Bridge:
             clock=self.clock,
             limits=self.limits,
             metrics=self.metrics,
+            on_change=listens.publish if listens is not None else None,
         )
         self.routing = (
             Routing(
@@ -205,6 +209,8 @@ class Bridge:
         """No new calls; retries of the calls held here are served until they end or time is up."""
         self.draining = True
         log.info("drain_started", calls=len(self.calls), timeout_s=timeout_s)
+        if self.listens is not None:
+            self.listens.end_all()  # their clients listen again elsewhere
         try:
             async with clocks.timeout(self.clock, timeout_s):
                 await self.calls.idle.wait()
@@ -215,6 +221,8 @@ class Bridge:
         await self.close()
 
     async def close(self) -> None:
-        """Shut down: every live call is cancelled upstream."""
+        """Shut down: every live call is cancelled upstream, every listen ended."""
+        if self.listens is not None:
+            self.listens.end_all()
         for call in list(self.calls.values()):
             await self.endings.end(call, Trigger.CANCEL, "gateway shutting down")

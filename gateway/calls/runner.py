@@ -41,6 +41,7 @@ from gateway.protocol.call import (
     Answer,
     Asked,
     CallMachine,
+    Changed,
     Finished,
     Phase,
     Refused,
@@ -68,8 +69,12 @@ class Runner:
         clock: Clock,
         limits: LimitsConfig,
         metrics: Metrics,
+        on_change: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.registry = registry
+        # Told of a list change a call's session carried, with the call's upstream's name
+        # (`gateway.listens.Listens.publish`).
+        self.on_change = on_change
         self.pools = pools
         self.suspender = suspender
         self.endings = endings
@@ -307,6 +312,8 @@ class Runner:
                     raise MissingClientCapability(action.required)
                 elif isinstance(action, Finished):
                     return await self._finish(call, action)
+                elif isinstance(action, Changed) and self.on_change is not None:
+                    self.on_change(call.upstream.name, action.notification)
 
     async def _finish(self, call: LiveCall, finished: Finished) -> dict[str, Any]:
         machine = call.machine

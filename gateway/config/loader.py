@@ -224,7 +224,8 @@ def parse_config(
     per_principal.done()
     rate_sec.done()
     values["limits"] = limits = LimitsConfig(
-        **lim.scalars(LimitsConfig, zero_ok={"coalesce_ms"}), rate_per_principal=rate
+        **lim.scalars(LimitsConfig, zero_ok={"coalesce_ms", "max_listens"}),
+        rate_per_principal=rate,
     )
     if limits.coalesce_ms > 5000:
         raise ConfigError("limits.coalesce_ms: must be 0..5000 milliseconds")

@@ -46,6 +46,9 @@ class LimitsConfig:
     hold_timeout_s: float = 300.0
     coalesce_ms: int = 10
     keepalive_s: float = 15.0
+    # Open `subscriptions/listen` streams on this replica, over every upstream: each holds
+    # an upstream session of its own for as long as it is open.
+    max_listens: int = 16
     max_state_bytes: int = 16 * 1024
     rate_per_principal: RateConfig = RateConfig()  # YAML: limits.rate.per_principal
 

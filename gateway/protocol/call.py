@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.errors import InvalidParams
-from gateway.protocol import inputs, keys, translate
+from gateway.protocol import inputs, keys, listen, translate
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.inbound import LOG_LEVELS
 from gateway.protocol.jsonrpc import RequestId
@@ -159,7 +159,16 @@ class Finished:
     error: dict[str, Any] | None = None
 
 
-Action = Relay | Answer | Asked | Refused | Finished
+@quick_init
+@dataclass(frozen=True, slots=True)
+class Changed:
+    """The server says a list of its changed (`notifications/tools/list_changed`, ...):
+    news for the listens of its upstream, not for this call's client."""
+
+    notification: dict[str, Any]
+
+
+Action = Relay | Answer | Asked | Refused | Finished | Changed
 
 
 @dataclass(slots=True)
@@ -251,6 +260,8 @@ class CallMachine:
             if LOG_LEVELS.index(level) < LOG_LEVELS.index(wanted):
                 return []
             return [Relay({"jsonrpc": "2.0", "method": method, "params": params})]
+        if method in listen.LIST_CHANGED:
+            return [Changed({"jsonrpc": "2.0", "method": method})]
         if method == "notifications/cancelled":
             # The server withdrew one of its own questions.
             withdrawn = params.get("requestId")

@@ -64,10 +64,9 @@ FRONT_METHODS = frozenset(
         "resources/templates/list",
         "resources/read",
         "completion/complete",
+        "subscriptions/listen",  # -32601 after all while limits.max_listens is 0
     }
 )
-# `subscriptions/listen` is absent on purpose: legacy change notifications are not
-# bridged and discover advertises no listChanged/subscribe, so -32601 is the truthful answer.
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 

@@ -20,6 +20,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamRpcError,
 )
+from gateway.protocol import listen
 from gateway.protocol.inbound import SERVER_INFO_KEY, TRACE_KEYS, FrontRequest
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version, front_supported
 
@@ -196,20 +197,27 @@ def input_request(method: str, params: dict[str, Any]) -> dict[str, Any]:
     return {"method": method, "params": clean}
 
 
-def discover_result(info: UpstreamInfo, cache: CachePolicy) -> dict[str, Any]:
-    """`server/discover` for a legacy server, from its `initialize` result."""
+def discover_result(
+    info: UpstreamInfo, cache: CachePolicy, *, listens: bool = False
+) -> dict[str, Any]:
+    """`server/discover` for a legacy server, from its `initialize` result; `listens`:
+    whether `subscriptions/listen` is served (`limits.max_listens` above 0)."""
     capabilities = {
         k: v
         for k, v in info.capabilities.items()
         if k in ("logging", "completions", "prompts", "resources", "tools", "experimental")
     }
-    # Change notifications and resource subscriptions of a legacy server are not bridged
-    # to `subscriptions/listen`; advertise only what is delivered.
+    # Change notifications and resource subscriptions reach a client only through
+    # `subscriptions/listen`: advertised as the server declares them while it is served,
+    # never otherwise.
     for name in ("prompts", "resources", "tools"):
         if isinstance(capabilities.get(name), dict):
             capabilities[name] = {
                 k: v for k, v in capabilities[name].items() if k not in ("listChanged", "subscribe")
             }
+    if listens:
+        for name, features in listen.advertises(info.capabilities).items():
+            capabilities[name] = {**capabilities[name], **features}
     result: dict[str, Any] = {
         "supportedVersions": front_supported(),
         "capabilities": capabilities,

@@ -2,7 +2,8 @@
 
 One `McpEndpoint` serves one upstream on its own path. Interruptible methods go
 to the bridge after their `Mcp-Param-*` headers are checked; `server/discover` is
-answered from the upstream's `initialize`; every other method passes straight through.
+answered from the upstream's `initialize`; `subscriptions/listen` is served on a session
+of its own (`gateway.listens`); every other method passes straight through.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from aiohttp import web
 from gateway import logging as log_context
 from gateway.calls.bridge import Bridge
 from gateway.config import GatewayConfig, UpstreamConfig
-from gateway.errors import PayloadTooLarge, RpcError
+from gateway.errors import GatewayError, MethodNotFound, PayloadTooLarge, RpcError
+from gateway.listens import Listens, serve
 from gateway.protocol import inbound, jsonrpc, params, translate
+from gateway.protocol import listen as listen_wire
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool
 from gateway.web.channel import ResponseChannel
-from gateway.web.front_door import FrontDoor
+from gateway.web.front_door import Caller, FrontDoor
 from gateway.web.middleware import NO_HEADERS, rpc_error_headers, rpc_error_reply
 from gateway.web.tool_headers import ToolHeaders
 
@@ -63,8 +66,10 @@ class McpEndpoint:
         bridge: Bridge,
         pools: Mapping[str, UpstreamPool],
         front_door: FrontDoor,
+        listens: Listens,
     ) -> None:
         self.config = config
+        self.listens = listens
         self.upstream = upstream
         self.bridge = bridge
         self.front_door = front_door
@@ -103,6 +108,8 @@ class McpEndpoint:
         started = time.monotonic()
         outcome = "complete"
         extra = NO_HEADERS
+        result: dict[str, Any] | None
+        cut = False  # a listen cut short: its stream ends without a result
         span = TRACING.span(
             f"mcp {message.method}",
             parent=message.trace,
@@ -124,11 +131,17 @@ class McpEndpoint:
                     self.front_door.check_result(caller, message.method, result)
                 elif message.method == "server/discover":
                     info = await self.pool.upstream_info()
-                    result = translate.discover_result(info, self.upstream.cache)
+                    result = translate.discover_result(
+                        info, self.upstream.cache, listens=self.listens.enabled
+                    )
+                elif message.method == "subscriptions/listen":
+                    result = await self._listen(caller, message, channel)
                 else:
                     result = await self._pass_through(message)
                     result = self.front_door.visible(caller, message.method, result)
-                reply, status = jsonrpc.result(message.id, result), 200
+                if result is None:
+                    outcome, cut = "cut_short", True
+                reply, status = jsonrpc.result(message.id, result or {}), 200
             except RpcError as exc:
                 outcome = "error"
                 reply, status = rpc_error_reply(exc, message.id)
@@ -152,10 +165,34 @@ class McpEndpoint:
             principal=caller.log_id,
             duration_ms=round(elapsed * 1000, 1),
         )
-        response = await channel.finish(reply, status)
+        response = await (channel.cut_short() if cut else channel.finish(reply, status))
         if extra and not response.prepared:  # a stream said 200 already
             response.headers.update(extra)
         return response
+
+    async def _listen(
+        self, caller: Caller, message: inbound.FrontRequest, channel: ResponseChannel
+    ) -> dict[str, Any] | None:
+        """Serve a `subscriptions/listen` stream until it ends (its result, or None when it
+        is cut short). Raises: RpcError, before the stream is acknowledged."""
+        if not self.listens.enabled:
+            raise MethodNotFound("Method not found: subscriptions/listen (limits.max_listens is 0)")
+        asked = listen_wire.read_filter(message.params)
+        for uri in asked.resources:
+            self.front_door.check_target(caller, "resources/read", uri)
+
+        def may_read(uri: str) -> bool:
+            try:
+                self.front_door.check_target(caller, "resources/read", uri)
+            except GatewayError:
+                return False
+            return True
+
+        with self.listens.opened(self.upstream.name) as inbox:
+            channel.start_keepalive()
+            return await serve(
+                self.pool, inbox, message.id, asked, channel.notify, may_read, self.upstream.name
+            )
 
     async def _pass_through(self, message: inbound.FrontRequest) -> dict[str, Any]:
         result = await self._request(

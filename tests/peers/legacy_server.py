@@ -9,7 +9,13 @@ happened to a run (answers seen, cancellation), and `await_journal` waits, bound
 an entry to appear (so a test can await what the server did instead of polling; a test
 can add entries of its own with `write_journal`).
 
-    python legacy_server.py [--port N] [--event-store]
+    python legacy_server.py [--port N] [--event-store] [--notifying]
+
+`--notifying` makes it a server that tells of changes, as mcp 1.x lets one be built by hand:
+it declares `tools.listChanged`, `resources.listChanged` and `resources.subscribe`, keeps
+the sessions that subscribed to each resource, and has `add_tool` (adds a tool, then tells
+the calling session its tool list changed, as `ctx.session.send_tool_list_changed()`
+does) and `touch` (tells every session subscribed to a URI that it was updated).
 
 It prints `peer listening on HOST:PORT` on stderr once it accepts connections (port 0,
 the default, picks a free port).
@@ -448,11 +454,60 @@ class MemoryEventStore(EventStore):
         return stream_id
 
 
+def add_change_notifications(mcp: FastMCP) -> None:
+    """Turn `mcp` into a server that declares and sends change notifications."""
+    lowlevel = mcp._mcp_server
+    declared = lowlevel.get_capabilities
+    subscribers: dict[str, list[Any]] = defaultdict(list)
+
+    def get_capabilities(*args: Any, **kwargs: Any) -> Any:
+        capabilities = declared(*args, **kwargs)
+        capabilities.tools.listChanged = True
+        capabilities.resources.listChanged = True
+        capabilities.resources.subscribe = True  # mcp 1.x says False, handler or not
+        return capabilities
+
+    lowlevel.get_capabilities = get_capabilities  # type: ignore[method-assign]
+
+    @lowlevel.subscribe_resource()
+    async def subscribe(uri: Any) -> None:
+        if str(uri).startswith("forbidden://"):
+            raise ValueError("no subscriptions to that")
+        subscribers[str(uri)].append(lowlevel.request_context.session)
+
+    @lowlevel.unsubscribe_resource()
+    async def unsubscribe(uri: Any) -> None:
+        session = lowlevel.request_context.session
+        if session in subscribers[str(uri)]:
+            subscribers[str(uri)].remove(session)
+
+    @mcp.tool(description="Adds a tool named `name`, then says the tool list changed.")
+    async def add_tool(name: str, ctx: Context) -> str:
+        async def added() -> str:
+            return f"{name} ran"
+
+        mcp.add_tool(added, name=name, description="Added at run time.")
+        await ctx.session.send_tool_list_changed()
+        return f"added {name}"
+
+    @mcp.tool(description="Tells every session subscribed to `uri` that it was updated.")
+    async def touch(uri: str) -> str:
+        told = 0
+        for session in list(subscribers[uri]):
+            try:
+                await session.send_resource_updated(uri)
+                told += 1
+            except Exception:  # a session that ended since: it hears nothing more
+                subscribers[uri].remove(session)
+        return f"told {told}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--event-store", action="store_true")
+    parser.add_argument("--notifying", action="store_true", help="declare and send changes")
     parser.add_argument(
         "--transport", choices=("streamable-http", "sse", "stdio"), default="streamable-http"
     )
@@ -464,6 +519,8 @@ def main() -> None:
     global STATE_DIR
     STATE_DIR = Path(args.state_dir) if args.state_dir else None
     mcp = build(MemoryEventStore() if args.event_store else None)
+    if args.notifying:
+        add_change_notifications(mcp)
     if args.transport == "stdio":
         mcp.run("stdio")
     elif args.transport == "sse":

@@ -14,6 +14,12 @@ are answered by the SDK's callback table (`dispatch_input_request`):
 Command: {"op": "call_tool"|"get_prompt"|"read_resource"|"list_tools"|"discover",
           "url", "name"|"uri", "arguments", "answers", "caps": ["elicitation","sampling","roots"],
           "progress": bool, "log_level": str|null, "max_rounds": int, "token": str|null}
+
+or {"op": "listen", "url", "filter": {Client.listen's keywords}, "then": [{"name",
+"arguments"}, ...], "events": n}: opens `Client.listen(...)`, calls each tool of `then` on
+the same client once the listen is acknowledged, and reads `n` change events; it answers
+what was honoured, the events ("tools", "prompts", "resources", "updated:<uri>"), the
+tools listed after them, and how the stream ended ("read", "graceful" or "lost").
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ResourceUpdated, SubscriptionLost
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -123,6 +130,8 @@ async def run(command: dict[str, Any]) -> dict[str, Any]:
             return {"result": await session.send_discover("2026-07-28")}
         if op == "list_tools":
             return {"result": dump(await session.list_tools())}
+        if op == "listen":
+            return await listen(client, command)
 
         async def send(responses: Any, state: str | None) -> Any:
             common = {
@@ -167,6 +176,36 @@ async def run(command: dict[str, Any]) -> dict[str, Any]:
             "logs": logs,
             "seen": seen,
         }
+
+
+EVENT_NAMES = {
+    "ToolsListChanged": "tools",
+    "PromptsListChanged": "prompts",
+    "ResourcesListChanged": "resources",
+}
+
+
+async def listen(client: Client, command: dict[str, Any]) -> dict[str, Any]:
+    events: list[str] = []
+    ended = "read"
+    async with client.listen(**command.get("filter", {})) as subscription:
+        honored = dump(subscription.honored)
+        for step in command.get("then", []):
+            await client.session.call_tool(step["name"], step.get("arguments") or {})
+        try:
+            async for event in subscription:
+                if isinstance(event, ResourceUpdated):
+                    events.append(f"updated:{event.uri}")
+                else:
+                    events.append(EVENT_NAMES[type(event).__name__])
+                if len(events) >= command.get("events", 0) > 0:
+                    break
+            else:
+                ended = "graceful"
+        except SubscriptionLost:
+            ended = "lost"
+    tools = sorted(tool.name for tool in (await client.session.list_tools()).tools)
+    return {"honored": honored, "events": events, "ended": ended, "tools": tools}
 
 
 async def serve() -> None:

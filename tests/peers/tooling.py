@@ -297,14 +297,22 @@ class LegacyServer(LoggedProcess):
     """An `mcp` 1.x server process on a free loopback port (it picks one and says which)."""
 
     def __init__(
-        self, *, event_store: bool = False, transport: str = "streamable-http", slow_get_ms: int = 0
+        self,
+        *,
+        event_store: bool = False,
+        transport: str = "streamable-http",
+        slow_get_ms: int = 0,
+        notifying: bool = False,
     ) -> None:
-        """`slow_get_ms`: each GET stream is held that long before the server serves it."""
+        """`slow_get_ms`: each GET stream is held that long before the server serves it;
+        `notifying`: the server declares and sends change notifications."""
         python = ensure_venv("legacy")
         args = [str(python), str(HERE / "legacy_server.py"), "--port", "0"]
         args += ["--transport", transport]
         if event_store:
             args.append("--event-store")
+        if notifying:
+            args.append("--notifying")
         if slow_get_ms:
             args += ["--slow-get-ms", str(slow_get_ms)]
         super().__init__(args, name="legacy-server")

@@ -120,6 +120,13 @@ def test_discover_advertises_only_what_is_bridged() -> None:
     )
     result = translate.discover_result(info, translate.CachePolicy())
     assert result["capabilities"] == {"tools": {}, "resources": {}, "logging": {}}
+    # While subscriptions/listen is served, what the server declares of it is said.
+    served = translate.discover_result(info, translate.CachePolicy(), listens=True)
+    assert served["capabilities"] == {
+        "tools": {"listChanged": True},
+        "resources": {"subscribe": True},
+        "logging": {},
+    }
     assert result["supportedVersions"] == ["2026-07-28"]
     assert result["instructions"] == "be nice"
     assert result["resultType"] == "complete" and result["ttlMs"] == 0

@@ -35,7 +35,7 @@ from gateway.protocol import sse
 from gateway.protocol.outside import answer_outside_call
 from gateway.upstream.http.client import Response
 from gateway.upstream.http.wire import HttpWire
-from gateway.upstream.port import Inbox
+from gateway.upstream.port import Inbox, SessionExpired, StreamEnd
 
 log = structlog.get_logger("gateway.upstream")
 
@@ -161,6 +161,8 @@ class Listener:
         elif resp.status == 404:
             self.wire.gone = True
             log.info("upstream_session_gone", upstream=self.name)
+            for owner in self.owners:  # nothing more can come for them on this session
+                owner.put_nowait(StreamEnd(SessionExpired()))
             return False
         else:
             self._failed += 1

@@ -1,0 +1,220 @@
+"""`subscriptions/listen` in front of a real mcp 1.x server that tells of changes: the
+acknowledgement, a list change a call caused, updates of subscribed resources, the ends
+(drained, cut short) and the limits; one run by the real mcp 2.x client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.aio import spawn
+from gateway.protocol.sse import Parser
+from tests.peers.tooling import LegacyServer
+from tests.support.cases import drive, text_of
+from tests.support.inprocess import Gateway
+from tests.support.wire import default_headers, rpc
+
+pytestmark = pytest.mark.peers
+
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+
+
+@pytest.fixture(scope="module")
+def notifying() -> Iterator[LegacyServer]:
+    server = LegacyServer(notifying=True)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def restartable() -> Iterator[LegacyServer]:
+    server = LegacyServer(notifying=True)
+    yield server
+    server.stop()
+
+
+class Stream:
+    """A listen's SSE answer, read one JSON-RPC message at a time."""
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self.resp = resp
+        self.parser = Parser()
+        self.ready: list[Any] = []
+
+    async def next(self, timeout: float = 10.0) -> Any:
+        """The next message, or None once the stream has ended."""
+        async with asyncio.timeout(timeout):
+            while not self.ready:
+                chunk = await self.resp.content.readany()
+                if not chunk:
+                    return None
+                self.ready += [json.loads(e.data) for e in self.parser.feed(chunk) if e.data]
+        return self.ready.pop(0)
+
+
+@asynccontextmanager
+async def listening(
+    gateway: Gateway, notifications: dict[str, Any], rid: Any = "l-1"
+) -> AsyncIterator[Stream]:
+    body = rpc("subscriptions/listen", {"notifications": notifications}, rid=rid)
+    async with gateway.http.post(
+        gateway.url, data=json.dumps(body), headers=default_headers(body)
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        yield Stream(resp)
+
+
+async def call(gateway: Gateway, name: str, arguments: dict[str, Any]) -> Any:
+    reply = await gateway.final(rpc("tools/call", {"name": name, "arguments": arguments}, rid=9))
+    return text_of(reply)
+
+
+async def test_a_listen_is_acknowledged_with_what_the_server_can_honour(
+    make_gateway, notifying: LegacyServer
+) -> None:
+    gateway = await make_gateway(notifying.url)
+    asked = {
+        "toolsListChanged": True,
+        "promptsListChanged": True,  # the server declares no prompts.listChanged
+        "resourceSubscriptions": ["static://hello", "forbidden://secret"],  # the second refused
+    }
+    async with listening(gateway, asked) as stream:
+        ack = await stream.next()
+    assert ack == {
+        "jsonrpc": "2.0",
+        "method": "notifications/subscriptions/acknowledged",
+        "params": {
+            "_meta": {SUBSCRIPTION_ID: "l-1"},
+            "notifications": {
+                "toolsListChanged": True,
+                "resourceSubscriptions": ["static://hello"],
+            },
+        },
+    }
+    _, discovered, _ = await gateway.post(rpc("server/discover"))
+    capabilities = discovered["result"]["capabilities"]
+    assert capabilities["tools"] == {"listChanged": True}
+    assert capabilities["resources"] == {"listChanged": True, "subscribe": True}
+
+
+async def test_a_listen_hears_of_a_tool_list_change_that_a_call_caused(
+    make_gateway, notifying: LegacyServer
+) -> None:
+    """mcp 1.x tells the change only to the session whose call made it: the gateway
+    hands it from that call's session to the listens of the upstream."""
+    gateway = await make_gateway(notifying.url)
+    async with listening(gateway, {"toolsListChanged": True}, rid=42) as stream:
+        assert (await stream.next())["method"] == "notifications/subscriptions/acknowledged"
+        assert await call(gateway, "add_tool", {"name": "brand_new"}) == "added brand_new"
+        change = await stream.next()
+    assert change == {
+        "jsonrpc": "2.0",
+        "method": "notifications/tools/list_changed",
+        "params": {"_meta": {SUBSCRIPTION_ID: 42}},
+    }
+
+
+async def test_a_listen_hears_updates_of_the_resources_it_subscribed_to(
+    make_gateway, notifying: LegacyServer
+) -> None:
+    gateway = await make_gateway(notifying.url)
+    async with listening(gateway, {"resourceSubscriptions": ["static://hello"]}) as stream:
+        assert (await stream.next())["params"]["notifications"] == {
+            "resourceSubscriptions": ["static://hello"]
+        }
+        # The server knows the listen's own session as the resource's one subscriber.
+        assert await call(gateway, "touch", {"uri": "static://hello"}) == "told 1"
+        update = await stream.next()
+    assert update == {
+        "jsonrpc": "2.0",
+        "method": "notifications/resources/updated",
+        "params": {"_meta": {SUBSCRIPTION_ID: "l-1"}, "uri": "static://hello"},
+    }
+
+
+async def test_a_listen_of_a_server_that_tells_nothing_honours_nothing(
+    make_gateway, legacy: LegacyServer
+) -> None:
+    """The plain test server (FastMCP) declares no listChanged and no subscribe."""
+    gateway = await make_gateway(legacy.url)
+    asked = {"toolsListChanged": True, "resourceSubscriptions": ["static://hello"]}
+    async with listening(gateway, asked) as stream:
+        ack = await stream.next()
+    assert ack["params"]["notifications"] == {}
+    _, discovered, _ = await gateway.post(rpc("server/discover"))
+    assert "listChanged" not in discovered["result"]["capabilities"]["tools"]
+
+
+async def test_draining_ends_a_listen_with_its_complete_result(
+    make_gateway, notifying: LegacyServer
+) -> None:
+    gateway = await make_gateway(notifying.url)
+    async with listening(gateway, {"toolsListChanged": True}) as stream:
+        await stream.next()  # acknowledged: it is open
+        drain = spawn(gateway.bridge.drain(5), name="drain")
+        end = await stream.next()
+        assert await stream.next() is None  # nothing follows the result
+    await drain
+    assert end == {
+        "jsonrpc": "2.0",
+        "id": "l-1",
+        "result": {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: "l-1"}},
+    }
+    status, reply, resp = await gateway.post(rpc("subscriptions/listen", {"notifications": {}}))
+    assert status == 503 and reply["error"]["data"] == {"reason": "draining"}
+    assert resp.headers["Retry-After"] == "1"
+
+
+async def test_a_listen_whose_session_the_server_forgets_is_cut_short(
+    make_gateway, restartable: LegacyServer
+) -> None:
+    """The server restarts: the listen's subscriptions are gone with its session, so the
+    stream ends without a result, which tells the client to listen again."""
+    gateway = await make_gateway(restartable.url)
+    async with listening(gateway, {"resourceSubscriptions": ["static://hello"]}) as stream:
+        await stream.next()
+        restartable.restart()
+        assert await stream.next(timeout=15) is None
+
+
+async def test_listens_beyond_the_limit_are_refused_and_none_while_it_is_zero(
+    make_gateway, notifying: LegacyServer
+) -> None:
+    gateway = await make_gateway(notifying.url, limits={"max_listens": 1})
+    async with listening(gateway, {"toolsListChanged": True}) as stream:
+        await stream.next()
+        status, reply, resp = await gateway.post(
+            rpc("subscriptions/listen", {"notifications": {}}, rid=2)
+        )
+        assert status == 503 and reply["error"]["data"] == {"reason": "max_listens"}
+    off = await make_gateway(notifying.url, limits={"max_listens": 0})
+    status, reply, _ = await off.post(rpc("subscriptions/listen", {"notifications": {}}))
+    assert status == 404 and reply["error"]["code"] == -32601
+    _, discovered, _ = await off.post(rpc("server/discover"))
+    assert discovered["result"]["capabilities"]["tools"] == {}
+
+
+async def test_the_mcp_2x_client_hears_of_a_change_and_lists_the_new_tool(
+    make_gateway, notifying: LegacyServer, modern
+) -> None:
+    gateway = await make_gateway(notifying.url)
+    reply = await drive(
+        modern,
+        {
+            "op": "listen",
+            "url": gateway.url,
+            "filter": {"tools_list_changed": True},
+            "then": [{"name": "add_tool", "arguments": {"name": "from_the_sdk"}}],
+            "events": 1,
+        },
+    )
+    assert reply.get("honored") == {"toolsListChanged": True}, reply
+    assert reply["events"] == ["tools"] and reply["ended"] == "read"
+    assert "from_the_sdk" in reply["tools"]
