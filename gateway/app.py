@@ -131,7 +131,8 @@ def build_app(config: GatewayConfig) -> web.Application:
                 upstream, outcome
             ).inc(),
         )
-    listens = Listens(config.limits.max_listens)
+    limits = config.limits
+    listens = Listens(limits.max_listens, limits.max_listens_per_principal, metrics.listens)
     bridge = Bridge(
         config,
         store=store,

@@ -30,6 +30,7 @@ translated at the boundary (`raise UpstreamError(...) from exc`).
     │   │   │   ├── SessionsBusy       503, every upstream session busy
     │   │   │   └── ListensFull        503, max_listens
     │   │   ├── PrincipalBusy          429, max_parked_per_principal
+    │   │   ├── PrincipalListening     429, max_listens_per_principal
     │   │   ├── TooManyRounds          502, max_rounds
     │   │   └── StateTooLarge          502, max_state_bytes
     │   ├── CallLost                   -32603 / 502, a parked call cannot continue
@@ -308,6 +309,14 @@ class PrincipalBusy(LimitExceeded):
     http_status = 429
     reason = "max_parked_per_principal"
     default_message = "Too many calls of this caller are waiting for input"
+
+
+class PrincipalListening(LimitExceeded):
+    """This caller holds as many listen streams as it may; others are still served."""
+
+    http_status = 429
+    reason = "max_listens_per_principal"
+    default_message = "This caller has too many subscriptions/listen streams open"
 
 
 class TooManyRounds(LimitExceeded):

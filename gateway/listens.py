@@ -1,7 +1,8 @@
 """The `subscriptions/listen` streams this replica serves, each on a legacy session of its own.
 
 A listen holds an upstream session for as long as it is open (so at most
-`limits.max_listens` are open at once, 0 turning the method off), sends `resources/subscribe`
+`limits.max_listens` are open at once, 0 turning the method off, and
+`limits.max_listens_per_principal` of one caller), sends `resources/subscribe`
 on it for each URI it can honour, and relays what the server then says on that session
 (`gateway.protocol.listen` decides what). A legacy server often tells a list change
 only to the session whose call changed it: such a notification, arriving on a call's
@@ -19,13 +20,15 @@ the client should listen again and fetch what it depends on), or when this repli
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
 import structlog
+from prometheus_client import Gauge
 
-from gateway.errors import Draining, ListensFull, UpstreamError
+from gateway.errors import Draining, ListensFull, PrincipalListening, UpstreamError
 from gateway.protocol import listen as wire
 from gateway.protocol.capabilities import NO_CAPABILITIES
 from gateway.protocol.jsonrpc import RequestId
@@ -48,9 +51,12 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 class Listens:
     """The open listens of this replica, by upstream."""
 
-    def __init__(self, max_listens: int) -> None:
+    def __init__(self, max_listens: int, per_principal: int, gauge: Gauge | None = None) -> None:
         self.max_listens = max_listens
+        self.per_principal = per_principal
+        self.gauge = gauge
         self._open: dict[str, set[Inbox]] = {}
+        self._principals: Counter[str] = Counter()
         self._draining = False
 
     def __len__(self) -> int:
@@ -61,24 +67,37 @@ class Listens:
         return self.max_listens > 0
 
     @contextmanager
-    def opened(self, upstream: str) -> Iterator[Inbox]:
-        """A listen of `upstream` is open while this holds: its inbox.
+    def opened(self, upstream: str, principal: str) -> Iterator[Inbox]:
+        """A listen of `principal` to `upstream` is open while this holds: its inbox.
 
         Raises:
             Draining: this replica is shutting down.
             ListensFull: `max_listens` are open already.
+            PrincipalListening: `principal` holds `max_listens_per_principal` already.
         """
         if self._draining:
             raise Draining()
         if len(self) >= self.max_listens:
             raise ListensFull()
+        if self._principals[principal] >= self.per_principal:
+            raise PrincipalListening()
         inbox = Inbox()
         inboxes = self._open.setdefault(upstream, set())
         inboxes.add(inbox)
+        self._principals[principal] += 1
+        self._count()
         try:
             yield inbox
         finally:
             inboxes.discard(inbox)
+            self._principals[principal] -= 1
+            if not self._principals[principal]:
+                del self._principals[principal]
+            self._count()
+
+    def _count(self) -> None:
+        if self.gauge is not None:
+            self.gauge.set(len(self))
 
     def publish(self, upstream: str, message: dict[str, Any]) -> None:
         """A list change a call's session carried: every listen of `upstream` hears it."""

@@ -197,6 +197,9 @@ class Metrics:
         self.live = Gauge(
             "mrtr_live_calls", "Calls whose upstream stream this replica holds", registry=r
         )
+        self.listens = Gauge(
+            "mrtr_listens", "subscriptions/listen streams open on this replica", registry=r
+        )
         self.lost = Gauge(
             "mrtr_parked_calls_lost",
             "Parked calls here whose upstream stream is gone: their retries are told so",

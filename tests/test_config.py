@@ -99,6 +99,8 @@ FULL = {
         "hold_timeout_s": 20.5,
         "coalesce_ms": 0,
         "keepalive_s": 5,
+        "max_listens": 3,
+        "max_listens_per_principal": 2,
         "max_state_bytes": 2048,
         "rate": {"per_principal": {"per_s": 5, "burst": 10}},
     },

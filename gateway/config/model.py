@@ -49,6 +49,7 @@ class LimitsConfig:
     # Open `subscriptions/listen` streams on this replica, over every upstream: each holds
     # an upstream session of its own for as long as it is open.
     max_listens: int = 16
+    max_listens_per_principal: int = 4
     max_state_bytes: int = 16 * 1024
     rate_per_principal: RateConfig = RateConfig()  # YAML: limits.rate.per_principal
 

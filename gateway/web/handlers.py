@@ -188,7 +188,7 @@ class McpEndpoint:
                 return False
             return True
 
-        with self.listens.opened(self.upstream.name) as inbox:
+        with self.listens.opened(self.upstream.name, caller.principal) as inbox:
             channel.start_keepalive()
             return await serve(
                 self.pool, inbox, message.id, asked, channel.notify, may_read, self.upstream.name

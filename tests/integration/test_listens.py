@@ -8,6 +8,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -15,7 +16,7 @@ import pytest
 
 from gateway.aio import spawn
 from gateway.protocol.sse import Parser
-from tests.peers.tooling import LegacyServer
+from tests.peers.tooling import LegacyServer, legacy_stdio_command
 from tests.support.cases import drive, text_of
 from tests.support.inprocess import Gateway
 from tests.support.wire import default_headers, rpc
@@ -218,3 +219,19 @@ async def test_the_mcp_2x_client_hears_of_a_change_and_lists_the_new_tool(
     assert reply.get("honored") == {"toolsListChanged": True}, reply
     assert reply["events"] == ["tools"] and reply["ended"] == "read"
     assert "from_the_sdk" in reply["tools"]
+
+
+async def test_a_listen_over_stdio_hears_of_a_change_a_call_made_in_another_process(
+    make_gateway, tmp_path: Path
+) -> None:
+    """Over stdio each session is a process: the listen's, and the call's that added a tool."""
+    upstream = {"command": legacy_stdio_command(tmp_path, notifying=True), "pool": {"min_idle": 1}}
+    gateway = await make_gateway(upstream=upstream)
+    async with listening(gateway, {"toolsListChanged": True}) as stream:
+        assert (await stream.next(timeout=30))["params"]["notifications"] == {
+            "toolsListChanged": True
+        }
+        assert await call(gateway, "add_tool", {"name": "piped"}) == "added piped"
+        change = await stream.next()
+    assert change["method"] == "notifications/tools/list_changed"
+    assert change["params"] == {"_meta": {SUBSCRIPTION_ID: "l-1"}}

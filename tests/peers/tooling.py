@@ -329,12 +329,14 @@ class LegacyServer(LoggedProcess):
         self.wait_for_line(PEER_READY)
 
 
-def legacy_stdio_command(state_dir: Path) -> list[str]:
+def legacy_stdio_command(state_dir: Path, *, notifying: bool = False) -> list[str]:
     """The legacy test server as a stdio program (the gateway starts it); run counts are
-    kept in `state_dir`, since each session is a process of its own."""
+    kept in `state_dir`, since each session is a process of its own. `notifying`: it
+    declares and sends change notifications."""
     python = ensure_venv("legacy")
     script = str(HERE / "legacy_server.py")
-    return [str(python), script, "--transport", "stdio", "--state-dir", str(state_dir)]
+    command = [str(python), script, "--transport", "stdio", "--state-dir", str(state_dir)]
+    return [*command, "--notifying"] if notifying else command
 
 
 class NativeServer(LoggedProcess):
