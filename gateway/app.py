@@ -7,6 +7,7 @@ close in one `cleanup_ctx` generator.
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any
@@ -177,6 +178,8 @@ def build_app(config: GatewayConfig) -> web.Application:
                 clock=clock,
                 restart_backoff_s=restart_backoff_s(upstream),
             )
+            # Every list change its sessions hear goes to this upstream's listens.
+            pool.on_change = functools.partial(listens.publish, upstream.name)
             pool.start()
             pools[upstream.name] = pool
         metrics.bind(

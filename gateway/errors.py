@@ -28,9 +28,9 @@ translated at the boundary (`raise UpstreamError(...) from exc`).
     │   │   │   ├── Draining           503, this replica is shutting down
     │   │   │   ├── GatewayFull        503, max_parked_calls
     │   │   │   ├── SessionsBusy       503, every upstream session busy
-    │   │   │   └── ListensFull        503, max_listens
+    │   │   │   └── ListensFull        503, max_listens (gateway.listens)
     │   │   ├── PrincipalBusy          429, max_parked_per_principal
-    │   │   ├── PrincipalListening     429, max_listens_per_principal
+    │   │   ├── PrincipalListening     429, max_listens_per_principal (gateway.listens)
     │   │   ├── TooManyRounds          502, max_rounds
     │   │   └── StateTooLarge          502, max_state_bytes
     │   ├── CallLost                   -32603 / 502, a parked call cannot continue
@@ -298,25 +298,12 @@ class SessionsBusy(CapacityExceeded):
     default_message = "Every upstream session is busy; retry later"
 
 
-class ListensFull(CapacityExceeded):
-    reason = "max_listens"
-    default_message = "Too many subscriptions/listen streams are open on this replica; retry later"
-
-
 class PrincipalBusy(LimitExceeded):
     """This caller has too many calls waiting for input; others are still served."""
 
     http_status = 429
     reason = "max_parked_per_principal"
     default_message = "Too many calls of this caller are waiting for input"
-
-
-class PrincipalListening(LimitExceeded):
-    """This caller holds as many listen streams as it may; others are still served."""
-
-    http_status = 429
-    reason = "max_listens_per_principal"
-    default_message = "This caller has too many subscriptions/listen streams open"
 
 
 class TooManyRounds(LimitExceeded):

@@ -1,20 +1,26 @@
-"""The `subscriptions/listen` streams this replica serves, each on a legacy session of its own.
+"""The `subscriptions/listen` streams this replica serves.
 
-A listen holds an upstream session for as long as it is open (so at most
-`limits.max_listens` are open at once, 0 turning the method off, and
-`limits.max_listens_per_principal` of one caller), sends `resources/subscribe`
-on it for each URI it can honour, and relays what the server then says on that session
-(`gateway.protocol.listen` decides what). A legacy server often tells a list change
-only to the session whose call changed it: such a notification, arriving on a call's
-session, is handed to every listen of that upstream here as well (`publish`). On a
-fleet, that reaches the listens of the replica that ran the call.
+At most `limits.max_listens` are open at once (0 turns the method off), and
+`limits.max_listens_per_principal` of one caller. Which notifications a listen gets,
+`gateway.protocol.listen` decides; where they come from:
 
-Change notifications are level triggers ("this changed, fetch it again"): one waiting
-to be sent makes an equal one behind it redundant, so a listen sends it once.
+- list changes (`notifications/tools/list_changed`, ...) from every session this replica
+  holds with the upstream (`publish`): those of calls, and the pool's idle ones. A legacy
+  server often tells a change only to the session whose call made it (mcp 1.x does), and
+  on a fleet that reaches the listens of the replica that ran the call;
+- resource updates from a session the listen opens for itself when it asks for resource
+  subscriptions (`resources/subscribe` is bound to a session), outside `pool.max_sessions`
+  and shared by no call.
 
-A listen ends when its client goes, when its session is lost (the stream is cut short:
-the client should listen again and fetch what it depends on), or when this replica drains
-(`end_all`: the stream ends gracefully, with the `complete` result).
+Change notifications are level triggers ("this changed, fetch it again"): one waiting to
+be sent makes an equal one behind it redundant, so a listen sends it once.
+
+A listen ends when its client goes; when this replica drains (`end_all`: the stream ends
+gracefully, with the `complete` result); when it cannot deliver anything (the server
+declares none of what it asked for: acknowledged, then ended gracefully); or, cut short
+(the stream ends without a result: the client should listen again and fetch what it
+depends on), when its own session is lost (the server forgot it, its process exited, its
+standalone stream dropped) or its client stopped reading.
 """
 
 from __future__ import annotations
@@ -23,29 +29,65 @@ import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any
 
 import structlog
 from prometheus_client import Gauge
 
-from gateway.errors import Draining, ListensFull, PrincipalListening, UpstreamError
+from gateway.errors import CapacityExceeded, Draining, LimitExceeded, UpstreamError
 from gateway.protocol import listen as wire
 from gateway.protocol.capabilities import NO_CAPABILITIES
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.outside import answer_outside_call
-from gateway.upstream.port import Inbox, PooledSession, StreamEnd, UpstreamPool
+from gateway.upstream.port import Inbox, InboxItem, PooledSession, StreamEnd, UpstreamPool
 
 log = structlog.get_logger("gateway.listens")
 
-#: Messages waiting in one listen for a client that does not read: past this many the
-#: listen is cut short (its client listens again), so a stalled client cannot grow the
-#: gateway's memory without bound.
+#: Messages waiting in one listen: past this many (its client does not read them) the
+#: listen is cut short, so a stalled client cannot grow the gateway's memory.
 MAX_WAITING = 1024
+#: A write to the client's stream that takes longer than this (its client stopped
+#: reading, its connection still open) cuts the listen short and ends the connection.
+WRITE_TIMEOUT_S = 30.0
 
 #: What ends every listen when this replica drains: gracefully, with the `complete` result.
 DRAINING = UpstreamError("this replica is draining")
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class ListensFull(CapacityExceeded):
+    reason = "max_listens"
+    default_message = "Too many subscriptions/listen streams are open on this replica; retry later"
+
+
+class PrincipalListening(LimitExceeded):
+    """This caller holds as many listen streams as it may; others are still served."""
+
+    http_status = 429
+    reason = "max_listens_per_principal"
+    default_message = "This caller has too many subscriptions/listen streams open"
+
+
+class ClientStalled(ConnectionResetError):
+    """The listen's client took no write for `WRITE_TIMEOUT_S`: its connection is ended."""
+
+
+class ListenInbox(Inbox):
+    """A listen's inbox: an equal message already waiting is not put again, and a backlog
+    past `MAX_WAITING` is dropped for the end that cuts the listen short."""
+
+    __slots__ = ()
+
+    def put_nowait(self, item: InboxItem) -> None:
+        waiting = self.waiting()
+        if isinstance(item, dict):
+            if item in waiting or self.ended() is not None:
+                return
+            if len(waiting) >= MAX_WAITING:
+                self._items.clear()
+                item = StreamEnd(UpstreamError("the client does not read its listen stream"))
+        super().put_nowait(item)
 
 
 class Listens:
@@ -81,7 +123,7 @@ class Listens:
             raise ListensFull()
         if self._principals[principal] >= self.per_principal:
             raise PrincipalListening()
-        inbox = Inbox()
+        inbox = ListenInbox()
         inboxes = self._open.setdefault(upstream, set())
         inboxes.add(inbox)
         self._principals[principal] += 1
@@ -100,11 +142,13 @@ class Listens:
             self.gauge.set(len(self))
 
     def publish(self, upstream: str, message: dict[str, Any]) -> None:
-        """A list change a call's session carried: every listen of `upstream` hears it."""
-        if message.get("method") not in wire.LIST_CHANGED or "id" in message:
+        """A list change one of this replica's sessions with `upstream` heard: every listen
+        of `upstream` here hears it."""
+        if not wire.is_list_change(message):
             return
+        bare = {"jsonrpc": "2.0", "method": message["method"]}  # what a listen relays of it
         for inbox in self._open.get(upstream, ()):
-            offer(inbox, message)
+            inbox.put_nowait(bare)
 
     def end_all(self) -> None:
         """This replica drains: every listen ends gracefully, and none opens from now on."""
@@ -112,19 +156,6 @@ class Listens:
         for inboxes in self._open.values():
             for inbox in inboxes:
                 inbox.put_nowait(StreamEnd(DRAINING))
-
-
-def offer(inbox: Inbox, message: dict[str, Any]) -> None:
-    """Put `message` in a listen's inbox, unless an equal one waits there already, or the
-    listen's client has let too many pile up (then it is cut short)."""
-    waiting = inbox.waiting()
-    if message in waiting:
-        return
-    if len(waiting) >= MAX_WAITING:
-        if inbox.ended() is None:
-            inbox.put_nowait(StreamEnd(UpstreamError("the client does not read its listen stream")))
-        return
-    inbox.put_nowait(message)
 
 
 async def serve(
@@ -135,33 +166,47 @@ async def serve(
     send: Send,
     may_read: Callable[[str], bool],
     upstream: str,
+    expires_in_s: float | None = None,
 ) -> dict[str, Any] | None:
     """Serve one listen until it ends: its graceful result, or None when it is cut short.
 
     `send` writes a message on the client's stream; `may_read` says whether the caller
-    may see a resource URI (its scopes).
+    may see a resource URI (its scopes); `expires_in_s`: when the caller's credential
+    expires (the listen is cut short then, and its client, listening again, must show a
+    fresh one).
 
     Raises:
-        UpstreamError, CapacityExceeded: before the stream was acknowledged (no session
-            could be had, or the server failed a subscription); nothing was sent.
+        UpstreamError: before the stream was acknowledged (the server could not be
+            reached, or failed a subscription); nothing was sent.
+        ClientStalled: the client stopped reading.
     """
-    session = await pool.acquire(NO_CAPABILITIES)
-    session.attach(inbox)
+    loop = asyncio.get_running_loop()
+    deadline = None if expires_in_s is None else loop.time() + expires_in_s
+    info = await pool.upstream_info()
+    honour = wire.honoured(asked, info.capabilities)
+    session: PooledSession | None = None
     acknowledged = False
     try:
-        info = session.info or pool.info
-        honour = wire.honoured(asked, info.capabilities if info is not None else {})
-        honour = await _subscribe(cast(PooledSession, session), honour, upstream)
-        await send(wire.acknowledgement(listen_id, honour))
+        if honour.resources:
+            session = await pool.open_alone(NO_CAPABILITIES)
+            session.attach(inbox)
+            session.on_lost = lambda error: inbox.put_nowait(StreamEnd(error))
+            honour = await _subscribe(session, honour, upstream)
+        if inbox.ended() is DRAINING:  # drained while it opened: nothing to acknowledge
+            return wire.closing(listen_id)
+        await _write(send, wire.acknowledgement(listen_id, honour))
         acknowledged = True
-        log.info(
-            "listen_opened",
-            upstream=upstream,
-            asked=asked.wire(),
-            honoured=honour.wire(),
-        )
+        log.info("listen_opened", upstream=upstream, asked=asked.wire(), honoured=honour.wire())
+        if not honour.lists and not honour.resources:
+            log.info("listen_ended", upstream=upstream, reason="nothing to deliver")
+            return wire.closing(listen_id)
         while True:
-            item = await inbox.get()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    item = await inbox.get()
+            except TimeoutError:
+                log.info("listen_cut_short", upstream=upstream, error="the credential expired")
+                return None
             if isinstance(item, StreamEnd):
                 if item.error is DRAINING:
                     log.info("listen_ended", upstream=upstream, reason="draining")
@@ -170,6 +215,7 @@ async def serve(
                 return None
             answer = answer_outside_call(item)
             if answer is not None:  # the server asked something: nobody can be asked
+                assert session is not None  # only a listen's own session asks
                 await session.send(answer)
                 continue
             note = wire.relayed(listen_id, honour, item)
@@ -179,7 +225,7 @@ async def serve(
             if uri is not None and not may_read(uri):
                 log.debug("listen_update_withheld", upstream=upstream)
                 continue
-            await send(note)
+            await _write(send, note)
     except asyncio.CancelledError:
         if acknowledged:
             log.info("listen_ended", upstream=upstream, reason="client left")
@@ -190,8 +236,20 @@ async def serve(
         log.info("listen_cut_short", upstream=upstream, error=str(exc))
         return None
     finally:
-        session.detach(inbox)
-        pool.release(session, reuse=False)  # its subscriptions are the listen's alone
+        if session is not None:
+            session.on_lost = None
+            session.detach(inbox)
+            pool.close_alone(session)  # its subscriptions were the listen's alone
+
+
+async def _write(send: Send, message: dict[str, Any]) -> None:
+    """Raises: ClientStalled."""
+    try:
+        async with asyncio.timeout(WRITE_TIMEOUT_S):
+            await send(message)
+    except TimeoutError:
+        log.info("listen_cut_short", error="the client stopped reading its stream")
+        raise ClientStalled("the client stopped reading its listen stream") from None
 
 
 def _repeated(

@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import Draining, ListensFull, PrincipalListening
-from gateway.listens import DRAINING, MAX_WAITING, Listens
+from gateway.errors import Draining
+from gateway.listens import (
+    DRAINING,
+    MAX_WAITING,
+    Listens,
+    ListensFull,
+    PrincipalListening,
+    serve,
+)
+from gateway.protocol import listen
+from gateway.protocol.translate import UpstreamInfo
 from gateway.upstream.port import StreamEnd
 
 TOOLS = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
@@ -39,15 +48,19 @@ def test_listens_beyond_the_limit_are_refused_and_a_closed_one_makes_room() -> N
         assert len(listens) == 1
 
 
-def test_a_listen_whose_client_does_not_read_is_cut_short_once() -> None:
-    listens = Listens(1, 4)
+def test_a_listen_whose_client_does_not_read_is_cut_short_at_once_past_the_limit() -> None:
+    """Whatever fills it (the listen's own session, or news from others), a backlog past
+    `MAX_WAITING` is dropped for the one end that cuts the listen short, seen next."""
+    listens = Listens(1, 1)
     with listens.opened("a", "p") as inbox:
-        for n in range(MAX_WAITING + 5):
-            listens.publish("a", {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        for n in range(MAX_WAITING):
             inbox.put_nowait({"jsonrpc": "2.0", "method": f"x/{n}"})  # what its session said
+        assert len(inbox.waiting()) == MAX_WAITING
+        listens.publish("a", TOOLS)
         listens.publish("a", PROMPTS)
-        ends = [item for item in inbox.waiting() if isinstance(item, StreamEnd)]
-        assert len(ends) == 1 and ends[0].error is not DRAINING
+        inbox.put_nowait({"jsonrpc": "2.0", "method": "x/late"})
+        (end,) = inbox.waiting()
+        assert isinstance(end, StreamEnd) and end.error is not DRAINING
 
 
 def test_draining_ends_every_listen_gracefully_and_opens_none() -> None:
@@ -70,3 +83,73 @@ def test_one_caller_holds_at_most_its_share_of_the_listens() -> None:
             assert len(listens) == 3
     with listens.opened("a", "p"), listens.opened("a", "p"):  # its share is back
         pass
+
+
+class InfoOnly:
+    """A pool that says what the server declares, and has no session to give: a listen
+    of list changes needs none."""
+
+    def __init__(self, capabilities: dict) -> None:
+        self.info = UpstreamInfo("2025-11-25", capabilities, {"name": "s", "version": "1"}, None)
+
+    async def upstream_info(self) -> UpstreamInfo:
+        return self.info
+
+    async def open_alone(self, caps):  # pragma: no cover - a failure of the test if reached
+        raise AssertionError("a listen of list changes opened a session")
+
+
+LISTS = InfoOnly({"tools": {"listChanged": True}})
+ASKED = listen.Filter(frozenset({"toolsListChanged"}))
+
+
+async def serve_collecting(inbox, pool=LISTS, asked=ASKED, **kwargs):
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    result = await serve(pool, inbox, "l", asked, send, lambda uri: True, "u", **kwargs)
+    return result, sent
+
+
+async def test_a_listen_is_cut_short_when_its_callers_credential_expires() -> None:
+    listens = Listens(1, 1)
+    with listens.opened("u", "p") as inbox:
+        result, sent = await serve_collecting(inbox, expires_in_s=0.05)
+    assert result is None  # cut short: the client listens again, with a fresh token
+    assert [m["method"] for m in sent] == [listen.ACKNOWLEDGED]
+
+
+async def test_a_listen_drained_before_it_was_acknowledged_ends_with_its_result_alone() -> None:
+    listens = Listens(1, 1)
+    with listens.opened("u", "p") as inbox:
+        listens.end_all()
+        result, sent = await serve_collecting(inbox)
+    assert result == listen.closing("l") and sent == []
+
+
+async def test_a_listen_that_can_get_nothing_is_acknowledged_and_ended() -> None:
+    listens = Listens(1, 1)
+    with listens.opened("u", "p") as inbox:
+        result, sent = await serve_collecting(inbox, pool=InfoOnly({"tools": {}}))
+    assert result == listen.closing("l")
+    assert sent == [listen.acknowledgement("l", listen.Filter())]
+
+
+async def test_news_from_the_pools_sessions_reaches_the_listen_stamped_and_once() -> None:
+    listens = Listens(1, 1)
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+        if message["method"] == listen.ACKNOWLEDGED:  # open: two pieces of news come
+            listens.publish("u", {**TOOLS, "params": {"_meta": {"x": 1}}})
+            listens.publish("u", TOOLS)
+        else:
+            listens.end_all()
+
+    with listens.opened("u", "p") as inbox:
+        result = await serve(LISTS, inbox, "l", ASKED, send, lambda uri: True, "u")
+    assert result == listen.closing("l")
+    assert sent[1:] == [{**TOOLS, "params": {"_meta": {listen.SUBSCRIPTION_ID: "l"}}}]

@@ -78,6 +78,10 @@ class Identity:
     principal: Principal
     scopes: frozenset[str] = field(default_factory=frozenset)
     client_id: str | None = None
+    #: When the credential stops being valid (a token's `exp`, seconds since the epoch);
+    #: None for one that does not expire (an API key). What outlives the request that
+    #: showed it (a listen stream) ends then.
+    expires_at: float | None = None
 
     @property
     def kind(self) -> Kind:

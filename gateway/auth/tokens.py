@@ -172,6 +172,7 @@ class JwtVerifier:
             Principal.for_token(cache.issuer, subject, client or ""),
             scopes_of(claims),
             client,
+            expires_at=float(claims["exp"]) + self.leeway_s,
         )
         return identity, float(claims["exp"])
 

@@ -66,6 +66,11 @@ class Filter:
         return entry is not None and entry[0] in self.lists
 
 
+def is_list_change(message: Mapping[str, Any]) -> bool:
+    """Whether a legacy server's message says one of its lists changed."""
+    return message.get("method") in LIST_CHANGED and "id" not in message
+
+
 def read_filter(params: Mapping[str, Any]) -> Filter:
     """The filter of a `subscriptions/listen` request's params.
 

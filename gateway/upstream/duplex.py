@@ -20,14 +20,14 @@ and `_lost` from their reader.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 
 from gateway.aio import spawn
 from gateway.errors import UpstreamError
-from gateway.protocol import jsonrpc
+from gateway.protocol import jsonrpc, listen
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.outside import answer_outside_call
 from gateway.protocol.translate import UpstreamInfo, upstream_info
@@ -61,6 +61,8 @@ class DuplexSession:
         self._waiters: dict[Any, asyncio.Future[dict[str, Any]]] = {}
         self._owner: Inbox | None = None
         self._call: tuple[Any, Inbox, asyncio.Event] | None = None
+        self.on_change: Callable[[dict[str, Any]], None] | None = None
+        self.on_lost: Callable[[UpstreamError], None] | None = None
         self._next_id = 0
         self._id_prefix = f"{id(self):x}"[-6:]
 
@@ -225,6 +227,9 @@ class DuplexSession:
                 return
             log.info("upstream_unexpected_response", upstream=self.name)
             return
+        if self.on_change is not None and listen.is_list_change(message):
+            self.on_change(message)  # news of the server's, whoever owns the session
+            return
         if self._owner is not None:
             self._owner.put_nowait(message)
             return
@@ -250,6 +255,8 @@ class DuplexSession:
             _, inbox, done = self._call
             inbox.put_nowait(StreamEnd(error))
             done.set()
+        if self.on_lost is not None:
+            self.on_lost(error)
 
     async def _answer_quietly(self, message: dict[str, Any]) -> None:
         try:

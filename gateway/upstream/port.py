@@ -253,12 +253,27 @@ class UpstreamPool(Protocol):
         """What the upstream said in `initialize`. Raises: UpstreamError."""
         ...
 
+    async def open_alone(self, caps: ClientCaps) -> PooledSession:
+        """A session of the caller's own: outside `max_sessions` (the caller bounds its
+        own), shared by no call, closed with `close_alone`. Raises: UpstreamError."""
+        ...
+
+    def close_alone(self, session: PooledSession) -> None:
+        """Close, and end upstream, a session `open_alone` gave."""
+        ...
+
 
 class PooledSession(UpstreamSession, Protocol):
     """What the pool (`gateway.upstream.pool`) needs of a session beyond the port."""
 
     requests: int
     last_used: float
+    #: Told of each list change (`notifications/tools/list_changed`, ...) the server sends
+    #: outside a call's own stream, instead of whoever owns the session (the pool's).
+    on_change: Callable[[dict[str, Any]], None] | None
+    #: Told once the session can carry nothing more: the server forgot it, its stream
+    #: ended, or (Streamable HTTP) its standalone GET stream dropped (a listen's).
+    on_lost: Callable[[UpstreamError], None] | None
 
     @property
     def alive(self) -> bool: ...

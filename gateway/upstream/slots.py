@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 
@@ -39,7 +40,9 @@ class SessionSlots:
         restart_backoff_s: float = 0.0,
     ) -> None:
         self.name = name
-        self.new_session = new_session
+        self._factory = new_session
+        # Told of the list changes the pool's sessions hear (`Listens.publish`).
+        self.on_change: Callable[[dict[str, Any]], None] | None = None
         self.limits = limits
         self.clock = clock or SystemClock()
         self.restarts = Restarts(restart_backoff_s)
@@ -55,6 +58,34 @@ class SessionSlots:
         self._closings: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
         # Sessions carrying several calls (`calls_per_session` > 1), counted.
         self._sharing = Sharing(limits.calls_per_session, self._usable)
+
+    def new_session(self, caps: ClientCaps) -> PooledSession:
+        """A session of the upstream's transport, not yet open."""
+        session = self._factory(caps)
+        session.on_change = self.on_change
+        return session
+
+    async def open_alone(self, caps: ClientCaps) -> PooledSession:
+        """A session of the caller's own, outside `max_sessions` (its caller bounds such
+        sessions: `limits.max_listens`), shared by no call, closed by the caller.
+
+        Raises:
+            UpstreamError
+        """
+        session = self.new_session(caps)
+        try:
+            await session.open()
+        except BaseException:
+            self._closings.add(
+                spawn(session.close(), name=f"pool-close-{self.name}", detached=True)
+            )
+            raise
+        return session
+
+    def close_alone(self, session: PooledSession) -> None:
+        """Close, and end upstream, a session `open_alone` gave: in a task of its own,
+        which the pool's close awaits (its caller may be cancelled)."""
+        self._closings.add(spawn(session.close(), name=f"pool-close-{self.name}", detached=True))
 
     @property
     def _share(self) -> int:

@@ -188,10 +188,18 @@ class McpEndpoint:
                 return False
             return True
 
+        expires_at = caller.identity.expires_at if caller.identity is not None else None
         with self.listens.opened(self.upstream.name, caller.principal) as inbox:
             channel.start_keepalive()
             return await serve(
-                self.pool, inbox, message.id, asked, channel.notify, may_read, self.upstream.name
+                self.pool,
+                inbox,
+                message.id,
+                asked,
+                channel.notify,
+                may_read,
+                self.upstream.name,
+                None if expires_at is None else max(0.0, expires_at - time.time()),
             )
 
     async def _pass_through(self, message: inbound.FrontRequest) -> dict[str, Any]:

@@ -120,7 +120,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             content_type="application/json",
             headers=rpc_error_headers(exc),
         )
-    except web.HTTPException:
+    except (web.HTTPException, ConnectionResetError):  # the latter: its connection ends
         raise
     except Exception:
         log.exception("unhandled_error", path=request.path)

@@ -286,3 +286,15 @@ async def test_a_verified_token_is_remembered_for_at_most_a_minute(
     clock.advance(61)
     await authenticator.authenticate(token)
     assert len(checks) == 2  # and again once the minute was over
+
+
+async def test_an_identity_says_when_its_token_stops_being_accepted(
+    authenticator: Authenticator, auth_server: AuthServer, clock: ManualWallClock
+) -> None:
+    """A listen stream outlives the request that showed the token: it ends then."""
+    exp = int(clock()) + 300
+    identity = await authenticator.authenticate(
+        "Bearer " + auth_server.sign(auth_server.claims(exp=exp))
+    )
+    assert authenticator.jwt is not None
+    assert identity.expires_at == exp + authenticator.jwt.leeway_s

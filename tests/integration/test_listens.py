@@ -61,12 +61,14 @@ class Stream:
 
 @asynccontextmanager
 async def listening(
-    gateway: Gateway, notifications: dict[str, Any], rid: Any = "l-1"
+    gateway: Gateway,
+    notifications: dict[str, Any],
+    rid: Any = "l-1",
+    headers: dict[str, str] | None = None,
 ) -> AsyncIterator[Stream]:
     body = rpc("subscriptions/listen", {"notifications": notifications}, rid=rid)
-    async with gateway.http.post(
-        gateway.url, data=json.dumps(body), headers=default_headers(body)
-    ) as resp:
+    sent = {**default_headers(body), **(headers or {})}
+    async with gateway.http.post(gateway.url, data=json.dumps(body), headers=sent) as resp:
         assert resp.status == 200, await resp.text()
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         yield Stream(resp)
@@ -148,7 +150,10 @@ async def test_a_listen_of_a_server_that_tells_nothing_honours_nothing(
     asked = {"toolsListChanged": True, "resourceSubscriptions": ["static://hello"]}
     async with listening(gateway, asked) as stream:
         ack = await stream.next()
+        end = await stream.next()  # nothing can come: it ends at once, gracefully
+        assert await stream.next() is None
     assert ack["params"]["notifications"] == {}
+    assert end["result"] == {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: "l-1"}}
     _, discovered, _ = await gateway.post(rpc("server/discover"))
     assert "listChanged" not in discovered["result"]["capabilities"]["tools"]
 
@@ -195,6 +200,14 @@ async def test_listens_beyond_the_limit_are_refused_and_none_while_it_is_zero(
             rpc("subscriptions/listen", {"notifications": {}}, rid=2)
         )
         assert status == 503 and reply["error"]["data"] == {"reason": "max_listens"}
+    one_each = await make_gateway(notifying.url, limits={"max_listens_per_principal": 1})
+    async with listening(one_each, {"toolsListChanged": True}) as stream:
+        await stream.next()
+        status, reply, _ = await one_each.post(rpc("subscriptions/listen", {"notifications": {}}))
+        assert status == 429 and reply["error"]["data"] == {"reason": "max_listens_per_principal"}
+        other = {"Authorization": "Bearer another-caller"}  # without auth, another principal
+        async with listening(one_each, {"toolsListChanged": True}, headers=other) as theirs:
+            assert (await theirs.next())["method"].endswith("/acknowledged")
     off = await make_gateway(notifying.url, limits={"max_listens": 0})
     status, reply, _ = await off.post(rpc("subscriptions/listen", {"notifications": {}}))
     assert status == 404 and reply["error"]["code"] == -32601
@@ -235,3 +248,14 @@ async def test_a_listen_over_stdio_hears_of_a_change_a_call_made_in_another_proc
         change = await stream.next()
     assert change["method"] == "notifications/tools/list_changed"
     assert change["params"] == {"_meta": {SUBSCRIPTION_ID: "l-1"}}
+
+
+async def test_a_listen_whose_stdio_server_exits_is_cut_short(make_gateway, tmp_path: Path) -> None:
+    """The listen's own session is a process of its own over stdio: when it dies, the
+    subscriptions are gone, and the stream ends without a result."""
+    upstream = {"command": legacy_stdio_command(tmp_path, notifying=True), "pool": {"min_idle": 0}}
+    gateway = await make_gateway(upstream=upstream)
+    async with listening(gateway, {"resourceSubscriptions": ["crash://soon"]}) as stream:
+        ack = await stream.next(timeout=30)
+        assert ack["params"]["notifications"] == {"resourceSubscriptions": ["crash://soon"]}
+        assert await stream.next(timeout=15) is None

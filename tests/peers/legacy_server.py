@@ -15,7 +15,8 @@ can add entries of its own with `write_journal`).
 it declares `tools.listChanged`, `resources.listChanged` and `resources.subscribe`, keeps
 the sessions that subscribed to each resource, and has `add_tool` (adds a tool, then tells
 the calling session its tool list changed, as `ctx.session.send_tool_list_changed()`
-does) and `touch` (tells every session subscribed to a URI that it was updated).
+does) and `touch` (tells every session subscribed to a URI that it was updated); a
+subscription to `crash://soon` makes the process exit a moment after it is answered.
 
 It prints `peer listening on HOST:PORT` on stderr once it accepts connections (port 0,
 the default, picks a free port).
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Annotated, Any
@@ -473,6 +475,8 @@ def add_change_notifications(mcp: FastMCP) -> None:
     async def subscribe(uri: Any) -> None:
         if str(uri).startswith("forbidden://"):
             raise ValueError("no subscriptions to that")
+        if str(uri) == "crash://soon":  # the process dies a moment after it answers
+            asyncio.get_running_loop().call_later(0.2, os._exit, 3)
         subscribers[str(uri)].append(lowlevel.request_context.session)
 
     @lowlevel.unsubscribe_resource()

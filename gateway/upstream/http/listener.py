@@ -25,17 +25,18 @@ decides, as anything outside every call does.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from gateway.aio import cancel_and_wait, spawn
 from gateway.errors import UpstreamError
-from gateway.protocol import sse
+from gateway.protocol import listen, sse
 from gateway.protocol.outside import answer_outside_call
 from gateway.upstream.http.client import Response
 from gateway.upstream.http.wire import HttpWire
-from gateway.upstream.port import Inbox, SessionExpired, StreamEnd
+from gateway.upstream.port import Inbox, SessionExpired
 
 log = structlog.get_logger("gateway.upstream")
 
@@ -59,6 +60,10 @@ class Listener:
         self.wire = wire
         self.name = name  # the upstream's, for logs
         self.owners: list[Inbox] = []  # the calls attached to the session
+        # Told of list changes instead of the owners; told once the stream is lost (a
+        # listen's session: what the server says meanwhile is not heard).
+        self.on_change: Callable[[dict[str, Any]], None] | None = None
+        self.on_lost: Callable[[UpstreamError], None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._last_event_id: str | None = None
         self._retry_s = RECONNECT_DELAY_S  # the server's SSE `retry`, once it gave one
@@ -121,6 +126,7 @@ class Listener:
                             wait = self._backoff(self._failed or self._short)
                 except (UpstreamError, OSError, ValueError) as exc:
                     busy = 0
+                    self._lose(UpstreamError(f"the session's GET stream failed: {exc}"))
                     self._answered.set()  # no stream to wait for
                     self._failed += 1
                     wait = self._backoff(self._failed)
@@ -145,7 +151,9 @@ class Listener:
                 self._failed = 0
             loop = asyncio.get_running_loop()
             started = loop.time()
-            if await self._read(resp) or loop.time() - started >= HELD_S:
+            carried = await self._read(resp)
+            self._lose(UpstreamError("the session's GET stream ended"))
+            if carried or loop.time() - started >= HELD_S:
                 self._short = 0
             else:
                 self._short += 1
@@ -161,8 +169,7 @@ class Listener:
         elif resp.status == 404:
             self.wire.gone = True
             log.info("upstream_session_gone", upstream=self.name)
-            for owner in self.owners:  # nothing more can come for them on this session
-                owner.put_nowait(StreamEnd(SessionExpired()))
+            self._lose(SessionExpired())
             return False
         else:
             self._failed += 1
@@ -213,7 +220,16 @@ class Listener:
             self._last_event_id = parser.last_event_id or self._last_event_id
         return carried
 
+    def _lose(self, error: UpstreamError) -> None:
+        """Tell `on_lost`, once."""
+        told, self.on_lost = self.on_lost, None
+        if told is not None:
+            told(error)
+
     def _route(self, item: dict[str, Any]) -> None:
+        if self.on_change is not None and listen.is_list_change(item):
+            self.on_change(item)  # news of the server's, whoever owns the session
+            return
         if len(self.owners) == 1:
             self.owners[0].put_nowait(item)
             return

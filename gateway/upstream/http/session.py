@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -50,6 +50,22 @@ class HttpSession:
         self._renewing = asyncio.Lock()  # calls sharing the session renew it once
         self._listener = Listener(self.wire, endpoint.name)
         self._closing = False
+
+    @property
+    def on_change(self) -> Callable[[dict[str, Any]], None] | None:
+        return self._listener.on_change
+
+    @on_change.setter
+    def on_change(self, told: Callable[[dict[str, Any]], None] | None) -> None:
+        self._listener.on_change = told
+
+    @property
+    def on_lost(self) -> Callable[[UpstreamError], None] | None:
+        return self._listener.on_lost
+
+    @on_lost.setter
+    def on_lost(self, told: Callable[[UpstreamError], None] | None) -> None:
+        self._listener.on_lost = told
 
     @property
     def id(self) -> str | None:
