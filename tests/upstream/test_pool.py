@@ -309,8 +309,9 @@ async def test_calls_share_a_session_up_to_calls_per_session_before_another_open
     sessions.release(calls[0], reuse=True)  # room on the first session again
     assert await sessions.acquire(ClientCaps()) is calls[0]
     # Without sharing (the default), each call has a session of its own.
-    alone = pool(Factory(), calls_per_session=1)
-    alone.new_session.gate.set()  # type: ignore[attr-defined]
+    single = Factory()
+    alone = pool(single, calls_per_session=1)
+    single.gate.set()
     assert len({id(await alone.acquire(ClientCaps())) for _ in range(3)}) == 3
 
 
