@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import uvicorn
 from mcp.server.fastmcp import Context, FastMCP
-from mcp.server.fastmcp.prompts.base import Message, UserMessage
+from mcp.server.fastmcp.prompts.base import Message, Prompt, UserMessage
 from mcp.shared.exceptions import McpError
 from mcp.types import (
     AudioContent,
@@ -267,6 +267,38 @@ def build() -> FastMCP:
         region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})],
     ) -> list[Any]:
         return [text(f"region: {region}")]
+
+    # -- list changes (the suite's hooks for subscriptions/listen) ---------------------------
+    # Declared as a legacy server that tells of changes declares them; each hook changes its
+    # list and tells the calling session, as mcp 1.x servers do.
+
+    @mcp.tool(description="Adds or removes a tool, then says the tool list changed.")
+    async def test_trigger_tool_change(ctx: Context) -> str:
+        if mcp._tool_manager.get_tool("test_dynamic_tool") is None:
+            mcp.add_tool(lambda: "dynamic", name="test_dynamic_tool", description="Comes and goes.")
+        else:
+            mcp.remove_tool("test_dynamic_tool")
+        await ctx.session.send_tool_list_changed()
+        return "tool list changed"
+
+    @mcp.tool(description="Adds a prompt, then says the prompt list changed.")
+    async def test_trigger_prompt_change(ctx: Context) -> str:
+        dynamic = Prompt.from_function(
+            lambda: "dynamic", name="test_dynamic_prompt", description="Added at run time."
+        )
+        mcp.add_prompt(dynamic)
+        await ctx.session.send_prompt_list_changed()
+        return "prompt list changed"
+
+    declared = mcp._mcp_server.get_capabilities
+
+    def get_capabilities(*args: Any, **kwargs: Any) -> Any:
+        capabilities = declared(*args, **kwargs)
+        capabilities.tools.listChanged = True
+        capabilities.prompts.listChanged = True
+        return capabilities
+
+    mcp._mcp_server.get_capabilities = get_capabilities  # type: ignore[method-assign]
 
     tool = mcp._tool_manager.get_tool("json_schema_2020_12_tool")
     assert tool is not None
