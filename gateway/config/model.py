@@ -46,8 +46,8 @@ class LimitsConfig:
     hold_timeout_s: float = 300.0
     coalesce_ms: int = 10
     keepalive_s: float = 15.0
-    # Open `subscriptions/listen` streams on this replica, over every upstream: each holds
-    # an upstream session of its own for as long as it is open.
+    # Open `subscriptions/listen` streams on this replica, over every upstream (0: none
+    # served); one with resource subscriptions holds an upstream session of its own.
     max_listens: int = 16
     max_listens_per_principal: int = 4
     max_state_bytes: int = 16 * 1024

@@ -238,9 +238,10 @@ class SessionPool(SessionSlots):
         return session
 
     def idle_ids(self) -> dict[str, str]:
-        """The sessions no call holds (idle ones, and those plain requests share) that
-        another replica could end: their ids and negotiated versions (`fleet.ledger`)."""
-        held = [s for idle in self._idle.values() for s in idle] + list(self._shared.values())
+        """The sessions no call holds (idle ones, those plain requests share, listens')
+        that another replica could end: their ids and negotiated versions (`fleet.ledger`)."""
+        held = [s for idle in self._idle.values() for s in idle] + [*self._shared.values()]
+        held += self._alone  # a listen's: held by no call another replica could take over
         return {s.id: s.version.value for s in held if s.id is not None and s.alive}
 
     def release(self, given: UpstreamSession, *, reuse: bool) -> None:

@@ -19,6 +19,7 @@ from gateway.clock import Clock, SystemClock
 from gateway.config import PoolLimits
 from gateway.errors import UpstreamError
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
+from gateway.protocol.listen import LIST_CHANGED
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import Version
 from gateway.upstream.demand import Demand, Restarts
@@ -56,6 +57,8 @@ class SessionSlots:
         self._closing = False
         # Sessions closing (awaited by close: a stdio server takes a moment to stop).
         self._closings: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
+        # Sessions opened for one caller alone (`open_alone`), outside the slots.
+        self._alone: set[PooledSession] = set()
         # Sessions carrying several calls (`calls_per_session` > 1), counted.
         self._sharing = Sharing(limits.calls_per_session, self._usable)
 
@@ -67,24 +70,20 @@ class SessionSlots:
 
     async def open_alone(self, caps: ClientCaps) -> PooledSession:
         """A session of the caller's own, outside `max_sessions` (its caller bounds such
-        sessions: `limits.max_listens`), shared by no call, closed by the caller.
+        sessions: `limits.max_listens`), shared by no call, closed with `close_alone`; the
+        fleet's ledger lists it, so it is ended if this replica dies.
 
         Raises:
             UpstreamError
         """
-        session = self.new_session(caps)
-        try:
-            await session.open()
-        except BaseException:
-            self._closings.add(
-                spawn(session.close(), name=f"pool-close-{self.name}", detached=True)
-            )
-            raise
+        session = await self._start(caps)
+        self._alone.add(session)
         return session
 
     def close_alone(self, session: PooledSession) -> None:
         """Close, and end upstream, a session `open_alone` gave: in a task of its own,
         which the pool's close awaits (its caller may be cancelled)."""
+        self._alone.discard(session)
         self._closings.add(spawn(session.close(), name=f"pool-close-{self.name}", detached=True))
 
     @property
@@ -109,9 +108,21 @@ class SessionSlots:
         Raises:
             UpstreamError: it failed to start, or a failed start is too recent to retry.
         """
+        try:
+            return await self._start(caps)
+        except BaseException:
+            self._count -= 1
+            self._wake_waiters()
+            raise
+
+    async def _start(self, caps: ClientCaps) -> PooledSession:
+        """Open a session, in no slot.
+
+        Raises:
+            UpstreamError: it failed to start, or a failed start is too recent to retry.
+        """
         wait = self.restarts.wait_s(self.clock.monotonic())
         if wait > 0:
-            self._count -= 1
             raise UpstreamError(
                 f"upstream {self.name!r} failed to start {self.restarts.failures} time(s) in a "
                 f"row; the next try is in {wait:.1f} s"
@@ -122,18 +133,19 @@ class SessionSlots:
             info = await session.open()
             if info == self.info:  # the same server said the same: one copy for all sessions
                 session.info = self.info
+            elif self.info is not None and self.on_change is not None:
+                for method in LIST_CHANGED:  # another server now (redeployed): its lists may be
+                    self.on_change({"jsonrpc": "2.0", "method": method})
             self.info = session.info
             self.demand.opened(self.clock.monotonic() - started)
             self.reachable = True
             self.restarts.succeeded()
         except BaseException as exc:
-            # Whatever stopped it (a failure, or the caller's cancellation), the slot is
-            # given back and the half-open session closed, in a task of its own.
-            self._count -= 1
+            # Whatever stopped it (a failure, or the caller's cancellation), the half-open
+            # session is closed, in a task of its own.
             self._closings.add(
                 spawn(session.close(), name=f"pool-close-{self.name}", detached=True)
             )
-            self._wake_waiters()
             if isinstance(exc, UpstreamError | TimeoutError):
                 self._start_failed(exc)
             if isinstance(exc, TimeoutError):

@@ -210,3 +210,43 @@ async def test_a_stream_that_carried_something_before_it_ended_is_asked_again_at
     monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
     async with adopted(http, [b"ping-end"] * 3) as logs:
         assert not [e for e in logs if e["event"] == "upstream_get_stream_ended_at_once"], logs
+
+
+class Answer:
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+
+async def test_a_listens_session_is_told_once_when_it_holds_no_get_stream_or_loses_it() -> None:
+    """A listen's session hears the server's updates only on its GET stream: none held
+    when it starts watching, a refusal, a server without one or one gone all say so,
+    once; a session nobody watches is told nothing."""
+    wire = HttpWire.__new__(HttpWire)
+    held = listener.Listener(wire, "u")
+    told: list[Exception] = []
+    held.watch(told.append)  # no stream held now: at once
+    assert len(told) == 1
+    held.holding = True
+    held.watch(told.append)
+    assert len(told) == 1
+    assert await held._answer(Answer(503))  # asked again later, but the listen is told
+    assert len(told) == 2 and "refused (503)" in str(told[1])
+    assert await held._answer(Answer(503))
+    assert len(told) == 2  # once
+    for status in (405, 404):
+        unwatched = listener.Listener(wire, "u")
+        unwatched.holding = True
+        unwatched.watch(told.append)
+        assert not await unwatched._answer(Answer(status))
+    assert len(told) == 4
+
+
+def test_a_list_change_on_any_stream_no_call_owns_is_news_for_the_listens() -> None:
+    wire = HttpWire.__new__(HttpWire)
+    held = listener.Listener(wire, "u")
+    heard: list[dict[str, Any]] = []
+    held.on_change = heard.append
+    change = {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}
+    held.outside(change)  # a plain request's stream, or the GET stream of an idle session
+    held._route(change)
+    assert heard == [change, change]

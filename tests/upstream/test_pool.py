@@ -462,3 +462,46 @@ async def test_a_pool_closed_while_a_shared_session_opens_closes_cleanly() -> No
         await closing
         await asyncio.gather(acquiring, return_exceptions=True)
     assert not acquiring.cancelled() and acquiring.exception() is None, acquiring
+
+
+async def test_a_session_of_ones_own_takes_no_slot_is_in_the_ledger_and_backs_off() -> None:
+    """A listen's session: beside `max_sessions`, shared by no call, listed for the fleet's
+    ledger (ended if this replica dies), and not started again at once after a failed
+    start."""
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory, max_sessions=1, calls_per_session=4)
+    call = await sessions.acquire(ClientCaps())
+    own = await sessions.open_alone(ClientCaps())
+    assert own is not call and sessions.size == 1
+    assert await sessions.acquire(ClientCaps()) is call  # calls share theirs, never this one
+    assert own.id in sessions.idle_ids()
+    sessions.close_alone(own)
+    await own.closed.wait()
+    assert own.ended is True and own.id not in sessions.idle_ids()
+    backing_off = SessionPool("fake", factory, PoolLimits(min_idle=0), restart_backoff_s=30.0)
+    factory.fail = True
+    with pytest.raises(UpstreamError):
+        await backing_off.open_alone(ClientCaps())
+    made = len(factory.made)
+    with pytest.raises(UpstreamError, match="the next try is in"):
+        await backing_off.open_alone(ClientCaps())
+    assert len(factory.made) == made  # nothing started while it backs off
+
+
+async def test_a_server_that_says_something_else_when_a_session_opens_has_changed_lists() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory)
+    heard: list[dict[str, Any]] = []
+    sessions.on_change = heard.append
+    await sessions.acquire(ClientCaps())
+    await sessions.acquire(ClientCaps())  # the same server, saying the same: nothing
+    assert heard == []
+    sessions.info = INFO.__class__("2025-06-18", {}, {"name": "old", "version": "0"}, None)
+    await sessions.acquire(ClientCaps())  # redeployed: its lists may have changed
+    assert [m["method"] for m in heard] == [
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+    ]

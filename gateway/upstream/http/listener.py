@@ -64,6 +64,7 @@ class Listener:
         # listen's session: what the server says meanwhile is not heard).
         self.on_change: Callable[[dict[str, Any]], None] | None = None
         self.on_lost: Callable[[UpstreamError], None] | None = None
+        self.holding = False  # a stream is being read now
         self._task: asyncio.Task[None] | None = None
         self._last_event_id: str | None = None
         self._retry_s = RECONNECT_DELAY_S  # the server's SSE `retry`, once it gave one
@@ -126,7 +127,8 @@ class Listener:
                             wait = self._backoff(self._failed or self._short)
                 except (UpstreamError, OSError, ValueError) as exc:
                     busy = 0
-                    self._lose(UpstreamError(f"the session's GET stream failed: {exc}"))
+                    if self._last_event_id is None:  # nothing said meanwhile is replayed
+                        self._lose(UpstreamError(f"the session's GET stream failed: {exc}"))
                     self._answered.set()  # no stream to wait for
                     self._failed += 1
                     wait = self._backoff(self._failed)
@@ -151,8 +153,13 @@ class Listener:
                 self._failed = 0
             loop = asyncio.get_running_loop()
             started = loop.time()
-            carried = await self._read(resp)
-            self._lose(UpstreamError("the session's GET stream ended"))
+            self.holding = True
+            try:
+                carried = await self._read(resp)
+            finally:
+                self.holding = False
+            if self._last_event_id is None:  # what comes before a new stream is not replayed
+                self._lose(UpstreamError("the session's GET stream ended"))
             if carried or loop.time() - started >= HELD_S:
                 self._short = 0
             else:
@@ -165,6 +172,7 @@ class Listener:
                     )
         elif resp.status == 405:
             log.info("upstream_has_no_get_stream", upstream=self.name)
+            self._lose(UpstreamError("the server holds no GET stream for its sessions"))
             return False
         elif resp.status == 404:
             self.wire.gone = True
@@ -174,6 +182,7 @@ class Listener:
         else:
             self._failed += 1
             self._refused(resp.status)
+            self._lose(UpstreamError(f"the session's GET stream was refused ({resp.status})"))
         return True
 
     def _backoff(self, failed: int) -> float:
@@ -220,6 +229,12 @@ class Listener:
             self._last_event_id = parser.last_event_id or self._last_event_id
         return carried
 
+    def watch(self, told: Callable[[UpstreamError], None] | None) -> None:
+        """Tell `told` once the stream is lost: at once if none is held now."""
+        self.on_lost = told
+        if told is not None and not self.holding:
+            self._lose(UpstreamError("the session holds no GET stream"))
+
     def _lose(self, error: UpstreamError) -> None:
         """Tell `on_lost`, once."""
         told, self.on_lost = self.on_lost, None
@@ -244,7 +259,11 @@ class Listener:
         self.outside(item)
 
     def outside(self, item: dict[str, Any]) -> None:
-        """A message no call owns: answer server requests so nothing upstream hangs."""
+        """A message no call owns: answer server requests so nothing upstream hangs; tell
+        `on_change` of a list change (on a plain request's stream too)."""
+        if self.on_change is not None and listen.is_list_change(item):
+            self.on_change(item)
+            return
         answer = answer_outside_call(item)
         if answer is not None:
             spawn(self._answer_quietly(answer), name="upstream-outside-answer")

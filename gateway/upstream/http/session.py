@@ -65,7 +65,7 @@ class HttpSession:
 
     @on_lost.setter
     def on_lost(self, told: Callable[[UpstreamError], None] | None) -> None:
-        self._listener.on_lost = told
+        self._listener.watch(told)  # at once when it holds no GET stream now
 
     @property
     def id(self) -> str | None:
