@@ -22,6 +22,7 @@ from gateway.auth.fetcher import AiohttpFetcher
 from gateway.calls.bridge import Bridge
 from gateway.clock import SystemClock
 from gateway.config import STDIO, GatewayConfig, UpstreamConfig
+from gateway.fleet.changes import ChangeFeed
 from gateway.fleet.ledger import SessionLedger
 from gateway.fleet.redis_bus import RedisBus
 from gateway.listens import Listens
@@ -134,6 +135,16 @@ def build_app(config: GatewayConfig) -> web.Application:
         )
     limits = config.limits
     listens = Listens(limits.max_listens, limits.max_listens_per_principal, metrics.listens)
+    changes: ChangeFeed | None = None
+    if bus is not None and client is not None:
+        changes = ChangeFeed(
+            client,
+            prefix=config.store.key_prefix,
+            interval_s=config.fleet.heartbeat_s,
+            clock=clock,
+            relay=listens.relay,
+        )
+        listens.fleet = changes.heard
     bridge = Bridge(
         config,
         store=store,
@@ -195,6 +206,8 @@ def build_app(config: GatewayConfig) -> web.Application:
             bus.start(bridge.serve_forwarded)
         if ledger is not None:
             ledger.start()
+        if changes is not None:
+            changes.start()
         log.info(
             "gateway_started",
             replica=config.replica_id,
@@ -214,6 +227,8 @@ def build_app(config: GatewayConfig) -> web.Application:
         TRACING.shutdown()
         if ledger is not None:
             await ledger.close()
+        if changes is not None:
+            await changes.close()
         if bus is not None:
             await bus.close()
         for each in pools.values():

@@ -5,9 +5,9 @@ At most `limits.max_listens` are open at once (0 turns the method off), and
 `gateway.protocol.listen` decides; where they come from:
 
 - list changes (`notifications/tools/list_changed`, ...) from every session this replica
-  holds with the upstream (`publish`): those of calls, and the pool's idle ones. A legacy
-  server often tells a change only to the session whose call made it (mcp 1.x does), and
-  on a fleet that reaches the listens of the replica that ran the call;
+  holds with the upstream (`publish`): those of calls, and the pool's idle ones (a legacy
+  server often tells a change only to the session whose call made it: mcp 1.x does), and
+  on a fleet from every other replica's, about a heartbeat later (`gateway.fleet.changes`);
 - resource updates from a session the listen opens for itself when it asks for resource
   subscriptions (`resources/subscribe` is bound to a session), outside `pool.max_sessions`
   and shared by no call.
@@ -100,6 +100,8 @@ class Listens:
         self._open: dict[str, set[Inbox]] = {}
         self._principals: Counter[str] = Counter()
         self._draining = False
+        # On a fleet, told of each list change heard here (`ChangeFeed.heard`).
+        self.fleet: Callable[[str, str], None] | None = None
 
     def __len__(self) -> int:
         return sum(len(inboxes) for inboxes in self._open.values())
@@ -143,10 +145,17 @@ class Listens:
 
     def publish(self, upstream: str, message: dict[str, Any]) -> None:
         """A list change one of this replica's sessions with `upstream` heard: every listen
-        of `upstream` here hears it."""
+        of `upstream` here hears it, and on a fleet every other replica's (`fleet`)."""
         if not wire.is_list_change(message):
             return
-        bare = {"jsonrpc": "2.0", "method": message["method"]}  # what a listen relays of it
+        self.relay(upstream, message["method"])
+        if self.fleet is not None:
+            self.fleet(upstream, message["method"])
+
+    def relay(self, upstream: str, method: str) -> None:
+        """Every listen of `upstream` here hears of a list change (heard here, or by
+        another replica)."""
+        bare = {"jsonrpc": "2.0", "method": method}  # what a listen relays of it
         for inbox in self._open.get(upstream, ()):
             inbox.put_nowait(bare)
 
