@@ -143,6 +143,7 @@ def build_app(config: GatewayConfig) -> web.Application:
             interval_s=config.fleet.heartbeat_s,
             clock=clock,
             relay=listens.relay,
+            upstreams=frozenset(u.name for u in config.upstreams if u.transport != STDIO),
         )
         listens.fleet = changes.heard
     bridge = Bridge(

@@ -4,11 +4,12 @@ A legacy server often tells a list change only to the session whose call made it
 replica hears it. That replica hands it to its own listens at once (`Listens.publish`) and
 counts it in Redis (`<prefix>fleet:changes`, a hash of `<upstream>|<method>` to a count).
 Every replica reads that hash once a heartbeat and hands each change whose count moved
-since it last looked (by another replica's hand: its own counts it notes as it makes them)
-to its listens, so a change reaches a listen on another replica within about a heartbeat.
-A count that went down (Redis lost its data) is taken as a change too, and so, rarely, is
-one read just before this replica's own count landed: these are hints, "fetch it again",
-and a spare one costs a client a fetch.
+since it last looked (by another replica's hand: its own counts it notes as it makes them,
+when nobody else counted in between) to its listens, so a change reaches a listen on
+another replica within about a heartbeat. A count that went down (Redis lost its data) is
+taken as a change too, and so is a count another replica made while this one counted:
+these are hints, "fetch it again", and a spare one costs a client a fetch. Only upstreams
+every replica reaches alike are counted: a stdio server is each replica's own.
 
 The hash is a few fields per upstream, kept without expiry; a count is one integer.
 """
@@ -23,7 +24,7 @@ import structlog
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.clock import Clock
-from gateway.store.redis_client import RedisClient, from_redis, text
+from gateway.store.redis_client import RedisClient, from_redis, stop_if_cancelled, text
 
 log = structlog.get_logger("gateway.fleet")
 
@@ -40,28 +41,47 @@ class ChangeFeed:
         interval_s: float,
         clock: Clock,
         relay: Relay,
+        upstreams: frozenset[str],
     ) -> None:
+        """`upstreams`: those every replica reaches alike (not stdio: each replica's
+        servers are its own), whose changes are worth telling the others."""
         self.client = client
         self.key = f"{prefix}fleet:changes"
         self.interval_s = interval_s
         self.clock = clock
         self.relay = relay
+        self.upstreams = upstreams
+        self.looked = asyncio.Event()  # the counts were read once
         self._seen: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
         self._counting: set[asyncio.Task[None]] = set()
-        self._failing = False
+        self._closed = False
+        self._unread = self._uncounted = False  # logged once until it works again
 
     def start(self) -> None:
-        self._task = spawn(self._watch(), name="fleet-changes")
+        self._task = spawn(self._watch(), name="fleet-changes", detached=True)
 
     async def close(self) -> None:
-        await cancel_and_wait(self._task)
-        for task in list(self._counting):
-            await cancel_and_wait(task)
+        """Stop reading; counts under way get a moment to land. Bounded, whatever the
+        client does."""
+        self._closed = True
+        try:
+            async with asyncio.timeout(2):
+                await asyncio.gather(*self._counting, return_exceptions=True)
+        except TimeoutError:
+            pass
+        for task in (self._task, *self._counting):
+            try:
+                async with asyncio.timeout(5):
+                    await cancel_and_wait(task)
+            except TimeoutError:
+                log.warning("fleet_task_stuck", task="fleet-changes")
 
     def heard(self, upstream: str, method: str) -> None:
         """This replica heard a list change: count it for the others (in a task)."""
-        task = spawn(self._count(f"{upstream}|{method}"), name="fleet-change-count")
+        if self._closed or upstream not in self.upstreams:
+            return
+        task = spawn(self._count(f"{upstream}|{method}"), name="fleet-change-count", detached=True)
         self._counting.add(task)
         task.add_done_callback(self._counting.discard)
 
@@ -71,9 +91,20 @@ class ChangeFeed:
         except Exception as exc:
             if not from_redis(exc):
                 raise
-            log.warning("fleet_change_not_counted", field=field, error=str(exc))
+            if not self._uncounted:
+                log.warning("fleet_change_not_counted", field=field, error=str(exc))
+            self._uncounted = True
             return
-        self._seen[field] = max(self._seen.get(field, 0), count)
+        if self._uncounted:
+            log.info("fleet_change_counted_again")
+            self._uncounted = False
+        self.counted(field, count)
+
+    def counted(self, field: str, count: int) -> None:
+        """This replica's own count of `field` came to `count`: not news for its listens,
+        unless another replica counted in between (then the next look hands that on)."""
+        if count == self._seen.get(field, 0) + 1:  # a field not seen yet was at 0
+            self._seen[field] = count
 
     async def _watch(self) -> None:
         first = True
@@ -81,18 +112,22 @@ class ChangeFeed:
             try:
                 counts = await self.client.hgetall(self.key)
             except Exception as exc:
+                stop_if_cancelled(exc)
                 if not from_redis(exc):
                     raise
-                if not self._failing:
+                if not self._unread:
                     log.warning("fleet_changes_unread", error=str(exc))
-                self._failing = True
+                self._unread = True
             else:
-                self._failing = False
-                self._take(counts, first)
+                if self._unread:
+                    log.info("fleet_changes_read_again")
+                self._unread = False
+                self.take(counts, first)
                 first = False
+                self.looked.set()
             await clocks.sleep(self.clock, self.interval_s)
 
-    def _take(self, counts: dict[bytes | str, bytes | str], first: bool) -> None:
+    def take(self, counts: dict[bytes | str, bytes | str], first: bool = False) -> None:
         """Hand on each change whose count moved since the last look (the first look only
         learns the counts)."""
         for raw_field, raw_count in counts.items():

@@ -30,7 +30,7 @@ from gateway.aio import cancel_and_wait, spawn
 from gateway.clock import Clock
 from gateway.errors import StoreError
 from gateway.store.base import Delivery
-from gateway.store.redis_client import RedisClient, from_redis, ride_out, text
+from gateway.store.redis_client import RedisClient, from_redis, ride_out, stop_if_cancelled, text
 
 log = structlog.get_logger("gateway.fleet")
 
@@ -160,7 +160,7 @@ class RedisBus:
             except Exception as exc:
                 if not from_redis(exc):
                     raise
-                _stop_if_cancelled(exc)
+                stop_if_cancelled(exc)
                 if self.healthy:
                     log.warning("fleet_heartbeat_failed", error=str(exc))
                 self.healthy = False
@@ -203,7 +203,7 @@ class RedisBus:
             except Exception as exc:
                 if not from_redis(exc):
                     raise
-                _stop_if_cancelled(exc)
+                stop_if_cancelled(exc)
                 log.warning("fleet_inbox_failed", error=str(exc))
                 await clocks.sleep(self.clock, _POLL_S)
                 await self._take_up_stranded(handler)
@@ -313,15 +313,3 @@ class RedisBus:
         """The next reply event on `key`, or None after a second. Raises: StoreError."""
         popped = await ride_out(self.clock, lambda: self.client.blpop([key], timeout=_POLL_S))
         return None if popped is None else text(popped[1])
-
-
-def _stop_if_cancelled(exc: BaseException) -> None:
-    """A cancellation that redis-py turned into a connection error is still a cancellation:
-    a loop that carried on would hold up the shutdown that cancelled it.
-
-    Raises:
-        CancelledError: this task is being cancelled.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError() from exc

@@ -7,6 +7,7 @@ The store (`gateway.store.redis`), the fleet's bus and the rate limiter share it
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -112,6 +113,18 @@ def from_redis(exc: BaseException) -> bool:
     through redis-py's writer), not the gateway's own code: what a loop that talks to
     Redis logs and rides out instead of dying on."""
     return isinstance(exc, (RedisError, OSError)) or raised_by_client(exc)
+
+
+def stop_if_cancelled(exc: BaseException) -> None:
+    """A cancellation that redis-py turned into a connection error is still a cancellation:
+    a loop that carried on would hold up the shutdown that cancelled it.
+
+    Raises:
+        CancelledError: this task is being cancelled.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError() from exc
 
 
 def text(raw: str | bytes) -> str:

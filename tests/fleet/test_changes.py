@@ -44,13 +44,22 @@ async def test_a_change_one_replica_heard_reaches_the_others_and_not_itself_agai
     heard = {name: Heard() for name in ("a", "b")}
     feeds = {
         name: ChangeFeed(
-            client, prefix=prefix, interval_s=0.05, clock=SystemClock(), relay=heard[name]
+            client,
+            prefix=prefix,
+            interval_s=0.05,
+            clock=SystemClock(),
+            relay=heard[name],
+            upstreams=frozenset({"plain"}),
         )
         for name in heard
     }
     for feed in feeds.values():
         feed.start()
     try:
+        async with asyncio.timeout(5):  # each has learnt the counts as they stand
+            for feed in feeds.values():
+                await feed.looked.wait()
+        feeds["a"].heard("local", "notifications/tools/list_changed")  # stdio: a's own
         tools = "notifications/tools/list_changed"
         feeds["a"].heard("plain", tools)
         assert await heard["b"].next() == ("plain", tools)
@@ -63,6 +72,27 @@ async def test_a_change_one_replica_heard_reaches_the_others_and_not_itself_agai
         for feed in feeds.values():
             await feed.close()
         await client.aclose()
+
+
+def test_a_replicas_own_count_hides_no_count_another_made_in_between() -> None:
+    """a last saw 5; b counts (6), then a (7): a's listens still hear b's change."""
+    heard = Heard()
+    feed = ChangeFeed(
+        None,  # type: ignore[arg-type]  # no Redis: the bookkeeping alone
+        prefix="p:",
+        interval_s=1.0,
+        clock=SystemClock(),
+        relay=heard,
+        upstreams=frozenset({"u"}),
+    )
+    tools = "u|notifications/tools/list_changed"
+    feed.take({tools: "5"}, first=True)
+    feed.counted(tools, 7)
+    feed.take({tools: "7"})
+    assert heard.changes == [("u", "notifications/tools/list_changed")]
+    feed.counted(tools, 8)  # nobody in between: its own, not news
+    feed.take({tools: "8"})
+    assert len(heard.changes) == 1
 
 
 async def test_a_listen_on_one_replica_hears_a_change_a_call_made_on_another(
