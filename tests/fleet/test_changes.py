@@ -12,8 +12,8 @@ import pytest
 from gateway.clock import SystemClock
 from gateway.fleet.changes import ChangeFeed
 from gateway.store.redis_client import connect
-from tests.integration.test_listens import SUBSCRIPTION_ID, call, listening
 from tests.peers.tooling import LegacyServer, RedisServer
+from tests.support.listens import SUBSCRIPTION_ID, call, listening
 
 pytestmark = pytest.mark.peers
 

@@ -4,26 +4,18 @@ acknowledgement, a list change a call caused, updates of subscribed resources, t
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 import pytest
 
 from gateway.aio import spawn
-from gateway.protocol.sse import Parser
 from tests.peers.tooling import LegacyServer, legacy_stdio_command
-from tests.support.cases import drive, text_of
-from tests.support.inprocess import Gateway
-from tests.support.wire import default_headers, rpc
+from tests.support.cases import drive
+from tests.support.listens import SUBSCRIPTION_ID, call, listening
+from tests.support.wire import rpc
 
 pytestmark = pytest.mark.peers
-
-SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 
 
 @pytest.fixture(scope="module")
@@ -38,45 +30,6 @@ def restartable() -> Iterator[LegacyServer]:
     server = LegacyServer(notifying=True)
     yield server
     server.stop()
-
-
-class Stream:
-    """A listen's SSE answer, read one JSON-RPC message at a time."""
-
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
-        self.resp = resp
-        self.parser = Parser()
-        self.ready: list[Any] = []
-
-    async def next(self, timeout: float = 10.0) -> Any:
-        """The next message, or None once the stream has ended."""
-        async with asyncio.timeout(timeout):
-            while not self.ready:
-                chunk = await self.resp.content.readany()
-                if not chunk:
-                    return None
-                self.ready += [json.loads(e.data) for e in self.parser.feed(chunk) if e.data]
-        return self.ready.pop(0)
-
-
-@asynccontextmanager
-async def listening(
-    gateway: Gateway,
-    notifications: dict[str, Any],
-    rid: Any = "l-1",
-    headers: dict[str, str] | None = None,
-) -> AsyncIterator[Stream]:
-    body = rpc("subscriptions/listen", {"notifications": notifications}, rid=rid)
-    sent = {**default_headers(body), **(headers or {})}
-    async with gateway.http.post(gateway.url, data=json.dumps(body), headers=sent) as resp:
-        assert resp.status == 200, await resp.text()
-        assert resp.headers["Content-Type"].startswith("text/event-stream")
-        yield Stream(resp)
-
-
-async def call(gateway: Gateway, name: str, arguments: dict[str, Any]) -> Any:
-    reply = await gateway.final(rpc("tools/call", {"name": name, "arguments": arguments}, rid=9))
-    return text_of(reply)
 
 
 async def test_a_listen_is_acknowledged_with_what_the_server_can_honour(
