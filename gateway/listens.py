@@ -201,8 +201,11 @@ async def serve(
             session.attach(inbox)
             session.on_lost = lambda error: inbox.put_nowait(StreamEnd(error))
             honour = await _subscribe(session, honour, upstream)
-        if inbox.ended() is DRAINING:  # drained while it opened: nothing to acknowledge
+        ended = inbox.ended()
+        if ended is DRAINING:  # drained while it opened: nothing to acknowledge
             return wire.closing(listen_id)
+        if ended is not None:  # its session lost already (no GET stream): an error, not a
+            raise ended  # stream acknowledged and cut at once, which a client re-listens to
         await _write(send, wire.acknowledgement(listen_id, honour))
         acknowledged = True
         log.info("listen_opened", upstream=upstream, asked=asked.wire(), honoured=honour.wire())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import Draining
+from gateway.errors import Draining, UpstreamError
 from gateway.listens import (
     DRAINING,
     MAX_WAITING,
@@ -153,3 +153,12 @@ async def test_news_from_the_pools_sessions_reaches_the_listen_stamped_and_once(
         result = await serve(LISTS, inbox, "l", ASKED, send, lambda uri: True, "u")
     assert result == listen.closing("l")
     assert sent[1:] == [{**TOOLS, "params": {"_meta": {listen.SUBSCRIPTION_ID: "l"}}}]
+
+
+async def test_a_listen_whose_session_is_lost_before_its_acknowledgement_is_an_error() -> None:
+    """Acknowledged and cut short at once, a client would listen again at once, and again."""
+    listens = Listens(1, 1)
+    with listens.opened("u", "p") as inbox:
+        inbox.put_nowait(StreamEnd(UpstreamError("the session holds no GET stream")))
+        with pytest.raises(UpstreamError, match="no GET stream"):
+            await serve_collecting(inbox)
