@@ -11,6 +11,12 @@ taken as a change too, and so is a count another replica made while this one cou
 these are hints, "fetch it again", and a spare one costs a client a fetch. Only upstreams
 every replica reaches alike are counted: a stdio server is each replica's own.
 
+Counts are made by one writer at a time: the changes heard while a count is on its way
+are added up per field and counted in one `HINCRBY` each, so a burst of changes costs
+Redis a few commands, not one per change. A count Redis refused (it is out of reach) is
+kept and made again once the hash can be read again, so the others hear of the change
+late rather than never.
+
 The hash is a few fields per upstream, kept without expiry; a count is one integer.
 """
 
@@ -54,56 +60,82 @@ class ChangeFeed:
         self.looked = asyncio.Event()  # the counts were read once
         self._seen: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
-        self._counting: set[asyncio.Task[None]] = set()
+        self._pending: dict[str, int] = {}  # field -> changes heard, not yet counted
+        self._counting: asyncio.Task[None] | None = None  # the one writer, while it runs
         self._closed = False
+        self._held = False  # Redis refused a count: the rest wait for a look that works
         self._unread = self._uncounted = False  # logged once until it works again
 
     def start(self) -> None:
         self._task = spawn(self._watch(), name="fleet-changes", detached=True)
 
     async def close(self) -> None:
-        """Stop reading; counts under way get a moment to land. Bounded, whatever the
+        """Stop reading; the count under way gets a moment to land. Bounded, whatever the
         client does."""
         self._closed = True
         try:
             async with asyncio.timeout(2):
-                await asyncio.gather(*self._counting, return_exceptions=True)
+                await self.settled()
         except TimeoutError:
             pass
-        for task in (self._task, *self._counting):
+        for task in (self._task, self._counting):
             try:
                 async with asyncio.timeout(5):
                     await cancel_and_wait(task)
             except TimeoutError:
                 log.warning("fleet_task_stuck", task="fleet-changes")
 
+    async def settled(self) -> None:
+        """Wait until the counts under way have landed or failed."""
+        while (task := self._counting) is not None:
+            await asyncio.gather(task, return_exceptions=True)
+
     def heard(self, upstream: str, method: str) -> None:
         """This replica heard a list change: count it for the others (in a task)."""
         if self._closed or upstream not in self.upstreams:
             return
-        task = spawn(self._count(f"{upstream}|{method}"), name="fleet-change-count", detached=True)
-        self._counting.add(task)
-        task.add_done_callback(self._counting.discard)
+        field = f"{upstream}|{method}"
+        self._pending[field] = self._pending.get(field, 0) + 1
+        self._count_soon()
 
-    async def _count(self, field: str) -> None:
-        try:
-            count = int(await self.client.hincrby(self.key, field, 1))
-        except Exception as exc:
-            if not from_redis(exc):
-                raise
-            if not self._uncounted:
-                log.warning("fleet_change_not_counted", field=field, error=str(exc))
-            self._uncounted = True
-            return
-        if self._uncounted:
-            log.info("fleet_change_counted_again")
-            self._uncounted = False
-        self.counted(field, count)
+    def _count_soon(self) -> None:
+        if self._counting is None and self._pending and not (self._held or self._closed):
+            self._counting = spawn(self._count(), name="fleet-change-count", detached=True)
+            self._counting.add_done_callback(self._counted_all)
 
-    def counted(self, field: str, count: int) -> None:
-        """This replica's own count of `field` came to `count`: not news for its listens,
-        unless another replica counted in between (then the next look hands that on)."""
-        if count == self._seen.get(field, 0) + 1:  # a field not seen yet was at 0
+    def _counted_all(self, task: asyncio.Task[None]) -> None:
+        if self._counting is task:
+            self._counting = None
+        self._count_soon()  # what came in meanwhile
+
+    async def _count(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, {}
+            for field, n in batch.items():
+                try:
+                    count = int(await self.client.hincrby(self.key, field, n))
+                except Exception as exc:
+                    for kept, m in batch.items():  # this one and those after it: later
+                        if m:
+                            self._pending[kept] = self._pending.get(kept, 0) + m
+                    stop_if_cancelled(exc)
+                    if not from_redis(exc):
+                        raise
+                    if not self._uncounted:
+                        log.warning("fleet_change_not_counted", field=field, error=str(exc))
+                    self._uncounted = self._held = True
+                    return
+                batch[field] = 0  # counted
+                if self._uncounted:
+                    log.info("fleet_change_counted_again")
+                    self._uncounted = False
+                self.counted(field, count, n)
+
+    def counted(self, field: str, count: int, n: int = 1) -> None:
+        """This replica's own count of `field` went up by `n` to `count`: not news for its
+        listens, unless another replica counted in between (then the next look hands that
+        on)."""
+        if count == self._seen.get(field, 0) + n:  # a field not seen yet was at 0
             self._seen[field] = count
 
     async def _watch(self) -> None:
@@ -123,6 +155,9 @@ class ChangeFeed:
                     log.info("fleet_changes_read_again")
                 self._unread = False
                 self.take(counts, first)
+                if self._held:  # Redis answers again: make the counts it refused
+                    self._held = False
+                    self._count_soon()
                 first = False
                 self.looked.set()
             await clocks.sleep(self.clock, self.interval_s)

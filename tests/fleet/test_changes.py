@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.clock import SystemClock
 from gateway.fleet.changes import ChangeFeed
@@ -29,8 +30,8 @@ class Heard:
         self.changes.append((upstream, method))
         self.arrived.set()
 
-    async def next(self) -> tuple[str, str]:
-        async with asyncio.timeout(5):
+    async def next(self, timeout: float = 5) -> tuple[str, str]:
+        async with asyncio.timeout(timeout):
             await self.arrived.wait()
         self.arrived.clear()
         return self.changes[-1]
@@ -117,3 +118,81 @@ async def test_a_listen_on_one_replica_hears_a_change_a_call_made_on_another(
         }
     finally:
         server.stop()
+
+
+def feed_on(client: Any, prefix: str, heard: Heard) -> ChangeFeed:
+    return ChangeFeed(
+        client,
+        prefix=prefix,
+        interval_s=0.05,
+        clock=SystemClock(),
+        relay=heard,
+        upstreams=frozenset({"plain"}),
+    )
+
+
+async def hincrbys(client: Any) -> int:
+    stats = await client.info("commandstats")
+    return int(stats.get("cmdstat_hincrby", {}).get("calls", 0))
+
+
+async def test_a_burst_of_changes_is_counted_in_a_few_commands_and_in_full(
+    redis_server: RedisServer,
+) -> None:
+    client = connect(redis_server.url)
+    prefix = f"t{uuid.uuid4().hex[:8]}:"
+    feed = feed_on(client, prefix, Heard())
+    tools, prompts = "notifications/tools/list_changed", "notifications/prompts/list_changed"
+    try:
+        before = await hincrbys(client)
+        for _ in range(50):
+            feed.heard("plain", tools)
+            feed.heard("plain", prompts)
+        await feed.settled()
+        counts = await client.hgetall(f"{prefix}fleet:changes")
+        assert {k.decode(): int(v) for k, v in counts.items()} == {
+            f"plain|{tools}": 50,
+            f"plain|{prompts}": 50,
+        }
+        # One count in flight when the burst began, then one per field for the rest.
+        assert await hincrbys(client) - before <= 3
+        # All of them its own: none is news to its own listens on the next look.
+        feed.take(counts)
+        assert feed.relay.changes == []  # type: ignore[attr-defined]
+    finally:
+        await feed.close()
+        await client.aclose()
+
+
+async def test_a_change_counted_while_redis_is_out_reaches_the_others_once_it_is_back() -> None:
+    """Redis restarts empty: the count it refused is made again, and b hears of it."""
+    redis = RedisServer()
+    client = connect(redis.url)
+    heard = {name: Heard() for name in ("a", "b")}
+    feeds = {name: feed_on(client, "p:", heard[name]) for name in heard}
+    tools = "notifications/tools/list_changed"
+    try:
+        for feed in feeds.values():
+            feed.start()
+        async with asyncio.timeout(5):
+            for feed in feeds.values():
+                await feed.looked.wait()
+        redis.kill()
+        with capture_logs() as logs:
+            feeds["a"].heard("plain", tools)
+            feeds["a"].heard("plain", tools)
+            await feeds["a"].settled()  # refused, after the client rode the outage out
+        assert [e["event"] for e in logs] == ["fleet_change_not_counted"]
+        redis.start()
+        async with asyncio.timeout(15):
+            assert await heard["b"].next(timeout=15) == ("plain", tools)
+        await feeds["a"].settled()
+        assert int(await client.hget("p:fleet:changes", f"plain|{tools}")) == 2
+        assert heard["a"].changes == []
+    finally:
+        async with asyncio.timeout(10):  # bounded even with Redis gone again
+            redis.kill()
+            for feed in feeds.values():
+                await feed.close()
+        await client.aclose()
+        redis.stop()
