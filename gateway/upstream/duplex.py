@@ -62,6 +62,7 @@ class DuplexSession:
         self._owner: Inbox | None = None
         self._call: tuple[Any, Inbox, asyncio.Event] | None = None
         self.on_change: Callable[[dict[str, Any]], None] | None = None
+        self.on_forgotten: Callable[[], None] | None = None  # never: its stream just ends
         self.on_lost: Callable[[UpstreamError], None] | None = None
         self._next_id = 0
         self._id_prefix = f"{id(self):x}"[-6:]

@@ -274,6 +274,9 @@ class PooledSession(UpstreamSession, Protocol):
     #: Told once the session can carry nothing more: the server forgot it, its stream
     #: ended, or (Streamable HTTP) its standalone GET stream dropped (a listen's).
     on_lost: Callable[[UpstreamError], None] | None
+    #: Told when the server says it forgot the session (Streamable HTTP: a 404 on its
+    #: GET stream), as a restarted server does: its lists may be others now.
+    on_forgotten: Callable[[], None] | None
 
     @property
     def alive(self) -> bool: ...

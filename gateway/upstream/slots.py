@@ -50,6 +50,7 @@ class SessionSlots:
         self.demand = Demand()
         self.reachable = False  # the last attempt to open a session succeeded
         self.info: UpstreamInfo | None = None
+        self._forgot = False  # a session was forgotten (told), none opened since
         self._on_error = on_error
         self._count = 0  # slots taken: sessions open, opening, or closing
         self._freed = asyncio.Condition()
@@ -66,7 +67,21 @@ class SessionSlots:
         """A session of the upstream's transport, not yet open."""
         session = self._factory(caps)
         session.on_change = self.on_change
+        session.on_forgotten = self._forgotten
         return session
+
+    def _forgotten(self) -> None:
+        """The server forgot a session: it restarted (or let the session expire), and what
+        it lists may be others now. Told once until a session opens again."""
+        if self._forgot or self.on_change is None:
+            return
+        self._forgot = True
+        self._publish_all()
+
+    def _publish_all(self) -> None:
+        assert self.on_change is not None
+        for method in LIST_CHANGED:
+            self.on_change({"jsonrpc": "2.0", "method": method})
 
     async def open_alone(self, caps: ClientCaps) -> PooledSession:
         """A session of the caller's own, outside `max_sessions` (its caller bounds such
@@ -133,9 +148,9 @@ class SessionSlots:
             info = await session.open()
             if info == self.info:  # the same server said the same: one copy for all sessions
                 session.info = self.info
-            elif self.info is not None and self.on_change is not None:
-                for method in LIST_CHANGED:  # another server now (redeployed): its lists may be
-                    self.on_change({"jsonrpc": "2.0", "method": method})
+            elif self.info is not None and self.on_change is not None and not self._forgot:
+                self._publish_all()  # another server now (redeployed): its lists may be others
+            self._forgot = False
             self.info = session.info
             self.demand.opened(self.clock.monotonic() - started)
             self.reachable = True

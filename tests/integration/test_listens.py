@@ -143,6 +143,27 @@ async def test_a_listen_whose_session_the_server_forgets_is_cut_short(
         assert await stream.next(timeout=15) is None
 
 
+async def test_a_listen_of_lists_hears_of_a_server_restart_that_answers_the_same(
+    make_gateway, restartable: LegacyServer
+) -> None:
+    """The restarted server says the same in `initialize`, but the tools added at run time
+    are gone: the pool's session it forgot (a 404 on its GET stream) tells the listen."""
+    gateway = await make_gateway(restartable.url)
+    async with listening(gateway, {"toolsListChanged": True}) as stream:
+        await stream.next()
+        assert await call(gateway, "add_tool", {"name": "gone_after"}) == "added gone_after"
+        assert (await stream.next())["method"] == "notifications/tools/list_changed"
+        restartable.restart()
+        change = await stream.next(timeout=15)
+        assert change == {
+            "jsonrpc": "2.0",
+            "method": "notifications/tools/list_changed",
+            "params": {"_meta": {SUBSCRIPTION_ID: "l-1"}},
+        }
+    _, listed, _ = await gateway.post(rpc("tools/list"))
+    assert "gone_after" not in {tool["name"] for tool in listed["result"]["tools"]}
+
+
 async def test_listens_beyond_the_limit_are_refused_and_none_while_it_is_zero(
     make_gateway, notifying: LegacyServer
 ) -> None:

@@ -505,3 +505,24 @@ async def test_a_server_that_says_something_else_when_a_session_opens_has_change
         "notifications/prompts/list_changed",
         "notifications/resources/list_changed",
     ]
+
+
+async def test_a_session_the_server_forgot_tells_of_changed_lists_once_until_one_opens() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory)
+    heard: list[dict[str, Any]] = []
+    sessions.on_change = heard.append
+    first = await sessions.acquire(ClientCaps())
+    first.on_forgotten()  # a 404 on its GET stream: the server restarted
+    first.on_forgotten()  # another session of the same restart: told already
+    assert [m["method"] for m in heard] == [
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+    ]
+    sessions.info = INFO.__class__("2025-06-18", {}, {"name": "old", "version": "0"}, None)
+    await sessions.acquire(ClientCaps())  # says something else, but that was told
+    assert len(heard) == 3
+    (await sessions.acquire(ClientCaps())).on_forgotten()  # a restart after that one
+    assert len(heard) == 6

@@ -63,6 +63,7 @@ class Listener:
         # Told of list changes instead of the owners; told once the stream is lost (a
         # listen's session: what the server says meanwhile is not heard).
         self.on_change: Callable[[dict[str, Any]], None] | None = None
+        self.on_forgotten: Callable[[], None] | None = None  # told of a 404
         self.on_lost: Callable[[UpstreamError], None] | None = None
         self.holding = False  # a stream is being read now
         self._task: asyncio.Task[None] | None = None
@@ -177,6 +178,8 @@ class Listener:
         elif resp.status == 404:
             self.wire.gone = True
             log.info("upstream_session_gone", upstream=self.name)
+            if self.on_forgotten is not None:
+                self.on_forgotten()
             self._lose(SessionExpired())
             return False
         else:

@@ -60,6 +60,14 @@ class HttpSession:
         self._listener.on_change = told
 
     @property
+    def on_forgotten(self) -> Callable[[], None] | None:
+        return self._listener.on_forgotten
+
+    @on_forgotten.setter
+    def on_forgotten(self, told: Callable[[], None] | None) -> None:
+        self._listener.on_forgotten = told
+
+    @property
     def on_lost(self) -> Callable[[UpstreamError], None] | None:
         return self._listener.on_lost
 
