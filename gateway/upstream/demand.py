@@ -1,6 +1,13 @@
-"""How many sessions a pool should keep ready (the recent rate of acquisitions times
-the time a session takes to open: Little's law), and when a failed start may be
-tried again. Pure bookkeeping on given times."""
+"""How many sessions a pool should keep ready, and when a failed start may be tried again.
+Pure bookkeeping on given times.
+
+The reserve follows Little's law on the sessions calls keep: the calls of the last
+window that took a session and did not give one back (a burst of parking calls keeps
+each), per second, times the time a session takes to open. Calls that give their
+sessions back as fast as they take them (pass-through calls, or parked calls ending as
+fast as new ones park) keep none: their own sessions come back to serve the next, and
+spares held beside them would only sit on the server, which pays for each session it
+holds on every call it serves."""
 
 from __future__ import annotations
 
@@ -13,21 +20,34 @@ class Demand:
         self.window_s = window_s
         self.open_s = 0.0  # a moving average of how long opening a session took
         self._acquired: deque[float] = deque()
+        self._returned: deque[float] = deque()
 
     def acquired(self, now: float) -> None:
-        self._acquired.append(now)
-        while self._acquired and self._acquired[0] <= now - self.window_s:
-            self._acquired.popleft()
+        """A call took a session (or a call's room in a shared one)."""
+        self._note(self._acquired, now)
+
+    def returned(self, now: float) -> None:
+        """A call gave its session (or its room) back for the next one."""
+        self._note(self._returned, now)
+
+    def _note(self, times: deque[float], now: float) -> None:
+        times.append(now)
+        horizon = now - self.window_s
+        for seen in (self._acquired, self._returned):
+            while seen and seen[0] <= horizon:
+                seen.popleft()
 
     def opened(self, took_s: float) -> None:
         self.open_s = took_s if not self.open_s else 0.8 * self.open_s + 0.2 * took_s
 
     def reserve(self, floor: int, ceiling: int) -> int:
-        """Idle sessions to keep ready, between `floor` and `ceiling`: never more than the
-        acquisitions of the last window (a slow start, say a stdio server taking seconds,
+        """Idle sessions to keep ready, between `floor` and `ceiling`: the sessions calls
+        kept in the last window, as a rate, times the time to open one; never more than
+        the acquisitions of the window (a slow start, say a stdio server taking seconds,
         must not turn a burst of eight calls into dozens of processes)."""
         recent = len(self._acquired)
-        wanted = min(recent, math.ceil(recent / self.window_s * self.open_s))
+        kept = max(0, recent - len(self._returned))
+        wanted = min(recent, math.ceil(kept / self.window_s * self.open_s))
         return min(ceiling, max(floor, wanted))
 
 

@@ -8,8 +8,10 @@ call rather than a session (`gateway.upstream.sharing`; what such a session cann
 attribute: `gateway.upstream.http.session`). Plain requests share one session per
 capability set. After an idle session is taken, the pool opens replacements in
 the background, in parallel, so owning a session costs the caller no handshake: as
-many as the recent rate of acquisitions times the time a session takes to open (at
-least `min_idle`), so a burst of parking calls finds sessions ready. Sessions idle
+many as the recent rate of sessions taken and not given back times the time a session
+takes to open (at least `min_idle`; `gateway.upstream.demand`), so a burst of parking
+calls finds sessions ready, while calls that give theirs back keep no spares idle on
+the server. Sessions idle
 past `idle_timeout_s` are closed (keeping `min_idle`); the total is bounded by
 `max_sessions`. The slots themselves are `gateway.upstream.slots`.
 
@@ -251,6 +253,8 @@ class SessionPool(SessionSlots):
         end = True
         if session in self._sharing:
             if not self._sharing.leave(session, reuse=reuse):
+                if reuse:
+                    self.demand.returned(self.clock.monotonic())  # its room, for another call
                 self._wake_waiters()  # room, maybe, for a call waiting for a slot
                 return
             keep, end = self._sharing.let_go(session)
@@ -264,8 +268,9 @@ class SessionPool(SessionSlots):
             and not self._closing
             and len(idle) < self.limits.max_sessions
         ):
-            session.last_used = self.clock.monotonic()
+            session.last_used = now = self.clock.monotonic()
             idle.append(session)
+            self.demand.returned(now)
             self._wake_waiters()
             return
         self._forget(session, end=end)

@@ -227,6 +227,34 @@ def test_the_reserve_is_the_recent_rate_times_the_time_to_open() -> None:
     assert demand.reserve(1, 64) == 8  # ... keeps no more spares than the recent calls
 
 
+def test_calls_that_give_their_sessions_back_as_fast_as_they_take_them_keep_no_spares() -> None:
+    demand = Demand()
+    demand.opened(0.5)
+    for i in range(600):  # 600 calls a second, each giving its session back a moment later
+        demand.acquired(10.0 + i / 1000)
+        demand.returned(10.0 + i / 1000 + 0.0005)
+    assert demand.reserve(1, 64) == 1  # none kept: min_idle (taken alone, 300 ahead)
+    for _ in range(10):  # then ten calls that park, keeping theirs
+        demand.acquired(10.7)
+    assert demand.reserve(1, 64) == 5  # 10 kept in the last second x 0.5 s
+
+
+async def test_a_pool_whose_calls_give_their_sessions_back_holds_only_what_they_use() -> None:
+    clock, factory = ManualClock(), Factory()
+    factory.gate.set()
+    sessions = SessionPool("fake", factory, PoolLimits(min_idle=1, max_sessions=64), clock=clock)
+    sessions.demand.opened(0.5)  # a session takes half a second to open
+    for _ in range(50):  # 8 calls at a time, 400 in all, each giving its session back
+        taken = [await sessions.acquire(ClientCaps()) for _ in range(8)]
+        for session in taken:
+            sessions.release(session, reuse=True)
+        await asyncio.gather(*list(sessions._openers))
+        clock.advance(0.01)
+    # The 8 in use and, opened as they were taken, 8 x 0.5 s / 1 s ahead; sized by the
+    # rate of acquisitions alone (400 in the last second) it would hold all 64.
+    assert sessions.size <= 8 + 4
+
+
 async def test_sessions_ahead_of_demand_open_side_by_side_and_no_more_than_wanted() -> None:
     clock, factory = ManualClock(), Factory()
     sessions = SessionPool("fake", factory, PoolLimits(min_idle=0, max_sessions=50), clock=clock)
