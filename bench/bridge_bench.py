@@ -116,6 +116,20 @@ class LegacyClient(legacy_support.LegacyClient):
                     break
 
 
+class OnSession:
+    """An operation on a legacy session of its own, ended (DELETE) by `measure` once its
+    batch is done: a server keeps every session it is not told to end, and each session
+    it keeps makes every call it serves cost it more (docs/performance.md), so a baseline
+    that left its sessions behind would weigh on whatever is measured after it."""
+
+    def __init__(self, client: LegacyClient, op: Callable[[], Awaitable[None]]) -> None:
+        self.client = client
+        self._op = op
+
+    async def __call__(self, _rid: int) -> None:
+        await self._op()
+
+
 async def modern_echo(http: aiohttp.ClientSession, url: str, rid: int) -> None:
     body, headers = modern_request(rid, "echo", {"text": "hi"})
     async with http.post(url, json=body, headers=headers) as resp:
@@ -190,6 +204,9 @@ async def measure(
         await asyncio.gather(*(worker(op) for op in ops))
         elapsed = time.perf_counter() - started
         cpu = [b - a for a, b in zip(cpu_before, cpu_of(), strict=True)] if cpu_of else []
+        for op in ops:
+            if isinstance(op, OnSession):
+                await op.client.close()
     return {**summary(label, latencies, elapsed, quiet=quiet), "cpu_s": cpu}
 
 
@@ -241,7 +258,7 @@ async def main() -> None:
         async def direct_legacy(http: aiohttp.ClientSession) -> Callable[[int], Awaitable[None]]:
             client = LegacyClient(http, legacy.url)
             await client.open()
-            return lambda _rid: client.echo()
+            return OnSession(client, client.echo)
 
         def modern_to(
             url: str,
@@ -280,7 +297,7 @@ async def main() -> None:
             client = LegacyClient(http, legacy.url)
             client.headers["Accept"] = ACCEPT
             await client.open_with_elicitation()
-            return lambda _rid: client.greet()
+            return OnSession(client, client.greet)
 
         legacy_rt = await measure(
             "direct legacy client (inline, one stream)", args.workers, args.rounds, direct_greet

@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from bench.bridge_bench import (  # noqa: E402
     ACCEPT,
     LegacyClient,
+    OnSession,
     greet_round_trip,
     measure,
     modern_echo,
@@ -219,7 +220,7 @@ def direct_echo(url: str) -> MakeOp:
     async def make(http: aiohttp.ClientSession) -> Op:
         client = LegacyClient(http, url)
         await client.open()
-        return lambda _rid: client.echo()
+        return OnSession(client, client.echo)
 
     return make
 
@@ -229,7 +230,7 @@ def direct_greet(url: str) -> MakeOp:
         client = LegacyClient(http, url)
         client.headers["Accept"] = ACCEPT
         await client.open_with_elicitation()
-        return lambda _rid: client.greet()
+        return OnSession(client, client.greet)
 
     return make
 
