@@ -43,11 +43,11 @@ class Demand:
     def reserve(self, floor: int, ceiling: int) -> int:
         """Idle sessions to keep ready, between `floor` and `ceiling`: the sessions calls
         kept in the last window, as a rate, times the time to open one; never more than
-        the acquisitions of the window (a slow start, say a stdio server taking seconds,
-        must not turn a burst of eight calls into dozens of processes)."""
-        recent = len(self._acquired)
-        kept = max(0, recent - len(self._returned))
-        wanted = min(recent, math.ceil(kept / self.window_s * self.open_s))
+        they kept in the window (a slow start, say a stdio server taking seconds, must not
+        turn a burst of eight calls, or eight calls more in flight than a second ago, into
+        dozens of processes)."""
+        kept = max(0, len(self._acquired) - len(self._returned))
+        wanted = min(kept, math.ceil(kept / self.window_s * self.open_s))
         return min(ceiling, max(floor, wanted))
 
 
