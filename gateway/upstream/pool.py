@@ -11,9 +11,8 @@ the background, in parallel, so owning a session costs the caller no handshake: 
 many as the recent rate of sessions taken and not given back times the time a session
 takes to open (at least `min_idle`; `gateway.upstream.demand`), so a burst of parking
 calls finds sessions ready, while calls that give theirs back keep no spares idle on
-the server. Sessions idle
-past `idle_timeout_s` are closed (keeping `min_idle`); the total is bounded by
-`max_sessions`. The slots themselves are `gateway.upstream.slots`.
+the server. Sessions idle past `idle_timeout_s` are closed (keeping `min_idle`); the
+total is bounded by `max_sessions`. The slots themselves are `gateway.upstream.slots`.
 
 The pool does not know the transport: it makes sessions with the factory it is given.
 """

@@ -233,7 +233,7 @@ def test_calls_that_give_their_sessions_back_as_fast_as_they_take_them_keep_no_s
     for i in range(600):  # 600 calls a second, each giving its session back a moment later
         demand.acquired(10.0 + i / 1000)
         demand.returned(10.0 + i / 1000 + 0.0005)
-    assert demand.reserve(1, 64) == 1  # none kept: min_idle (taken alone, 300 ahead)
+    assert demand.reserve(1, 64) == 1  # none kept: min_idle (by acquisitions, 300 ahead)
     for _ in range(10):  # then ten calls that park, keeping theirs
         demand.acquired(10.7)
     assert demand.reserve(1, 64) == 5  # 10 kept in the last second x 0.5 s
