@@ -1,18 +1,17 @@
 """Pooled, pre-initialised legacy sessions per declared-capability set; the `UpstreamPool`.
 
 Interruptible calls (`tools/call`, `prompts/get`, `resources/read`) own a session
-exclusively while in flight, so every server request on it belongs to that
-call; with `calls_per_session` above 1 (Streamable HTTP), up to that many calls
-share one, filled before the next is opened, so a parked call costs the server a
-call rather than a session (`gateway.upstream.sharing`; what such a session cannot
-attribute: `gateway.upstream.http.session`). Plain requests share one session per
-capability set. After an idle session is taken, the pool opens replacements in
-the background, in parallel, so owning a session costs the caller no handshake: as
-many as the recent rate of sessions taken and not given back times the time a session
-takes to open (at least `min_idle`; `gateway.upstream.demand`), so a burst of parking
-calls finds sessions ready, while calls that give theirs back keep no spares idle on
-the server. Sessions idle past `idle_timeout_s` are closed (keeping `min_idle`); the
-total is bounded by `max_sessions`. The slots themselves are `gateway.upstream.slots`.
+exclusively while in flight, so every server request on it belongs to that call; with
+`calls_per_session` above 1 (Streamable HTTP), up to that many calls share one, filled
+before the next is opened, so a parked call costs the server a call rather than a
+session (`gateway.upstream.sharing`; what such a session cannot attribute:
+`gateway.upstream.http.session`). Plain requests share one session per capability set.
+The pool opens sessions ahead, in the background and in parallel, so owning one costs
+the caller no handshake: as many as the recent rate of sessions taken and not given back
+times the time one takes to open (at least `min_idle`; `gateway.upstream.demand`), so a
+burst of parking calls finds them ready and calls that give theirs back keep no spares
+idle on the server. Sessions idle past `idle_timeout_s` are closed (keeping `min_idle`);
+the total is bounded by `max_sessions`. The slots themselves are `gateway.upstream.slots`.
 
 The pool does not know the transport: it makes sessions with the factory it is given.
 """
