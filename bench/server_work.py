@@ -153,7 +153,9 @@ async def counted(server: ProfiledLegacy, label: str, make: MakeOp, per: int, ta
 
 async def traced(server: ProfiledLegacy, label: str, make: MakeOp, per: int, tally: Tally) -> None:
     """A batch with strace counting the server's system calls in its timed part."""
-    out = Path(tempfile.mkstemp(suffix=".strace")[1])
+    fd, name = tempfile.mkstemp(suffix=".strace")
+    os.close(fd)
+    out = Path(name)
     spy: list[subprocess.Popen[str]] = []
 
     def begin() -> None:
