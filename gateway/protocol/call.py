@@ -21,7 +21,6 @@ from gateway.protocol import inputs, keys, listen, translate
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.inbound import LOG_LEVELS
 from gateway.protocol.jsonrpc import RequestId
-from gateway.values import quick_init
 
 
 # String enums: hashed as their strings in C (a plain Enum's hash is a Python call, and
@@ -101,7 +100,6 @@ class Pending:
         )
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class RoundContext:
     """What the client request currently being served asked for."""
@@ -111,7 +109,6 @@ class RoundContext:
     log_level: str | None = None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Relay:
     """Send this notification on the client's response stream."""
@@ -119,7 +116,6 @@ class Relay:
     notification: dict[str, Any]
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Answer:
     """Send this JSON-RPC response to the legacy server."""
@@ -134,7 +130,6 @@ class Answer:
         return {"jsonrpc": "2.0", "id": self.upstream_id, "result": self.result or {}}
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Asked:
     """A new question is pending under `key`."""
@@ -142,7 +137,6 @@ class Asked:
     key: str
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Refused:
     """The server asked for a capability this request did not declare."""
@@ -150,7 +144,6 @@ class Refused:
     required: dict[str, Any]
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Finished:
     """The upstream call ended with this result or error."""
@@ -159,7 +152,6 @@ class Finished:
     error: dict[str, Any] | None = None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Changed:
     """The server says a list of its changed (`notifications/tools/list_changed`, ...):

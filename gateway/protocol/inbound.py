@@ -33,7 +33,6 @@ from gateway.errors import (
 from gateway.protocol import jsonrpc
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.versions import FRONT_VERSIONS, Version, front_supported
-from gateway.values import quick_init
 
 PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
 CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
@@ -74,7 +73,6 @@ _SENTINEL = re.compile(r"^=\?base64\?(.*)\?=$")
 _VISIBLE_ASCII = re.compile(r"^[\x20-\x7e]*$")
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """The per-request protocol fields of `params._meta`."""
@@ -85,7 +83,6 @@ class Envelope:
     progress_token: str | int | None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class FrontRequest:
     id: jsonrpc.RequestId

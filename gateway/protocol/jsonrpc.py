@@ -14,12 +14,10 @@ from typing import Any
 import orjson
 
 from gateway.errors import InvalidRequest, ParseError
-from gateway.values import quick_init
 
 RequestId = str | int
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Request:
     id: RequestId
@@ -27,14 +25,12 @@ class Request:
     params: dict[str, Any]
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Notification:
     method: str
     params: dict[str, Any]
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Response:
     id: RequestId | None

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.values import quick_init
 
-
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Event:
     data: str

@@ -33,7 +33,6 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from gateway.errors import ConfigError, InvalidRequestState
 from gateway.protocol import jsonrpc
-from gateway.values import quick_init
 
 PREFIX = "gw1."
 MAX_TOKEN_CHARS = 64 * 1024
@@ -161,7 +160,6 @@ class AesGcmKeyRing:
             raise InvalidRequestState("authentication failed") from exc
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Claims:
     """What a sealed `requestState` asserts."""

@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.errors import StoreError
-from gateway.values import quick_init
 
 if TYPE_CHECKING:
     from gateway.observability import Metrics
@@ -32,7 +31,6 @@ RESUMING = "resuming"
 GRACE_MS = 60_000
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SuspendedCall:
     call_id: str

@@ -40,12 +40,10 @@ from gateway.auth.ratelimit import (
 )
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.protocol import state
-from gateway.values import quick_init
 
 log = structlog.get_logger("gateway.web")
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Caller:
     """The principal of one request, and what it may do."""

@@ -20,8 +20,6 @@ from http import HTTPStatus
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from gateway.values import quick_init
-
 #: A head longer than this goes to aiohttp (which takes lines up to 8,190 bytes).
 MAX_HEAD_BYTES = 16 * 1024
 #: aiohttp's limits on one line and on the number of header fields (it answers 400).
@@ -54,7 +52,6 @@ _FIELD = re.compile(f"({_TOKEN}):{_VALUE}")
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class SimplePost:
     """A `POST` this listener serves itself; its body follows `head_size` bytes in."""

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.values import quick_init
-
 MAX_HEAD_BYTES = 64 * 1024
 MAX_CHUNK_LINE_BYTES = 1024
 _CRLF = b"\r\n"
@@ -37,7 +35,6 @@ class Incomplete(BadResponse):
     """The connection ended in the middle of a response."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Head:
     status: int
