@@ -1,83 +1,34 @@
-"""The suspended-call record and the store interface every backend implements.
+"""The store interface every backend implements, and what it carries besides records.
 
-A record names one parked legacy call: who owns its upstream stream, which
-round it waits in, what it asked, and the bindings a retry must match. It is
-written when a call suspends, claimed atomically when its retry arrives (a
-round resumes at most once), and deleted when the call ends. Plain requests
-never touch the store.
-
-The record is versioned JSON so that replicas of different versions can share a
-store; a reader refuses a version it does not know rather than guessing.
+The record itself and its life (park, claim, steal, take, give back, restore, forget,
+lapse) are the sans-IO `gateway.protocol.record`: every backend carries out its table.
+A record is written when a call suspends, claimed atomically when its retry arrives (a
+round resumes at most once), and deleted when the call ends. Plain requests never touch
+the store.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
-from gateway.errors import StoreError
+from gateway.protocol.record import GRACE_MS, PARKED, RECORD_VERSION, RESUMING, SuspendedCall
 
 if TYPE_CHECKING:
     from gateway.observability import Metrics
 
-RECORD_VERSION = 1
-
-PARKED = "parked"
-RESUMING = "resuming"
-
-#: How long a store keeps a record past its deadline, so the owner can still claim
-#: it to abandon the call; retries after the deadline are refused by the sealed expiry.
-GRACE_MS = 60_000
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SuspendedCall:
-    call_id: str
-    round: int
-    status: str
-    owner: str
-    upstream: str
-    method: str
-    target: str | None
-    principal: str
-    digest: str
-    upstream_request_id: str | int
-    session_id: str | None
-    protocol_version: str  # what the upstream session negotiated
-    caps: str  # the capability set the session declared (ClientCaps.key)
-    last_event_id: str | None  # of the call's stream: another replica resumes after it
-    pending: list[dict[str, Any]]
-    journal: list[dict[str, Any]] = field(default_factory=list)
-    deadline_ms: int
-    created_ms: int
-    version: int = RECORD_VERSION
-    claimer: str = ""  # the replica whose retry claimed the round (while resuming)
-    # Which claim this copy is of (the store's token for it): a claim given back names
-    # it, so a give-back run twice (its reply lost with a connection) cannot give back a
-    # later claim of the same replica. Never written into the record's json.
-    attempt: str = field(default="", compare=False)
-
-    def to_json(self) -> str:
-        data = asdict(self)
-        del data["attempt"]
-        return json.dumps(data, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> SuspendedCall:
-        """Raises: StoreError when the record is unreadable or of an unknown version."""
-        try:
-            data = json.loads(text)
-            if data.get("version") != RECORD_VERSION:
-                raise StoreError(
-                    f"suspended-call record version {data.get('version')!r} is unknown"
-                )
-            return cls(**data)
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise StoreError("unreadable suspended-call record") from exc
-
-    def claimed(self, by: str = "", attempt: str = "") -> SuspendedCall:
-        return replace(self, status=RESUMING, claimer=by, attempt=attempt)
+__all__ = [
+    "GRACE_MS",
+    "PARKED",
+    "RECORD_VERSION",
+    "RESUMING",
+    "Delivery",
+    "Kept",
+    "Reply",
+    "SuspendedCall",
+    "SuspendedCallStore",
+    "TimedStore",
+]
 
 
 @dataclass(frozen=True, slots=True)

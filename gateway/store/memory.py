@@ -1,7 +1,9 @@
 """The embedded suspended-call store: a dict in this process, for one replica.
 
-Good for a laptop and a single replica; records die with the process. The
-claim is atomic because nothing here awaits between the check and the update.
+Good for a laptop and a single replica; records die with the process. Every change of a
+record is `gateway.protocol.record.step` applied to the dict: the record's transition
+table, carried out as it is written. Each is atomic because nothing here awaits between
+the check and the update.
 """
 
 from __future__ import annotations
@@ -10,15 +12,8 @@ import secrets
 from dataclasses import replace
 
 from gateway.clock import Clock, SystemClock
-from gateway.store.base import (
-    GRACE_MS,
-    PARKED,
-    RESUMING,
-    Delivery,
-    Kept,
-    Reply,
-    SuspendedCall,
-)
+from gateway.protocol import record as life
+from gateway.store.base import Delivery, Kept, Reply, SuspendedCall
 
 
 class MemoryStore:
@@ -32,13 +27,23 @@ class MemoryStore:
 
     def _live(self, call_id: str) -> SuspendedCall | None:
         record = self._records.get(call_id)
-        if record is not None and record.deadline_ms + GRACE_MS <= self.clock.wall_ms():
+        if record is not None and life.step(record, life.Lapse(self.clock.wall_ms())).done:
             del self._records[call_id]
             return None
         return record
 
+    def _apply(self, call_id: str, event: life.Event) -> life.Step:
+        """`event` on the call's record, as the table says; written if it was done."""
+        done = life.step(self._live(call_id), event)
+        if done.done:
+            if done.record is None:
+                self._records.pop(call_id, None)
+            else:
+                self._records[call_id] = done.record
+        return done
+
     async def park(self, record: SuspendedCall) -> None:
-        self._records[record.call_id] = record
+        self._apply(record.call_id, life.Park(record))
 
     async def get(self, call_id: str) -> SuspendedCall | None:
         record = self._live(call_id)
@@ -48,11 +53,10 @@ class MemoryStore:
 
     async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
         record = self._live(call_id)
-        if record is None or record.status != PARKED or record.round != round_:
-            return None
-        claimed = record.claimed(claimer, secrets.token_hex(8))
-        self._records[call_id] = claimed
-        return claimed
+        if record is None or record.status != life.PARKED:
+            return None  # a claim run again is a network's doing: none in this process
+        done = self._apply(call_id, life.Claim(round_, claimer, secrets.token_hex(8)))
+        return done.record if done.done else None
 
     async def claim_delivering(
         self, call_id: str, round_: int, claimer: str, delivery: Delivery
@@ -62,17 +66,12 @@ class MemoryStore:
     async def steal(
         self, call_id: str, round_: int, dead: str, claimer: str
     ) -> SuspendedCall | None:
-        record = self._live(call_id)
-        if record is None or record.status != RESUMING or record.round != round_:
-            return None
-        if record.claimer != dead:
-            return None
-        stolen = record.claimed(claimer, secrets.token_hex(8))
-        self._records[call_id] = stolen
-        return stolen
+        steal = life.Steal(round_, dead, claimer, secrets.token_hex(8))
+        done = self._apply(call_id, steal)
+        return done.record if done.done else None
 
     async def delete(self, call_id: str, kept: Kept | None = None) -> None:
-        self._records.pop(call_id, None)
+        self._apply(call_id, life.Forget())
         if kept is not None:
             self._keep(call_id, kept.round, kept.outcome, kept.ttl_ms)
 
@@ -97,7 +96,7 @@ class MemoryStore:
         self, record: SuspendedCall, until_ms: int, cap: int, kept: Kept | None = None
     ) -> bool:
         if not await self.hold(record.principal, record.call_id, until_ms, cap):
-            return False
+            return False  # the table's `held` guard: nothing parked
         await self.park(record)
         if kept is not None:
             self._keep(record.call_id, kept.round, kept.outcome, kept.ttl_ms)
@@ -113,36 +112,16 @@ class MemoryStore:
         outcome, until = self._outcomes.get((call_id, round_), (b"", 0))
         return outcome if until > self.clock.wall_ms() else None
 
-    def _while_claimed(self, claim: SuspendedCall) -> SuspendedCall | None:
-        """The record, while that very claim (round, claimer, attempt) holds its round."""
-        record = self._live(claim.call_id)
-        if record is None or record.status != RESUMING or record.round != claim.round:
-            return None
-        if (record.claimer, record.attempt) != (claim.claimer, claim.attempt):
-            return None
-        return record
-
     async def unclaim(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
-        record = self._while_claimed(claim)
-        if record is None:
-            return False
-        owner = claim.owner if untake else record.owner
-        parked = replace(record, status=PARKED, claimer="", attempt="", owner=owner)
-        self._records[claim.call_id] = parked
-        return True
+        return self._apply(claim.call_id, life.GiveBack(claim, untake)).done
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
-        current = self._while_claimed(record)
-        if current is None:
-            return False
-        self._records[record.call_id] = replace(current, owner=owner)
-        return True
+        return self._apply(record.call_id, life.Take(record, owner)).done
 
     async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
-        if self._live(record.call_id) is not None:
+        if not self._apply(record.call_id, life.Restore(record)).done:
             return False
         await self.hold(record.principal, record.call_id, until_ms, cap=1 << 30)
-        await self.park(record)
         return True
 
     async def unhold(self, principal: str, call_id: str) -> None:

@@ -1,0 +1,301 @@
+"""A parked call's stored record and its life, sans-IO: the transition table every store
+follows.
+
+A record names one parked legacy call: who owns its upstream stream, which round it waits
+in, what it asked, and the bindings a retry must match. It is versioned JSON, so replicas
+of different versions can share a store; a reader refuses a version it does not know.
+
+Its life, one row per event (`TABLE`; drawn in docs/operations.md):
+
+    event      from              to         guards
+    park       any               parked     owner*, held
+    claim      parked            resuming   round
+    claim      resuming          resuming   round, own attempt   (the same claim run again)
+    steal      resuming          resuming   round, own attempt   (the same steal run again)
+    steal      resuming          resuming   round, claimed by the dead, dead*
+    take       resuming          resuming   claim holds          (owner := the taker)
+    give back  resuming          parked     claim holds          (owner kept, or restored)
+    restore    absent            parked     owner*
+    forget     absent, parked,   absent     -
+               resuming
+    lapse      parked, resuming  absent     lapsed               (deadline + GRACE_MS)
+
+A guard marked * is the acting replica's to check before it asks the store (it needs the
+fleet: a heartbeat, a lease); the store checks the others in the same atomic step as the
+write. Where two rows leave one state for one event, the first whose guards all hold is
+taken. An event with no row from the record's state, or whose guards fail, changes nothing.
+`step` carries out the table; `gateway.store.memory` is `step` on a dict, and the Redis
+store's scripts (`gateway.store.redis_scripts`) do the same (tests/store runs the table's
+rows against both). No I/O here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from gateway.errors import StoreError
+
+RECORD_VERSION = 1
+
+PARKED = "parked"
+RESUMING = "resuming"
+
+#: How long a store keeps a record past its deadline, so the owner can still claim
+#: it to abandon the call; retries after the deadline are refused by the sealed expiry.
+GRACE_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SuspendedCall:
+    call_id: str
+    round: int
+    status: str
+    owner: str
+    upstream: str
+    method: str
+    target: str | None
+    principal: str
+    digest: str
+    upstream_request_id: str | int
+    session_id: str | None
+    protocol_version: str  # what the upstream session negotiated
+    caps: str  # the capability set the session declared (ClientCaps.key)
+    last_event_id: str | None  # of the call's stream: another replica resumes after it
+    pending: list[dict[str, Any]]
+    journal: list[dict[str, Any]] = field(default_factory=list)
+    deadline_ms: int
+    created_ms: int
+    version: int = RECORD_VERSION
+    claimer: str = ""  # the replica whose retry claimed the round (while resuming)
+    # Which claim this copy is of (the store's token for it): a claim given back names
+    # it, so a give-back run twice (its reply lost with a connection) cannot give back a
+    # later claim of the same replica. Never written into the record's json.
+    attempt: str = field(default="", compare=False)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        del data["attempt"]
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> SuspendedCall:
+        """Raises: StoreError when the record is unreadable or of an unknown version."""
+        try:
+            data = json.loads(text)
+            if data.get("version") != RECORD_VERSION:
+                raise StoreError(
+                    f"suspended-call record version {data.get('version')!r} is unknown"
+                )
+            return cls(**data)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise StoreError("unreadable suspended-call record") from exc
+
+    def claimed(self, by: str = "", attempt: str = "") -> SuspendedCall:
+        return replace(self, status=RESUMING, claimer=by, attempt=attempt)
+
+
+class State(StrEnum):
+    ABSENT = "absent"
+    PARKED = PARKED
+    RESUMING = RESUMING
+
+
+def state_of(record: SuspendedCall | None) -> State:
+    return State.ABSENT if record is None else State(record.status)
+
+
+class Guard(StrEnum):
+    OWNER = "owner"  # the acting replica still owns the call (lease unbroken, or the store says)
+    HELD = "held"  # the principal is below its cap of parked calls (fleet-wide)
+    ROUND = "round"  # the record waits in the round the retry's requestState names
+    OWN_ATTEMPT = "own attempt"  # the resuming round is this very claim's (a re-run)
+    CLAIMED_BY_DEAD = "claimed by the dead"  # the round's claimer is the replica named dead
+    DEAD = "dead"  # that claimer has no heartbeat: it died resuming the round
+    CLAIM_HOLDS = "claim holds"  # round, claimer and attempt are still the given claim's
+    LAPSED = "lapsed"  # GRACE_MS past the record's deadline
+
+
+#: Guards the acting replica checks before it asks the store (the rest the store checks).
+REPLICA_GUARDS = frozenset({Guard.OWNER, Guard.DEAD})
+
+
+# -- events: what happens to a record, with what its guards and its effect read --------
+
+
+@dataclass(frozen=True, slots=True)
+class Park:
+    """The owner writes the round its call now waits in (the first, or the next)."""
+
+    record: SuspendedCall
+    held: bool = True  # the principal's hold was taken (below its cap)
+    owner: bool = True  # the replica still owns the call
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A retry claims the round its requestState names: it resumes at most once."""
+
+    round: int
+    claimer: str
+    attempt: str
+
+
+@dataclass(frozen=True, slots=True)
+class Steal:
+    """A retry sent again claims a round whose claimer died resuming it."""
+
+    round: int
+    dead: str
+    claimer: str
+    attempt: str
+    dead_confirmed: bool = True  # `dead` has no heartbeat (the replica looked)
+
+
+@dataclass(frozen=True, slots=True)
+class Take:
+    """A takeover: the claimer continues the call of a dead owner and owns it from now."""
+
+    claim: SuspendedCall  # the claim the takeover was given
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class GiveBack:
+    """A claim nobody resumed is parked again for the client's next retry; `untake` names
+    the owner the record had when it was claimed (a takeover that failed after `Take`)."""
+
+    claim: SuspendedCall
+    untake: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Restore:
+    """The store lost its data: the owner writes back the record of a call it still holds."""
+
+    record: SuspendedCall
+    owner: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """The call ended (or its owner is gone and the call was given up)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lapse:
+    """The store's clock: a record lives until `GRACE_MS` past its deadline."""
+
+    now_ms: int
+
+
+Event = Park | Claim | Steal | Take | GiveBack | Restore | Forget | Lapse
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    event: type[Event]
+    before: frozenset[State]
+    after: State
+    guards: tuple[Guard, ...]
+
+
+def _row(event: type[Event], before: str, after: State, *guards: Guard) -> Row:
+    return Row(event, frozenset(State(s) for s in before.split()), after, guards)
+
+
+TABLE: tuple[Row, ...] = (
+    _row(Park, "absent parked resuming", State.PARKED, Guard.OWNER, Guard.HELD),
+    _row(Claim, "parked", State.RESUMING, Guard.ROUND),
+    _row(Claim, "resuming", State.RESUMING, Guard.ROUND, Guard.OWN_ATTEMPT),
+    _row(Steal, "resuming", State.RESUMING, Guard.ROUND, Guard.OWN_ATTEMPT),
+    _row(Steal, "resuming", State.RESUMING, Guard.ROUND, Guard.CLAIMED_BY_DEAD, Guard.DEAD),
+    _row(Take, "resuming", State.RESUMING, Guard.CLAIM_HOLDS),
+    _row(GiveBack, "resuming", State.PARKED, Guard.CLAIM_HOLDS),
+    _row(Restore, "absent", State.PARKED, Guard.OWNER),
+    _row(Forget, "absent parked resuming", State.ABSENT),
+    _row(Lapse, "parked resuming", State.ABSENT, Guard.LAPSED),
+)
+
+
+
+def _index(table: tuple[Row, ...]) -> dict[tuple[type[Event], State], list[Row]]:
+    rows: dict[tuple[type[Event], State], list[Row]] = {}
+    for row in table:
+        for state in sorted(row.before):
+            rows.setdefault((row.event, state), []).append(row)
+    return rows
+
+
+_ROWS = _index(TABLE)
+
+
+def _claim_holds(record: SuspendedCall, claim: SuspendedCall) -> bool:
+    return (record.round, record.claimer, record.attempt) == (
+        claim.round,
+        claim.claimer,
+        claim.attempt,
+    )
+
+
+# Each guard, asked of the record as it is (None: absent) and the event.
+_GUARDS: dict[Guard, Callable[[Any, Any], bool]] = {
+    Guard.OWNER: lambda record, event: bool(event.owner),
+    Guard.HELD: lambda record, event: bool(event.held),
+    Guard.ROUND: lambda record, event: record.round == event.round,
+    Guard.OWN_ATTEMPT: lambda record, event: (record.claimer, record.attempt)
+    == (event.claimer, event.attempt),
+    Guard.CLAIMED_BY_DEAD: lambda record, event: record.claimer == event.dead,
+    Guard.DEAD: lambda record, event: bool(event.dead_confirmed),
+    Guard.CLAIM_HOLDS: lambda record, event: _claim_holds(record, event.claim),
+    Guard.LAPSED: lambda record, event: record.deadline_ms + GRACE_MS <= event.now_ms,
+}
+
+
+def _effect(record: SuspendedCall | None, event: Event) -> SuspendedCall | None:
+    """The record after `event`, its guards passed."""
+    if isinstance(event, Park | Restore):
+        return event.record
+    if isinstance(event, Forget | Lapse):
+        return None
+    assert record is not None  # every other event has a row from a record only
+    if isinstance(event, Claim):
+        return record.claimed(event.claimer, event.attempt)
+    if isinstance(event, Steal):
+        return record.claimed(event.claimer, event.attempt)
+    if isinstance(event, Take):
+        return replace(record, owner=event.owner)
+    if isinstance(event, GiveBack):
+        owner = event.claim.owner if event.untake else record.owner
+        return replace(record, status=PARKED, claimer="", attempt="", owner=owner)
+    raise TypeError(f"no effect for {type(event).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What an event did: the record after it, or why nothing changed."""
+
+    record: SuspendedCall | None
+    refused: Guard | None = None
+    no_row: bool = False  # the event has no row from the record's state
+
+    @property
+    def done(self) -> bool:
+        return self.refused is None and not self.no_row
+
+
+def step(record: SuspendedCall | None, event: Event) -> Step:
+    """`event` applied to `record` (None: absent) as the table says; when no row's guards
+    all hold, the first guard that failed in the last row tried says why."""
+    rows = _ROWS.get((type(event), state_of(record)))
+    if rows is None:
+        return Step(record, no_row=True)
+    refused: Guard | None = None
+    for row in rows:
+        refused = next((g for g in row.guards if not _GUARDS[g](record, event)), None)
+        if refused is None:
+            return Step(_effect(record, event))
+    return Step(record, refused=refused)
