@@ -1,24 +1,28 @@
 """A bridged call's whole life, in one package.
 
-    bridge.py     the entry: a client request for an interruptible method -> its result;
-                  drain and close
+    bridge.py     the entry, wiring and dispatch only: a client request for an
+                  interruptible method -> its result; drain and close
+    lifecycle.py  every change of a call's phase and all its ending requires (release the
+                  server's questions, cancel upstream, reuse / close / discard the session,
+                  forget the record); the deadline, a lost stream, ownership on a fleet
+    live.py       a call held by this replica (and its store record), the registry of them
     admission.py  a retry's way in: open the sealed requestState, claim its round
                   (the requestState security boundary, in one place)
+    retries.py    a retry's round claimed, and resumed here or routed where its call is
     runner.py     start a call on an upstream session, deliver answers, the read loop
-    suspension.py park a call, replay-mode rounds, URL rounds: one minting path, one
-                  round cap; expiry at the deadline
-    endings.py    every way a call ends: release the server's questions, cancel upstream,
-                  give the session back, forget the record
-    live.py       a call held by this replica, and the registry of them (parked counts)
+    suspension.py mint a round: park, replay-mode rounds, URL rounds; one round cap
     routing.py    retries whose call another replica owns: forward, takeover, replay, lost;
                   and the owning side of a forward
     forwarding.py the bus between replicas, and a retry on its way to its call's owner
                   (made before the claim, which can carry it)
     takeover.py   continue a gone replica's call on its adopted session, or cancel it
+    outcomes.py   a resumed round's outcome kept for a retry sent again
     messages.py   what replicas say to each other, as frozen dataclasses with one codec
+    pace.py       how long a round waits for a question's siblings, learnt per tool
 
-Every change of a call's phase goes through `Registry.fire` and the sans-IO
-`gateway.protocol.call.CallMachine`. The package depends on ports, not on
-transports: `gateway.upstream.port` for legacy sessions, `forwarding.Bus` for other
-replicas, `gateway.store.base.SuspendedCallStore`, and `gateway.clock.Clock`.
+The sans-IO cores are `gateway.protocol.call` (a call's phases and what each ending
+requires) and `gateway.protocol.record` (the stored record's transition table). The
+package depends on ports, not on transports: `gateway.upstream.port` for legacy
+sessions, `forwarding.Bus` for other replicas, `gateway.store.base.SuspendedCallStore`,
+and `gateway.clock.Clock`.
 """

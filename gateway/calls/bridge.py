@@ -1,11 +1,10 @@
 """The entry of the call core: an interruptible client request in, its 2026 result out.
 
-A request without `requestState` starts a call (unless this replica is
-draining). A retry is admitted (state opened, round claimed) and resumed here
-when this replica holds the call, or routed to its owner, taken over or replayed
-when another did. A replay-mode retry starts its call afresh with the journal.
-`Bridge` also drains and closes the replica's calls; it wires the parts and holds
-no logic of its own beyond that dispatch.
+Wiring and dispatch only: a request without `requestState` starts a call (unless this
+replica is draining); a retry's state is opened, and a replay-mode retry starts its call
+afresh with the journal; any other retry is resumed where its call is (`Retries`).
+`Bridge` also drains and closes the replica's calls. Which phase a call is in and how it
+ends is `gateway.calls.lifecycle`'s; where a retry goes, `retries` and `routing`'s.
 """
 
 from __future__ import annotations
@@ -17,20 +16,21 @@ import structlog
 
 from gateway import clock as clocks
 from gateway.calls.admission import CLAIMER_PATIENCE_BEATS, MISSING_RECORD_BEATS, Admission
-from gateway.calls.endings import Endings
-from gateway.calls.forwarding import Bus, Forward
+from gateway.calls.forwarding import Bus
+from gateway.calls.lifecycle import Lifecycle
 from gateway.calls.live import Registry
-from gateway.calls.ownership import Ownership
+from gateway.calls.outcomes import Outcomes
+from gateway.calls.retries import Retries
 from gateway.calls.routing import Routing
 from gateway.calls.runner import Notify, Runner
 from gateway.calls.suspension import Suspender, Withdraw
 from gateway.clock import Clock, SystemClock
 from gateway.config import REPLAY, GatewayConfig, UpstreamConfig
-from gateway.errors import CallLost, Draining, InvalidRequestState, LeaseLost, RoundInProgress
+from gateway.errors import Draining
 from gateway.listens import Listens
 from gateway.observability import Metrics
 from gateway.protocol import state
-from gateway.protocol.call import CallMachine, Trigger
+from gateway.protocol.call import CallMachine
 from gateway.protocol.inbound import FrontRequest
 from gateway.store.base import SuspendedCallStore
 from gateway.upstream.port import UpstreamPool
@@ -55,69 +55,80 @@ class Bridge:
     ) -> None:
         self.config = config
         self.listens = listens
-        self.limits = config.limits
-        self.store = store
-        self.pools = pools
-        self.metrics = metrics or Metrics()
-        self.clock = clock or SystemClock()
+        limits = self.limits = config.limits
+        self.metrics = metrics = metrics or Metrics()
+        self.clock = clock = clock or SystemClock()
         self.draining = False
-        self.bus = bus
-        self.calls = Registry()
+        owner = owner or config.replica_id
         beat = config.fleet.heartbeat_s
         self.admission = Admission(
             codec=codec,
             store=store,
-            clock=self.clock,
-            metrics=self.metrics,
+            clock=clock,
+            metrics=metrics,
             audience=config.sealing.audience,
             missing_grace_s=MISSING_RECORD_BEATS * beat if bus is not None else 0.0,
-            claimer=owner or config.replica_id,
+            claimer=owner,
             alive=bus.alive if bus is not None else None,
             claimer_ttl_s=CLAIMER_PATIENCE_BEATS * beat,
         )
-        # On a fleet, whoever resumes a round keeps its outcome (`gateway.calls.outcomes`).
-        outcomes_ttl_s = self.limits.suspension_ttl_s if bus is not None else None
-        ownership = Ownership(
-            store, owner or config.replica_id, bus.lease_term if bus is not None else None
-        )
-        self.endings = Endings(
-            self.calls, store, self.metrics, outcomes_ttl_s=outcomes_ttl_s, ownership=ownership
+        self.lifecycle = lifecycle = Lifecycle(
+            store=store,
+            metrics=metrics,
+            clock=clock,
+            limits=limits,
+            owner=owner,
+            lease_term=bus.lease_term if bus is not None else None,
+            # On a fleet, whoever resumes a round keeps its outcome (`gateway.calls.outcomes`).
+            outcomes_ttl_s=limits.suspension_ttl_s if bus is not None else None,
         )
         self.suspender = suspender = Suspender(
-            registry=self.calls,
+            lifecycle=lifecycle,
             store=store,
-            admission=self.admission,
-            endings=self.endings,
-            clock=self.clock,
-            limits=self.limits,
-            replica_id=owner or config.replica_id,
+            codec=codec,
+            audience=self.admission.audience,
+            clock=clock,
+            limits=limits,
             keeps_outcomes=bus is not None,
             withdraw=withdraw,
-            ownership=ownership,
         )
-        self.runner = Runner(
-            registry=self.calls,
+        self.runner = runner = Runner(
+            lifecycle=lifecycle,
             pools=pools,
             suspender=suspender,
-            endings=self.endings,
-            clock=self.clock,
-            limits=self.limits,
-            metrics=self.metrics,
+            clock=clock,
+            limits=limits,
+            metrics=metrics,
             on_change=listens.publish if listens is not None else None,
         )
-        self.routing = (
-            Routing(
+        self.routing: Routing | None = None
+        outcomes = None
+        if bus is not None:
+            outcomes = Outcomes(store=store, metrics=metrics)
+            self.routing = Routing(
                 bus=bus,
-                runner=self.runner,
-                registry=self.calls,
+                lifecycle=lifecycle,
+                pools=pools,
+                runner=runner,
+                outcomes=outcomes,
                 store=store,
-                clock=self.clock,
-                limits=self.limits,
-                metrics=self.metrics,
+                clock=clock,
+                limits=limits,
+                metrics=metrics,
             )
-            if bus is not None
-            else None
+        self.retries = Retries(
+            admission=self.admission,
+            lifecycle=lifecycle,
+            runner=runner,
+            bus=bus,
+            routing=self.routing,
+            outcomes=outcomes,
         )
+
+    @property
+    def calls(self) -> Registry:
+        """The live calls of this replica."""
+        return self.lifecycle.calls
 
     @property
     def parked(self) -> int:
@@ -145,60 +156,15 @@ class Bridge:
             return await self.runner.start(
                 upstream, front, principal, digest, notify, known=known, round_=claims.round
             )
-        here = claims.call in self.calls
-        if here and self.bus is not None and not self.bus.holds_lease():
-            raise LeaseLost()  # cut off from the fleet: another replica may own it now
-        if here or self.routing is None:
-            return await self._resume(upstream, claims, front, notify, None)
-        # Another replica holds it (or nobody does): its claim can carry the forward.
-        with self.routing.forwarding(front) as forward:
-            return await self._resume(upstream, claims, front, notify, forward)
-
-    async def _resume(
-        self,
-        upstream: UpstreamConfig,
-        claims: state.Claims,
-        front: FrontRequest,
-        notify: Notify,
-        forward: Forward | None,
-    ) -> dict[str, Any]:
-        """Claim the retry's round; resume it here, or route it (`forward` to its owner)."""
-        responses = front.params.get("inputResponses") or {}
-        try:
-            record = await self.admission.claim(upstream, claims, responses, forward)
-        except InvalidRequestState:
-            if self.routing is None:
-                raise
-            before = await self.routing.outcomes.answered_before(claims.call, claims.round)
-            if before is None:
-                raise
-            return before
-        call = self.calls.get(record.call_id)
-        if self.routing is None:
-            if call is None:
-                raise CallLost()
-            return await self.runner.resume(call, front, notify, record.round)
-        if call is not None and record.owner != self.suspender.replica_id:
-            # A stale copy: the call was taken over while this replica was taken for dead
-            # (and it has not let go of it yet). Its owner now resumes the round.
-            await self.endings.abandon(call, "another replica took the call over")
-            call = None
-        if call is None:
-            return await self.routing.elsewhere(upstream, record, front, notify, forward)
-        try:
-            return await self.runner.resume(call, front, notify, record.round)
-        except RoundInProgress:
-            await self.routing.give_back(record)  # for the retry sent again once it is done
-            raise
+        return await self.retries.resume(upstream, claims, front, notify)
 
     async def restore_records(self) -> None:
         """The store lost its data: write back the records of the calls parked here."""
-        self.metrics.store_data_losses.inc()
-        await self.suspender.restore()
+        await self.lifecycle.restore()
 
     async def hand_over_lost(self) -> None:
         """The lease is back after a time without it: let go of calls taken over meanwhile."""
-        await self.suspender.hand_over_lost()
+        await self.lifecycle.hand_over_lost()
 
     async def serve_forwarded(self, payload: str) -> None:
         """A message another replica pushed into this replica's inbox."""
@@ -224,5 +190,4 @@ class Bridge:
         """Shut down: every live call is cancelled upstream, every listen ended."""
         if self.listens is not None:
             self.listens.end_all()
-        for call in list(self.calls.values()):
-            await self.endings.end(call, Trigger.CANCEL, "gateway shutting down")
+        await self.lifecycle.close()

@@ -1,9 +1,9 @@
 """A call held by this replica, and the registry of them.
 
-`LiveCall` ties a `CallMachine` to the upstream session and stream it owns.
-`Registry` knows every live call and how many are parked, in total and per
-principal; `fire` is the one place a call's phase changes, so the counts can
-never drift from the phases.
+`LiveCall` ties a `CallMachine` to the upstream session and stream it owns, and
+writes its own store record. `Registry` knows every live call, how many are parked (in
+total and per principal) and which lost their stream; only `gateway.calls.lifecycle`
+changes it, as it changes the calls' phases, so the counts never drift from the phases.
 """
 
 from __future__ import annotations
@@ -14,17 +14,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from gateway.aio import Once
 from gateway.clock import Later
 from gateway.config import UpstreamConfig
-from gateway.protocol.call import CallMachine, Phase, Trigger
+from gateway.protocol.call import CallMachine, Phase
+from gateway.protocol.record import PARKED, SuspendedCall
 from gateway.protocol.state import RequestDigest
 from gateway.store.base import Reply
 from gateway.upstream.port import Inbox, Pumping, StreamCursor, UpstreamPool, UpstreamSession
-
-log = structlog.get_logger("gateway.calls")
 
 
 @dataclass(eq=False, slots=True)
@@ -53,8 +50,8 @@ class LiveCall:
     # store pushes it with the write that forgets the call where it can (then `replied`).
     reply_with: Callable[[dict[str, Any]], Reply] | None = None
     replied: bool = False
-    # Its session given back to the pool already (`endings._give_back`, the one place):
-    # at its end, or earlier when its stream was lost while it was parked.
+    # Its session given back to the pool already (`Lifecycle`, the one place): at its
+    # end, or earlier when its stream was lost while it was parked.
     session_released: bool = False
 
     @property
@@ -64,6 +61,36 @@ class LiveCall:
     @property
     def phase(self) -> Phase:
         return self.machine.phase
+
+    @property
+    def in_store(self) -> bool:
+        """Whether the call has a record (and a hold) in the store: it parked a round."""
+        return bool(self.machine.round) and not self.stateless
+
+    def record(self, owner: str) -> SuspendedCall:
+        """Its store record for the round it waits in, owned by `owner`."""
+        machine = self.machine
+        issued, deadline = self.parked_ms
+        return SuspendedCall(
+            call_id=self.id,
+            round=machine.round,
+            status=PARKED,
+            owner=owner,
+            upstream=self.upstream.name,
+            method=machine.method,
+            target=self.target,
+            principal=self.principal,
+            digest=self.digest.value,
+            upstream_request_id=machine.upstream_id,
+            session_id=self.session.id,
+            protocol_version=self.session.version.value,
+            caps=self.session.caps.key,
+            last_event_id=self.cursor.last_id,
+            pending=[p.to_record() for p in machine.pending.values()],
+            journal=list(machine.journal),
+            deadline_ms=deadline,
+            created_ms=issued,
+        )
 
 
 class Registry(Mapping[str, LiveCall]):
@@ -107,26 +134,13 @@ class Registry(Mapping[str, LiveCall]):
         """Parked calls here whose upstream stream is gone."""
         return len(self._lost)
 
-    def watch(self, call: LiveCall, lost: Callable[[LiveCall], None]) -> None:
-        """A parked call whose stream ends (its upstream lost, past any reconnection) can
-        never complete: only its retry, told so (`CallLost`), or its deadline end it, and
-        a drain does not wait for it. `lost` is told of it (to give its session back)."""
-        call.inbox.on_end = lambda error: self._lose(call, error, lost)
-        if (error := call.inbox.ended()) is not None:
-            self._lose(call, error, lost)
+    def is_lost(self, call: LiveCall) -> bool:
+        return call.id in self._lost
 
-    def _lose(self, call: LiveCall, error: Exception, lost: Callable[[LiveCall], None]) -> None:
-        if call.id not in self._calls or call.id in self._lost:
-            return
+    def mark_lost(self, call: LiveCall) -> None:
+        """A parked call that lost its stream can never complete: a drain does not wait
+        for it."""
         self._lost.add(call.id)
-        lost(call)
-        log.info(
-            "parked_call_lost",
-            call_id=call.id,
-            upstream=call.upstream.name,
-            error=str(error),
-            detail="its retry is told the call is gone; a drain does not wait for it",
-        )
         self._check_idle()
 
     def _check_idle(self) -> None:
@@ -140,20 +154,13 @@ class Registry(Mapping[str, LiveCall]):
     def principals_parked(self) -> dict[str, int]:
         return dict(self._parked_by)
 
-    def fire(self, call: LiveCall, trigger: Trigger) -> Phase:
-        """Move the call's phase, keeping the parked-call counts in step.
-
-        Raises:
-            IllegalTransition: the machine has no such transition (a gateway bug).
-        """
-        before = call.machine.phase
-        after = call.machine.fire(trigger)
+    def moved(self, call: LiveCall, before: Phase) -> None:
+        """The call moved from `before` to its phase now: the parked counts follow."""
         if before is Phase.SUSPENDED:
             self.parked -= 1
             self._parked_by[call.principal] -= 1
             if self._parked_by[call.principal] <= 0:
                 del self._parked_by[call.principal]
-        if after is Phase.SUSPENDED:
+        if call.phase is Phase.SUSPENDED:
             self.parked += 1
             self._parked_by[call.principal] += 1
-        return after

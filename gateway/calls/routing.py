@@ -18,7 +18,7 @@ replicas talk through a `Bus` (`gateway.calls.forwarding`; Redis lists in produc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,7 +28,7 @@ from gateway import logging as log_context
 from gateway.aio import spawn
 from gateway.calls import messages
 from gateway.calls.forwarding import Bus, Forward
-from gateway.calls.live import Registry
+from gateway.calls.lifecycle import Lifecycle
 from gateway.calls.outcomes import Outcomes
 from gateway.calls.runner import Notify, Runner
 from gateway.calls.takeover import Takeover
@@ -49,7 +49,7 @@ from gateway.protocol.call import CallMachine
 from gateway.protocol.inbound import FrontRequest
 from gateway.store.base import SuspendedCall, SuspendedCallStore
 from gateway.tracing import TRACING
-from gateway.upstream.port import SessionExpired
+from gateway.upstream.port import SessionExpired, UpstreamPool
 
 log = structlog.get_logger("gateway.calls")
 
@@ -65,8 +65,10 @@ class Routing:
         self,
         *,
         bus: Bus,
+        lifecycle: Lifecycle,
+        pools: Mapping[str, UpstreamPool],
         runner: Runner,
-        registry: Registry,
+        outcomes: Outcomes,
         store: SuspendedCallStore,
         clock: Clock,
         limits: LimitsConfig,
@@ -74,7 +76,7 @@ class Routing:
     ) -> None:
         self.bus = bus
         self.runner = runner
-        self.registry = registry
+        self.calls = lifecycle.calls
         self.store = store
         self.clock = clock
         self.limits = limits
@@ -83,9 +85,15 @@ class Routing:
         # The reply keys of forwards served to their end, and when: a message taken up
         # again (`RedisBus`: its removal from the taken list failed) is not served twice.
         self._finished: dict[str, float] = {}
-        self.outcomes = Outcomes(store=store, metrics=metrics)
+        self.outcomes = outcomes
         self.takeover = Takeover(
-            runner=runner, store=store, clock=clock, metrics=metrics, replica_id=bus.replica_id
+            lifecycle=lifecycle,
+            pools=pools,
+            runner=runner,
+            store=store,
+            clock=clock,
+            metrics=metrics,
+            replica_id=bus.replica_id,
         )
 
     # -- receiving side ----------------------------------------------------------------
@@ -325,7 +333,7 @@ class Routing:
     async def _serve_resume(self, message: messages.Resume) -> tuple[dict[str, Any], bool]:
         """The forwarded round's outcome, and whether its reply has been pushed already."""
         front = message.front()
-        call = self.registry.get(message.call)
+        call = self.calls.get(message.call)
         if call is None:
             raise CallLost()
         if not self.bus.holds_lease():

@@ -20,8 +20,8 @@ import structlog
 
 from gateway import clock as clocks
 from gateway import logging as log_context
-from gateway.calls.endings import Endings
-from gateway.calls.live import LiveCall, Registry
+from gateway.calls.lifecycle import Lifecycle
+from gateway.calls.live import LiveCall
 from gateway.calls.pace import Pace, Target
 from gateway.calls.suspension import Suspender, server_info
 from gateway.clock import Clock
@@ -30,20 +30,17 @@ from gateway.errors import (
     CallLost,
     GatewayError,
     MissingClientCapability,
-    RoundInProgress,
     UpstreamError,
     UpstreamTimeout,
 )
 from gateway.observability import Metrics
 from gateway.protocol import jsonrpc, state, translate
 from gateway.protocol.call import (
-    FINAL_PHASES,
     Answer,
     Asked,
     CallMachine,
     Changed,
     Finished,
-    Phase,
     Refused,
     Relay,
     RoundContext,
@@ -51,7 +48,7 @@ from gateway.protocol.call import (
 )
 from gateway.protocol.inbound import FrontRequest
 from gateway.tracing import TRACING
-from gateway.upstream.port import Inbox, StreamCursor, StreamEnd, UpstreamPool, UpstreamSession
+from gateway.upstream.port import Inbox, StreamEnd, UpstreamPool
 
 log = structlog.get_logger("gateway.calls")
 
@@ -62,22 +59,20 @@ class Runner:
     def __init__(
         self,
         *,
-        registry: Registry,
+        lifecycle: Lifecycle,
         pools: Mapping[str, UpstreamPool],
         suspender: Suspender,
-        endings: Endings,
         clock: Clock,
         limits: LimitsConfig,
         metrics: Metrics,
         on_change: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
-        self.registry = registry
+        self.lifecycle = lifecycle
         # Told of a list change a call's session carried, with the call's upstream's name
         # (`gateway.listens.Listens.publish`).
         self.on_change = on_change
         self.pools = pools
         self.suspender = suspender
-        self.endings = endings
         self.clock = clock
         self.limits = limits
         self.metrics = metrics
@@ -112,7 +107,9 @@ class Runner:
             front.method,
             translate.upstream_params(front, machine.progress_token),
         )
-        call = self.launch(upstream, pool, session, machine, principal, digest, front.target)
+        call = self.lifecycle.begin(
+            upstream, pool, session, machine, principal, digest, front.target
+        )
         call.stateless = upstream.target(front.method, front.target).mode == REPLAY
         log_context.bind(call_id=call_id)
         log.debug(
@@ -123,35 +120,6 @@ class Runner:
             replayed_answers=sum(len(v) for v in known.values()),
         )
         return await self.drive(call, front, notify, request=message)
-
-    def launch(
-        self,
-        upstream: UpstreamConfig,
-        pool: UpstreamPool,
-        session: UpstreamSession,
-        machine: CallMachine,
-        principal: str,
-        digest: state.RequestDigest,
-        target: str | None,
-        cursor: StreamCursor | None = None,
-    ) -> LiveCall:
-        """Register a call this replica now owns; the caller starts reading its stream."""
-        call = LiveCall(
-            machine=machine,
-            upstream=upstream,
-            pool=pool,
-            session=session,
-            inbox=Inbox(),
-            cursor=cursor or StreamCursor(),
-            principal=principal,
-            digest=digest,
-            target=target,
-            started=self.clock.monotonic(),
-        )
-        self.suspender.ownership.stamp(call)  # a call replayed or taken over is this one's
-        session.attach(call.inbox)
-        self.registry.add(call)
-        return call
 
     async def resume(
         self, call: LiveCall, front: FrontRequest, notify: Notify, round_: int
@@ -166,20 +134,7 @@ class Runner:
         """
         started = self.clock.monotonic()
         try:
-            if call.phase in FINAL_PHASES:
-                raise CallLost()
-            if call.phase is not Phase.SUSPENDED or call.machine.round != round_:
-                raise RoundInProgress()
-            self.registry.fire(call, Trigger.RESUME)
-            call.resumed = call.machine.round
-            if call.expiry is not None:
-                try:
-                    await call.expiry.cancel()  # waits while a deadline's expiry runs
-                except asyncio.CancelledError:
-                    # The client left while it waited: as in a round, the call ends (it
-                    # is resumed already, so no retry and no deadline would end it).
-                    self.endings.end_soon(call, Trigger.CANCEL, "client disconnected")
-                    raise
+            await self.lifecycle.resume(call, round_)
             if _holds_question(call.inbox):
                 self.pace.sibling_late(_target(call))
             responses = front.params.get("inputResponses") or {}
@@ -191,7 +146,7 @@ class Runner:
             except Exception:
                 # A defect, not the client's: the call must not stay resumed for nobody
                 # (no deadline, its round claimed), so it ends here, upstream too.
-                await self._fail(call, "answers not deliverable")
+                await self.lifecycle.fail(call, "answers not deliverable")
                 raise
             for key, problem in call.machine.refusals().items():
                 log.info("form_answer_refused", key=key, problem=problem)
@@ -252,15 +207,15 @@ class Runner:
         except asyncio.CancelledError:
             # The client went away mid-round: cancellation on the 2026 wire. A call caught
             # suspending (its state never reached the client) can never be resumed either.
-            self.endings.end_soon(call, Trigger.CANCEL, "client disconnected")
+            self.lifecycle.end_soon(call, Trigger.CANCEL, "client disconnected")
             raise
         except TimeoutError:
-            await self._fail(call, "hold timeout")
+            await self.lifecycle.fail(call, "hold timeout")
             raise UpstreamTimeout(
                 f"the upstream did not answer within {self.limits.hold_timeout_s:g} s"
             ) from None
         except UpstreamError as exc:
-            await self._fail(call, type(exc).__name__)
+            await self.lifecycle.fail(call, type(exc).__name__)
             if call.machine.round:
                 # It had already asked the client: say plainly that this call is gone.
                 raise CallLost(
@@ -269,12 +224,8 @@ class Runner:
                 ) from exc
             raise
         except GatewayError as exc:
-            await self._fail(call, type(exc).__name__)
+            await self.lifecycle.fail(call, type(exc).__name__)
             raise
-
-    async def _fail(self, call: LiveCall, reason: str) -> None:
-        if call.phase is Phase.RUNNING:
-            await self.endings.end(call, Trigger.FAIL, reason)
 
     async def _read(self, call: LiveCall, notify: Notify) -> dict[str, Any]:
         machine = call.machine
@@ -308,7 +259,7 @@ class Runner:
                     asked += 1
                     closes_at = self.clock.monotonic() + grace
                 elif isinstance(action, Refused):
-                    await self.endings.end(call, Trigger.FAIL, "capability not declared")
+                    await self.lifecycle.end(call, Trigger.FAIL, "capability not declared")
                     raise MissingClientCapability(action.required)
                 elif isinstance(action, Finished):
                     return await self._finish(call, action)
@@ -327,9 +278,9 @@ class Runner:
         try:
             result = self._answer(call, finished)
         except GatewayError:
-            await self.endings.complete(call)
+            await self.lifecycle.complete(call)
             raise
-        await self.endings.complete(call, result)  # on a fleet, kept as the round's outcome
+        await self.lifecycle.complete(call, result)  # on a fleet, kept as the round's outcome
         return result
 
     def _answer(self, call: LiveCall, finished: Finished) -> dict[str, Any]:

@@ -17,19 +17,14 @@ from typing import Any
 
 import structlog
 
-from gateway import clock as clocks
 from gateway import logging as log_context
-from gateway.aio import spawn
-from gateway.calls.admission import Admission
-from gateway.calls.endings import Endings
-from gateway.calls.live import LiveCall, Registry
+from gateway.calls.lifecycle import Lifecycle
+from gateway.calls.live import LiveCall
 from gateway.calls.outcomes import to_keep
-from gateway.calls.ownership import Ownership
 from gateway.clock import Clock
-from gateway.config import PARK, REPLAY, LimitsConfig
+from gateway.config import PARK, REPLAY, LimitsConfig, UpstreamConfig
 from gateway.errors import (
     GatewayFull,
-    LeaseLost,
     MissingClientCapability,
     PrincipalBusy,
     StateTooLarge,
@@ -37,61 +32,53 @@ from gateway.errors import (
     TooManyRounds,
 )
 from gateway.protocol import keys, state
-from gateway.protocol.call import Phase, Trigger
+from gateway.protocol.call import Trigger
 from gateway.protocol.inbound import SERVER_INFO_KEY
-from gateway.store.base import PARKED, SuspendedCall, SuspendedCallStore
+from gateway.store.base import SuspendedCallStore
 
 log = structlog.get_logger("gateway.calls")
 
 Withdraw = Callable[[str, str | None], Awaitable[None]]  # (upstream, session id)
-
-#: How long a parked call whose round another request claimed may wait to be resumed.
-CLAIM_GRACE_S = 30.0
 
 
 class Suspender:
     def __init__(
         self,
         *,
-        registry: Registry,
+        lifecycle: Lifecycle,
         store: SuspendedCallStore,
-        admission: Admission,
-        endings: Endings,
+        codec: state.StateCodec,
+        audience: Callable[[UpstreamConfig], str],
         clock: Clock,
         limits: LimitsConfig,
-        replica_id: str,
         keeps_outcomes: bool = False,
         withdraw: Withdraw | None = None,
-        ownership: Ownership | None = None,
     ) -> None:
-        # Whether this replica may still act for a call (on a fleet, another may have
-        # taken it over while this one was cut off).
-        self.ownership = ownership or Ownership(store, replica_id)
+        self.lifecycle = lifecycle
+        self.store = store
+        self.codec = codec
+        self.audience = audience  # what every state minted for an upstream is bound to
+        self.clock = clock
+        self.limits = limits
         # On a fleet, a resumed round's outcome is parked with the next round's record.
         self.keeps_outcomes = keeps_outcomes
         # On a fleet, a session a call parks on is taken off the list of those a survivor
         # may end should this replica die (`gateway.fleet.ledger`).
         self.withdraw = withdraw
-        self.registry = registry
-        self.store = store
-        self.admission = admission
-        self.endings = endings
-        self.clock = clock
-        self.limits = limits
-        self.replica_id = replica_id
 
     async def suspend(self, call: LiveCall) -> dict[str, Any]:
         """Answer `input_required` for what the call asks now.
 
         Raises:
-            TooManyRounds, GatewayFull, PrincipalBusy (fleet-wide), StoreError, StateTooLarge
+            TooManyRounds, GatewayFull, PrincipalBusy (fleet-wide), StoreError,
+            StateTooLarge, LeaseLost
         """
         try:
             self._check_rounds(call)
             if not call.stateless:
-                self._check_capacity(call)
+                self._check_capacity()
         except (TooManyRounds, GatewayFull) as exc:
-            await self.endings.end(call, Trigger.FAIL, exc.reason)
+            await self.lifecycle.end(call, Trigger.FAIL, exc.reason)
             raise
         if call.stateless:
             return await self._replay_round(call)
@@ -124,8 +111,8 @@ class Suspender:
         if call.machine.round >= self.limits.max_rounds:
             raise TooManyRounds(f"the call needed more than {self.limits.max_rounds} rounds")
 
-    def _check_capacity(self, call: LiveCall) -> None:
-        if self.registry.parked >= self.limits.max_parked_calls:
+    def _check_capacity(self) -> None:
+        if self.lifecycle.calls.parked >= self.limits.max_parked_calls:
             raise GatewayFull()
 
     def _mint(self, call: LiveCall, *, round_: int, mode: str) -> tuple[str, int, int]:
@@ -137,34 +124,28 @@ class Suspender:
             round=round_,
             principal=call.principal,
             digest=call.digest.value,
-            audience=self.admission.audience(call.upstream),
+            audience=self.audience(call.upstream),
             issued_ms=issued,
             expires_ms=deadline,
             mode=mode,
             journal=list(call.machine.journal) if mode == REPLAY else [],
         )
-        return state.seal_claims(self.admission.codec, claims), issued, deadline
+        return state.seal_claims(self.codec, claims), issued, deadline
 
     async def _park(self, call: LiveCall) -> dict[str, Any]:
         machine = call.machine
         until = self.clock.wall_ms() + int(self.limits.suspension_ttl_s * 1000)
         cap = self.limits.max_parked_per_principal
-        if self.endings.doubtful(call) and await self.endings.taken_over(call):
-            # Taken over while this replica, cut off, served the round: the next round is
-            # the new owner's to park, and the client's to ask of it.
-            raise LeaseLost()
-        self.registry.fire(call, Trigger.SUSPEND)
+        await self.lifecycle.suspend(call)
         token, issued, deadline = self._mint(call, round_=machine.round, mode=PARK)
-        call.parked_ms, call.stored = (issued, deadline), False
-        self.ownership.stamp(call)
+        call.parked_ms = (issued, deadline)
         result = input_required(call, token, machine.input_required())
         kept = None
         if self.keeps_outcomes:
             kept = to_keep(result, call.resumed, self.limits.suspension_ttl_s)
         try:
             # Counted in the store, so the cap holds across the whole fleet.
-            record = self._record(call, issued, deadline)
-            parking = self.store.park_held(record, until, cap, kept)
+            parking = self.store.park_held(call.record(self.lifecycle.owner), until, cap, kept)
             if self.withdraw is None:
                 held = await parking
             else:  # both before the client is answered, in one wait
@@ -175,20 +156,12 @@ class Suspender:
                         raise failed
                 held = bool(both[0])
         except StoreError:
-            await self.endings.end(call, Trigger.FAIL, "store unavailable")
+            await self.lifecycle.end(call, Trigger.FAIL, "store unavailable")
             raise
         if not held:
-            await self.endings.end(call, Trigger.FAIL, PrincipalBusy.reason)
+            await self.lifecycle.end(call, Trigger.FAIL, PrincipalBusy.reason)
             raise PrincipalBusy()
-        call.stored = True
-        self.registry.watch(call, self._lost)
-        round_, clock = machine.round, self.clock
-        call.expiry = clocks.Later(
-            clock,
-            clock.monotonic() + max(0.0, (deadline - clock.wall_ms()) / 1000),
-            lambda: self._expired(call, round_),
-            name=f"call-expiry-{call.id}",
-        )
+        self.lifecycle.parked(call)
         asked = sorted(machine.pending)
         log_context.bind(round=machine.round, asked=asked)
         log.debug("call_suspended", round=machine.round, asked=asked)
@@ -197,11 +170,8 @@ class Suspender:
     async def _replay_round(self, call: LiveCall) -> dict[str, Any]:
         machine = call.machine
         asked = machine.input_required()
-        self.registry.fire(call, Trigger.SUSPEND)
+        await self.lifecycle.stop(call, "replay-mode round")
         token, _, _ = self._mint(call, round_=machine.round, mode=REPLAY)
-        # The questions stay unanswered: cancelling the call stops the server's handler
-        # where it waits, before anything after the question runs.
-        await self.endings.end(call, Trigger.CANCEL, "replay-mode round", release_questions=False)
         if len(token) > self.limits.max_state_bytes:
             raise StateTooLarge(
                 f"the answers of this call no longer fit in requestState "
@@ -210,110 +180,6 @@ class Suspender:
         log_context.bind(round=machine.round, asked=sorted(asked))
         log.debug("call_suspended", round=machine.round, asked=sorted(asked), mode=REPLAY)
         return input_required(call, token, asked)
-
-    async def restore(self) -> None:
-        """The store lost its data: write back the record of every call parked here, so
-        its retry resumes it. A call whose record cannot come back is ended at once
-        (cancelled upstream), never left parked until its deadline."""
-        parked = [c for c in self.registry.values() if c.phase is Phase.SUSPENDED]
-        restored = 0
-        for call in parked:
-            if call.stateless or call.phase is not Phase.SUSPENDED:
-                continue
-            issued, deadline = call.parked_ms
-            try:
-                restored += await self.store.restore(self._record(call, issued, deadline), deadline)
-            except StoreError as exc:
-                log.warning("call_record_lost", call_id=call.id, error=str(exc))
-                await self.endings.end(call, Trigger.FAIL, "its record was lost with the store")
-        log.info("call_records_restored", restored=restored, parked=len(parked))
-
-    def _record(self, call: LiveCall, issued: int, deadline: int) -> SuspendedCall:
-        machine = call.machine
-        return SuspendedCall(
-            call_id=call.id,
-            round=machine.round,
-            status=PARKED,
-            owner=self.replica_id,
-            upstream=call.upstream.name,
-            method=machine.method,
-            target=call.target,
-            principal=call.principal,
-            digest=call.digest.value,
-            upstream_request_id=machine.upstream_id,
-            session_id=call.session.id,
-            protocol_version=call.session.version.value,
-            caps=call.session.caps.key,
-            last_event_id=call.cursor.last_id,
-            pending=[p.to_record() for p in machine.pending.values()],
-            journal=list(machine.journal),
-            deadline_ms=deadline,
-            created_ms=issued,
-        )
-
-    # -- the deadline --------------------------------------------------------------------
-
-    async def _expired(self, call: LiveCall, round_: int) -> None:
-        """The deadline of `round_` passed: abandon the call unless a retry has it."""
-        clock = self.clock
-        if not _waits_in(call, round_):
-            return
-        try:
-            if await self.store.claim(call.id, round_, self.replica_id) is None:
-                # A retry claimed the round first and normally resumes it at once (which
-                # cancels this task). If nothing has resumed it after a grace period, the
-                # claimer failed on the way (e.g. its client left, or a forward was lost)
-                # or took the call over (this replica was cut off, judged dead).
-                await clocks.sleep(clock, min(self.limits.hold_timeout_s, CLAIM_GRACE_S))
-                if not _waits_in(call, round_):
-                    return
-                if not await self.ownership.still(call):
-                    await self.endings.abandon(call, "another replica holds the call")
-                    return
-                log.warning("claimed_round_never_resumed", round=round_)
-        except StoreError as exc:
-            log.warning("store_claim_failed", error=str(exc))
-            if not self.ownership.surely(call):
-                # Another replica may have taken it over: say nothing upstream.
-                await self.endings.abandon(call, "its ownership cannot be checked")
-                return
-            # Nobody can have taken it over: it ends, and the server's handler with it.
-        if call.phase is Phase.SUSPENDED:
-            await self.endings.end(call, Trigger.EXPIRE, "suspension deadline passed")
-
-    def _lost(self, call: LiveCall) -> None:
-        spawn(self._let_go_lost(call), name=f"call-lost-{call.id}")
-
-    async def _let_go_lost(self, call: LiveCall) -> None:
-        """A parked call lost its stream: its session is given back now, so its slot of
-        `max_sessions` serves new calls; the call stays until its retry (told it is lost)
-        or its deadline. The session is ended upstream only while the store names this
-        replica the call's owner: another may have taken the call over and hold it now."""
-        try:
-            mine = await self.ownership.still(call)
-        except StoreError as exc:
-            log.warning("ownership_check_failed", call_id=call.id, error=str(exc))
-            mine = False
-        self.endings.release_lost(call, end=mine)
-
-    async def hand_over_lost(self) -> None:
-        """After a time without the lease: let go, quietly, of every parked call whose
-        record names another owner now or is gone (taken over and finished)."""
-        # A call still being parked (its record not yet written) is not judged: it was
-        # not parked while the lease was lost.
-        parked = [c for c in self.registry.values() if c.phase is Phase.SUSPENDED and c.stored]
-        for call in parked:
-            try:
-                if call.stateless or await self.ownership.still(call):
-                    continue
-            except StoreError as exc:
-                log.warning("ownership_check_failed", call_id=call.id, error=str(exc))
-                continue
-            await self.endings.abandon(call, "taken over while this replica was cut off")
-
-
-def _waits_in(call: LiveCall, round_: int) -> bool:
-    return call.phase is Phase.SUSPENDED and call.machine.round == round_
 
 
 def input_required(call: LiveCall, token: str, requests: dict[str, Any]) -> dict[str, Any]:

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
 from gateway import clock as clocks
 from gateway.aio import spawn
+from gateway.calls.lifecycle import Lifecycle
 from gateway.calls.runner import Notify, Runner
 from gateway.clock import Clock
 from gateway.config import UpstreamConfig
@@ -35,7 +37,7 @@ from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.versions import Version
 from gateway.store.base import SuspendedCall, SuspendedCallStore
-from gateway.upstream.port import SessionExpired, StreamCursor, TaskPump
+from gateway.upstream.port import SessionExpired, StreamCursor, TaskPump, UpstreamPool
 
 log = structlog.get_logger("gateway.calls")
 
@@ -48,13 +50,17 @@ class Takeover:
     def __init__(
         self,
         *,
+        lifecycle: Lifecycle,
+        pools: Mapping[str, UpstreamPool],
         runner: Runner,
         store: SuspendedCallStore,
         clock: Clock,
         metrics: Metrics,
         replica_id: str,
     ) -> None:
-        self.runner = runner
+        self.lifecycle = lifecycle
+        self.pools = pools
+        self.runner = runner  # drives the call once it is this replica's
         self.store = store
         self.clock = clock
         self.metrics = metrics
@@ -76,7 +82,7 @@ class Takeover:
             CallLost: the record went as the call was taken.
         """
         assert record.session_id is not None
-        pool = self.runner.pools[upstream.name]
+        pool = self.pools[upstream.name]
         try:
             session = await pool.adopt(
                 ClientCaps.from_key(record.caps),
@@ -110,7 +116,7 @@ class Takeover:
             await self._give_back_whatever(record, untake=True)
             raise
         cursor = StreamCursor(last_id=record.last_event_id, live=asyncio.Event())
-        call = self.runner.launch(
+        call = self.lifecycle.begin(
             upstream,
             pool,
             session,
@@ -126,7 +132,7 @@ class Takeover:
         try:
             await self._until_live(cursor)
         except asyncio.CancelledError:  # the client went away: as in a round, end the call
-            self.runner.endings.end_soon(call, Trigger.CANCEL, "client disconnected")
+            self.lifecycle.end_soon(call, Trigger.CANCEL, "client disconnected")
             raise
         log.info("call_taken_over", previous_owner=record.owner, round=record.round)
         self.metrics.handoffs.labels("taken_over").inc()
@@ -174,7 +180,7 @@ class Takeover:
         """Cancel a lost call upstream on its session, where the session can be reached."""
         if not record.session_id:
             return
-        pool = self.runner.pools[upstream.name]
+        pool = self.pools[upstream.name]
         caps = ClientCaps.from_key(record.caps)
         try:
             session = await pool.adopt(caps, record.session_id, Version(record.protocol_version))

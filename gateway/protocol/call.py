@@ -6,7 +6,23 @@ notification, answer the server, park, finish). It never awaits.
 
 Lifecycle as a transition table (h11 style): a call runs while a client request
 is being served, is suspended between an `input_required` answer and its retry,
-and ends done, failed, expired or cancelled.
+and ends done, failed, expired or cancelled; a replay-mode run is stopped where it
+asks (its retry runs the call again), and a call another replica took over is handed
+over. Each final phase says what its ending requires (`ENDINGS`): `fire` returns it as
+an `Ending`, which `gateway.calls.lifecycle` carries out.
+
+    phase       trigger    next          the ending it requires
+    running     suspend    suspended
+    running     stop       stopped       cancel upstream, close the session
+    running     complete   done          reuse the session, forget the record
+    running     fail       failed        release questions, cancel upstream, close, forget
+    running     cancel     cancelled     as failed
+    running     hand over  handed over   discard the session; say and forget nothing
+    suspended   resume     running
+    suspended   expire     expired       as failed
+    suspended   fail       failed        as failed
+    suspended   cancel     cancelled     as failed
+    suspended   hand over  handed over   as from running
 """
 
 from __future__ import annotations
@@ -32,6 +48,8 @@ class Phase(StrEnum):
     FAILED = "failed"
     EXPIRED = "expired"
     CANCELLED = "cancelled"
+    STOPPED = "stopped"  # a replay-mode run, stopped where it asks
+    HANDED_OVER = "handed_over"  # another replica took the call over
 
 
 class Trigger(StrEnum):
@@ -41,20 +59,81 @@ class Trigger(StrEnum):
     FAIL = "fail"
     EXPIRE = "expire"
     CANCEL = "cancel"
+    STOP = "stop"
+    HAND_OVER = "hand_over"
 
 
 TRANSITIONS: dict[tuple[Phase, Trigger], Phase] = {
     (Phase.RUNNING, Trigger.SUSPEND): Phase.SUSPENDED,
+    (Phase.RUNNING, Trigger.STOP): Phase.STOPPED,
     (Phase.RUNNING, Trigger.COMPLETE): Phase.DONE,
     (Phase.RUNNING, Trigger.FAIL): Phase.FAILED,
     (Phase.RUNNING, Trigger.CANCEL): Phase.CANCELLED,
+    (Phase.RUNNING, Trigger.HAND_OVER): Phase.HANDED_OVER,
     (Phase.SUSPENDED, Trigger.RESUME): Phase.RUNNING,
     (Phase.SUSPENDED, Trigger.EXPIRE): Phase.EXPIRED,
     (Phase.SUSPENDED, Trigger.FAIL): Phase.FAILED,
     (Phase.SUSPENDED, Trigger.CANCEL): Phase.CANCELLED,
+    (Phase.SUSPENDED, Trigger.HAND_OVER): Phase.HANDED_OVER,
 }
 
-FINAL_PHASES = frozenset({Phase.DONE, Phase.FAILED, Phase.EXPIRED, Phase.CANCELLED})
+FINAL_PHASES = frozenset(
+    {
+        Phase.DONE,
+        Phase.FAILED,
+        Phase.EXPIRED,
+        Phase.CANCELLED,
+        Phase.STOPPED,
+        Phase.HANDED_OVER,
+    }
+)
+#: The rounds that advance with a transition: a round is minted when the call asks.
+_ASKS = frozenset({Trigger.SUSPEND, Trigger.STOP})
+
+
+class SessionFate(StrEnum):
+    """What becomes of the call's upstream session when the call ends."""
+
+    REUSE = "reuse"  # back to its pool for the next call (once its stream has run out)
+    CLOSE = "close"  # closed (the call was cancelled upstream on it)
+    DISCARD = "discard"  # dropped without a word: another replica holds the call now
+
+
+@dataclass(frozen=True, slots=True)
+class EndingRule:
+    """What ending in a phase requires of the I/O layer."""
+
+    release_questions: bool  # answer every open server request (elicitation: cancel)
+    cancel_upstream: bool  # `notifications/cancelled` for the call's request
+    session: SessionFate
+    forget_record: bool  # delete its record (and its principal's hold) if it parked
+    counted: bool  # a call's ending (`mrtr_call_endings_total`), not a round's
+
+
+_GIVEN_UP = EndingRule(True, True, SessionFate.CLOSE, True, True)
+ENDINGS: dict[Phase, EndingRule] = {
+    Phase.DONE: EndingRule(False, False, SessionFate.REUSE, True, True),
+    Phase.FAILED: _GIVEN_UP,
+    Phase.EXPIRED: _GIVEN_UP,
+    Phase.CANCELLED: _GIVEN_UP,
+    # The questions stay unanswered: cancelling stops the server's handler where it
+    # waits, before anything after the question runs. Nothing was parked.
+    Phase.STOPPED: EndingRule(False, True, SessionFate.CLOSE, False, False),
+    # Nothing is said upstream and the record is the new owner's: the call goes on there.
+    Phase.HANDED_OVER: EndingRule(False, False, SessionFate.DISCARD, False, True),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """A call's ending, as `ENDINGS` has it for its phase: the messages to send upstream
+    (in order), what becomes of its session and its record."""
+
+    phase: Phase
+    messages: tuple[dict[str, Any], ...]
+    session: SessionFate
+    forget_record: bool
+    counted: bool
 
 
 class IllegalTransition(RuntimeError):
@@ -179,14 +258,29 @@ class CallMachine:
     journal: list[dict[str, Any]] = field(default_factory=list)
     ctx: RoundContext = field(default_factory=lambda: RoundContext(NO_CAPABILITIES))
 
-    def fire(self, trigger: Trigger) -> Phase:
+    def fire(self, trigger: Trigger, reason: str = "") -> Ending | None:
+        """Move to the next phase; in a final one, what its ending requires (`reason` is
+        what the upstream's cancellation says).
+
+        Raises:
+            IllegalTransition: no such transition from this phase (a gateway bug).
+        """
         try:
             self.phase = TRANSITIONS[(self.phase, trigger)]
         except KeyError:
             raise IllegalTransition(f"{trigger} while {self.phase}") from None
-        if trigger is Trigger.SUSPEND:
+        if trigger in _ASKS:
             self.round += 1
-        return self.phase
+        rule = ENDINGS.get(self.phase)
+        if rule is None:
+            return None
+        messages = [a.message() for a in self.abandon_answers()] if rule.release_questions else []
+        if rule.cancel_upstream:
+            params = {"requestId": self.upstream_id, "reason": reason}
+            messages.append(
+                {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+            )
+        return Ending(self.phase, tuple(messages), rule.session, rule.forget_record, rule.counted)
 
     def serve(self, ctx: RoundContext) -> None:
         """The client request now being served (first request or a retry)."""

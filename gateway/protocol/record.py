@@ -221,7 +221,6 @@ TABLE: tuple[Row, ...] = (
 )
 
 
-
 def _index(table: tuple[Row, ...]) -> dict[tuple[type[Event], State], list[Row]]:
     rows: dict[tuple[type[Event], State], list[Row]] = {}
     for row in table:
@@ -246,8 +245,9 @@ _GUARDS: dict[Guard, Callable[[Any, Any], bool]] = {
     Guard.OWNER: lambda record, event: bool(event.owner),
     Guard.HELD: lambda record, event: bool(event.held),
     Guard.ROUND: lambda record, event: record.round == event.round,
-    Guard.OWN_ATTEMPT: lambda record, event: (record.claimer, record.attempt)
-    == (event.claimer, event.attempt),
+    Guard.OWN_ATTEMPT: lambda record, event: (
+        (record.claimer, record.attempt) == (event.claimer, event.attempt)
+    ),
     Guard.CLAIMED_BY_DEAD: lambda record, event: record.claimer == event.dead,
     Guard.DEAD: lambda record, event: bool(event.dead_confirmed),
     Guard.CLAIM_HOLDS: lambda record, event: _claim_holds(record, event.claim),

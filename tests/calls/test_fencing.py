@@ -66,7 +66,7 @@ async def test_a_call_taken_over_elsewhere_is_let_go_at_its_deadline_without_a_w
     await clock.armed(clock.now + grace)
     clock.advance(grace)  # ... and nobody resumed it here: the record names b
     await call.ended.wait()
-    assert call.phase is Phase.CANCELLED and not a.bridge.calls
+    assert call.phase is Phase.HANDED_OVER and not a.bridge.calls
     assert server.nothing_sent()  # no answer, no cancellation: b's call goes on
     assert a.pool.discarded == [call.session] and a.pool.released == []
     assert (await a.store.get(call.id)) is not None  # b's record is left alone
@@ -96,7 +96,7 @@ async def test_after_a_time_cut_off_a_replica_lets_go_of_the_calls_taken_meanwhi
     taken, kept = a.bridge.calls.values()
     await take_over_in_store(a.store, taken.id, "b")
     await a.bridge.hand_over_lost()
-    assert taken.phase is Phase.CANCELLED and a.pool.discarded == [taken.session]
+    assert taken.phase is Phase.HANDED_OVER and a.pool.discarded == [taken.session]
     assert kept.phase is Phase.SUSPENDED and list(a.bridge.calls) == [kept.id]
     assert server.nothing_sent()
 
@@ -178,7 +178,7 @@ async def test_an_old_owner_back_from_the_dead_forwards_the_next_round_to_the_ne
     assert sent["id"] == 8 and sent["result"]["content"] == {"city": "Oslo"}
     adopted.respond({"content": [{"type": "text", "text": "Hello, alice of Oslo!"}]})
     assert (await at_a)["content"][0]["text"] == "Hello, alice of Oslo!"
-    assert stale.phase is Phase.CANCELLED and not a.bridge.calls and not b.bridge.calls
+    assert stale.phase is Phase.HANDED_OVER and not a.bridge.calls and not b.bridge.calls
     assert server.nothing_sent()  # a said nothing upstream on b's session
     assert a.pool.discarded == [session] and a.pool.released == []
 
@@ -199,7 +199,7 @@ async def at_the_deadline_with_the_store_down(
     if lapse:  # the lease lapsed and came back since the call parked: b may have it now
         network.cut_off.add("a")
         network.reconnect("a")
-    a.bridge.suspender.store = UnreachableStore(clock)
+    a.bridge.lifecycle.store = UnreachableStore(clock)
     ttl = a.config.limits.suspension_ttl_s
     await clock.armed(clock.now + ttl)
     clock.advance(ttl)
@@ -222,7 +222,7 @@ async def test_a_call_parked_before_a_lapse_of_the_lease_is_let_go_quietly_with_
     clock: ManualClock, server: ScriptedServer, network: Network
 ) -> None:
     call = await at_the_deadline_with_the_store_down(clock, server, network, lapse=True)
-    assert call.phase is Phase.CANCELLED and server.nothing_sent()
+    assert call.phase is Phase.HANDED_OVER and server.nothing_sent()
 
 
 async def taken_while_serving(
@@ -258,7 +258,7 @@ async def test_an_owner_cut_off_while_serving_a_round_says_nothing_on_the_taken_
     a, b, call, session = await taken_while_serving(clock, server, network)
     clock.advance(a.config.limits.hold_timeout_s)  # nothing answers a's round any more
     await call.ended.wait()
-    assert call.phase is Phase.CANCELLED and not a.bridge.calls
+    assert call.phase is Phase.HANDED_OVER and not a.bridge.calls
     assert server.nothing_sent()  # no answer released, no cancellation on b's call
     assert a.pool.discarded == [session] and a.pool.released == []
     record = await b.store.get(call.id)
@@ -274,7 +274,7 @@ async def test_an_owner_cut_off_while_serving_says_nothing_once_the_new_owners_r
     await b.store.forget(call.id, call.principal)
     clock.advance(a.config.limits.hold_timeout_s)
     await call.ended.wait()
-    assert call.phase is Phase.CANCELLED and server.nothing_sent()
+    assert call.phase is Phase.HANDED_OVER and server.nothing_sent()
     assert a.pool.discarded == [session] and a.pool.released == []
 
 
@@ -291,7 +291,7 @@ async def test_an_owner_cut_off_while_serving_a_round_parks_nothing_over_the_new
     await clock.armed(clock.now + WINDOW)
     clock.advance(WINDOW)
     await call.ended.wait()
-    assert call.phase is Phase.CANCELLED and not a.bridge.calls and server.nothing_sent()
+    assert call.phase is Phase.HANDED_OVER and not a.bridge.calls and server.nothing_sent()
     record = await b.store.get(call.id)
     assert record is not None and (record.owner, record.round) == ("b", 2)
 
@@ -355,6 +355,6 @@ async def test_a_resumed_round_whose_record_is_gone_after_a_lease_break_is_let_g
     clock.advance(WINDOW)
     with pytest.raises(LeaseLost):
         await retry
-    assert call.phase is Phase.CANCELLED and not a.bridge.calls
+    assert call.phase is Phase.HANDED_OVER and not a.bridge.calls
     assert server.nothing_sent()  # no answer released, no cancellation upstream
     assert await a.store.get(call.id) is None  # nothing written over whoever holds it

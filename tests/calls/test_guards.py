@@ -158,7 +158,7 @@ async def test_a_session_with_unread_messages_is_not_reused(replica, server):  #
 async def test_resuming_a_call_that_ended_meanwhile_is_call_lost(replica, server, clock):  # M39
     first, _ = await ask_username(replica, server, clock)
     (call,) = replica.bridge.calls.values()
-    await replica.bridge.endings.end(call, Trigger.EXPIRE, "test")
+    await replica.bridge.lifecycle.end(call, Trigger.EXPIRE, "test")
     with pytest.raises(CallLost):
         await replica.bridge.runner.resume(
             call, call_tool(rid=2, state=first["requestState"], answers=ALICE), replica.notify, 1
@@ -245,7 +245,7 @@ async def test_closing_while_a_call_is_already_ending_is_harmless(replica, serve
     await ask_username(replica, server, clock)
     (call,) = replica.bridge.calls.values()
     closing = spawn(replica.bridge.close(), name="close")  # will still find the call registered
-    await replica.bridge.endings.end(call, Trigger.EXPIRE, "deadline")
+    await replica.bridge.lifecycle.end(call, Trigger.EXPIRE, "deadline")
     await closing  # IllegalTransition if `end` were not idempotent
     assert call.phase is Phase.EXPIRED
     assert (await server.next_sent())["result"] == {"action": "cancel"}

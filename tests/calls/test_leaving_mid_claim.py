@@ -11,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from gateway.aio import spawn
-from gateway.calls import suspension
+from gateway.calls import lifecycle
 from gateway.errors import StoreError
 from gateway.protocol.call import Phase
 from gateway.store.base import PARKED, RESUMING, SuspendedCall
@@ -114,7 +114,7 @@ async def test_a_client_leaving_while_the_resume_stops_the_expiry_ends_the_call(
     store.holding = False
     clock.advance((call.parked_ms[1] - clock.wall_ms()) / 1000 + 1)  # past the deadline:
     # the expiry starts, finds the round claimed,
-    grace = clock.now + suspension.CLAIM_GRACE_S
+    grace = clock.now + lifecycle.CLAIM_GRACE_S
     await clock.armed(grace)  # and waits for the resume
     assert store._records[call.id].status == RESUMING
     store.answer.set()

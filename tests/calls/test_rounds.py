@@ -205,7 +205,7 @@ async def test_an_ending_interrupted_by_cancellation_still_releases_everything(
 ) -> None:
     _, session = await ask_username(replica, server, clock)
     (call,) = replica.bridge.calls.values()
-    ending = spawn(replica.bridge.endings.end(call, Trigger.CANCEL, "test"), name="ending")
+    ending = spawn(replica.bridge.lifecycle.end(call, Trigger.CANCEL, "test"), name="ending")
     sent = await server.next_sent()  # the ending is under way, on the wire
     assert sent["result"] == {"action": "cancel"}
     ending.cancel()

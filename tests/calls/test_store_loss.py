@@ -63,7 +63,7 @@ async def test_a_call_whose_record_cannot_come_back_is_ended_and_cancelled_at_on
     clock: ManualClock, server: ScriptedServer, network: Network
 ) -> None:
     a, _ = two_replicas(clock, server, network)
-    a.bridge.suspender.store = BrokenStore(clock)
+    a.bridge.lifecycle.store = BrokenStore(clock)
     await ask_username(a, server, clock)
     (call,) = a.bridge.calls.values()
     await a.bridge.restore_records()

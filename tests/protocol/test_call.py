@@ -6,6 +6,8 @@ import pytest
 
 from gateway.errors import InvalidParams
 from gateway.protocol.call import (
+    ENDINGS,
+    FINAL_PHASES,
     TRANSITIONS,
     Answer,
     Asked,
@@ -16,6 +18,7 @@ from gateway.protocol.call import (
     Refused,
     Relay,
     RoundContext,
+    SessionFate,
     Trigger,
 )
 from gateway.protocol.capabilities import ClientCaps
@@ -50,17 +53,94 @@ def test_the_lifecycle_follows_the_transition_table() -> None:
         (Trigger.SUSPEND, Phase.SUSPENDED),
         (Trigger.RESUME, Phase.RUNNING),
         (Trigger.SUSPEND, Phase.SUSPENDED),
-        (Trigger.EXPIRE, Phase.EXPIRED),
     ]:
-        assert m.fire(trigger) is phase
+        assert m.fire(trigger) is None and m.phase is phase
+    ending = m.fire(Trigger.EXPIRE, "deadline")
+    assert m.phase is Phase.EXPIRED and ending is not None and ending.phase is Phase.EXPIRED
     assert m.round == 2
     with pytest.raises(IllegalTransition):
         m.fire(Trigger.RESUME)
 
 
 def test_no_trigger_leaves_a_final_phase() -> None:
-    finals = {Phase.DONE, Phase.FAILED, Phase.EXPIRED, Phase.CANCELLED}
-    assert not [key for key in TRANSITIONS if key[0] in finals]
+    assert not [key for key in TRANSITIONS if key[0] in FINAL_PHASES]
+    assert {after for after in TRANSITIONS.values()} - {Phase.RUNNING, Phase.SUSPENDED} == set(
+        FINAL_PHASES
+    )
+    assert set(ENDINGS) == set(FINAL_PHASES)
+
+
+def parked_with_question() -> CallMachine:
+    m = machine()
+    m.receive(elicit(7))
+    m.receive({"jsonrpc": "2.0", "id": 8, "method": "sampling/createMessage", "params": {}})
+    m.fire(Trigger.SUSPEND)
+    return m
+
+
+CANCELLED_7 = {"jsonrpc": "2.0", "id": 7, "result": {"action": "cancel"}}
+ABANDONED_8 = {"jsonrpc": "2.0", "id": 8, "error": {"code": -1, "message": "Request abandoned"}}
+
+
+@pytest.mark.parametrize("trigger", [Trigger.FAIL, Trigger.EXPIRE, Trigger.CANCEL])
+def test_a_call_given_up_releases_its_questions_then_cancels_upstream(trigger: Trigger) -> None:
+    m = parked_with_question()
+    ending = m.fire(trigger, "why")
+    assert ending is not None and ending.phase is TRANSITIONS[Phase.SUSPENDED, trigger]
+    cancelled = {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": 7, "reason": "why"},
+    }
+    assert list(ending.messages) == [CANCELLED_7, ABANDONED_8, cancelled]
+    assert ending.session is SessionFate.CLOSE and ending.forget_record and ending.counted
+    assert m.pending == {}
+
+
+def test_a_completed_call_says_nothing_reuses_its_session_and_forgets_its_record() -> None:
+    m = machine()
+    ending = m.fire(Trigger.COMPLETE)
+    assert ending is not None and ending.phase is Phase.DONE and ending.messages == ()
+    assert ending.session is SessionFate.REUSE and ending.forget_record and ending.counted
+
+
+def test_a_stopped_replay_run_leaves_its_questions_unanswered_and_is_not_a_calls_end() -> None:
+    m = machine()
+    m.receive(elicit(7))
+    ending = m.fire(Trigger.STOP, "replay-mode round")
+    assert ending is not None and m.round == 1  # the round it stopped in is minted
+    assert [msg["method"] for msg in ending.messages] == ["notifications/cancelled"]
+    assert ending.session is SessionFate.CLOSE and not ending.forget_record
+    assert not ending.counted and list(m.pending) == ["elicit.username"]
+
+
+@pytest.mark.parametrize("parked", [False, True])
+def test_a_call_handed_over_says_nothing_and_leaves_session_and_record_alone(
+    parked: bool,
+) -> None:
+    m = parked_with_question() if parked else machine()
+    ending = m.fire(Trigger.HAND_OVER)
+    assert ending is not None and ending.phase is Phase.HANDED_OVER and ending.messages == ()
+    assert ending.session is SessionFate.DISCARD and not ending.forget_record
+    assert ending.counted
+
+
+@pytest.mark.parametrize(
+    ("phase", "trigger"),
+    [
+        (phase, trigger)
+        for phase in (Phase.RUNNING, Phase.SUSPENDED)
+        for trigger in Trigger
+        if (phase, trigger) not in TRANSITIONS
+    ],
+)
+def test_every_trigger_without_a_transition_is_refused(phase: Phase, trigger: Trigger) -> None:
+    m = machine()
+    if phase is Phase.SUSPENDED:
+        m.fire(Trigger.SUSPEND)
+    with pytest.raises(IllegalTransition):
+        m.fire(trigger)
+    assert m.phase is phase
 
 
 def test_a_server_question_is_parked_under_a_deterministic_key() -> None:

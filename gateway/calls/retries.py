@@ -1,0 +1,100 @@
+"""A retry of a parked call: its round claimed, and resumed where the call is.
+
+The retry's `requestState` was opened already (`Admission.open`). Here its round is
+claimed (`Admission.claim`), at most once; then the call is resumed here when this
+replica holds it, or, on a fleet, the retry goes where the call is (`Routing`: its
+owner, a takeover, a replay, or the error that it is lost). A retry whose round was
+resumed already is answered with the outcome kept for it, where one is
+(`gateway.calls.outcomes`). A copy of a call that another replica took over while this
+one was cut off is handed over on the way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.calls.admission import Admission
+from gateway.calls.forwarding import Bus, Forward
+from gateway.calls.lifecycle import Lifecycle
+from gateway.calls.outcomes import Outcomes
+from gateway.calls.routing import Routing
+from gateway.calls.runner import Notify, Runner
+from gateway.config import UpstreamConfig
+from gateway.errors import CallLost, InvalidRequestState, LeaseLost, RoundInProgress
+from gateway.protocol import state
+from gateway.protocol.inbound import FrontRequest
+
+
+class Retries:
+    def __init__(
+        self,
+        *,
+        admission: Admission,
+        lifecycle: Lifecycle,
+        runner: Runner,
+        bus: Bus | None = None,
+        routing: Routing | None = None,
+        outcomes: Outcomes | None = None,
+    ) -> None:
+        self.admission = admission
+        self.lifecycle = lifecycle
+        self.calls = lifecycle.calls
+        self.runner = runner
+        # On a fleet: the other replicas, where a retry goes, and the outcomes kept.
+        self.bus = bus
+        self.routing = routing
+        self.outcomes = outcomes
+
+    async def resume(
+        self, upstream: UpstreamConfig, claims: state.Claims, front: FrontRequest, notify: Notify
+    ) -> dict[str, Any]:
+        """The retry's 2026 result.
+
+        Raises:
+            RpcError: every failure, with its wire mapping.
+        """
+        here = claims.call in self.calls
+        if here and self.bus is not None and not self.bus.holds_lease():
+            raise LeaseLost()  # cut off from the fleet: another replica may own it now
+        if here or self.routing is None:
+            return await self._claimed(upstream, claims, front, notify, None)
+        # Another replica holds it (or nobody does): its claim can carry the forward.
+        with self.routing.forwarding(front) as forward:
+            return await self._claimed(upstream, claims, front, notify, forward)
+
+    async def _claimed(
+        self,
+        upstream: UpstreamConfig,
+        claims: state.Claims,
+        front: FrontRequest,
+        notify: Notify,
+        forward: Forward | None,
+    ) -> dict[str, Any]:
+        """Claim the retry's round; resume it here, or route it (`forward` to its owner)."""
+        responses = front.params.get("inputResponses") or {}
+        try:
+            record = await self.admission.claim(upstream, claims, responses, forward)
+        except InvalidRequestState:
+            if self.outcomes is None:
+                raise
+            before = await self.outcomes.answered_before(claims.call, claims.round)
+            if before is None:
+                raise
+            return before
+        call = self.calls.get(record.call_id)
+        if self.routing is None:
+            if call is None:
+                raise CallLost()
+            return await self.runner.resume(call, front, notify, record.round)
+        if call is not None and record.owner != self.lifecycle.owner:
+            # A stale copy: the call was taken over while this replica was taken for dead
+            # (and it has not let go of it yet). Its owner now resumes the round.
+            await self.lifecycle.hand_over(call, "another replica took the call over")
+            call = None
+        if call is None:
+            return await self.routing.elsewhere(upstream, record, front, notify, forward)
+        try:
+            return await self.runner.resume(call, front, notify, record.round)
+        except RoundInProgress:
+            await self.routing.give_back(record)  # for the retry sent again once it is done
+            raise
