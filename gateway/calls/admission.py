@@ -191,7 +191,7 @@ class Admission:
 
     async def _give_back(self, claim: SuspendedCall) -> None:
         try:
-            given = await self.store.unclaim(claim)
+            given = await self.store.give_back(claim)
         except StoreError as exc:
             log.warning("round_not_given_back", call_id=claim.call_id, error=str(exc))
             return

@@ -266,8 +266,10 @@ class Lifecycle:
                     break
         finally:
             await self._close_out(call, ending)
-        if ending.counted:  # a replay-mode round ends its run by design, not the call
-            self.metrics.call_endings.labels(ending.phase).inc()
+        if not ending.counted:  # a replay-mode round ends its run by design, not the call
+            log.debug(f"call_{ending.phase}", reason=reason, rounds=call.machine.round)
+            return
+        self.metrics.call_endings.labels(ending.phase).inc()
         log.info(f"call_{ending.phase}", reason=reason, rounds=call.machine.round)
 
     async def _close_out(

@@ -157,7 +157,7 @@ class Takeover:
         """Park again a round this replica claimed and nobody resumed, best effort; with
         `untake`, naming the owner the record named when it was claimed."""
         try:
-            await self.store.unclaim(record, untake=untake)
+            await self.store.give_back(record, untake=untake)
         except StoreError as exc:
             log.warning("round_not_given_back", error=str(exc))
 

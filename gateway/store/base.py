@@ -154,7 +154,7 @@ class SuspendedCallStore(Protocol):
         """The outcome kept for a round (`Kept`), if any. Raises: StoreError."""
         ...
 
-    async def unclaim(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
+    async def give_back(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
         """Give back a round claimed but not resumed (its owner refused it untouched):
         `claim` is what `claim` or `steal` returned. Parked again, for the client's next
         retry, if that very claim (its claimer and attempt) still holds the round; False
@@ -249,9 +249,9 @@ class TimedStore:
         async with self.metrics.timed_store("recall"):
             return await self.inner.recall(call_id, round_)
 
-    async def unclaim(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
-        async with self.metrics.timed_store("unclaim"):
-            return await self.inner.unclaim(claim, untake=untake)
+    async def give_back(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
+        async with self.metrics.timed_store("give_back"):
+            return await self.inner.give_back(claim, untake=untake)
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
         async with self.metrics.timed_store("take"):

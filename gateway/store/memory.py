@@ -112,7 +112,7 @@ class MemoryStore:
         outcome, until = self._outcomes.get((call_id, round_), (b"", 0))
         return outcome if until > self.clock.wall_ms() else None
 
-    async def unclaim(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
+    async def give_back(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
         return self._apply(claim.call_id, life.GiveBack(claim, untake)).done
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:

@@ -63,7 +63,7 @@ class RedisStore:
         self._park_held = client.register_script(lua.PARK_HELD)
         self._restore = client.register_script(lua.RESTORE)
         self._take = client.register_script(lua.TAKE)
-        self._unclaim = client.register_script(lua.UNCLAIM)
+        self._give_back = client.register_script(lua.GIVE_BACK)
         # A cluster keeps a principal's set and a call's record in different slots,
         # which one script may not touch: there, holding and parking are two trips.
         self._one_trip = not isinstance(client, RedisCluster)
@@ -256,12 +256,12 @@ class RedisStore:
         raw = await self._run(lambda: self.client.get(self.outcome_key(call_id, round_)))
         return None if raw is None else raw.encode() if isinstance(raw, str) else bytes(raw)
 
-    async def unclaim(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
+    async def give_back(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
         args = _claim_args(claim) + [PARKED]
         if untake:  # the json as parked, naming its owner before the takeover
             args.append(replace(claim, status=PARKED, claimer="").to_json())
         keys = [self.key(claim.call_id)]
-        return bool(await self._run(lambda: self._unclaim(keys=keys, args=args)))
+        return bool(await self._run(lambda: self._give_back(keys=keys, args=args)))
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
         # The json keeps the status it was parked with; the hash field says claimed.

@@ -101,7 +101,7 @@ if v[3] ~= ARGV[3] or v[4] ~= ARGV[4] then return 0 end
 
 # _WHILE_CLAIMED, then ARGV[5] parked and optionally ARGV[6] the json to write back: the
 # round is parked again.
-UNCLAIM = (
+GIVE_BACK = (
     _WHILE_CLAIMED
     + """redis.call('HSET', KEYS[1], 'status', ARGV[5], 'claimer', '', 'attempt', '', 'pushed', 0)
 if ARGV[6] then redis.call('HSET', KEYS[1], 'json', ARGV[6]) end

@@ -579,14 +579,14 @@ async def test_a_client_leaving_while_a_deferred_takeover_gives_its_round_back_d
 ) -> None:
     a, b, first, session, call_id = await owner_killed(clock, server, network)
     server.unreachable = True
-    unclaim, giving, gate = b.store.unclaim, asyncio.Event(), asyncio.Event()
+    give_back, giving, gate = b.store.give_back, asyncio.Event(), asyncio.Event()
 
-    async def slow_unclaim(*args: Any, **kwargs: Any) -> bool:
+    async def slow_give_back(*args: Any, **kwargs: Any) -> bool:
         giving.set()
         await gate.wait()
-        return await unclaim(*args, **kwargs)
+        return await give_back(*args, **kwargs)
 
-    monkeypatch.setattr(b.store, "unclaim", slow_unclaim)
+    monkeypatch.setattr(b.store, "give_back", slow_give_back)
     retry = call_tool(rid=2, state=first["requestState"], answers=ALICE)
     left = spawn(b.call(retry), name="left")
     await giving.wait()

@@ -65,7 +65,7 @@ class Walk:
         return taken
 
     async def give_back(self, claim: SuspendedCall, untake: bool = False) -> bool:
-        given = await self.store.unclaim(claim, untake=untake)
+        given = await self.store.give_back(claim, untake=untake)
         assert given == self.expect(life.GiveBack(claim, untake))
         await self.same()
         return given

@@ -264,8 +264,8 @@ async def test_a_round_its_claimer_could_not_resume_is_parked_again(store) -> No
     await store.park(record())
     claimed = await store.claim("c1", 1, "b~1")
     assert claimed is not None
-    assert not await store.unclaim(replace(claimed, claimer="c~1"))  # not its claim
-    assert await store.unclaim(claimed)
+    assert not await store.give_back(replace(claimed, claimer="c~1"))  # not its claim
+    assert await store.give_back(claimed)
     again = await store.get("c1")
     assert again is not None and again.status == PARKED and again.claimer == ""
     assert await store.claim("c1", 1, "c~1") is not None  # the next retry takes it
@@ -278,14 +278,14 @@ async def test_a_give_back_gives_back_only_its_own_claim(store) -> None:
     await store.park(record())
     first = await store.claim("c1", 1, "b~1")
     assert first is not None and first.attempt
-    assert await store.unclaim(first)
+    assert await store.give_back(first)
     second = await store.claim("c1", 1, "b~1")
     assert second is not None and second.attempt != first.attempt
-    assert not await store.unclaim(first)  # the first claim's give-back, run again
+    assert not await store.give_back(first)  # the first claim's give-back, run again
     now = await store.get("c1")
     assert now is not None and (now.status, now.claimer) == (RESUMING, "b~1")
     assert await store.claim("c1", 1, "c~1") is None  # still held by the second claim
-    assert await store.unclaim(second)
+    assert await store.give_back(second)
 
 
 async def test_a_stolen_round_is_given_back_by_its_new_claim_only(store) -> None:
@@ -294,8 +294,8 @@ async def test_a_stolen_round_is_given_back_by_its_new_claim_only(store) -> None
     assert dead is not None
     stolen = await store.steal("c1", 1, "a~1", "b~1")
     assert stolen is not None and stolen.attempt not in ("", dead.attempt)
-    assert not await store.unclaim(dead)  # the dead claimer's claim is no longer
-    assert await store.unclaim(stolen)
+    assert not await store.give_back(dead)  # the dead claimer's claim is no longer
+    assert await store.give_back(stolen)
     assert (await store.get("c1")).status == PARKED  # type: ignore[union-attr]
 
 
@@ -315,9 +315,9 @@ async def test_a_round_given_back_after_a_takeover_names_its_owner_before_it(sto
     claimed = await store.claim("c1", 1, "b~1")
     assert claimed is not None and claimed.owner == "replica-a"
     assert await store.take(claimed, "replica-b")
-    assert not await store.unclaim(replace(claimed, claimer="c~1"), untake=True)  # not its
+    assert not await store.give_back(replace(claimed, claimer="c~1"), untake=True)  # not its
     assert (await store.get("c1")).owner == "replica-b"  # type: ignore[union-attr]
-    assert await store.unclaim(claimed, untake=True)
+    assert await store.give_back(claimed, untake=True)
     again = await store.get("c1")
     assert again is not None and (again.owner, again.status, again.claimer) == (
         "replica-a",
@@ -452,8 +452,8 @@ async def test_a_give_back_run_again_after_its_reply_was_lost_leaves_a_later_cla
         async def next_retry() -> None:
             later.append(await store.claim("c1", 1, "b"))
 
-        store._unclaim = lost = LosingFirstReply(store._unclaim, meanwhile=next_retry)
-        assert not await store.unclaim(first)  # its second run finds another claim
+        store._give_back = lost = LosingFirstReply(store._give_back, meanwhile=next_retry)
+        assert not await store.give_back(first)  # its second run finds another claim
         assert lost.runs == 2 and later[0] is not None
         now = await store.get("c1")
         assert now is not None and (now.status, now.claimer) == (RESUMING, "b")
