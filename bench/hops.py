@@ -5,12 +5,15 @@
 For each `--tree` (a checkout of the gateway; by default this one) it starts the legacy
 test server and a gateway from that tree whose process records, between two signals, the
 module of every Python function of the gateway that is called (`sys.setprofile`, on the
-event loop's thread). It sends one request (`--op echo`: a pass-through `tools/call`;
+event loop's thread; a coroutine resumed after an await, a property read and a dunder
+method such as `__len__` or `__getitem__` are not calls a reader follows). It sends one request (`--op echo`: a pass-through `tools/call`;
 `greet`: an elicitation round trip, the call and its retry), then prints, for the calls
 the request made: how many times the module changed from one call to the next (hops),
 how many of those went back to a module already left (returns), and how many modules were
 visited. It is a measure of how far a reader must jump to follow a request: every helper
-counts, so compare trees with it, not the figure with a reading of the code.
+counts, so compare trees with it, not the figure with a reading of the code. `--only
+calls,protocol.call` counts only the calls made in those modules (the others left out of
+the sequence, as if a reader skipped them).
 """
 
 from __future__ import annotations
@@ -35,20 +38,39 @@ from tests.peers.tooling import LegacyServer  # noqa: E402
 # The gateway's process: `python -c LAUNCH TREE OUT serve ...` records the gateway's
 # modules called between SIGUSR1 and SIGUSR2 into OUT, one per line.
 LAUNCH = r"""
-import runpy, signal, sys, threading
+import dis, runpy, signal, sys, threading
 tree, out = sys.argv[1], sys.argv[2]
+RESUME = dis.opmap.get("RESUME")
 sys.path.insert(0, tree)
 sys.argv = ["mrtr-gateway", *sys.argv[3:]]
 seen = []
-main = threading.main_thread()
+accessors = set()  # the code of property getters: reading an attribute is not a hop
+
+def find_accessors():
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("gateway.") or module is None:
+            continue
+        for owner in vars(module).values():
+            if isinstance(owner, type) and owner.__module__ == name:
+                for value in vars(owner).values():
+                    if isinstance(value, property) and value.fget is not None:
+                        accessors.add(getattr(value.fget, "__code__", None))
 
 def profile(frame, event, arg):
-    if event == "call":
-        module = frame.f_globals.get("__name__", "")
-        if module.startswith("gateway."):
-            seen.append(module)
+    if event != "call":
+        return
+    module = frame.f_globals.get("__name__", "")
+    if not module.startswith("gateway."):
+        return
+    if frame.f_code in accessors or frame.f_code.co_name.startswith("__"):
+        return  # an attribute read, a container's protocol (len, in, [])
+    code, at = frame.f_code.co_code, frame.f_lasti
+    if RESUME is not None and 0 <= at < len(code) - 1 and code[at] == RESUME and code[at + 1]:
+        return  # a coroutine resumed after an await: not a call a reader follows
+    seen.append(module)
 
 def start(*_):
+    find_accessors()
     seen.clear()
     sys.setprofile(profile)
 
@@ -77,13 +99,11 @@ def count(modules: list[str]) -> tuple[int, int, int]:
     return hops, returns, len(set(modules))
 
 
-async def one(tree: Path, op: str, legacy: LegacyServer, folder: Path) -> tuple[int, int, int]:
+async def one(
+    tree: Path, op: str, legacy: LegacyServer, folder: Path, show: bool, only: tuple[str, ...]
+) -> tuple[int, int, int]:
     out = folder / f"hops-{os.getpid()}-{tree.name}.txt"
-    config = {
-        "upstreams": [upstream("legacy", legacy.url)],
-        "sealing": {"audience": "hops"},
-        "logging": {"level": "info"},
-    }
+    config = {**upstream("legacy", legacy.url), "sealing": {"audience": "hops"}}
     launcher = [sys.executable, "-c", LAUNCH, str(tree), str(out)]
     env = {"MRTR_GATEWAY_SEALING_KEYS": _key()}
     gateway = Gateway(config, folder, f"hops-{tree.name}", env=env, launcher=launcher)
@@ -101,7 +121,10 @@ async def one(tree: Path, op: str, legacy: LegacyServer, folder: Path) -> tuple[
                 await asyncio.sleep(0.05)
     finally:
         gateway.stop()
-    return count(out.read_text().split("\n"))
+    modules = [m for m in out.read_text().split("\n") if not only or m.startswith(only)]
+    if show:
+        print(" > ".join(m for i, m in enumerate(modules) if i == 0 or modules[i - 1] != m))
+    return count(modules)
 
 
 async def _request(http: aiohttp.ClientSession, url: str, op: str, rid: int) -> None:
@@ -121,13 +144,20 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tree", action="append", type=Path, default=None)
     parser.add_argument("--op", choices=["echo", "greet"], default="echo")
+    parser.add_argument("--show", action="store_true", help="print the modules in order")
+    parser.add_argument(
+        "--only", default="", help="comma-separated module prefixes to count (all: empty)"
+    )
     args = parser.parse_args()
     trees = [t.resolve() for t in (args.tree or [ROOT])]
+    only = tuple(f"gateway.{p}" for p in args.only.split(",") if p)
     legacy = LegacyServer()
     try:
         with tempfile.TemporaryDirectory(prefix="mrtr-hops-") as tmp:
             for tree in trees:
-                hops, returns, modules = await one(tree, args.op, legacy, Path(tmp))
+                hops, returns, modules = await one(
+                    tree, args.op, legacy, Path(tmp), args.show, only
+                )
                 print(
                     f"{tree}: {args.op}: {hops} hops, {returns} back to a module already left, "
                     f"{modules} modules"

@@ -1,8 +1,7 @@
 """The entry of the call core: an interruptible client request in, its 2026 result out.
 
 Wiring and dispatch only: a request without `requestState` starts a call (unless this
-replica is draining); a retry's state is opened, and a replay-mode retry starts its call
-afresh with the journal; any other retry is resumed where its call is (`Retries`).
+replica is draining); a retry goes to `Retries`.
 `Bridge` also drains and closes the replica's calls. Which phase a call is in and how it
 ends is `gateway.calls.lifecycle`'s; where a retry goes, `retries` and `routing`'s.
 """
@@ -17,20 +16,18 @@ import structlog
 from gateway import clock as clocks
 from gateway.calls.admission import CLAIMER_PATIENCE_BEATS, MISSING_RECORD_BEATS, Admission
 from gateway.calls.forwarding import Bus
-from gateway.calls.lifecycle import Lifecycle
-from gateway.calls.live import Registry
+from gateway.calls.lifecycle import Lifecycle, Registry
 from gateway.calls.outcomes import Outcomes
 from gateway.calls.retries import Retries
 from gateway.calls.routing import Routing
 from gateway.calls.runner import Notify, Runner
 from gateway.calls.suspension import Suspender, Withdraw
 from gateway.clock import Clock, SystemClock
-from gateway.config import REPLAY, GatewayConfig, UpstreamConfig
+from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import Draining
 from gateway.listens import Listens
 from gateway.observability import Metrics
 from gateway.protocol import state
-from gateway.protocol.call import CallMachine
 from gateway.protocol.inbound import FrontRequest
 from gateway.store.base import SuspendedCallStore
 from gateway.upstream.port import UpstreamPool
@@ -150,13 +147,7 @@ class Bridge:
                 raise Draining()
             known = {key: [answer] for key, answer in responses.items()}
             return await self.runner.start(upstream, front, principal, digest, notify, known=known)
-        claims = self.admission.open(upstream, token, principal, digest.value)
-        if claims.mode == REPLAY:
-            known = CallMachine.known_answers(claims.journal, responses)
-            return await self.runner.start(
-                upstream, front, principal, digest, notify, known=known, round_=claims.round
-            )
-        return await self.retries.resume(upstream, claims, front, notify)
+        return await self.retries.handle(upstream, front, token, principal, digest, notify)
 
     async def restore_records(self) -> None:
         """The store lost its data: write back the records of the calls parked here."""

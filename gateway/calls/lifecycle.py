@@ -8,7 +8,8 @@ the machine and carries that out, keeping the registry's counts in step. The res
 the call core asks it: a call begins (`begin`), parks (`suspend`, then `parked`), is
 resumed (`resume`), and ends: completed, failed, ended for a reason, stopped (a
 replay-mode round) or handed over. Its deadline (`_expire`) and the loss of its stream
-(`_stream_lost`) are decided here too.
+(`_stream_lost`) are decided here too, and the registry of the calls held here is
+kept (`Registry`: parked counts, lost streams, idle for a drain).
 
 On a fleet, a replica cut off from Redis past its lease may be judged dead, and another
 may take its calls over while it still holds them: it must then say nothing upstream for
@@ -24,14 +25,15 @@ module does no routing and mints no rounds.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import structlog
 
 from gateway import clock as clocks
 from gateway.aio import spawn
-from gateway.calls.live import LiveCall, Registry
+from gateway.calls.live import LiveCall
 from gateway.calls.outcomes import to_keep
 from gateway.clock import Clock, Later
 from gateway.config import LimitsConfig, UpstreamConfig
@@ -53,6 +55,82 @@ log = structlog.get_logger("gateway.calls")
 
 #: How long a parked call whose round another request claimed may wait to be resumed.
 CLAIM_GRACE_S = 30.0
+
+
+class Registry(Mapping[str, LiveCall]):
+    """The live calls of this replica by id, how many are parked (in total and per
+    principal) and which lost their stream; a read-only mapping to everyone else. Only
+    `Lifecycle` changes it, as it changes the calls' phases, so the counts never drift
+    from the phases."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, LiveCall] = {}
+        self.parked = 0
+        self._parked_by: Counter[str] = Counter()
+        self._lost: set[str] = set()  # parked calls whose upstream stream is gone
+        # Set while no call here could still complete (none, or only lost ones): a drain
+        # waits for it.
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def __getitem__(self, call_id: str) -> LiveCall:
+        return self._calls[call_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._calls)
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def add(self, call: LiveCall) -> None:
+        self._calls[call.id] = call
+        self.idle.clear()
+
+    def remove(self, call: LiveCall) -> None:
+        """Forget the call; `settled` once its ending is complete."""
+        self._calls.pop(call.id, None)
+        self._lost.discard(call.id)
+
+    def settled(self) -> None:
+        """An ending is complete: with no call left that could complete, the replica is
+        idle (drain waits on it)."""
+        self._check_idle()
+
+    @property
+    def lost(self) -> int:
+        """Parked calls here whose upstream stream is gone."""
+        return len(self._lost)
+
+    def is_lost(self, call: LiveCall) -> bool:
+        return call.id in self._lost
+
+    def mark_lost(self, call: LiveCall) -> None:
+        """A parked call that lost its stream can never complete: a drain does not wait
+        for it."""
+        self._lost.add(call.id)
+        self._check_idle()
+
+    def _check_idle(self) -> None:
+        if self._calls.keys() <= self._lost:
+            self.idle.set()
+
+    def parked_for(self, principal: str) -> int:
+        return self._parked_by[principal]
+
+    @property
+    def principals_parked(self) -> dict[str, int]:
+        return dict(self._parked_by)
+
+    def moved(self, call: LiveCall, before: Phase) -> None:
+        """The call moved from `before` to its phase now: the parked counts follow."""
+        if before is Phase.SUSPENDED:
+            self.parked -= 1
+            self._parked_by[call.principal] -= 1
+            if self._parked_by[call.principal] <= 0:
+                del self._parked_by[call.principal]
+        if call.phase is Phase.SUSPENDED:
+            self.parked += 1
+            self._parked_by[call.principal] += 1
 
 
 class Lifecycle:

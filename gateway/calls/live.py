@@ -1,16 +1,13 @@
-"""A call held by this replica, and the registry of them.
+"""A call held by this replica: its machine, the upstream session and stream it owns,
+and what its store record says of it.
 
-`LiveCall` ties a `CallMachine` to the upstream session and stream it owns, and
-writes its own store record. `Registry` knows every live call, how many are parked (in
-total and per principal) and which lost their stream; only `gateway.calls.lifecycle`
-changes it, as it changes the calls' phases, so the counts never drift from the phases.
+Data only: `gateway.calls.lifecycle` changes a call's phase and keeps the registry of
+them.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,76 +88,3 @@ class LiveCall:
             deadline_ms=deadline,
             created_ms=issued,
         )
-
-
-class Registry(Mapping[str, LiveCall]):
-    """The live calls of this replica by id; a read-only mapping to everyone else."""
-
-    def __init__(self) -> None:
-        self._calls: dict[str, LiveCall] = {}
-        self.parked = 0
-        self._parked_by: Counter[str] = Counter()
-        self._lost: set[str] = set()  # parked calls whose upstream stream is gone
-        # Set while no call here could still complete (none, or only lost ones): a drain
-        # waits for it.
-        self.idle = asyncio.Event()
-        self.idle.set()
-
-    def __getitem__(self, call_id: str) -> LiveCall:
-        return self._calls[call_id]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._calls)
-
-    def __len__(self) -> int:
-        return len(self._calls)
-
-    def add(self, call: LiveCall) -> None:
-        self._calls[call.id] = call
-        self.idle.clear()
-
-    def remove(self, call: LiveCall) -> None:
-        """Forget the call; `settled` once its ending is complete."""
-        self._calls.pop(call.id, None)
-        self._lost.discard(call.id)
-
-    def settled(self) -> None:
-        """An ending is complete: with no call left that could complete, the replica is
-        idle (drain waits on it)."""
-        self._check_idle()
-
-    @property
-    def lost(self) -> int:
-        """Parked calls here whose upstream stream is gone."""
-        return len(self._lost)
-
-    def is_lost(self, call: LiveCall) -> bool:
-        return call.id in self._lost
-
-    def mark_lost(self, call: LiveCall) -> None:
-        """A parked call that lost its stream can never complete: a drain does not wait
-        for it."""
-        self._lost.add(call.id)
-        self._check_idle()
-
-    def _check_idle(self) -> None:
-        if self._calls.keys() <= self._lost:
-            self.idle.set()
-
-    def parked_for(self, principal: str) -> int:
-        return self._parked_by[principal]
-
-    @property
-    def principals_parked(self) -> dict[str, int]:
-        return dict(self._parked_by)
-
-    def moved(self, call: LiveCall, before: Phase) -> None:
-        """The call moved from `before` to its phase now: the parked counts follow."""
-        if before is Phase.SUSPENDED:
-            self.parked -= 1
-            self._parked_by[call.principal] -= 1
-            if self._parked_by[call.principal] <= 0:
-                del self._parked_by[call.principal]
-        if call.phase is Phase.SUSPENDED:
-            self.parked += 1
-            self._parked_by[call.principal] += 1

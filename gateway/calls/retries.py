@@ -1,6 +1,7 @@
-"""A retry of a parked call: its round claimed, and resumed where the call is.
+"""A retry: its `requestState` opened, its round claimed, and resumed where the call is.
 
-The retry's `requestState` was opened already (`Admission.open`). Here its round is
+The state is opened (`Admission.open`: the security boundary); a replay-mode round's
+retry runs its call afresh with the journal the state carries. Any other round is
 claimed (`Admission.claim`), at most once; then the call is resumed here when this
 replica holds it, or, on a fleet, the retry goes where the call is (`Routing`: its
 owner, a takeover, a replay, or the error that it is lost). A retry whose round was
@@ -19,9 +20,10 @@ from gateway.calls.lifecycle import Lifecycle
 from gateway.calls.outcomes import Outcomes
 from gateway.calls.routing import Routing
 from gateway.calls.runner import Notify, Runner
-from gateway.config import UpstreamConfig
+from gateway.config import REPLAY, UpstreamConfig
 from gateway.errors import CallLost, InvalidRequestState, LeaseLost, RoundInProgress
 from gateway.protocol import state
+from gateway.protocol.call import CallMachine
 from gateway.protocol.inbound import FrontRequest
 
 
@@ -45,14 +47,27 @@ class Retries:
         self.routing = routing
         self.outcomes = outcomes
 
-    async def resume(
-        self, upstream: UpstreamConfig, claims: state.Claims, front: FrontRequest, notify: Notify
+    async def handle(
+        self,
+        upstream: UpstreamConfig,
+        front: FrontRequest,
+        token: Any,
+        principal: str,
+        digest: state.RequestDigest,
+        notify: Notify,
     ) -> dict[str, Any]:
-        """The retry's 2026 result.
+        """The 2026 result of a retry that carries `token` (its `requestState`).
 
         Raises:
             RpcError: every failure, with its wire mapping.
         """
+        claims = self.admission.open(upstream, token, principal, digest.value)
+        if claims.mode == REPLAY:
+            responses = front.params.get("inputResponses") or {}
+            known = CallMachine.known_answers(claims.journal, responses)
+            return await self.runner.start(
+                upstream, front, principal, digest, notify, known=known, round_=claims.round
+            )
         here = claims.call in self.calls
         if here and self.bus is not None and not self.bus.holds_lease():
             raise LeaseLost()  # cut off from the fleet: another replica may own it now
