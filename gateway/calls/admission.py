@@ -32,10 +32,15 @@ from gateway.store.base import PARKED, SuspendedCall, SuspendedCallStore
 log = structlog.get_logger("gateway.calls")
 
 #: On a fleet, in heartbeats: how long a retry that finds no record waits for its owner
-#: to write it back (a store that lost its data), and how long a claimer that may have
-#: died is given to prove it lives (its heartbeat's TTL is two beats).
+#: to write it back (a store that lost its data) when the state does not name the owner
+#: (minted before it did), and how long a claimer (or an owner) that may have died is
+#: given to prove it lives (its heartbeat's TTL is two beats).
 MISSING_RECORD_BEATS = 1.5
 CLAIMER_PATIENCE_BEATS = 2.5
+#: At most how long, in heartbeats, a retry that finds no record waits while the owner
+#: its state names is still writing its records back: it notices the loss within a beat,
+#: then writes one record a round trip, slower on a busy machine.
+WRITE_BACK_BEATS = 15
 
 
 class Admission:
@@ -51,8 +56,14 @@ class Admission:
         claimer: str = "",
         alive: Callable[[str], Awaitable[bool]] | None = None,
         claimer_ttl_s: float = 0.0,
+        written_back: Callable[[str], Awaitable[bool | None]] | None = None,
+        write_back_s: float = 0.0,
     ) -> None:
         self.claimer_ttl_s = claimer_ttl_s
+        # On a fleet: whether a replica has written its records back since the store last
+        # lost its data (`Bus.written_back`), and how long a retry waits for that.
+        self.written_back = written_back
+        self.write_back_s = write_back_s
         # On a fleet: who claims (this replica), and whether another replica is alive: a
         # round claimed by a replica that died resuming it may be claimed again.
         self.claimer = claimer
@@ -109,9 +120,8 @@ class Admission:
         """
         with self._refusals(upstream):
             record = await self.store.get(claims.call)
-            if record is None and self.missing_grace_s:
-                await clocks.sleep(self.clock, self.missing_grace_s)
-                record = await self.store.get(claims.call)
+            if record is None:
+                record = await self._written_back(claims)
             if record is None:
                 raise InvalidRequestState("no live call (finished, expired or never parked)")
             if record.round != claims.round:
@@ -132,6 +142,37 @@ class Admission:
             if claimed is None:
                 raise InvalidRequestState("round already resumed (replay)")
         return claimed
+
+    async def _written_back(self, claims: state.Claims) -> SuspendedCall | None:
+        """The record of a retry that found none, if its owner writes it back: on a fleet
+        the store may have lost its data (a Redis restarted empty) and the owner be writing
+        back its parked calls. While the owner the state names is alive and not done, the
+        retry waits (bounded); once it is done, a record still missing is gone for good.
+        Its heartbeat is looked at before the record, so a write-back that ends between
+        the two looks is never missed. A state that names no owner gets one look more
+        after `missing_grace_s`.
+
+        Raises:
+            StoreError
+        """
+        if self.written_back is None or not claims.owner:
+            if not self.missing_grace_s:
+                return None
+            await clocks.sleep(self.clock, self.missing_grace_s)
+            return await self.store.get(claims.call)
+        started = self.clock.monotonic()
+        while True:
+            done = await self.written_back(claims.owner)
+            record = await self.store.get(claims.call)
+            if record is not None or done:
+                return record
+            waited = self.clock.monotonic() - started
+            # No heartbeat: gone, unless it beats again within its patience (every key
+            # is lost with the store's data, the owner's heartbeat too, until it beats).
+            if waited >= (self.claimer_ttl_s if done is None else self.write_back_s):
+                log.info("record_not_written_back", owner_alive=done is not None)
+                return None
+            await clocks.sleep(self.clock, self.claimer_ttl_s / 8)
 
     async def _claim_from_the_dead(self, record: SuspendedCall) -> SuspendedCall:
         """The round of a retry whose first claimer died resuming it (its client sent the

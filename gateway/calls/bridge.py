@@ -14,7 +14,12 @@ from typing import Any
 import structlog
 
 from gateway import clock as clocks
-from gateway.calls.admission import CLAIMER_PATIENCE_BEATS, MISSING_RECORD_BEATS, Admission
+from gateway.calls.admission import (
+    CLAIMER_PATIENCE_BEATS,
+    MISSING_RECORD_BEATS,
+    WRITE_BACK_BEATS,
+    Admission,
+)
 from gateway.calls.forwarding import Bus
 from gateway.calls.lifecycle import Lifecycle, Registry
 from gateway.calls.outcomes import Outcomes
@@ -68,6 +73,8 @@ class Bridge:
             claimer=owner,
             alive=bus.alive if bus is not None else None,
             claimer_ttl_s=CLAIMER_PATIENCE_BEATS * beat,
+            written_back=bus.written_back if bus is not None else None,
+            write_back_s=WRITE_BACK_BEATS * beat,
         )
         self.lifecycle = lifecycle = Lifecycle(
             store=store,

@@ -28,6 +28,13 @@ class Bus(Protocol):
 
     async def alive(self, replica_id: str) -> bool: ...
 
+    async def written_back(self, replica_id: str) -> bool | None:
+        """Whether `replica_id`'s records are all in the store as it is now: True once it
+        has written them back since the store last lost its data (or never had to),
+        False while it is still at it or has not yet noticed the loss, None while it has
+        no heartbeat (gone, or not yet beaten since the loss)."""
+        ...
+
     async def send(self, replica_id: str, payload: str) -> None:
         """Into `replica_id`'s inbox."""
         ...

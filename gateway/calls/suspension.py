@@ -129,6 +129,7 @@ class Suspender:
             expires_ms=deadline,
             mode=mode,
             journal=list(call.machine.journal) if mode == REPLAY else [],
+            owner=self.lifecycle.owner if mode == PARK else "",
         )
         return state.seal_claims(self.codec, claims), issued, deadline
 

@@ -2,11 +2,14 @@
 
 Each replica writes `<prefix>{replica:<id>}:beat` every `heartbeat_s` with a TTL of
 two heartbeats, so a replica that dies is known to be gone within about two
-heartbeats. Each replica reads its own inbox list `<prefix>{replica:<id>}:inbox`
-(BLMOVE into its `:taken` list, cleared of each message once handled); a retry that
-lands on another replica is pushed there only while the owner beats: by the store's
-script that claims its round (`delivery`; off a Cluster), or here in one round trip
-that checks the heartbeat too (both keys share a cluster slot).
+heartbeats. The beat also says which of the store's epochs (`<prefix>fleet:epoch`, made
+anew by the first beat after the store lost its data) the replica has written back the
+records of its parked calls in: a retry that finds no record knows whether to wait.
+Each replica reads its own inbox list `<prefix>{replica:<id>}:inbox` (BLMOVE into its
+`:taken` list, cleared of each message once handled); a retry that lands on another
+replica is pushed there only while the owner beats: by the store's script that claims
+its round (`delivery`; off a Cluster), or here in one round trip that checks the
+heartbeat too (both keys share a cluster slot).
 The owner answers on a per-request reply list that the receiving replica reads. Every
 wait is bounded; reply lists expire.
 
@@ -87,6 +90,9 @@ class RedisBus:
         # Redis it names lost its data (a restart without persistence, a failover to an
         # empty replica): the owners write back the records of the calls they hold.
         self._epoch: bytes | None = None
+        # The epoch whose records this replica has all written (its heartbeat says so): a
+        # retry that finds no record waits while its owner's lags the store's.
+        self._written: bytes | None = None
         self.on_data_loss: Callable[[], Coroutine[Any, Any, None]] | None = None
         self.on_lease_regained: Callable[[], Coroutine[Any, Any, None]] | None = None
         # The lease: this replica may serve its calls only while its heartbeat is surely
@@ -166,21 +172,47 @@ class RedisBus:
                 self.healthy = False
             await clocks.sleep(self.clock, self.heartbeat_s)
 
+    def _beat_value(self) -> str:
+        """The heartbeat's value: when it was written, and the epoch whose records this
+        replica has all written (empty before its first beat)."""
+        written = text(self._written) if self._written is not None else ""
+        return f"{self.clock.wall_ms()} {written}"
+
     async def _beat(self, ttl_ms: int) -> bool:
         """Renew the heartbeat; True when the store has lost its data since the last one."""
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.set(self.replica_key(self.replica_id), str(self.clock.wall_ms()), px=ttl_ms)
+            pipe.set(self.replica_key(self.replica_id), self._beat_value(), px=ttl_ms)
             pipe.set(self.epoch_key(), secrets.token_hex(8), nx=True)
             pipe.get(self.epoch_key())
             pipe.pexpire(self.taken_key(), _REPLY_TTL_MS)  # gone a while after its replica
             _, created, epoch, _ = await pipe.execute()
         known, self._epoch = self._epoch, epoch
         if known is None or (not created and epoch == known):
+            if self._written != epoch:  # nothing to write back: said at the next beat
+                self._written = epoch
             return False
         log.warning("store_data_lost", detail="writing back the records of the calls held here")
-        if self.on_data_loss is not None:
-            spawn(self.on_data_loss(), name="fleet-restore")
+        spawn(self._write_back(epoch, ttl_ms), name="fleet-restore")
         return True
+
+    async def _write_back(self, epoch: bytes, ttl_ms: int) -> None:
+        """Write back the records of the calls held here, then say so in the heartbeat at
+        once: retries that found no record wait for it (`written_back`)."""
+        try:
+            if self.on_data_loss is not None:
+                await self.on_data_loss()
+        finally:
+            if self._epoch == epoch:  # not if the store lost its data again meanwhile
+                self._written = epoch
+                try:
+                    await ride_out(
+                        self.clock,
+                        lambda: self.client.set(
+                            self.replica_key(self.replica_id), self._beat_value(), px=ttl_ms
+                        ),
+                    )
+                except StoreError as exc:
+                    log.warning("fleet_heartbeat_failed", error=str(exc))  # the next beat says it
 
     def taken_key(self) -> str:
         """This replica's messages taken from its inbox and not yet handled to their end."""
@@ -262,6 +294,22 @@ class RedisBus:
                 return False
             await clocks.sleep(self.clock, self.heartbeat_s / 4)
         return True
+
+    async def written_back(self, replica_id: str) -> bool | None:
+        """See `gateway.calls.forwarding.Bus.written_back`. Raises: StoreError."""
+
+        async def look() -> tuple[Any, Any]:
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.get(self.epoch_key())
+                pipe.get(self.replica_key(replica_id))
+                epoch, beat = await pipe.execute()
+            return epoch, beat
+
+        epoch, beat = await ride_out(self.clock, look)
+        if beat is None:
+            return None
+        written = text(beat).partition(" ")[2]
+        return epoch is not None and written == text(epoch)
 
     async def send(self, replica_id: str, payload: str) -> None:
         """Push `payload` into a replica's inbox. Raises: StoreError."""

@@ -173,10 +173,15 @@ class Claims:
     expires_ms: int
     mode: str = "park"  # park: the call waits in a store; replay: it is re-run from `journal`
     journal: list[dict[str, Any]] = field(default_factory=list)  # replay-mode answers
+    # The replica that parked the round (writes its record back if the store loses it);
+    # absent from states minted before it was claimed, and from replay-mode ones.
+    owner: str = ""
 
     def to_bytes(self) -> bytes:
         """Compact JSON of every claim (what `open_claims` reads back)."""
-        return jsonrpc.dumps({name: getattr(self, name) for name in _CLAIM_TYPES})
+        claims = {name: getattr(self, name) for name in _CLAIM_TYPES}
+        claims.update((name, v) for name in _OPTIONAL_CLAIMS if (v := getattr(self, name)))
+        return jsonrpc.dumps(claims)
 
 
 _CLAIM_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -190,6 +195,8 @@ _CLAIM_TYPES: dict[str, type | tuple[type, ...]] = {
     "mode": str,
     "journal": list,
 }
+#: Claims a state may carry or not (one minted before the claim was added has none).
+_OPTIONAL_CLAIMS: dict[str, type] = {"owner": str}
 
 
 def seal_claims(codec: StateCodec, claims: Claims) -> str:
@@ -215,9 +222,13 @@ def open_claims(
         data = jsonrpc.loads(payload)
     except (ValueError, RecursionError) as exc:
         raise InvalidRequestState("payload not JSON") from exc
-    if not isinstance(data, dict) or set(data) != set(_CLAIM_TYPES):
+    if not isinstance(data, dict) or not set(_CLAIM_TYPES) <= set(data):
         raise InvalidRequestState("payload shape")
-    for name, kind in _CLAIM_TYPES.items():
+    if not set(data) - set(_CLAIM_TYPES) <= set(_OPTIONAL_CLAIMS):
+        raise InvalidRequestState("payload shape")
+    for name, kind in {**_CLAIM_TYPES, **_OPTIONAL_CLAIMS}.items():
+        if name not in data:
+            continue
         if not isinstance(data[name], kind) or isinstance(data[name], bool):
             raise InvalidRequestState(f"claim {name} has the wrong type")
     claims = Claims(**data)

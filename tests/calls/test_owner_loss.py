@@ -10,7 +10,7 @@ import pytest
 
 from gateway.aio import cancel_and_wait, spawn
 from gateway.calls import messages
-from gateway.calls.admission import CLAIMER_PATIENCE_BEATS, MISSING_RECORD_BEATS
+from gateway.calls.admission import CLAIMER_PATIENCE_BEATS
 from gateway.errors import (
     CallLost,
     InvalidRequestState,
@@ -177,12 +177,12 @@ async def test_a_replay_safe_call_is_replayed_from_its_journal_when_takeover_is_
     assert replayed["resultType"] == "complete"
     # The client never saw it and sends the retry again: the replay ran under a new call
     # id, and its outcome was kept under the old one's.
-    grace = MISSING_RECORD_BEATS * b.config.fleet.heartbeat_s  # no record: looked for twice
+    # No record, and its owner has no heartbeat: looked for until the owner's patience ends.
+    beat = b.config.fleet.heartbeat_s
     resent = call_tool(rid=3, state=second["requestState"], answers=color)
     sent_again = spawn(b.call(resent), name="sent-again")
-    await clock.armed(clock.now + grace)
-    clock.advance(grace)
-    assert await sent_again == replayed
+    limit = CLAIMER_PATIENCE_BEATS * beat * 2
+    assert await clock.run_until_done(sent_again, step=beat / 8, limit=limit) == replayed
     assert server.nothing_sent() and server.calls.empty()  # nothing ran again
 
 
@@ -436,15 +436,11 @@ async def test_a_retry_sent_again_gets_the_outcome_its_first_sending_had(
     await server.next_sent()
     session.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
     result = await answered
-    # The client never saw it (the relaying replica died, say) and sends it again:
-    grace = (
-        MISSING_RECORD_BEATS * a.config.fleet.heartbeat_s
-    )  # the call ended: its record is gone for good
+    # The client never saw it (the relaying replica died, say) and sends it again: the
+    # call ended, its record is gone for good (its owner has all its records in the
+    # store), and the outcome kept for the round answers it at once.
     for replica in (a, b):
-        again = spawn(replica.call(retry), name="again")
-        await clock.armed(clock.now + grace)
-        clock.advance(grace)
-        assert await again == result
+        assert await replica.call(retry) == result
     assert server.nothing_sent()  # nothing ran a second time
 
 
@@ -531,11 +527,8 @@ async def test_a_retry_sent_again_while_its_owner_resumes_the_round_is_told_to_r
     assert record is not None and record.status == PARKED  # the round was given back
     session.respond({"content": [{"type": "text", "text": "Hello, alice!"}]})
     await a.bridge.calls.idle.wait()
-    again = spawn(receiver.call(retry), name="again")  # the outcome a kept for the round
-    grace = MISSING_RECORD_BEATS * a.config.fleet.heartbeat_s  # its record is gone for good
-    await clock.armed(clock.now + grace)
-    clock.advance(grace)
-    assert (await again)["content"][0]["text"] == "Hello, alice!"
+    again = await receiver.call(retry)  # the outcome a kept for the round, its record gone
+    assert again["content"][0]["text"] == "Hello, alice!"
     assert server.nothing_sent()  # the answer went upstream once
     await at_b
 

@@ -12,8 +12,14 @@ import heapq
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
 
 START_WALL_MS = 1_800_000_000_000
+#: Loop turns `run_until_done` lets pass before it moves time: enough for the fakes' chains
+#: of callbacks (no I/O) to settle.
+SETTLE_TURNS = 50
 
 
 @dataclass(order=True)
@@ -65,6 +71,21 @@ class ManualClock:
             while not any(abs(w - when) < 1e-9 for w in self.pending()):
                 self._changed.clear()
                 await self._changed.wait()
+
+    async def run_until_done(self, task: asyncio.Future[T], *, step: float, limit: float) -> T:
+        """Move time forward `step` at a time, the loop's ready callbacks run between steps
+        (nothing here does I/O), until `task` is done; its result. Fails once time has
+        moved `limit` without it being done."""
+        moved = 0.0
+        while True:
+            for _ in range(SETTLE_TURNS):
+                if task.done():
+                    return task.result()
+                await asyncio.sleep(0)
+            if moved >= limit:
+                raise AssertionError(f"not done after {moved:g} s on the manual clock")
+            self.advance(step)
+            moved += step
 
     def advance(self, seconds: float) -> None:
         """Move time forward, firing every timer due on the way, in order."""

@@ -40,6 +40,8 @@ class Network:
         self.delivered: list[tuple[str, messages.Message]] = []
         self.polls: asyncio.Queue[str] = asyncio.Queue()  # reply keys a receiver found empty
         self.bus_deliveries: list[str] = []  # replicas a bus `deliver` was asked to reach
+        # Replicas still writing back their records after the store lost its data.
+        self.writing_back: set[str] = set()
         self._keys = itertools.count(1)
 
     def join(self, replica_id: str, handler: Handler) -> None:
@@ -48,6 +50,14 @@ class Network:
 
     def kill(self, replica_id: str) -> None:
         self.alive.discard(replica_id)
+
+    def data_lost(self) -> None:
+        """The store lost its data: every live replica has its records to write back."""
+        self.writing_back |= self.alive
+
+    def written_back(self, replica_id: str) -> None:
+        """`replica_id` wrote back its records (its heartbeat says so, as the bus's does)."""
+        self.writing_back.discard(replica_id)
 
     def reconnect(self, replica_id: str) -> None:
         """Back from being cut off: its lease regained, in a new term."""
@@ -78,6 +88,11 @@ class MemoryBus:
 
     async def alive(self, replica_id: str) -> bool:
         return replica_id in self.network.alive
+
+    async def written_back(self, replica_id: str) -> bool | None:
+        if replica_id not in self.network.alive:
+            return None
+        return replica_id not in self.network.writing_back
 
     async def send(self, replica_id: str, payload: str) -> None:
         self.network.push(replica_id, payload)

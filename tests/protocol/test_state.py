@@ -123,6 +123,28 @@ def test_a_payload_of_the_wrong_shape_is_refused_even_if_authentic() -> None:
     assert reason(ring.seal(json.dumps(bad_type).encode())) == "claim round has the wrong type"
 
 
+def test_the_owner_claim_is_optional_typed_and_nothing_else_may_be_added() -> None:
+    """A state names the replica that parked its round (for a retry that finds no record
+    after the store lost its data); one minted before that claim existed still opens."""
+    import json
+
+    ring = state.AesGcmKeyRing([KEY])
+    named = claims(owner="gw-0~1a2b3c4d")
+    assert open_(state.seal_claims(ring, named), ring) == named
+    without = dataclasses.asdict(claims())
+    del without["owner"]
+    assert open_(ring.seal(json.dumps(without).encode()), ring) == claims()
+    assert b"owner" not in claims().to_bytes()  # not written when it names nobody
+    wrong = dataclasses.asdict(claims(owner="x"))
+    wrong["owner"] = 7
+    assert reason(ring.seal(json.dumps(wrong).encode())) == "claim owner has the wrong type"
+    extra = dataclasses.asdict(claims()) | {"admin": True}
+    assert reason(ring.seal(json.dumps(extra).encode())) == "payload shape"
+    missing = dataclasses.asdict(claims())
+    del missing["round"]
+    assert reason(ring.seal(json.dumps(missing).encode())) == "payload shape"
+
+
 def test_digest_binds_method_target_and_arguments_in_any_key_order() -> None:
     a = state.request_digest("tools/call", "greet", {"x": 1, "y": [1, 2]})
     assert a == state.request_digest("tools/call", "greet", {"y": [1, 2], "x": 1})
