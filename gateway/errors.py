@@ -5,13 +5,21 @@ its HTTP status and (where the wire has one) its JSON-RPC code as class
 attributes; one middleware turns them into responses. Foreign exceptions are
 translated at the boundary (`raise UpstreamError(...) from exc`).
 
+The whole tree, with the errors defined beside the code that raises them (their line
+names their module); `tests/test_errors.py` holds it to the classes:
+
     GatewayError
     ├── HttpError                      no JSON-RPC body (or one without id)
     │   ├── MethodNotAllowed           405  GET/DELETE on the MCP endpoint
     │   ├── NotAcceptable              406  Accept lacks json or event-stream
     │   ├── UnsupportedMediaType       415  Content-Type is not application/json
     │   ├── PayloadTooLarge            413  body over the configured limit
-    │   └── ForbiddenOrigin            403  Origin not allowed
+    │   ├── ForbiddenOrigin            403  Origin not allowed
+    │   └── AuthError                  401  headers per instance (gateway.auth.errors)
+    │       ├── Unauthenticated        401  no usable credential (gateway.auth.errors)
+    │       ├── InsufficientScope      403  a scope is missing (gateway.auth.errors)
+    │       ├── AuthUnavailable        503  no key set to check with (gateway.auth.errors)
+    │       └── RateLimited            429  over this caller's rate (gateway.auth.errors)
     ├── RpcError                       a JSON-RPC error object
     │   ├── ParseError                 -32700 / 400
     │   ├── InvalidRequest             -32600 / 400
@@ -26,6 +34,8 @@ translated at the boundary (`raise UpstreamError(...) from exc`).
     │   ├── LimitExceeded              -32603, data.reason names the bound
     │   │   ├── CapacityExceeded       503 + Retry-After, busy now: retry later
     │   │   │   ├── Draining           503, this replica is shutting down
+    │   │   │   ├── RoundInProgress    503, the retry's round is being resumed already
+    │   │   │   ├── TakeoverUnavailable 503, the call's upstream cannot be reached now
     │   │   │   ├── GatewayFull        503, max_parked_calls
     │   │   │   ├── SessionsBusy       503, every upstream session busy
     │   │   │   └── ListensFull        503, max_listens (gateway.listens)
@@ -36,7 +46,9 @@ translated at the boundary (`raise UpstreamError(...) from exc`).
     │   ├── CallLost                   -32603 / 502, a parked call cannot continue
     │   ├── UpstreamError              -32603 / 502, the legacy server failed us
     │   │   ├── UpstreamExited         -32603 / 502, a stdio server's process ended
-    │   │   └── UpstreamTimeout        -32603 / 502, a round outlived hold_timeout_s
+    │   │   ├── UpstreamTimeout        -32603 / 502, a round outlived hold_timeout_s
+    │   │   ├── SessionExpired         -32603 / 502, gone upstream (gateway.upstream.port)
+    │   │   └── UpstreamCredentialsError -32603 / 502, no token (gateway.auth.errors)
     │   └── StoreError                 -32603 / 503 + Retry-After, the store failed
     │       └── LeaseLost              -32603 / 503, this replica cannot renew its lease
     └── ConfigError                    startup only; never reaches the wire

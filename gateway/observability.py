@@ -6,125 +6,187 @@ rounds, of resumes and of cross-replica forwards, parked calls now, rounds per
 call, requestState refusals by reason, expiries, upstream sessions and errors,
 store latency and errors. Labels are bounded: methods come from the fixed set
 of MCP methods, upstreams from the config, reasons from the code.
+
+Counters and histograms are tallied: counted in plain floats on the hot path and read
+when the registry is collected (a scrape, or `get_sample_value`) by collectors of their
+own, through `prometheus_client`'s public collector interface (`collect` yields metric
+families). The library's own children take a lock on every `labels`, `inc` and
+`observe`, and the hot path does a few of each per request. The exposition is the one
+the library's `Counter` and `Histogram` give (`tests/test_metrics_exposition.py`).
+Gauges are read at scrape time, so they stay the library's own.
+
+This module must not touch the library's private fields (they change without notice),
+nor be counted into from another thread than the event loop's: the tallies take no lock.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from gateway.tracing import TRACING
 
+#: `prometheus_client`'s documented switch for the `_created` series, read as it reads it.
+DISABLE_CREATED = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "false")
+CREATED_SERIES = DISABLE_CREATED.lower() not in ("true", "1", "t")
+
 
 class CounterTally:
-    """A counter child counted in a plain float, added to its `prometheus_client` child
-    when the registry is collected (`Tallies`): the real child's `inc` takes a lock and
-    goes through a value class each time, the hot path counts a few things per request,
-    and the gateway counts on its event loop's thread only."""
+    """One counter series, counted in a plain float."""
 
-    __slots__ = ("child", "pending")
+    __slots__ = ("value", "created")
 
-    def __init__(self, child: Counter) -> None:
-        self.child = child
-        self.pending = 0.0
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.created = time.time()
 
     def inc(self, amount: float = 1.0) -> None:
         if amount < 0:
             raise ValueError("Counters can only be incremented by non-negative amounts.")
-        self.pending += amount
-
-    def flush(self) -> None:
-        if self.pending:
-            self.child.inc(self.pending)
-            self.pending = 0.0
+        self.value += amount
 
 
 class HistogramTally:
-    """A histogram child observed into plain lists, added to its `prometheus_client`
-    child when the registry is collected: an observation is a bisection and two
-    additions, where the real child's takes a lock per bucket it walks past."""
+    """One histogram series: an observation is a bisection and two additions."""
 
-    __slots__ = ("child", "bounds", "counts", "total", "dirty")
+    __slots__ = ("bounds", "counts", "total", "created")
 
-    def __init__(self, child: Histogram) -> None:
-        self.child = child
-        self.bounds: list[float] = list(child._upper_bounds)  # ends with +Inf
-        self.counts = [0] * len(self.bounds)
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = bounds  # ends with +Inf
+        self.counts = [0] * len(bounds)  # per bucket, not cumulative
         self.total = 0.0
-        self.dirty = False
+        self.created = time.time()
 
     def observe(self, amount: float) -> None:
         self.total += amount
-        if amount == amount:  # NaN is in no bucket, as the real child has it
+        if amount == amount:  # NaN is in no bucket, as the library has it
             self.counts[bisect_left(self.bounds, amount)] += 1
-        self.dirty = True
-
-    def flush(self) -> None:
-        if not self.dirty:
-            return
-        buckets = self.child._buckets
-        for i, count in enumerate(self.counts):
-            if count:
-                buckets[i].inc(count)
-                self.counts[i] = 0
-        self.child._sum.inc(self.total)
-        self.total, self.dirty = 0.0, False
 
 
-Tally = CounterTally | HistogramTally
-T = TypeVar("T", CounterTally, HistogramTally)
-C = TypeVar("C")
+Child = TypeVar("Child", CounterTally, HistogramTally)
 
 
-class Tallies:
-    """Every tally of one registry, flushed into the real metrics whenever the registry
-    is collected (a scrape, or `get_sample_value`): registered before any metric, so
-    it runs first."""
+class Tallied(Generic[Child]):
+    """The series of one counter or histogram, found by their label values in a dict:
+    label values are bounded (see the module docstring), so the dict is too. One
+    without labels has its one series from the start, as the library's has."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self._tallies: list[Tally] = []
-        registry.register(self)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        new_series: Callable[[], Child],
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.series: dict[tuple[str, ...], Child] = {}
+        self._new_series: Callable[[], Child] = new_series
+        if not self.labelnames:
+            self.labels()
 
-    def add(self, tally: T) -> T:
-        self._tallies.append(tally)
-        return tally
-
-    def counter(self, metric: Counter) -> Labelled[CounterTally]:
-        return Labelled(metric, lambda child: self.add(CounterTally(child)))
-
-    def histogram(self, metric: Histogram) -> Labelled[HistogramTally]:
-        return Labelled(metric, lambda child: self.add(HistogramTally(child)))
-
-    def collect(self) -> list[object]:
-        for tally in self._tallies:
-            tally.flush()
-        return []
+    def labels(self, *values: str) -> Child:
+        series = self.series.get(values)
+        if series is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name} takes labels {self.labelnames}, given {values}")
+            series = self.series[values] = self._new_series()
+        return series
 
 
-class Labelled(Generic[C]):
-    """A labelled metric whose children are found by their label values in a dict of
-    their own: `prometheus_client`'s `labels` takes a lock and rebuilds the key on every
-    call, and the hot path asks for a few children per request. Label values are
-    bounded (see the module docstring), so the dict is too. A child is what `make`
-    turns the metric's own child into: a tally for counters and histograms."""
+class TalliedCounter(Tallied[CounterTally]):
+    """A counter whose series are tallies; a collector of the registry, registered in
+    the place the library's `Counter` would take."""
 
-    __slots__ = ("metric", "_make", "_children")
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str] = (),
+        *,
+        registry: CollectorRegistry,
+    ) -> None:
+        super().__init__(name, documentation, labelnames, CounterTally)
+        registry.register(self)
 
-    def __init__(self, metric: Counter | Gauge | Histogram, make: Callable[[Any], C]) -> None:
-        self.metric = metric
-        self._make = make
-        self._children: dict[tuple[str, ...], C] = {}
+    def describe(self) -> list[Metric]:
+        """What the registry checks names against, without samples."""
+        return [CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)]
 
-    def labels(self, *values: str) -> C:
-        child = self._children.get(values)
-        if child is None:
-            child = self._children[values] = self._make(self.metric.labels(*values))
-        return child
+    def collect(self) -> list[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, series in self.series.items():
+            created = series.created if CREATED_SERIES else None
+            family.add_metric(values, series.value, created=created)
+        return [family]
+
+
+class TalliedHistogram(Tallied[HistogramTally]):
+    """A histogram whose series are tallies; a collector of the registry, registered in
+    the place the library's `Histogram` would take."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str] = (),
+        *,
+        buckets: Sequence[float],
+        registry: CollectorRegistry,
+    ) -> None:
+        bounds = [float(bound) for bound in buckets]
+        if bounds[-1] != math.inf:
+            bounds.append(math.inf)
+        self.bounds = bounds
+        # The `le` labels, as the library writes them (its function is not typed).
+        self.bucket_names: list[str] = [floatToGoString(b) for b in bounds]  # type: ignore[no-untyped-call]
+        super().__init__(name, documentation, labelnames, lambda: HistogramTally(bounds))
+        registry.register(self)
+
+    def describe(self) -> list[Metric]:
+        """What the registry checks names against, without samples."""
+        return [HistogramFamily(self.name, self.documentation, labels=self.labelnames)]
+
+    def collect(self) -> list[Metric]:
+        family = HistogramFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, series in self.series.items():
+            cumulative, buckets = 0.0, []
+            for name, count in zip(self.bucket_names, series.counts, strict=True):
+                cumulative += count
+                buckets.append((name, cumulative))
+            created = series.created if CREATED_SERIES else None
+            family.add_series(
+                dict(zip(self.labelnames, values, strict=True)), buckets, series.total, created
+            )
+        return [family]
+
+
+class HistogramFamily(HistogramMetricFamily):
+    """The library's histogram family, with each series' `_created` sample, as its
+    counter family has one (`CounterMetricFamily.add_metric(created=...)`) and its
+    `Histogram` exposes one."""
+
+    def add_series(
+        self,
+        labels: dict[str, str],
+        buckets: list[tuple[str, float]],
+        total: float,
+        created: float | None,
+    ) -> None:
+        self.add_metric(list(labels.values()), buckets, total)
+        if created is not None:
+            self.samples.append(Sample(f"{self.name}_created", labels, created))
 
 
 class Sized(Protocol):
@@ -137,60 +199,51 @@ _SLOW = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 600.0)
 
 
 class Metrics:
+    """Every metric of the gateway, registered in the order they are exposed."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        t = Tallies(r)  # before every metric: a collection flushes the tallies first
-        self.requests = t.counter(
-            Counter(
-                "mrtr_requests",
-                "Client requests by JSON-RPC method and outcome",
-                ["method", "outcome"],
-                registry=r,
-            )
+        self.requests = TalliedCounter(
+            "mrtr_requests",
+            "Client requests by JSON-RPC method and outcome",
+            ["method", "outcome"],
+            registry=r,
         )
-        self.request_seconds = t.histogram(
-            Histogram(
-                "mrtr_request_duration_seconds",
-                "Whole client request",
-                ["method"],
-                buckets=_SLOW,
-                registry=r,
-            )
+        self.request_seconds = TalliedHistogram(
+            "mrtr_request_duration_seconds",
+            "Whole client request",
+            ["method"],
+            buckets=_SLOW,
+            registry=r,
         )
-        self.upstream_seconds = t.histogram(
-            Histogram(
-                "mrtr_upstream_duration_seconds",
-                "Plain upstream exchanges (request to response)",
-                ["upstream", "method"],
-                buckets=_FAST,
-                registry=r,
-            )
+        self.upstream_seconds = TalliedHistogram(
+            "mrtr_upstream_duration_seconds",
+            "Plain upstream exchanges (request to response)",
+            ["upstream", "method"],
+            buckets=_FAST,
+            registry=r,
         )
-        self.round_seconds = t.histogram(
-            Histogram(
-                "mrtr_round_duration_seconds",
-                "One round of an interruptible call: from the client request to input_required or the result",
-                ["upstream", "outcome"],
-                buckets=_SLOW,
-                registry=r,
-            )
+        self.round_seconds = TalliedHistogram(
+            "mrtr_round_duration_seconds",
+            "One round of an interruptible call: from the client request to input_required or the result",
+            ["upstream", "outcome"],
+            buckets=_SLOW,
+            registry=r,
         )
-        self.resume_seconds = t.histogram(
-            Histogram(
-                "mrtr_resume_duration_seconds",
-                "A retry that resumed a parked call: from arrival to its outcome",
-                ["upstream"],
-                buckets=_SLOW,
-                registry=r,
-            )
+        self.resume_seconds = TalliedHistogram(
+            "mrtr_resume_duration_seconds",
+            "A retry that resumed a parked call: from arrival to its outcome",
+            ["upstream"],
+            buckets=_SLOW,
+            registry=r,
         )
-        self.forward_seconds = Histogram(
+        self.forward_seconds = TalliedHistogram(
             "mrtr_forward_duration_seconds",
             "A retry forwarded to the replica owning its call",
             buckets=_SLOW,
             registry=r,
-        )
+        ).labels()
         self.parked = Gauge(
             "mrtr_parked_calls", "Calls waiting for a client's answers on this replica", registry=r
         )
@@ -205,82 +258,65 @@ class Metrics:
             "Parked calls here whose upstream stream is gone: their retries are told so",
             registry=r,
         )
-        self.rounds_per_call = t.add(
-            HistogramTally(
-                Histogram(
-                    "mrtr_rounds_per_call",
-                    "Rounds a finished call needed",
-                    buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16),
-                    registry=r,
-                )
-            )
+        self.rounds_per_call = TalliedHistogram(
+            "mrtr_rounds_per_call",
+            "Rounds a finished call needed",
+            buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16),
+            registry=r,
+        ).labels()
+        self.state_refusals = TalliedCounter(
+            "mrtr_request_state_refusals",
+            "requestState refused, by reason",
+            ["reason"],
+            registry=r,
         )
-        self.state_refusals = t.counter(
-            Counter(
-                "mrtr_request_state_refusals",
-                "requestState refused, by reason",
-                ["reason"],
-                registry=r,
-            )
+        self.call_endings = TalliedCounter(
+            "mrtr_call_endings",
+            "Calls ended, by how (done, failed, expired, cancelled)",
+            ["phase"],
+            registry=r,
         )
-        self.call_endings = t.counter(
-            Counter(
-                "mrtr_call_endings",
-                "Calls ended, by how (done, failed, expired, cancelled)",
-                ["phase"],
-                registry=r,
-            )
+        self.upstream_sessions = Gauge(
+            "mrtr_upstream_sessions", "Open upstream sessions", ["upstream"], registry=r
         )
-        self.upstream_sessions: Labelled[Gauge] = Labelled(
-            Gauge("mrtr_upstream_sessions", "Open upstream sessions", ["upstream"], registry=r),
-            lambda child: child,
+        self.upstream_errors = TalliedCounter(
+            "mrtr_upstream_errors",
+            "Upstream failures (unreachable, protocol)",
+            ["upstream"],
+            registry=r,
         )
-        self.upstream_errors = t.counter(
-            Counter(
-                "mrtr_upstream_errors",
-                "Upstream failures (unreachable, protocol)",
-                ["upstream"],
-                registry=r,
-            )
+        self.orphaned_sessions = TalliedCounter(
+            "mrtr_orphaned_sessions",
+            "Upstream sessions of dead replicas that this one ended, by outcome "
+            "(ended, gone, refused, failed)",
+            ["upstream", "outcome"],
+            registry=r,
         )
-        self.orphaned_sessions = t.counter(
-            Counter(
-                "mrtr_orphaned_sessions",
-                "Upstream sessions of dead replicas that this one ended, by outcome "
-                "(ended, gone, refused, failed)",
-                ["upstream", "outcome"],
-                registry=r,
-            )
+        self.store_seconds = TalliedHistogram(
+            "mrtr_store_duration_seconds",
+            "Suspended-call store operations",
+            ["op"],
+            buckets=_FAST,
+            registry=r,
         )
-        self.store_seconds = t.histogram(
-            Histogram(
-                "mrtr_store_duration_seconds",
-                "Suspended-call store operations",
-                ["op"],
-                buckets=_FAST,
-                registry=r,
-            )
+        self.store_errors = TalliedCounter(
+            "mrtr_store_errors", "Failed store operations", ["op"], registry=r
         )
-        self.store_errors = t.counter(
-            Counter("mrtr_store_errors", "Failed store operations", ["op"], registry=r)
+        self.handoffs = TalliedCounter(
+            "mrtr_fleet_handoffs",
+            "Retries served away from the replica that parked their call, by how "
+            "(forwarded, taken_over, replayed, lost, claimed_from_dead)",
+            ["kind"],
+            registry=r,
         )
-        self.handoffs = t.counter(
-            Counter(
-                "mrtr_fleet_handoffs",
-                "Retries served away from the replica that parked their call, by how "
-                "(forwarded, taken_over, replayed, lost, claimed_from_dead)",
-                ["kind"],
-                registry=r,
-            )
-        )
-        self.drain_timeouts = Counter(
+        self.drain_timeouts = TalliedCounter(
             "mrtr_drain_timeouts", "Drains that ended with calls still held", registry=r
-        )
-        self.store_data_losses = Counter(
+        ).labels()
+        self.store_data_losses = TalliedCounter(
             "mrtr_store_data_losses",
             "Times the store was found empty (its records written back)",
             registry=r,
-        )
+        ).labels()
         self.lease = Gauge(
             "mrtr_fleet_lease",
             "1 while this replica's heartbeat is surely in the store (it may serve its calls)",

@@ -1,14 +1,22 @@
-"""The shape of `gateway/`, checked: no import cycles, small modules, a sans-IO protocol
-core, and a call core that depends on ports rather than on transports."""
+"""The shape of `gateway/`, checked: no import cycles, modules of one concern each, a
+sans-IO protocol core, and a call core that depends on ports rather than on transports.
+
+A module over `LONG` lines is named in a warning, a hint to look whether it holds
+more than one thing: shown in pytest's warnings summary, not turned into an error
+(`filterwarnings` in pyproject.toml lets through the `UserWarning`s whose message
+starts "Long module"). One over `MAX_LINES` fails. Neither number is a reason to
+squeeze a module or its docstrings."""
 
 from __future__ import annotations
 
 import ast
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "gateway"
-MAX_LINES = 400
+LONG = 400
+MAX_LINES = 600
 
 
 def module_name(path: Path) -> str:
@@ -84,8 +92,12 @@ def test_no_import_cycle_anywhere_in_the_gateway() -> None:
     assert cycles(graph()) == []
 
 
-def test_no_module_is_over_400_lines() -> None:
+def test_no_module_is_over_600_lines_and_those_over_400_are_named() -> None:
     sizes = {name: len(p.read_text().splitlines()) for name, p in MODULES.items()}
+    for name, lines in sorted(sizes.items()):
+        if LONG < lines <= MAX_LINES:
+            message = f"Long module: {name} has {lines} lines (over {LONG}): one concern, or two?"
+            warnings.warn(message, UserWarning, stacklevel=1)
     assert {name: n for name, n in sizes.items() if n > MAX_LINES} == {}
 
 

@@ -11,9 +11,13 @@ the caller no handshake: as many as the recent rate of sessions taken and not gi
 times the time one takes to open (at least `min_idle`; `gateway.upstream.demand`), so a
 burst of parking calls finds them ready and calls that give theirs back keep no spares
 idle on the server. Sessions idle past `idle_timeout_s` are closed (keeping `min_idle`);
-the total is bounded by `max_sessions`. The slots themselves are `gateway.upstream.slots`.
+the total is bounded by `max_sessions`: a session open, opening or closing takes one of
+its slots, and a caller finding none free waits a bounded time for one.
 
-The pool does not know the transport: it makes sessions with the factory it is given.
+Sessions are made, opened and closed one at a time by `gateway.upstream.maker`, which
+also knows what opening them says of the upstream (reachable, its `initialize`, its
+lists changed). The pool must not know the transport: it has sessions made with the
+factory it is given.
 """
 
 from __future__ import annotations
@@ -21,31 +25,60 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import structlog
 
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
+from gateway.clock import Clock, SystemClock
+from gateway.config import PoolLimits
 from gateway.errors import CapacityExceeded, SessionsBusy, UpstreamError
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import Version
-from gateway.upstream.port import PooledSession, SessionExpired, UpstreamSession
-from gateway.upstream.sharing import Opening
-from gateway.upstream.slots import SessionSlots
+from gateway.upstream.demand import Demand
+from gateway.upstream.maker import SessionMaker
+from gateway.upstream.port import PooledSession, SessionExpired, SessionFactory, UpstreamSession
+from gateway.upstream.sharing import Opening, Sharing
 
 log = structlog.get_logger("gateway.upstream")
 
 
-class SessionPool(SessionSlots):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """Takes `SessionSlots`' arguments; adds what the pool keeps ready."""
-        super().__init__(*args, **kwargs)
+class SessionPool:
+    def __init__(
+        self,
+        name: str,
+        new_session: SessionFactory,
+        limits: PoolLimits,
+        *,
+        on_error: Callable[[], None] | None = None,
+        clock: Clock | None = None,
+        restart_backoff_s: float = 0.0,
+    ) -> None:
+        self.name = name
+        self.limits = limits
+        self.clock = clock or SystemClock()
+        self.maker = SessionMaker(
+            name,
+            new_session,
+            clock=self.clock,
+            restart_backoff_s=restart_backoff_s,
+            on_error=on_error,
+        )
+        self.demand = Demand()
+        self._count = 0  # slots taken: sessions open, opening, or closing
+        self._freed = asyncio.Condition()
+        self._waiting = 0  # callers inside `_freed` (waiting for a slot or an idle session)
+        self._closing = False
         self._idle: dict[str, list[PooledSession]] = defaultdict(list)
         self._shared: dict[str, PooledSession] = {}
         self._shared_lock: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # Sessions carrying several calls (`calls_per_session` > 1), counted.
+        self._sharing = Sharing(limits.calls_per_session, self._usable)
+        # Sessions opened for one caller alone (`open_alone`), outside the slots.
+        self._alone: set[PooledSession] = set()
         self._reaper: asyncio.Task[None] | None = None
         # Sessions opening in the background (cancelled by close).
         self._openers: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
@@ -55,6 +88,34 @@ class SessionPool(SessionSlots):
         self._adopting: weakref.WeakValueDictionary[str, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
+
+    @property
+    def size(self) -> int:
+        """Slots taken: sessions open, opening or closing (those opened alone aside)."""
+        return self._count
+
+    @property
+    def reachable(self) -> bool:
+        """The last session to open did, and no request failed since."""
+        return self.maker.reachable
+
+    @property
+    def info(self) -> UpstreamInfo | None:
+        """What the upstream said in `initialize`, when a session last opened."""
+        return self.maker.info
+
+    @info.setter
+    def info(self, info: UpstreamInfo | None) -> None:
+        self.maker.info = info
+
+    @property
+    def on_change(self) -> Callable[[dict[str, Any]], None] | None:
+        """Told of the list changes the pool's sessions hear (`Listens.publish`)."""
+        return self.maker.on_change
+
+    @on_change.setter
+    def on_change(self, listener: Callable[[dict[str, Any]], None] | None) -> None:
+        self.maker.on_change = listener
 
     def start(self) -> None:
         self._reaper = spawn(self._reap(), name=f"pool-reaper-{self.name}", detached=True)
@@ -73,17 +134,17 @@ class SessionPool(SessionSlots):
         A live shared session proves the upstream reachable. A start slower than the
         probe is not cancelled: it goes on in the background and counts once it is up.
         """
-        if self.reachable:
+        if self.maker.reachable:
             return True
         shared = self._shared.get(NO_CAPABILITIES.key)
         if shared is not None and self._usable(shared):
-            self.reachable = True
+            self.maker.reachable = True
             return True
         if self._probe is None or self._probe.done():
             self._probe = spawn(self._warm_up(), name=f"pool-probe-{self.name}", detached=True)
             self._openers.add(self._probe)
         await asyncio.wait({self._probe}, timeout=2)
-        return self.reachable
+        return self.maker.reachable
 
     async def close(self) -> None:
         self._closing = True
@@ -100,37 +161,28 @@ class SessionPool(SessionSlots):
         await asyncio.gather(*closing, return_exceptions=True)
         # Sessions given back closed (or half-open ones) are still ending: a stdio server
         # takes a moment to stop. Wait for them, so no process outlives the pool.
-        pending = {task for task in self._closings if not task.done()}
-        if pending:
-            await asyncio.wait(pending, timeout=10)
+        await self.maker.wait_closed(timeout_s=10)
 
-    async def _reserve(self, caps: ClientCaps | None = None) -> PooledSession | None:
-        """Take one slot of `max_sessions`, waiting a bounded time for one to free.
+    # -- calls' sessions -------------------------------------------------------------------
 
-        While it waits, a session of `caps` given back idle is taken instead (returned);
-        an idle session of another capability set is closed to make room.
+    async def acquire(self, caps: ClientCaps) -> PooledSession:
+        """An initialised session owned by the caller until `release`.
 
         Raises:
-            SessionsBusy: every slot stayed in use for `acquire_timeout_s`.
+            UpstreamError: no session could be opened.
+            CapacityExceeded: `max_sessions` stayed busy for `acquire_timeout_s`.
         """
-        try:
-            async with asyncio.timeout(self.limits.acquire_timeout_s):
-                async with self._freed:
-                    self._waiting += 1  # under the lock: a release now notifies (slots)
-                    try:
-                        while self._count >= self.limits.max_sessions:
-                            if caps is not None and (session := self._take(caps)):
-                                return session
-                            if not self._evict_idle():
-                                await self._freed.wait()
-                    finally:
-                        self._waiting -= 1
-        except TimeoutError:
-            raise SessionsBusy(
-                f"all {self.limits.max_sessions} upstream sessions of {self.name!r} are busy"
-            ) from None
-        self._count += 1
-        return None
+        self.demand.acquired(self.clock.monotonic())
+        session = self._take(caps)
+        if session is None and self._share > 1:
+            session = await self._join_opening(caps)
+        if session is None:
+            session = await self._reserve(caps)
+        if session is None:
+            self._refill(caps)  # this caller opens its own; the next ones find theirs
+            session = await self._open_for(caps, calls=1)
+        self._refill(caps)
+        return session
 
     def _take(self, caps: ClientCaps) -> PooledSession | None:
         """A session for one more call: one shared with room left, else an idle one."""
@@ -159,25 +211,6 @@ class SessionPool(SessionSlots):
         self._forget(self._idle[key].pop(0))
         return True
 
-    async def acquire(self, caps: ClientCaps) -> PooledSession:
-        """An initialised session owned by the caller until `release`.
-
-        Raises:
-            UpstreamError: no session could be opened.
-            CapacityExceeded: `max_sessions` stayed busy for `acquire_timeout_s`.
-        """
-        self.demand.acquired(self.clock.monotonic())
-        session = self._take(caps)
-        if session is None and self._share > 1:
-            session = await self._join_opening(caps)
-        if session is None:
-            session = await self._reserve(caps)
-        if session is None:
-            self._refill(caps)  # this caller opens its own; the next ones find theirs
-            session = await self._open_for(caps, calls=1)
-        self._refill(caps)
-        return session
-
     async def _join_opening(self, caps: ClientCaps) -> PooledSession | None:
         """A session being opened with room for this call, once it is open; None when
         none is opening (or it failed to open)."""
@@ -192,57 +225,6 @@ class SessionPool(SessionSlots):
             elif (counted := opening.ready.result()) is not None:
                 self.release(counted, reuse=True)  # it was counted for this call
             raise
-
-    def reserve_target(self) -> int:
-        """Calls to keep room ready for, in idle sessions (at least `min_idle` of them) and
-        shared ones (see `Demand`)."""
-        target = self.demand.reserve(self.limits.min_idle, self.limits.max_sessions)
-        return max(target, self.limits.min_idle * self._share)
-
-    async def adopt(self, caps: ClientCaps, session_id: str, version: Version) -> PooledSession:
-        """Take over a session another replica opened (its call continues here).
-
-        With sharing, the calls of one session taken over here share one session object
-        (the server holds one GET stream per session); it takes no other calls, and is not
-        ended upstream when they are done: other replicas may carry calls of its own.
-
-        Raises:
-            SessionExpired: the upstream has forgotten it.
-            UpstreamError, CapacityExceeded
-        """
-        if self._share == 1:
-            return await self._adopt(caps, session_id, version)
-        # Takeovers of one session at once adopt it once (a second GET stream would be
-        # refused): the later ones wait for the first, then join it.
-        lock = self._adopting.setdefault(session_id, asyncio.Lock())
-        async with lock:
-            if known := self._sharing.adopted(session_id):
-                return known
-            session = await self._adopt(caps, session_id, version)
-            self._sharing.adopt(session_id, session)
-            return session
-
-    async def _adopt(self, caps: ClientCaps, session_id: str, version: Version) -> PooledSession:
-        await self._reserve()
-        session = self.new_session(caps)
-        try:
-            await session.adopt(session_id, version)
-        except BaseException:
-            # Closed here, not ended upstream: the session is the dead owner's call's, which
-            # the next retry's takeover may adopt still.
-            self._count -= 1
-            closing = session.close(end=False)
-            self._closings.add(spawn(closing, name=f"pool-close-{self.name}", detached=True))
-            self._wake_waiters()
-            raise
-        return session
-
-    def idle_ids(self) -> dict[str, str]:
-        """The sessions no call holds (idle ones, those plain requests share, listens')
-        that another replica could end: their ids and negotiated versions (`fleet.ledger`)."""
-        held = [s for idle in self._idle.values() for s in idle] + [*self._shared.values()]
-        held += self._alone  # a listen's: held by no call another replica could take over
-        return {s.id: s.version.value for s in held if s.id is not None and s.alive}
 
     def release(self, given: UpstreamSession, *, reuse: bool) -> None:
         """Give a session back: to the idle list when clean, else close it. A shared
@@ -283,6 +265,14 @@ class SessionPool(SessionSlots):
             self._sharing.let_go(session)
         self._forget(session, end=False)
 
+    # -- sessions opened ahead ---------------------------------------------------------------
+
+    def reserve_target(self) -> int:
+        """Calls to keep room ready for, in idle sessions (at least `min_idle` of them) and
+        shared ones (see `Demand`)."""
+        target = self.demand.reserve(self.limits.min_idle, self.limits.max_sessions)
+        return max(target, self.limits.min_idle * self._share)
+
     def _refill(self, caps: ClientCaps) -> None:
         """Open sessions ahead of demand, in parallel, up to `reserve_target`."""
         if self._closing:
@@ -318,6 +308,47 @@ class SessionPool(SessionSlots):
             session.last_used = self.clock.monotonic()
             self._idle[caps.key].append(session)
             await self._notify_freed()  # someone may be waiting for a session of these caps
+
+    # -- takeovers ---------------------------------------------------------------------------
+
+    async def adopt(self, caps: ClientCaps, session_id: str, version: Version) -> PooledSession:
+        """Take over a session another replica opened (its call continues here).
+
+        With sharing, the calls of one session taken over here share one session object
+        (the server holds one GET stream per session); it takes no other calls, and is not
+        ended upstream when they are done: other replicas may carry calls of its own.
+
+        Raises:
+            SessionExpired: the upstream has forgotten it.
+            UpstreamError, CapacityExceeded
+        """
+        if self._share == 1:
+            return await self._adopt(caps, session_id, version)
+        # Takeovers of one session at once adopt it once (a second GET stream would be
+        # refused): the later ones wait for the first, then join it.
+        lock = self._adopting.setdefault(session_id, asyncio.Lock())
+        async with lock:
+            if known := self._sharing.adopted(session_id):
+                return known
+            session = await self._adopt(caps, session_id, version)
+            self._sharing.adopt(session_id, session)
+            return session
+
+    async def _adopt(self, caps: ClientCaps, session_id: str, version: Version) -> PooledSession:
+        await self._reserve()
+        session = self.maker.new_session(caps)
+        try:
+            await session.adopt(session_id, version)
+        except BaseException:
+            # Closed here, not ended upstream: the session is the dead owner's call's, which
+            # the next retry's takeover may adopt still.
+            self._count -= 1
+            self.maker.close_in_background(session.close(end=False))
+            self._wake_waiters()
+            raise
+        return session
+
+    # -- plain requests ----------------------------------------------------------------------
 
     async def shared(self, caps: ClientCaps) -> PooledSession:
         """The session plain requests of this capability set share.
@@ -363,10 +394,10 @@ class SessionPool(SessionSlots):
                     raise
                 log.info("upstream_session_expired", upstream=self.name)
             except TimeoutError as exc:
-                self._failed()
+                self.maker.failed()
                 raise UpstreamError(f"upstream did not answer {method} in time") from exc
             except UpstreamError:
-                self._failed()
+                self.maker.failed()
                 raise
         raise AssertionError("unreachable")
 
@@ -376,6 +407,143 @@ class SessionPool(SessionSlots):
             await self.shared(NO_CAPABILITIES)
         assert self.info is not None
         return self.info
+
+    # -- sessions of one caller's own, and the fleet's ---------------------------------------
+
+    async def open_alone(self, caps: ClientCaps) -> PooledSession:
+        """A session of the caller's own, outside `max_sessions` (its caller bounds such
+        sessions: `limits.max_listens`), shared by no call, closed with `close_alone`; the
+        fleet's ledger lists it, so it is ended if this replica dies.
+
+        Raises:
+            UpstreamError
+        """
+        session = await self._start(caps)
+        self._alone.add(session)
+        return session
+
+    def close_alone(self, session: PooledSession) -> None:
+        """Close, and end upstream, a session `open_alone` gave: in a task of its own,
+        which the pool's close awaits (its caller may be cancelled)."""
+        self._alone.discard(session)
+        self.maker.close_in_background(session.close())
+
+    def idle_ids(self) -> dict[str, str]:
+        """The sessions no call holds (idle ones, those plain requests share, listens')
+        that another replica could end: their ids and negotiated versions (`fleet.ledger`)."""
+        held = [s for idle in self._idle.values() for s in idle] + [*self._shared.values()]
+        held += self._alone  # a listen's: held by no call another replica could take over
+        return {s.id: s.version.value for s in held if s.id is not None and s.alive}
+
+    async def end_other(self, session_id: str, version: Version) -> int:
+        """End upstream a session a dead replica left open (it takes no slot here): the
+        status the server answered. Raises: UpstreamError."""
+        return await self.maker.end_other(session_id, version)
+
+    # -- slots -------------------------------------------------------------------------------
+
+    async def _reserve(self, caps: ClientCaps | None = None) -> PooledSession | None:
+        """Take one slot of `max_sessions`, waiting a bounded time for one to free.
+
+        While it waits, a session of `caps` given back idle is taken instead (returned);
+        an idle session of another capability set is closed to make room.
+
+        Raises:
+            SessionsBusy: every slot stayed in use for `acquire_timeout_s`.
+        """
+        try:
+            async with asyncio.timeout(self.limits.acquire_timeout_s):
+                async with self._freed:
+                    self._waiting += 1  # under the lock: a release now notifies
+                    try:
+                        while self._count >= self.limits.max_sessions:
+                            if caps is not None and (session := self._take(caps)):
+                                return session
+                            if not self._evict_idle():
+                                await self._freed.wait()
+                    finally:
+                        self._waiting -= 1
+        except TimeoutError:
+            raise SessionsBusy(
+                f"all {self.limits.max_sessions} upstream sessions of {self.name!r} are busy"
+            ) from None
+        self._count += 1
+        return None
+
+    async def _start(self, caps: ClientCaps) -> PooledSession:
+        """A new session, in no slot; how long it took to open tells `demand`.
+
+        Raises:
+            UpstreamError: it failed to start, or a failed start is too recent to retry.
+        """
+        started = self.clock.monotonic()
+        session = await self.maker.start(caps)
+        self.demand.opened(self.clock.monotonic() - started)
+        return session
+
+    async def _open(self, caps: ClientCaps) -> PooledSession:
+        """Open a session in the slot the caller reserved (given back on any failure).
+
+        Raises:
+            UpstreamError: it failed to start, or a failed start is too recent to retry.
+        """
+        try:
+            return await self._start(caps)
+        except BaseException:
+            self._count -= 1
+            self._wake_waiters()
+            raise
+
+    async def _open_for(
+        self, caps: ClientCaps, *, calls: int, opening: Opening | None = None
+    ) -> PooledSession:
+        """`_open`, where calls sharing a session may count on it while it opens (from
+        `opening`, registered by whoever decided to open it, or from now).
+
+        Raises:
+            UpstreamError
+        """
+        if self._share == 1:
+            return await self._open(caps)
+        opening = opening or self._sharing.begin(caps.key, calls=calls)
+        try:
+            session = await self._open(caps)
+        except BaseException:
+            self._sharing.failed(opening)
+            raise
+        if self._sharing.opened(opening, session) and session in self._sharing:
+            self._wake_waiters()  # room, maybe, for a call that waits for a slot
+        return session
+
+    def _forget(self, session: PooledSession, *, end: bool = True) -> None:
+        """Close a session and free its slot (the waiters are woken once it is closed)."""
+        self._count -= 1
+        self.maker.close_in_background(self._close_and_notify(session, end=end))
+
+    async def _close_and_notify(self, session: PooledSession, *, end: bool = True) -> None:
+        await session.wait_quiet()
+        await session.close(end=end)
+        await self._notify_freed()
+
+    def _wake_waiters(self) -> None:
+        """`_notify_freed` in a task of its own, only when someone waits: a session given
+        back with nobody waiting (the common case) costs no task."""
+        if self._waiting:
+            spawn(self._notify_freed(), name=f"pool-freed-{self.name}", detached=True)
+
+    async def _notify_freed(self) -> None:
+        """Wake those waiting for a slot: one was freed, or a session went back idle."""
+        if not self._waiting:
+            return
+        async with self._freed:
+            self._freed.notify_all()
+
+    @property
+    def _share(self) -> int:
+        return self.limits.calls_per_session
+
+    def _usable(self, session: PooledSession) -> bool:
+        return session.alive and session.requests < self.limits.max_requests
 
     async def _reap(self) -> None:
         while True:
