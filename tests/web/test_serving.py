@@ -10,7 +10,7 @@ import asyncio
 import gzip
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,6 @@ from aiohttp import web
 from structlog.testing import capture_logs
 
 from gateway.aio import spawn
-from gateway.logging import MalformedRequests
 from gateway.web.channel import ResponseChannel
 from gateway.web.handlers import read_body
 from gateway.web.middleware import error_middleware, request_id_middleware
@@ -84,16 +83,6 @@ async def served(handlers: Handlers) -> AsyncIterator[Served]:
     yield served
     handlers.release.set()
     await served.close()
-
-
-@pytest.fixture
-def server_log() -> Iterator[logging.Logger]:
-    """aiohttp's server log with the filter `gateway.logging.configure` puts on it."""
-    logger = logging.getLogger("aiohttp.server")
-    malformed = MalformedRequests()
-    logger.addFilter(malformed)
-    yield logger
-    logger.removeFilter(malformed)
 
 
 async def connect(served: Served) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
