@@ -10,11 +10,11 @@ chooses its public settings. What they give a client:
 - the handler of a client that disconnects is cancelled (`handler_cancellation`);
 - pipelined requests are answered in order, a few at a time: aiohttp stops reading a
   connection while it holds a few dozen requests not yet served, and a handler's writes
-  wait while its client does not read (so a client that sends and never reads holds the
-  gateway's memory and loop to a few answers);
+  wait while its client does not read (so a client that sends and never reads costs the
+  gateway a few answers' memory, and none of its loop's time);
 - after an answer given before its request's body was all read (413, 408, a refusal),
-  what still comes is read and dropped for up to `LINGER_S`, so that the client sees the
-  answer rather than a reset; then the connection closes;
+  the rest of the body is read and dropped for up to `LINGER_S`, so that the client sees
+  the answer rather than a reset; a body not over by then closes the connection;
 - on `Served.close`, the port stops accepting, idle connections close, and requests in
   flight get `SHUTDOWN_GRACE_S` to finish before their handlers are cancelled (and waited
   for) ahead of the application's clean-up.
