@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/floor_proxy.py UPSTREAM_URL PORT
 
-A deliberately minimal proxy on the gateway's own stack (the gateway's listener
-`gateway.web.listener` in front of aiohttp's server, the gateway's own upstream client
+A deliberately minimal proxy on the gateway's own stack (aiohttp's server as the gateway
+serves it, `gateway.web.serving`, the gateway's own upstream client
 `gateway.upstream.http.client`, uvloop, orjson): it
 opens a few legacy sessions at start, then forwards each POST's tool call on one of
 them and answers the last SSE `data:` line as JSON. No checks,
@@ -24,8 +24,9 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gateway.config import LimitsConfig  # noqa: E402
 from gateway.upstream.http.client import Http1Client  # noqa: E402
-from gateway.web import listener  # noqa: E402
+from gateway.web.serving import serve as serve_app  # noqa: E402
 
 SESSIONS = 32
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -94,8 +95,7 @@ async def serve(url: str, port: int) -> None:
 
     app = web.Application()
     app.router.add_post("/mcp", forward)
-    app[listener.ROUTES] = {"/mcp": forward}  # served by the listener, as the gateway's
-    await listener.serve(app, "127.0.0.1", port, max_body=4 * 1024 * 1024)
+    await serve_app(app, "127.0.0.1", port, idle_timeout_s=LimitsConfig().idle_timeout_s)
     await asyncio.Event().wait()
 
 

@@ -38,7 +38,6 @@ from gateway.upstream.http.client import Http1Client
 from gateway.upstream.pool import SessionPool
 from gateway.web.front_door import add_metadata_routes, build_front_doors
 from gateway.web.handlers import McpEndpoint
-from gateway.web.listener import ROUTES
 from gateway.web.middleware import error_middleware, request_id_middleware
 
 log = structlog.get_logger("gateway")
@@ -240,11 +239,9 @@ def build_app(config: GatewayConfig) -> web.Application:
         await fetcher.close()
 
     app.cleanup_ctx.append(resources)
-    app[ROUTES] = {}
     for upstream in config.upstreams:
         endpoint = McpEndpoint(config, upstream, bridge, pools, doors[upstream.name], listens)
         app.router.add_route("*", upstream.path, endpoint.handle)
-        app[ROUTES][upstream.path] = endpoint.handle
     add_metadata_routes(app, config)
 
     async def healthz(request: web.Request) -> web.Response:

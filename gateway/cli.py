@@ -220,12 +220,14 @@ def event_loop(choice: str) -> LoopChoice:
 async def _run(config: GatewayConfig, loop_name: str = "asyncio") -> None:
     # Imported here so that check-config and keygen never load aiohttp, redis or the app.
     from gateway.app import BRIDGE, build_app
-    from gateway.web.listener import serve
+    from gateway.web.serving import serve
 
     app = build_app(config)
-    # The listener serves the MCP paths' plain POSTs itself and hands aiohttp the rest.
     served = await serve(
-        app, config.listen.host, config.listen.port, max_body=config.limits.max_body_bytes
+        app,
+        config.listen.host,
+        config.listen.port,
+        idle_timeout_s=config.limits.idle_timeout_s,
     )
     structlog.get_logger("gateway").info(
         "gateway_listening",

@@ -23,6 +23,7 @@ from typing import IO, Any
 import orjson
 import structlog
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web import RequestPayloadError
 from structlog.typing import EventDict
 
 _LEVELS = {
@@ -123,10 +124,20 @@ class MalformedRequests(logging.Filter):
     mistake, not the gateway's, and a way for anyone to flood the log. Such a record
     becomes one `request_malformed` line (the exception's kind and the status answered;
     nothing of the request itself, which may hold a credential); any other record of
-    aiohttp's server passes as it is."""
+    aiohttp's server passes as it is.
+
+    Two records are a client's mistake: a request it could not parse (`HttpProcessingError`,
+    answered with its status), and a body it could not decode (`RequestPayloadError`: a
+    compression that fails, found as aiohttp drains the body after the answer, whatever
+    that was; its cause, the parser's error, is named as the kind, with `part=body`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, RequestPayloadError):
+            cause = exc.__cause__
+            kind = type(cause if isinstance(cause, HttpProcessingError) else exc).__name__
+            structlog.get_logger("gateway.web").info("request_malformed", kind=kind, part="body")
+            return False
         if not isinstance(exc, HttpProcessingError):
             return True
         structlog.get_logger("gateway.web").info(

@@ -2,10 +2,9 @@
 redis-server, and the gateway.
 
 The gateway runs in the test's event loop on a real loopback port, served as
-`mrtr-gateway serve` serves it (`gateway.web.listener.serve`: the listener in front,
-aiohttp's server for what it hands off), so subprocess peers can reach it and tests
-can look inside it. Helpers live in
-tests/support/, processes in tests/peers/tooling.py.
+`mrtr-gateway serve` serves it (`gateway.web.serving.serve`: aiohttp's runner and
+site), so subprocess peers can reach it and tests can look inside it. Helpers live
+in tests/support/, processes in tests/peers/tooling.py.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import aiohttp
 import pytest
 
 from gateway.app import build_app
-from gateway.web.listener import Served, serve
+from gateway.web.serving import Served, serve
 from tests.peers.tooling import LegacyServer, ModernClient, RedisServer
 
 # `Gateway`, `drive`, `PROTOCOL`, `default_headers` and `rpc` are re-exported for the
@@ -70,7 +69,7 @@ async def make_gateway(legacy: LegacyServer) -> AsyncIterator[Callable[..., Any]
         upstream_url = upstream_url or legacy.url
         config = gateway_config(upstream_url, **overrides)
         server = await serve(
-            build_app(config), "127.0.0.1", 0, max_body=config.limits.max_body_bytes
+            build_app(config), "127.0.0.1", 0, idle_timeout_s=config.limits.idle_timeout_s
         )
         http = aiohttp.ClientSession()
         started.append((server, http))

@@ -99,6 +99,8 @@ FULL = {
         "hold_timeout_s": 20.5,
         "coalesce_ms": 0,
         "keepalive_s": 5,
+        "idle_timeout_s": 30,
+        "body_timeout_s": 12.5,
         "max_listens": 3,
         "max_listens_per_principal": 2,
         "max_state_bytes": 2048,
@@ -245,6 +247,11 @@ def test_a_rate_of_zero_is_off_as_leaving_it_out_is(rate: dict) -> None:
         ({"upstreams": [UP], "limits": {"max_rounds": True}}, "expected int, got bool"),
         ({"upstreams": [UP], "limits": {"max_rounds": 2.5}}, "expected int, got float"),
         ({"upstreams": [UP], "limits": {"coalesce_ms": -1}}, "coalesce_ms: must be 0 or more"),
+        (
+            {"upstreams": [UP], "limits": {"idle_timeout_s": 0}},
+            "limits.idle_timeout_s: must be greater than 0",
+        ),
+        ({"upstreams": [UP], "limits": {"body_timeout_s": "1m"}}, "expected float, got str"),
         (
             {"upstreams": [{**UP, "pool": {"min_idle": -1}}]},
             r"upstreams\[0\].pool.min_idle: must be 0 or more, got -1",

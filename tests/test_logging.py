@@ -8,7 +8,8 @@ import logging
 import orjson
 import pytest
 import structlog
-from aiohttp.http_exceptions import BadHttpMessage
+from aiohttp.http_exceptions import BadHttpMessage, ContentEncodingError
+from aiohttp.web import RequestPayloadError
 from structlog.testing import capture_logs
 
 from gateway import logging as log_context
@@ -147,6 +148,21 @@ def test_a_request_aiohttp_could_not_parse_is_one_line_without_its_traceback() -
     with capture_logs() as logs:  # the server's own failures still pass, traceback and all
         assert MalformedRequests().filter(_record(RuntimeError("a bug"))) is True
     assert logs == []
+
+
+def test_a_body_aiohttp_could_not_decode_is_one_line_naming_the_parsers_error() -> None:
+    undecodable = RequestPayloadError("400, message: Can not decode content-encoding: gzip")
+    undecodable.__cause__ = ContentEncodingError("Can not decode content-encoding: gzip")
+    with capture_logs() as logs:
+        assert MalformedRequests().filter(_record(undecodable)) is False
+    assert logs == [
+        {
+            "event": "request_malformed",
+            "kind": "ContentEncodingError",
+            "part": "body",
+            "log_level": "info",
+        }
+    ]
 
 
 def test_configure_puts_the_filter_on_aiohttps_server_log_once() -> None:

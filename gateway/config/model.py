@@ -46,6 +46,11 @@ class LimitsConfig:
     hold_timeout_s: float = 300.0
     coalesce_ms: int = 10
     keepalive_s: float = 15.0
+    # A client connection with no request under way (idle, or a request head still
+    # arriving) is closed this long after it opened or after its last answer.
+    idle_timeout_s: float = 75.0
+    # A request's body must have arrived this long after its head (408, connection closed).
+    body_timeout_s: float = 60.0
     # Open `subscriptions/listen` streams on this replica, over every upstream (0: none
     # served); one with resource subscriptions holds an upstream session of its own.
     max_listens: int = 16

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import structlog
-from aiohttp import web
+from aiohttp import StreamReader, web
 
 from gateway import logging as log_context
 from gateway.calls.bridge import Bridge
@@ -28,29 +28,58 @@ from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool
 from gateway.web.channel import ResponseChannel
 from gateway.web.front_door import Caller, FrontDoor
-from gateway.web.middleware import NO_HEADERS, rpc_error_headers, rpc_error_reply
+from gateway.web.middleware import (
+    NO_HEADERS,
+    closing_refusal,
+    rpc_error_headers,
+    rpc_error_reply,
+)
 from gateway.web.tool_headers import ToolHeaders
 
 log = structlog.get_logger("gateway.web")
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
+async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes:
     """The whole body, refused with 413 as soon as it passes `limit`. A body that stops
     short of its `Content-Length` is returned as far as it came (it fails to parse).
 
+    A body not all there yet gets `timeout_s` to arrive: aiohttp's own timer
+    (`limits.idle_timeout_s`) does not run while a handler reads, so a body that trickles
+    or never ends (or a chunk aiohttp's parser refuses after the head) would otherwise
+    hold its connection for ever.
+
     Raises:
         PayloadTooLarge
+        web.HTTPRequestTimeout: 408, the body did not arrive in time; the connection closes
+        web.HTTPBadRequest: 400, a body aiohttp could not decode; the connection closes
     """
     length = request.content_length
+    if length is not None and length > limit:
+        raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
+    content = request.content
+    try:
+        if content.is_eof():  # all here (nearly every request): no timer to arm
+            return await _read(content, length, limit)
+        async with asyncio.timeout(timeout_s):
+            return await _read(content, length, limit)
+    except TimeoutError:
+        log.info("request_body_timed_out", timeout_s=timeout_s)
+        raise closing_refusal(
+            web.HTTPRequestTimeout, f"The request body did not arrive within {timeout_s:g} s"
+        ) from None
+    except web.RequestPayloadError:
+        # aiohttp logs what was wrong as it drains the body (`request_malformed`, one line).
+        raise closing_refusal(web.HTTPBadRequest, "The request body could not be decoded") from None
+
+
+async def _read(content: StreamReader, length: int | None, limit: int) -> bytes:
     if length is not None:
-        if length > limit:
-            raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
         try:
-            return await request.content.readexactly(length)  # one read when it is here
+            return await content.readexactly(length)  # one read when it is here
         except asyncio.IncompleteReadError as exc:
             return exc.partial
     chunks, size = [], 0
-    async for chunk in request.content.iter_chunked(64 * 1024):
+    async for chunk in content.iter_chunked(64 * 1024):
         size += len(chunk)
         if size > limit:
             raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
@@ -88,7 +117,8 @@ class McpEndpoint:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         inbound.check_http(request.method, request.headers, policy=self.policy)
         caller = await self.front_door.admit(request.headers.get("Authorization"))
-        body = await read_body(request, self.config.limits.max_body_bytes)
+        limits = self.config.limits
+        body = await read_body(request, limits.max_body_bytes, limits.body_timeout_s)
         headers, duplicate = inbound.read_headers(request.headers.items())
         decoded = jsonrpc.decode(body)
         try:
@@ -104,7 +134,7 @@ class McpEndpoint:
             return web.Response(status=202)
         log_context.bind(rpc_method=message.method, upstream=self.upstream.name)
         principal = caller.principal
-        channel = ResponseChannel(request, keepalive_s=self.config.limits.keepalive_s)
+        channel = ResponseChannel(request, keepalive_s=limits.keepalive_s)
         started = time.monotonic()
         outcome = "complete"
         extra = NO_HEADERS

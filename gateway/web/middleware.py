@@ -2,7 +2,8 @@
 
 Order (stated once, in `gateway.app`): request id -> errors -> handler. A
 `GatewayError` becomes its mapped status and body; anything unexpected becomes
-a generic 500 whose details go only to the log, never a traceback on the wire.
+a generic 500 whose details go only to the log, never a traceback on the wire
+(or, once a streamed answer has begun, the end of that stream and its connection).
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ def _next_request_id() -> str:
 
 #: The request's id, kept on the request for the stream a `ResponseChannel` prepares.
 REQUEST_ID = web.RequestKey("request_id", str)
+#: The streamed answer a `ResponseChannel` has begun: once its head is sent, an error can
+#: only end it (and its connection), never be answered by a response of its own.
+STREAM = web.RequestKey("stream", web.StreamResponse)
 
 
 @web.middleware
@@ -85,18 +89,31 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
     return response
 
 
+def _refusal_body(detail: str) -> bytes:
+    """The body of an HTTP-level refusal: a JSON-RPC error without id saying what is wrong."""
+    return jsonrpc.dumps(jsonrpc.error(None, {"code": -32600, "message": detail}))
+
+
 def _http_error(exc: HttpError) -> web.Response:
     """An error of the HTTP layer: its status and headers (a challenge, Allow, Retry-After),
     and a JSON-RPC error without id saying what is wrong (405 has no body)."""
     if exc.http_status == 405:
         return web.Response(status=405, headers=exc.headers)
-    body = jsonrpc.error(None, {"code": -32600, "message": exc.detail})
     return web.Response(
         status=exc.http_status,
-        body=jsonrpc.dumps(body),
+        body=_refusal_body(exc.detail),
         content_type="application/json",
         headers=exc.headers,
     )
+
+
+def closing_refusal(kind: type[web.HTTPException], detail: str) -> web.HTTPException:
+    """aiohttp's answer `kind`, with the body of the gateway's HTTP refusals, after which
+    the connection closes (`Connection: close`): for a request whose body cannot be read
+    to its end, after which the connection holds no sound next request."""
+    refusal = kind(text=_refusal_body(detail).decode(), content_type="application/json")
+    refusal.force_close()
+    return refusal
 
 
 @web.middleware
@@ -124,4 +141,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         raise
     except Exception:
         log.exception("unhandled_error", path=request.path)
+        begun: web.StreamResponse | None = request.get(STREAM)
+        if begun is not None:  # nothing may follow a stream's head but its end
+            begun.force_close()
+            return begun
         return web.Response(status=500, body=INTERNAL_ERROR_BODY, content_type="application/json")

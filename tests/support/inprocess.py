@@ -13,7 +13,7 @@ from gateway.app import BRIDGE
 from gateway.calls.bridge import Bridge
 from gateway.config import GatewayConfig, parse_config
 from gateway.protocol.state import generate_key
-from gateway.web.listener import Served
+from gateway.web.serving import Served
 from tests.support.wire import default_headers, parse_sse_messages
 
 TEST_KEY = generate_key()

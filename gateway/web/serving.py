@@ -1,0 +1,78 @@
+"""Serving the application on a TCP port: aiohttp's runner and site, with the front's bounds.
+
+aiohttp's own server reads, parses and answers every connection; this module only
+chooses its public settings. What they give a client:
+
+- a connection with no request under way is closed `idle_timeout_s` after it opened or
+  after its last answer: idle between requests, or a request head still arriving (aiohttp
+  arms its keep-alive timer when a connection opens and after each answer, and closes a
+  connection still waiting for a whole head when it fires);
+- the handler of a client that disconnects is cancelled (`handler_cancellation`);
+- pipelined requests are answered in order, a few at a time: aiohttp stops reading a
+  connection while it holds a few dozen requests not yet served, and a handler's writes
+  wait while its client does not read (so a client that sends and never reads costs the
+  gateway a few answers' memory, and none of its loop's time);
+- after an answer given before its request's body was all read (413, 408, a refusal),
+  the rest of the body is read and dropped for up to `LINGER_S`, so that the client sees
+  the answer rather than a reset; a body not over by then closes the connection;
+- on `Served.close`, the port stops accepting, idle connections close, and requests in
+  flight get `SHUTDOWN_GRACE_S` to finish before their handlers are cancelled (and waited
+  for) ahead of the application's clean-up.
+
+The body's own bound (`limits.body_timeout_s`) is the handlers' (`handlers.read_body`):
+aiohttp's timer does not run while a handler reads. Nothing here parses HTTP or reaches
+into aiohttp's internals.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+from yarl import URL
+
+#: How long requests still in flight when the gateway stops (after the drain) may take.
+SHUTDOWN_GRACE_S = 10.0
+#: How long the rest of a body not read is drained after its answer (aiohttp's default).
+LINGER_S = 10.0
+
+
+class Served:
+    """An application served on a port: what tests and the command line hold on to."""
+
+    def __init__(self, app: web.Application, runner: web.AppRunner, host: str, port: int) -> None:
+        self.app, self.runner = app, runner
+        self.host, self.port = host, port
+
+    def make_url(self, path: str) -> URL:
+        return URL.build(scheme="http", host=self.host, port=self.port, path=path)
+
+    async def close(self) -> None:
+        """Stop accepting, let requests in flight finish (bounded), clean the app up."""
+        await self.runner.cleanup()
+
+
+async def serve(
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    idle_timeout_s: float,
+    shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+    linger_s: float = LINGER_S,
+) -> Served:
+    """Start `app` (its cleanup contexts) and listen on `host`:`port` (0: a free port)."""
+    runner = web.AppRunner(
+        app,
+        handler_cancellation=True,
+        access_log=None,  # a request is one line of the gateway's own (`request_served`)
+        keepalive_timeout=idle_timeout_s,
+        lingering_time=linger_s,
+        shutdown_timeout=shutdown_grace_s,
+    )
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound = int(runner.addresses[0][1])  # the port chosen when `port` is 0
+    return Served(app, runner, host, bound)
