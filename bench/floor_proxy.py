@@ -4,7 +4,7 @@
 
 A deliberately minimal proxy on the gateway's own stack (the gateway's listener
 `gateway.web.listener` in front of aiohttp's server, the gateway's own upstream client
-`gateway.upstream.http.client`, uvloop, orjson): it
+`gateway.http1`, uvloop, orjson): it
 opens a few legacy sessions at start, then forwards each POST's tool call on one of
 them and answers the last SSE `data:` line as JSON. No checks,
 no logging, no metrics, no call bookkeeping: it is not correct, only cheap. The report
@@ -24,7 +24,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.upstream.http.client import Http1Client  # noqa: E402
+from gateway.http1 import Http1Client  # noqa: E402
 from gateway.web import listener  # noqa: E402
 
 SESSIONS = 32

@@ -102,6 +102,7 @@ FULL = {
         "max_listens": 3,
         "max_listens_per_principal": 2,
         "max_state_bytes": 2048,
+        "max_upstream_message_bytes": 1 << 20,
         "rate": {"per_principal": {"per_s": 5, "burst": 10}},
     },
     "auth": {
@@ -245,6 +246,15 @@ def test_a_rate_of_zero_is_off_as_leaving_it_out_is(rate: dict) -> None:
         ({"upstreams": [UP], "limits": {"max_rounds": True}}, "expected int, got bool"),
         ({"upstreams": [UP], "limits": {"max_rounds": 2.5}}, "expected int, got float"),
         ({"upstreams": [UP], "limits": {"coalesce_ms": -1}}, "coalesce_ms: must be 0 or more"),
+        (
+            {"upstreams": [UP], "limits": {"max_upstream_message_bytes": 64}},
+            r"^limits.max_upstream_message_bytes: must be at least 65536 \(64 KiB\), got 64; "
+            r"it is in bytes",
+        ),
+        (
+            {"upstreams": [UP], "limits": {"max_upstream_message_bytes": "64MiB"}},
+            r"^limits.max_upstream_message_bytes: expected int, got str",
+        ),
         (
             {"upstreams": [{**UP, "pool": {"min_idle": -1}}]},
             r"upstreams\[0\].pool.min_idle: must be 0 or more, got -1",
