@@ -128,7 +128,7 @@ class Response:
         while (chunk := await self.next_chunk()) is not None:
             body += chunk
             if len(body) > limit:
-                raise framing.TooLarge(f"the response body is over {limit} bytes")
+                raise framing.TooLarge(f"the response body is too large (over {limit} bytes)")
         return bytes(body)
 
     def stream_into(self, sink: BodySink) -> None:
