@@ -34,13 +34,13 @@ def chunk(data: bytes) -> bytes:
 
 
 class SseServer:
-    """An HTTP+SSE server: GET /sse holds the stream (after `endpoint`), each POST to
-    /messages is answered 202 and its response, if any, sent on the stream; `on_call`
-    writes the stream's bytes for a tools/call instead."""
+    """An HTTP+SSE server: each GET /sse holds a session's stream (after `endpoint`), each
+    POST to that session's /messages is answered 202 and its response, if any, sent on
+    the stream; `on_call` writes the stream's bytes for a tools/call instead."""
 
     def __init__(self, cookie: str | None = None) -> None:
         self.cookie = cookie
-        self.stream: asyncio.StreamWriter | None = None
+        self.streams: list[asyncio.StreamWriter] = []
         self.on_call: Any = None
         self.server = Server()
 
@@ -56,22 +56,25 @@ class SseServer:
         request = self.server.requests[-1]
         cookie = b"set-cookie: session=%s\r\n" % self.cookie.encode() if self.cookie else b""
         if request.startswith(b"GET"):
-            self.stream = writer
+            self.streams.append(writer)
+            where = b"/messages?session_id=%d" % (len(self.streams) - 1)
             writer.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n%s"
                 b"transfer-encoding: chunked\r\n\r\n"
                 % cookie
-                + chunk(b"event: endpoint\r\ndata: /messages?session_id=1\r\n\r\n")
+                + chunk(b"event: endpoint\r\ndata: %s\r\n\r\n" % where)
             )
-            await asyncio.Event().wait()  # the stream stays open
+            return None  # the stream stays open: nothing more is read on it
         writer.write(b"HTTP/1.1 202 Accepted\r\n%scontent-length: 0\r\n\r\n" % cookie)
+        session = int(request.split(b" ", 2)[1].rsplit(b"=", 1)[1])
+        stream = self.streams[session]
         body = json.loads(request.split(b"\r\n\r\n", 1)[1])
-        assert self.stream is not None
-        if body.get("method") == "initialize":
-            reply = json.dumps({"jsonrpc": "2.0", "id": body["id"], "result": INIT}).encode()
-            self.stream.write(chunk(b"event: message\r\ndata: %s\r\n\r\n" % reply))
-        elif body.get("method") == "tools/call":
-            self.stream.write(self.on_call(body["id"]))
+        if body.get("method") == "tools/call":
+            stream.write(self.on_call(body["id"]))
+        elif "id" in body and "method" in body:
+            result = INIT if body["method"] == "initialize" else {"tools": []}
+            reply = json.dumps({"jsonrpc": "2.0", "id": body["id"], "result": result}).encode()
+            stream.write(chunk(b"event: message\r\ndata: %s\r\n\r\n" % reply))
         return None
 
     async def stop(self) -> None:
@@ -90,13 +93,13 @@ async def test_a_session_opens_over_its_stream_and_posts_where_the_endpoint_says
     try:
         info = await session.open()
         assert info.protocol_version == "2025-03-26"
-        assert session.post_url is not None and session.post_url.endswith("/messages?session_id=1")
+        assert session.post_url is not None and session.post_url.endswith("/messages?session_id=0")
         posts = [r for r in server.server.requests if r.startswith(b"POST")]
         assert [json.loads(p.split(b"\r\n\r\n", 1)[1])["method"] for p in posts] == [
             "initialize",
             "notifications/initialized",
         ]
-        assert posts[0].startswith(b"POST /messages?session_id=1 HTTP/1.1\r\n")
+        assert posts[0].startswith(b"POST /messages?session_id=0 HTTP/1.1\r\n")
     finally:
         await session.close()
         await server.stop()
