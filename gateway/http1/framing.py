@@ -6,7 +6,8 @@ llhttp's (Node's parser, through the `httptools` binding), strict as llhttp is b
 default: no obs-fold, no bare CR or LF, no NUL or control byte in a head, no
 Content-Length beside Transfer-Encoding nor given twice, no malformed chunk. This
 module adds what llhttp leaves to its caller: a bound on a head (and on interim 1xx
-heads before it), a status of 100..599 in HTTP/1.0 or 1.1, no 101 (nothing asks to
+heads before it) and on what a body carries besides its bytes (chunk lines with their
+extensions, trailers), a status of 100..599 in HTTP/1.0 or 1.1, no 101 (nothing asks to
 switch protocols), nothing after a response but the next one asked for, and the end of
 a body framed by the connection's close.
 
@@ -116,6 +117,8 @@ class ResponseParser:
         "_window",
         "_interim",
         "_close_framed",
+        "_carried_body",
+        "_bare_bytes",
     )
 
     def __init__(self, *, max_head_bytes: int = MAX_HEAD_BYTES) -> None:
@@ -130,14 +133,18 @@ class ResponseParser:
         self._window = b""  # the last bytes given llhttp while a head was still under way
         self._interim = False
         self._close_framed = False
+        self._carried_body = False  # whether the feed under way brought any body byte
+        self._bare_bytes = 0  # bytes in a row, past the head, that brought none
 
     def expect(self) -> None:
         """A request has been sent: its response comes next."""
         self._state = _HEAD
         self._headers = {}
         self._head_size = 0
+        self._pending = bytearray()
         self._window = b""
         self._interim = False
+        self._bare_bytes = 0
 
     @property
     def started(self) -> bool:
@@ -151,13 +158,15 @@ class ResponseParser:
             BadResponse
         """
         given: bytes | bytearray = data
-        if self._state == _HEAD:
+        in_head = self._state == _HEAD
+        if in_head:
             ready = self._head_so_far(data)
             if ready is None:
                 return []
             given = ready
         elif self._state == _IDLE:
             raise BadResponse("the server sent bytes while no request was in flight")
+        self._carried_body = False
         try:
             self._llhttp.feed_data(given)
         except httptools.HttpParserCallbackError as exc:
@@ -168,6 +177,12 @@ class ResponseParser:
             raise BadResponse("the server switched protocols") from None
         if self._state == _HEAD:  # an interim answer, or no blank line after all
             self._window = bytes(given[-2:])
+        elif in_head or self._carried_body:
+            self._bare_bytes = 0
+        else:  # chunk lines, trailers: llhttp sets them no bound, and one may never end
+            self._bare_bytes += len(given)
+            if self._bare_bytes > self.max_head_bytes:
+                raise TooLarge("the response's chunk lines or trailers are too large")
         self._flush()
         events, self._events = self._events, []
         return events
@@ -253,6 +268,7 @@ class ResponseParser:
 
     def on_body(self, data: bytes) -> None:
         self._body.append(data)  # a chunked body's chunks come one call each
+        self._carried_body = True
 
     def on_message_complete(self) -> None:
         if self._interim:

@@ -114,6 +114,19 @@ async def huge_chunked_body(writer: asyncio.StreamWriter, body: bytes) -> bool:
     return await endless(writer, b"10000\r\n" + b" " * 0x10000 + b"\r\n")
 
 
+async def endless_trailer(writer: asyncio.StreamWriter, body: bytes) -> bool:
+    writer.write(
+        b"HTTP/1.1 200 OK\r\n" + JSON + b"transfer-encoding: chunked\r\n\r\n"
+        b"%x\r\n%s\r\n0\r\n" % (len(body), body)
+    )
+    return await endless(writer, b"x-trailer: " + b"t" * 1000 + b"\r\n")
+
+
+async def endless_chunk_extension(writer: asyncio.StreamWriter, body: bytes) -> bool:
+    writer.write(b"HTTP/1.1 200 OK\r\n" + JSON + b"transfer-encoding: chunked\r\n\r\n1;x=")
+    return await endless(writer, b"e" * 1000)
+
+
 #: Each refused: a clear error, the connection closed.
 HOSTILE: dict[str, Hostile] = {
     "length and chunked": length_and_chunked,
@@ -132,6 +145,8 @@ HOSTILE: dict[str, Hostile] = {
     "endless head": endless_head,
     "huge announced body": huge_announced_body,
     "huge chunked body": huge_chunked_body,
+    "endless trailer": endless_trailer,
+    "endless chunk extension": endless_chunk_extension,
 }
 
 

@@ -179,6 +179,37 @@ def test_an_endless_head_is_refused_not_buffered() -> None:
         parse(many + b"\r\n")  # short lines count too
 
 
+def test_endless_trailers_or_chunk_extensions_are_refused_not_read_forever() -> None:
+    """llhttp reads chunk lines and trailers without end: what a body carries besides its
+    bytes is bounded as a head is."""
+    chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n"
+    for start, more in (
+        (chunked + b"0\r\n", b"x-t: " + b"a" * 995 + b"\r\n"),
+        (chunked + b"1;", b"e" * 1000),
+    ):
+        parser = ResponseParser()
+        parser.expect()
+        parser.feed(start)
+        with pytest.raises(TooLarge):
+            for _ in range(framing.MAX_HEAD_BYTES // 1000 + 2):
+                parser.feed(more)
+
+
+def test_a_stream_of_small_chunks_is_never_taken_for_trailers() -> None:
+    parser = ResponseParser()
+    parser.expect()
+    parser.feed(
+        b"HTTP/1.1 200 OK\r\n"
+        + b"x-pad: "
+        + b"p" * 60_000
+        + b"\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    body = b""
+    for _ in range(50_000):  # each read a whole chunk, its line and its byte
+        body += b"".join(e for e in parser.feed(b"1\r\nx\r\n") if isinstance(e, bytes))
+    assert len(body) == 50_000
+
+
 def test_endless_interim_answers_are_refused() -> None:
     with pytest.raises(TooLarge):
         parse(b"HTTP/1.1 100 Continue\r\n\r\n" * (framing.MAX_HEAD_BYTES // 16))

@@ -21,7 +21,8 @@ OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 13\r
 LIMIT = 1 << 20  # what a body read whole may take here
 #: What the refusal says, where it matters which refusal it is.
 SAYS = {"endless head": "too large", "huge announced body": "too large"}
-SAYS["huge chunked body"] = "too large"
+SAYS |= {"huge chunked body": "too large", "endless trailer": "too large"}
+SAYS["endless chunk extension"] = "too large"
 
 
 @pytest.fixture
