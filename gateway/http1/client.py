@@ -31,7 +31,7 @@ import time
 from types import TracebackType
 from typing import Protocol
 
-from gateway.http1 import framing
+import gateway.http1.framing as framing
 from gateway.http1.connection import Connection, Origin, split_url
 
 #: Idle keep-alive connections older than this are closed rather than reused.

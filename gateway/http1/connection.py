@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import urlsplit
 
-from gateway.http1 import framing
+import gateway.http1.framing as framing
 
 #: Body bytes buffered unread before the socket stops being read (and after which
 #: it is read again once the buffer is half consumed).
