@@ -3,8 +3,8 @@
     .venv/bin/python bench/floor_proxy.py UPSTREAM_URL PORT
 
 A deliberately minimal proxy on the gateway's own stack (aiohttp's server as the gateway
-serves it, `gateway.web.serving`, the gateway's own upstream client
-`gateway.upstream.http.client`, uvloop, orjson): it
+serves it, `gateway.web.serving`, the gateway's own upstream client `gateway.http1`,
+uvloop, orjson): it
 opens a few legacy sessions at start, then forwards each POST's tool call on one of
 them and answers the last SSE `data:` line as JSON. No checks,
 no logging, no metrics, no call bookkeeping: it is not correct, only cheap. The report
@@ -25,7 +25,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.config import LimitsConfig  # noqa: E402
-from gateway.upstream.http.client import Http1Client  # noqa: E402
+from gateway.http1 import Http1Client  # noqa: E402
 from gateway.web.serving import serve as serve_app  # noqa: E402
 
 SESSIONS = 32

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
 import structlog
 from aiohttp import web
 
@@ -25,6 +24,7 @@ from gateway.config import STDIO, GatewayConfig, UpstreamConfig
 from gateway.fleet.changes import ChangeFeed
 from gateway.fleet.ledger import SessionLedger
 from gateway.fleet.redis_bus import RedisBus
+from gateway.http1 import Http1Client
 from gateway.listens import Listens
 from gateway.observability import Metrics
 from gateway.protocol.state import AesGcmKeyRing, StateCodec
@@ -34,7 +34,6 @@ from gateway.store.redis import RedisStore
 from gateway.store.redis_client import RedisClient, connect
 from gateway.tracing import TRACING
 from gateway.upstream.factory import restart_backoff_s, session_factory
-from gateway.upstream.http.client import Http1Client
 from gateway.upstream.pool import SessionPool
 from gateway.web.front_door import add_metadata_routes, build_front_doors
 from gateway.web.handlers import McpEndpoint
@@ -70,15 +69,6 @@ def make_codec(config: GatewayConfig) -> StateCodec:
         )
         return AesGcmKeyRing.ephemeral()
     return AesGcmKeyRing(list(config.sealing.keys))
-
-
-def upstream_http_client() -> aiohttp.ClientSession:
-    """The aiohttp client of the HTTP+SSE upstreams: no connection limit (a parked call
-    holds its stream) and no cookie jar, so that a cookie one upstream sets is never
-    sent to another (a shared jar sends it to every upstream on the same host)."""
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar()
-    )
 
 
 def build_app(config: GatewayConfig) -> web.Application:
@@ -171,8 +161,9 @@ def build_app(config: GatewayConfig) -> web.Application:
     }
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
-        http = upstream_http_client()
-        h1 = Http1Client()  # Streamable HTTP upstreams: the gateway's own client
+        # Every HTTP upstream's client (Streamable HTTP and HTTP+SSE): no cookies, no
+        # connection limit (a parked call holds its stream's connection).
+        http = Http1Client()
         for upstream in config.upstreams:
             source = credentials.get(upstream.name)
             pool = SessionPool(
@@ -182,7 +173,7 @@ def build_app(config: GatewayConfig) -> web.Application:
                     upstream,
                     source.authorization if source else None,
                     source.invalidate if source else None,
-                    h1=h1,
+                    max_message_bytes=limits.max_upstream_message_bytes,
                 ),
                 upstream.pool,
                 on_error=metrics.upstream_errors.labels(upstream.name).inc,
@@ -235,7 +226,6 @@ def build_app(config: GatewayConfig) -> web.Application:
             await each.close()
         await store.close()
         await http.close()
-        await h1.close()
         await fetcher.close()
 
     app.cleanup_ctx.append(resources)

@@ -118,7 +118,13 @@ def test_the_protocol_core_imports_no_io() -> None:
 
 
 def test_the_call_core_depends_on_ports_not_on_transports() -> None:
-    forbidden = {"aiohttp", "redis", "gateway.upstream.http", "gateway.upstream.pool"}
+    forbidden = {
+        "aiohttp",
+        "redis",
+        "gateway.upstream.http",
+        "gateway.upstream.pool",
+        "gateway.http1",
+    }
     forbidden |= {"gateway.store.redis", "gateway.store.redis_client", "gateway.store.memory"}
     forbidden |= {"gateway.fleet", "gateway.web"}
     forbidden |= {"gateway.app", "gateway.cli"}

@@ -104,6 +104,7 @@ FULL = {
         "max_listens": 3,
         "max_listens_per_principal": 2,
         "max_state_bytes": 2048,
+        "max_upstream_message_bytes": 1 << 20,
         "rate": {"per_principal": {"per_s": 5, "burst": 10}},
     },
     "auth": {
@@ -252,6 +253,15 @@ def test_a_rate_of_zero_is_off_as_leaving_it_out_is(rate: dict) -> None:
             "limits.idle_timeout_s: must be greater than 0",
         ),
         ({"upstreams": [UP], "limits": {"body_timeout_s": "1m"}}, "expected float, got str"),
+        (
+            {"upstreams": [UP], "limits": {"max_upstream_message_bytes": 64}},
+            r"^limits.max_upstream_message_bytes: must be at least 65536 \(64 KiB\), got 64; "
+            r"it is in bytes",
+        ),
+        (
+            {"upstreams": [UP], "limits": {"max_upstream_message_bytes": "64MiB"}},
+            r"^limits.max_upstream_message_bytes: expected int, got str",
+        ),
         (
             {"upstreams": [{**UP, "pool": {"min_idle": -1}}]},
             r"upstreams\[0\].pool.min_idle: must be 0 or more, got -1",

@@ -50,6 +50,9 @@ ENV_STORE_URL = "MRTR_GATEWAY_STORE_URL"
 ENV_LOG_LEVEL = "MRTR_GATEWAY_LOG_LEVEL"
 ENV_LOG_FORMAT = "MRTR_GATEWAY_LOG_FORMAT"
 ENV_REPLICA_ID = "MRTR_GATEWAY_REPLICA_ID"
+#: The least `limits.max_upstream_message_bytes`: below it, a value meant in KiB or MiB
+#: would refuse an upstream's ordinary answers (a tools/list alone can be tens of KiB).
+MIN_UPSTREAM_MESSAGE_BYTES = 64 * 1024
 
 
 def _from_env(values: dict[str, Any], key: str, env: Mapping[str, str], name: str) -> None:
@@ -229,6 +232,12 @@ def parse_config(
     )
     if limits.coalesce_ms > 5000:
         raise ConfigError("limits.coalesce_ms: must be 0..5000 milliseconds")
+    if limits.max_upstream_message_bytes < MIN_UPSTREAM_MESSAGE_BYTES:
+        raise ConfigError(
+            f"limits.max_upstream_message_bytes: must be at least {MIN_UPSTREAM_MESSAGE_BYTES} "
+            f"(64 KiB), got {limits.max_upstream_message_bytes}; it is in bytes "
+            "(67108864 for 64 MiB)"
+        )
     lim.done()
     values["sealing"] = sealing = _sealing(root.section("sealing"), env, base)
     values["store"] = store = _store(root.section("store"), env)

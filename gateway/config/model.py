@@ -56,6 +56,9 @@ class LimitsConfig:
     max_listens: int = 16
     max_listens_per_principal: int = 4
     max_state_bytes: int = 16 * 1024
+    # The largest message an HTTP upstream may send: a JSON answer read whole, or one SSE
+    # event. Above any honest tool result (a 48 MB one passes); past it, the call gets 502.
+    max_upstream_message_bytes: int = 64 * 1024 * 1024
     rate_per_principal: RateConfig = RateConfig()  # YAML: limits.rate.per_principal
 
 

@@ -2,12 +2,28 @@
 
 Follows the WHATWG event-stream parsing rules the MCP transports rely on:
 CRLF, LF or CR line ends; `data` lines joined by LF; comment lines ignored;
-an `id` field persists as the last event id; `retry` is an integer.
+an `id` field persists as the last event id; `retry` is an integer of ASCII digits.
+
+Everything a server sends is untrusted, and one event may be tens of megabytes (a
+tool's whole result). So the work is linear in the bytes fed: each byte is looked at
+once when its chunk arrives, a line cut between chunks waits as a list of pieces
+joined once at its end, and no buffer is sliced again as it grows. An event past
+`max_event_bytes` (its lines so far, comments and line ends included) raises
+`EventTooLarge`; the parser is then spent, as is the stream it read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+#: The default bound on one event; the gateway passes its configured one.
+MAX_EVENT_BYTES = 64 * 1024 * 1024
+#: A `retry` longer than this is ignored (nobody waits 115 days between reconnections).
+_MAX_RETRY_DIGITS = 10
+
+
+class EventTooLarge(ValueError):
+    """An event grew past the parser's bound."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,71 +37,117 @@ class Event:
 class Parser:
     """Incremental event-stream parser. `feed()` returns the events completed so far."""
 
-    def __init__(self) -> None:
-        self._buffer = b""
-        self._data: list[str] = []
-        self._event = ""
+    __slots__ = (
+        "max_event_bytes",
+        "last_event_id",
+        "_pieces",
+        "_size",
+        "_skip_lf",
+        "_data",
+        "_event",
+        "_id",
+        "_retry",
+        "_has_fields",
+    )
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self.max_event_bytes = max_event_bytes
+        self.last_event_id: str | None = None
+        self._pieces: list[bytes] = []  # a line not yet ended, as it arrived
+        self._size = 0  # the bytes of the event under way, pieces included
+        self._skip_lf = False  # the last chunk ended with CR: a first LF is its pair
+        self._data: list[bytes] = []
+        self._event = b""
         self._id: str | None = None
         self._retry: int | None = None
         self._has_fields = False
-        self.last_event_id: str | None = None
 
     def feed(self, chunk: bytes) -> list[Event]:
-        self._buffer += chunk
+        """The events `chunk` completes.
+
+        Raises:
+            EventTooLarge: the event under way passed `max_event_bytes`.
+        """
         events: list[Event] = []
-        while True:
-            line, sep_found = self._next_line()
-            if not sep_found:
-                return events
-            event = self._process_line(line)
+        end = len(chunk)
+        pos = 0
+        if self._skip_lf:
+            self._skip_lf = False
+            if chunk[:1] == b"\n":
+                pos = 1
+        # The next LF and CR are each found once and kept until a line passes them:
+        # looking for "the nearer of the two" afresh at each line would scan the rest
+        # of the chunk once per line.
+        lf = chunk.find(b"\n", pos)
+        cr = chunk.find(b"\r", pos)
+        while lf >= 0 or cr >= 0:
+            if cr < 0 or 0 <= lf < cr:
+                stop, after = lf, lf + 1
+                lf = chunk.find(b"\n", after)
+            else:
+                stop, after = cr, cr + 1
+                if after == end:
+                    self._skip_lf = True  # its LF, if any, starts the next chunk
+                elif chunk[after] == 0x0A:
+                    after += 1
+                    lf = chunk.find(b"\n", after)
+                cr = chunk.find(b"\r", after)
+            self._grow(after - pos)
+            line = chunk[pos:stop]
+            if self._pieces:
+                self._pieces.append(line)
+                line = b"".join(self._pieces)
+                self._pieces = []
+            pos = after
+            event = self._line(line)
             if event is not None:
                 events.append(event)
+        if pos < end:
+            rest = chunk[pos:] if pos else chunk
+            self._pieces.append(rest)
+            self._grow(len(rest))
+        return events
 
-    def _next_line(self) -> tuple[str, bool]:
-        buf = self._buffer
-        lf, cr = buf.find(b"\n"), buf.find(b"\r")
-        if cr == -1 or (lf != -1 and lf < cr):
-            if lf == -1:
-                return "", False
-            end, skip = lf, 1
-        else:
-            if cr + 1 == len(buf):
-                return "", False  # wait: the LF of a CRLF may be in the next chunk
-            end, skip = cr, 2 if buf[cr + 1] == 0x0A else 1
-        self._buffer = buf[end + skip :]
-        return buf[:end].decode("utf-8", "replace"), True
+    def _grow(self, size: int) -> None:
+        self._size += size
+        if self._size > self.max_event_bytes:
+            raise EventTooLarge(f"an event is over {self.max_event_bytes} bytes")
 
-    def _process_line(self, line: str) -> Event | None:
-        if line == "":
+    def _line(self, line: bytes) -> Event | None:
+        if not line:
             return self._dispatch()
-        if line.startswith(":"):
+        if line[0] == 0x3A:  # ":" a comment
             return None
-        field, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
+        colon = line.find(b":")
+        if colon < 0:
+            field, value = line, b""
+        else:
+            field = line[:colon]
+            start = colon + 2 if line[colon + 1 : colon + 2] == b" " else colon + 1
+            value = line[start:]
         self._has_fields = True
-        if field == "data":
+        if field == b"data":
             self._data.append(value)
-        elif field == "event":
+        elif field == b"event":
             self._event = value
-        elif field == "id":
-            if "\0" not in value:
-                self._id = value
-                self.last_event_id = value
-        elif field == "retry" and value.isdigit():
-            self._retry = int(value)
+        elif field == b"id":
+            if b"\0" not in value:
+                self._id = self.last_event_id = value.decode("utf-8", "replace")
+        elif field == b"retry" and value.isdigit() and len(value) <= _MAX_RETRY_DIGITS:
+            self._retry = int(value)  # bytes.isdigit() is ASCII digits only
         return None
 
     def _dispatch(self) -> Event | None:
+        self._size = 0
         if not self._has_fields:
             return None
         event = Event(
-            data="\n".join(self._data),
-            event=self._event or "message",
+            data=b"\n".join(self._data).decode("utf-8", "replace"),
+            event=self._event.decode("utf-8", "replace") or "message",
             id=self._id,
             retry=self._retry,
         )
-        self._data, self._event, self._id, self._retry = [], "", None, None
+        self._data, self._event, self._id, self._retry = [], b"", None, None
         self._has_fields = False
         return event
 

@@ -1,19 +1,18 @@
 """Which transport a configured upstream speaks: its session factory for the pool.
 
-Streamable HTTP and HTTP+SSE sessions share the gateway's HTTP client; a stdio
-session is a process started from the upstream's command.
+Streamable HTTP and HTTP+SSE sessions share the gateway's HTTP/1.1 client
+(`gateway.http1`); a stdio session is a process started from the upstream's command.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-import aiohttp
-
 from gateway import __version__
 from gateway.config import SSE, STDIO, UpstreamConfig
+from gateway.http1 import Http1Client
+from gateway.protocol import sse as event_stream
 from gateway.protocol.capabilities import ClientCaps
-from gateway.upstream.http.client import Http1Client
 from gateway.upstream.http.session import HttpSession
 from gateway.upstream.http.wire import Endpoint
 from gateway.upstream.port import PooledSession, SessionFactory
@@ -25,18 +24,15 @@ STDIO_RESTART_BACKOFF_S = 0.5
 
 
 def session_factory(
-    http: aiohttp.ClientSession,
+    http: Http1Client,
     upstream: UpstreamConfig,
     authorization: Callable[[], Awaitable[str]] | None = None,
     unauthorized: Callable[[], None] | None = None,
     *,
-    h1: Http1Client,
+    max_message_bytes: int = event_stream.MAX_EVENT_BYTES,
 ) -> SessionFactory:
     """Sessions of `upstream`'s transport; `authorization` gives the gateway's own token.
-
-    Streamable HTTP sessions use the gateway's own HTTP/1.1 client `h1` (their hot
-    path); HTTP+SSE sessions use aiohttp's `http`.
-    """
+    `max_message_bytes` bounds what an HTTP upstream sends: a JSON body, an SSE event."""
     if upstream.transport == STDIO:
         command = Command(
             name=upstream.name,
@@ -60,6 +56,7 @@ def session_factory(
         url=upstream.url,
         headers=headers,
         timeout_s=upstream.timeout_s,
+        max_message_bytes=max_message_bytes,
         client_version=__version__,
         authorization=authorization,
         unauthorized=unauthorized,
@@ -72,7 +69,7 @@ def session_factory(
         return sse
 
     def streamable_http(caps: ClientCaps) -> PooledSession:
-        return HttpSession(h1, endpoint, caps)
+        return HttpSession(http, endpoint, caps)
 
     return streamable_http
 

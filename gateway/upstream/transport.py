@@ -1,18 +1,16 @@
 """Helpers every network transport toward legacy servers shares.
 
-`mapped_errors` is the one boundary where foreign exceptions (aiohttp, sockets,
-timeouts, bad bytes) become `UpstreamError`; `sse_events` is the one reader of
-an event stream; `parse_message` reads a JSON body that must be one message.
-Nothing here decides what a message means.
+`mapped_errors` is the one boundary where foreign exceptions (sockets, timeouts,
+bad bytes: what `gateway.http1` and the SSE parser raise) become `UpstreamError`;
+`message_of` reads the message an event carries, `parse_message` a JSON body that
+must be one message. Nothing here decides what a message means.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
-
-import aiohttp
 
 from gateway.errors import ErrorWatch, UpstreamError
 from gateway.protocol import jsonrpc, sse
@@ -34,7 +32,7 @@ class mapped_errors(ErrorWatch):  # noqa: N801 - used as a function: `with mappe
     def seen(self, error: BaseException) -> None:
         if isinstance(error, UpstreamError):
             return
-        if isinstance(error, (TimeoutError, aiohttp.ClientError, OSError, ValueError)):
+        if isinstance(error, (TimeoutError, OSError, ValueError)):
             raise failure(self.doing, error) from error
 
 
@@ -43,25 +41,12 @@ def failure(doing: str, exc: BaseException) -> UpstreamError:
     a failure reported to a callback rather than raised)."""
     if isinstance(exc, TimeoutError):
         error = UpstreamError(f"upstream timed out while {doing}")
+    elif isinstance(exc, ValueError):  # its bytes: not HTTP, too large, not SSE
+        error = UpstreamError(f"upstream's answer failed while {doing}: {exc}")
     else:
         error = UpstreamError(f"upstream unreachable while {doing}: {exc}")
     error.__cause__ = exc
     return error
-
-
-def stream_timeout(connect_s: float) -> aiohttp.ClientTimeout:
-    """A long-lived stream: bounded connect, no bound on the whole exchange."""
-    return aiohttp.ClientTimeout(total=None, sock_connect=connect_s)
-
-
-async def sse_events(
-    chunks: AsyncIterator[bytes], parser: sse.Parser
-) -> AsyncIterator[list[sse.Event]]:
-    """The events of a response body (its chunks as received), a batch per chunk."""
-    async for chunk in chunks:
-        events = parser.feed(chunk)
-        if events:
-            yield events
 
 
 def message_of(event: sse.Event) -> dict[str, Any] | None:
@@ -105,7 +90,7 @@ async def drain(next_chunk: Callable[[], Awaitable[bytes | None]]) -> None:
         async with asyncio.timeout(_DRAIN_S):
             while await next_chunk() is not None:
                 pass
-    except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
+    except (TimeoutError, OSError, ValueError):
         pass
 
 

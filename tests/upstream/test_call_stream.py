@@ -10,24 +10,23 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
 from gateway.aio import spawn
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError
+from gateway.http1 import Http1Client
 from gateway.protocol import sse
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.versions import UPSTREAM_VERSIONS
 from gateway.upstream.factory import session_factory
-from gateway.upstream.http import listener
+from gateway.upstream.http import get_stream
 from gateway.upstream.http import stream as call_stream
-from gateway.upstream.http.client import Http1Client
 from gateway.upstream.http.session import HttpSession
 from gateway.upstream.http.wire import Endpoint, HttpWire
 from gateway.upstream.port import Inbox, SessionExpired, StreamCursor, StreamEnd
-from tests.upstream.test_h1_client import Server
+from tests.http1.servers import Server
 
 INIT = {
     "protocolVersion": "2025-11-25",
@@ -180,7 +179,7 @@ async def test_a_stream_that_goes_on_after_the_response_is_given_up(
     ("ending", "says"),
     [
         (b"0\r\n\r\n", "closed the stream before answering"),  # ended clean, no event id
-        (b"", "unreachable while posting a request"),  # cut mid-body
+        (b"", "answer failed while posting a request"),  # cut mid-body
     ],
 )
 async def test_a_stream_that_ends_without_the_response_ends_the_calls_stream(
@@ -258,18 +257,17 @@ async def test_the_gateway_names_itself_to_its_upstream_unless_the_config_does(
         raise AssertionError("no call is made")
 
     server = await scripted(unused)
-    async with aiohttp.ClientSession() as aio:
-        for headers, expected in (
-            ({}, b"\r\nUser-Agent: mrtr-gateway/"),
-            ({"user-agent": "acme-probe/2"}, b"\r\nuser-agent: acme-probe/2\r\n"),
-        ):
-            server.requests.clear()
-            config = UpstreamConfig(name="u", url=server.url, headers=headers)
-            session = session_factory(aio, config, h1=http)(ClientCaps())
-            await session.open()
-            await session.close()
-            initialize = server.requests[0]
-            assert expected in initialize and initialize.lower().count(b"user-agent") == 1
+    for headers, expected in (
+        ({}, b"\r\nUser-Agent: mrtr-gateway/"),
+        ({"user-agent": "acme-probe/2"}, b"\r\nuser-agent: acme-probe/2\r\n"),
+    ):
+        server.requests.clear()
+        config = UpstreamConfig(name="u", url=server.url, headers=headers)
+        session = session_factory(http, config)(ClientCaps())
+        await session.open()
+        await session.close()
+        initialize = server.requests[0]
+        assert expected in initialize and initialize.lower().count(b"user-agent") == 1
     await server.stop()
 
 
@@ -312,7 +310,7 @@ async def test_a_session_waits_for_its_get_stream_and_stops_waiting_when_closed(
         async with asyncio.timeout(1):  # not the 5 s a stream never answered is given
             await opening
         # Never answered, the wait runs out: the session serves, and says what it risks.
-        monkeypatch.setattr(listener, "LISTEN_WAIT_S", 0.05)
+        monkeypatch.setattr(get_stream, "LISTEN_WAIT_S", 0.05)
         later = new_session(http, server)
         with capture_logs() as logs:
             await asyncio.wait_for(later.open(), 5)
@@ -388,8 +386,8 @@ async def test_busy_refusals_are_counted_in_a_row_and_a_gone_session_is_not_adop
     """A 409 after a stream that dropped gets every quick retry again, not what an
     earlier run left; and a session the server forgets while it is asked again (404)
     is refused to the takeover (SessionExpired), not handed over dead."""
-    monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
-    monkeypatch.setattr(listener, "BUSY_RETRY_S", (0.01,) * 3)
+    monkeypatch.setattr(get_stream, "RECONNECT_DELAY_S", 0.01)
+    monkeypatch.setattr(get_stream, "BUSY_RETRY_S", (0.01,) * 3)
     script = [b"409", b"409", b"drop", b"409", b"409", b"409", b"hold"]
     held = asyncio.Event()
 

@@ -14,12 +14,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from gateway import logging as log_context
+from gateway.http1 import Http1Client
 from gateway.protocol.versions import UPSTREAM_VERSIONS
-from gateway.upstream.http import listener
-from gateway.upstream.http.client import Http1Client
+from gateway.upstream.http import get_stream
 from gateway.upstream.http.wire import HttpWire
+from tests.http1.servers import Server
 from tests.upstream.test_call_stream import SSE_HEAD, chunk, new_session
-from tests.upstream.test_h1_client import Server
 
 
 @pytest.fixture
@@ -31,9 +31,9 @@ async def http() -> AsyncIterator[Http1Client]:
 
 def test_the_delay_doubles_from_the_reconnection_delay_up_to_its_bound() -> None:
     wire = HttpWire.__new__(HttpWire)  # the delays need no wire
-    held = listener.Listener(wire, "u")
+    held = get_stream.GetStream(wire, "u")
     assert [held._backoff(n) for n in (1, 2, 3, 4, 5, 6)] == [1, 2, 4, 8, 16, 30]
-    assert held._backoff(10_000) == listener.MAX_BACKOFF_S
+    assert held._backoff(10_000) == get_stream.MAX_BACKOFF_S
     held._retry_s = 45.0  # a server asking for more than the bound gets what it asked
     assert held._backoff(1) == 45.0 and held._backoff(3) == 45.0
 
@@ -125,9 +125,9 @@ async def test_a_stream_that_fails_time_after_time_backs_off_and_logs_once(
     """Five attempts in a row get no stream (a refusal, a 409 past its quick retries, or
     a connection closed unanswered): each waits twice the one before (up to the bound),
     one line says so at info or warning, and one says when the stream is held again."""
-    monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
-    monkeypatch.setattr(listener, "MAX_BACKOFF_S", 0.04)
-    monkeypatch.setattr(listener, "BUSY_RETRY_S", (0.001,) * 2)
+    monkeypatch.setattr(get_stream, "RECONNECT_DELAY_S", 0.01)
+    monkeypatch.setattr(get_stream, "MAX_BACKOFF_S", 0.04)
+    monkeypatch.setattr(get_stream, "BUSY_RETRY_S", (0.001,) * 2)
     # A 409 is asked again soon first; a stream is held once before the drops (a session
     # whose very first GET fails is not adopted).
     lead = [b"409 Conflict"] * 2 if refusal.startswith(b"409") else []
@@ -155,7 +155,7 @@ async def test_the_streams_lines_are_not_logged_as_the_request_that_opened_the_s
 ) -> None:
     """The stream outlives the request that happened to open its session: its lines
     carry none of that request's log fields."""
-    monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
+    monkeypatch.setattr(get_stream, "RECONNECT_DELAY_S", 0.01)
     refused = [b"503 Service Unavailable"]
     async with adopted(http, refused, recoveries=1, opened_by="the-opening-request") as logs:
         lines = [e for e in logs if e["event"].startswith("upstream_get_stream_")]
@@ -171,8 +171,8 @@ async def test_a_refusal_after_a_held_stream_starts_again_from_the_shortest_dela
 ) -> None:
     """The count of failures is of failures in a row: a stream held in between resets it,
     so the next refusal is a warning again and waits the reconnection delay only."""
-    monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
-    monkeypatch.setattr(listener, "MAX_BACKOFF_S", 5.0)
+    monkeypatch.setattr(get_stream, "RECONNECT_DELAY_S", 0.01)
+    monkeypatch.setattr(get_stream, "MAX_BACKOFF_S", 5.0)
     busy = b"503 Service Unavailable"
     async with adopted(http, [busy, busy, busy, b"end", busy], recoveries=2) as logs:
         warnings = [
@@ -191,8 +191,8 @@ async def test_streams_the_server_ends_at_once_time_after_time_are_asked_less_of
     """A server that answers the GET with a stream it ends at once, having sent nothing,
     is not asked again every second for ever: the delays grow as for a refusal, and one
     line says so."""
-    monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
-    monkeypatch.setattr(listener, "MAX_BACKOFF_S", 0.04)
+    monkeypatch.setattr(get_stream, "RECONNECT_DELAY_S", 0.01)
+    monkeypatch.setattr(get_stream, "MAX_BACKOFF_S", 0.04)
     arrived: list[float] = []
     async with adopted(http, [b"end"] * 4, arrived) as logs:
         gaps = [b - a for a, b in zip(arrived, arrived[1:], strict=False)]
@@ -207,7 +207,7 @@ async def test_streams_the_server_ends_at_once_time_after_time_are_asked_less_of
 async def test_a_stream_that_carried_something_before_it_ended_is_asked_again_at_the_usual_pace(
     http: Http1Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(listener, "RECONNECT_DELAY_S", 0.01)
+    monkeypatch.setattr(get_stream, "RECONNECT_DELAY_S", 0.01)
     async with adopted(http, [b"ping-end"] * 3) as logs:
         assert not [e for e in logs if e["event"] == "upstream_get_stream_ended_at_once"], logs
 
@@ -222,7 +222,7 @@ async def test_a_listens_session_is_told_once_when_it_holds_no_get_stream_or_los
     when it starts watching, a refusal, a server without one or one gone all say so,
     once; a session nobody watches is told nothing."""
     wire = HttpWire.__new__(HttpWire)
-    held = listener.Listener(wire, "u")
+    held = get_stream.GetStream(wire, "u")
     told: list[Exception] = []
     held.watch(told.append)  # no stream held now: at once
     assert len(told) == 1
@@ -234,7 +234,7 @@ async def test_a_listens_session_is_told_once_when_it_holds_no_get_stream_or_los
     assert await held._answer(Answer(503))
     assert len(told) == 2  # once
     for status in (405, 404):
-        unwatched = listener.Listener(wire, "u")
+        unwatched = get_stream.GetStream(wire, "u")
         unwatched.holding = True
         unwatched.watch(told.append)
         assert not await unwatched._answer(Answer(status))
@@ -243,7 +243,7 @@ async def test_a_listens_session_is_told_once_when_it_holds_no_get_stream_or_los
 
 def test_a_list_change_on_any_stream_no_call_owns_is_news_for_the_listens() -> None:
     wire = HttpWire.__new__(HttpWire)
-    held = listener.Listener(wire, "u")
+    held = get_stream.GetStream(wire, "u")
     heard: list[dict[str, Any]] = []
     held.on_change = heard.append
     change = {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.upstream.http.client import Http1Client
+from gateway.http1 import Http1Client
+from tests.http1.servers import Server
 from tests.upstream.test_call_stream import SSE_HEAD, chunk
-from tests.upstream.test_h1_client import Server
 
 REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="none")
 

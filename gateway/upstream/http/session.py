@@ -2,7 +2,7 @@
 
 The gateway is the legacy client here: `initialize` with exactly the client's
 capabilities, `notifications/initialized`, then the standalone GET stream
-(`gateway.upstream.http.listener`), whose answer it awaits before the session serves a
+(`gateway.upstream.http.get_stream`), whose answer it awaits before the session serves a
 call.
 
 A call's POST stream is read into the inbox its caller passes by the connection's
@@ -21,12 +21,12 @@ from typing import Any
 import structlog
 
 from gateway.errors import UpstreamError
+from gateway.http1 import Http1Client, Response
 from gateway.protocol import jsonrpc
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo, upstream_info
 from gateway.protocol.versions import Version
-from gateway.upstream.http.client import Http1Client, Response
-from gateway.upstream.http.listener import Listener
+from gateway.upstream.http.get_stream import GetStream
 from gateway.upstream.http.stream import STOPPED, CallStream
 from gateway.upstream.http.wire import Endpoint, HttpWire
 from gateway.upstream.port import Inbox, Pumping, SessionExpired, StreamCursor, StreamEnd
@@ -48,32 +48,32 @@ class HttpSession:
         self._next_id = 0
         self._id_prefix = secrets.token_hex(4)
         self._renewing = asyncio.Lock()  # calls sharing the session renew it once
-        self._listener = Listener(self.wire, endpoint.name)
+        self._get_stream = GetStream(self.wire, endpoint.name)
         self._closing = False
 
     @property
     def on_change(self) -> Callable[[dict[str, Any]], None] | None:
-        return self._listener.on_change
+        return self._get_stream.on_change
 
     @on_change.setter
     def on_change(self, told: Callable[[dict[str, Any]], None] | None) -> None:
-        self._listener.on_change = told
+        self._get_stream.on_change = told
 
     @property
     def on_forgotten(self) -> Callable[[], None] | None:
-        return self._listener.on_forgotten
+        return self._get_stream.on_forgotten
 
     @on_forgotten.setter
     def on_forgotten(self, told: Callable[[], None] | None) -> None:
-        self._listener.on_forgotten = told
+        self._get_stream.on_forgotten = told
 
     @property
     def on_lost(self) -> Callable[[UpstreamError], None] | None:
-        return self._listener.on_lost
+        return self._get_stream.on_lost
 
     @on_lost.setter
     def on_lost(self, told: Callable[[UpstreamError], None] | None) -> None:
-        self._listener.watch(told)  # at once when it holds no GET stream now
+        self._get_stream.watch(told)  # at once when it holds no GET stream now
 
     @property
     def id(self) -> str | None:
@@ -120,8 +120,8 @@ class HttpSession:
             raise UpstreamError("the session was closed while it was opened again")
         await self.wire.send(jsonrpc.notification("notifications/initialized"))
         self._open = True
-        self._listener.start()
-        await self._listener.listened()  # no call before the stream is answered
+        self._get_stream.start()
+        await self._get_stream.listened()  # no call before the stream is answered
         return self.info
 
     async def close(self, *, end: bool = True) -> None:
@@ -130,7 +130,7 @@ class HttpSession:
         if self._closing:
             return
         self._closing = True
-        await self._listener.close()
+        await self._get_stream.close()
         if self.wire.session_id is None or not end:
             return
         try:
@@ -155,8 +155,8 @@ class HttpSession:
             resp.release()
             raise SessionExpired()
         self._open = True
-        self._listener.start(resp)
-        await self._listener.listened()  # a busy stream (409) is asked again
+        self._get_stream.start(resp)
+        await self._get_stream.listened()  # a busy stream (409) is asked again
         if self.wire.gone:  # asked again, the server said it no longer knows it
             raise SessionExpired()
 
@@ -178,7 +178,7 @@ class HttpSession:
         Raises:
             UpstreamError
         """
-        await self._listener.stop(forget=True)
+        await self._get_stream.stop(forget=True)
         self.wire.forget_session()
         self._open = False
         await self.open()
@@ -204,11 +204,11 @@ class HttpSession:
 
     def attach(self, inbox: Inbox) -> None:
         """Route this session's standalone-stream traffic to the owning call's inbox."""
-        self._listener.owners.append(inbox)
+        self._get_stream.owners.append(inbox)
 
     def detach(self, inbox: Inbox) -> None:
-        if inbox in self._listener.owners:
-            self._listener.owners.remove(inbox)
+        if inbox in self._get_stream.owners:
+            self._get_stream.owners.remove(inbox)
 
     def next_id(self) -> str:
         """A request id unique to this session and, thanks to the random prefix, beyond it:
@@ -315,7 +315,7 @@ class HttpSession:
                 request = jsonrpc.request(rid, method, params)
                 async for item in self._post(request, rid, StreamCursor(), headers):
                     if "method" in item:
-                        self._listener.outside(item)
+                        self._get_stream.outside(item)
                     else:
                         response = item
         except TimeoutError as exc:

@@ -17,8 +17,7 @@ from typing import Any
 
 from gateway.aio import cancel_and_wait, spawn
 from gateway.errors import UpstreamError
-from gateway.protocol import sse
-from gateway.upstream.http.client import Response
+from gateway.http1 import Response
 from gateway.upstream.http.wire import HttpWire
 from gateway.upstream.port import Inbox, StreamCursor, StreamEnd
 from gateway.upstream.transport import failure
@@ -56,7 +55,7 @@ class CallStream:
         self._rid = rid
         self._inbox = inbox
         self._cursor = cursor
-        self._parser = sse.Parser()
+        self._parser = wire.sse_parser()
         self._done: Callable[[], None] | None = done  # told once, when the stream is over
         self._drain: asyncio.TimerHandle | None = None
         self._resume: asyncio.Task[None] | None = None

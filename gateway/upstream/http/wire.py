@@ -4,7 +4,9 @@
 POST a message and read its answer (JSON or an SSE stream) up to the response,
 resuming a broken stream with GET + Last-Event-ID where the server gave event
 ids. A 404 for a request that carried the session id means the server forgot the
-session: `SessionExpired`. Foreign errors become `UpstreamError` here.
+session: `SessionExpired`. A JSON answer must be the response to the request it
+answers; an answer read whole, and each event of a stream, is at most
+`Endpoint.max_message_bytes`. Foreign errors become `UpstreamError` here.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from typing import Any
 import structlog
 
 from gateway.errors import UpstreamError
+from gateway.http1 import Http1Client, Response
 from gateway.protocol import jsonrpc, sse
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
-from gateway.upstream.http.client import Http1Client, Response
 from gateway.upstream.port import SessionExpired, StreamCursor
 from gateway.upstream.transport import (
     drain,
@@ -50,6 +52,8 @@ class Endpoint:
     url: str
     headers: dict[str, str]
     timeout_s: float
+    # The largest message the server may send: a JSON body, or one event of a stream.
+    max_message_bytes: int = sse.MAX_EVENT_BYTES
     client_name: str = "mrtr-gateway"
     client_version: str = "0.1.0"
     # The gateway's own `Authorization` for this upstream (never the client's), per request,
@@ -149,9 +153,19 @@ class HttpWire:
     ) -> Response:
         """Redirects are never followed: the headers (credentials) would go along."""
         body = jsonrpc.dumps(message) if message is not None else b""
+        endpoint = self.endpoint
         return await self.http.request(
-            method, self.endpoint.url, headers, body, connect_timeout_s=self.endpoint.timeout_s
+            method,
+            endpoint.url,
+            headers,
+            body,
+            connect_timeout_s=endpoint.timeout_s,
+            max_body_bytes=endpoint.max_message_bytes,
         )
+
+    def sse_parser(self) -> sse.Parser:
+        """A parser for one of this server's streams, bounded as its messages are."""
+        return sse.Parser(self.endpoint.max_message_bytes)
 
     async def post_call(
         self,
@@ -159,8 +173,8 @@ class HttpWire:
         cursor: StreamCursor,
         extra: Mapping[str, str] | None = None,
     ) -> Response | dict[str, Any]:
-        """POST a call's request: its JSON answer, or the SSE response to read it from
-        (the caller reads and releases it).
+        """POST a call's request: its JSON answer (the response to it, else an error),
+        or the SSE response to read it from (the caller reads and releases it).
 
         Raises:
             SessionExpired, UpstreamError
@@ -180,7 +194,12 @@ class HttpWire:
                     raise UpstreamError(f"upstream answered HTTP {resp.status}: {error_text(body)}")
                 if ctype == "application/json":
                     async with resp:  # read whole: its connection goes back to the pool
-                        return parse_message(await resp.read())
+                        item = parse_message(await resp.read())
+                    if not is_response_to(item, message.get("id")):
+                        raise UpstreamError(
+                            "upstream answered with JSON that is not the response to its request"
+                        )
+                    return item
                 if ctype != "text/event-stream":
                     raise UpstreamError(f"upstream answered with Content-Type {ctype!r}")
             except BaseException:
@@ -254,8 +273,12 @@ class HttpWire:
     async def read_stream(
         self, resp: Response, rid: Any, cursor: StreamCursor
     ) -> AsyncIterator[dict[str, Any]]:
-        """Yield a stream's messages until the response to `rid`, keeping the resume cursor."""
-        parser = sse.Parser()
+        """Yield a stream's messages until the response to `rid`, keeping the resume cursor.
+
+        Raises:
+            OSError, ValueError (`sse.EventTooLarge` among them): for `mapped_errors`.
+        """
+        parser = self.sse_parser()
         while (chunk := await resp.next_chunk()) is not None:
             for item in self.call_messages(parser, chunk, rid, cursor):
                 yield item

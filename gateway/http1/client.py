@@ -1,23 +1,25 @@
-"""The gateway's own HTTP/1.1 client toward Streamable HTTP legacy servers.
+"""An HTTP/1.1 client that stands alone: keep-alive connections per origin, a response
+read whole or streamed as it arrives.
 
-Every call the gateway bridges is one or more requests to its upstream, so this
-client is on the hot path: a request is one write of its head and body, and a
-response is read by the sans-IO parser of `gateway.upstream.http.h1` straight
-from the socket, with no per-request machinery beyond that (no cookies, no
-redirects, no proxies, no compression: the gateway asks for none of them).
-Connections are kept alive per origin and reused most-recent-first; one that
-the server closed is dropped when it closes, one idle past `idle_s` when it is
-next looked at. A response's body is read as it arrives (an SSE stream) or
-whole; its connection goes back to the pool only once the body has ended, and
-is closed otherwise.
+Built for a reverse proxy's one job toward its backends (a request, a JSON or an
+event-stream answer), and on its hot path: a request is one write of its head and
+body, and a response is parsed by llhttp (`gateway.http1.framing`) straight from the
+socket, with no per-request machinery beyond that (no cookies, no redirects, no
+proxies, no compression: nothing asks for them). Connections are kept alive per origin
+and reused most-recent-first; one that the server closed is dropped when it closes,
+one idle past `idle_s` when it is next looked at. A response's body is read whole
+(`read`, at most `max_body_bytes`), awaited piece by piece (`next_chunk`) or handed to
+a `BodySink` from the connection's own callbacks (`stream_into`, no task); its
+connection goes back to the pool only once the body has ended, and is closed otherwise.
 
-Only idempotent requests (GET) are sent again, once, when a reused connection
-turns out closed before any byte of the answer: a POST may already have run.
+Only idempotent requests (GET) are sent again, once, when a reused connection turns
+out closed before any byte of the answer: a POST may already have run. Connecting is
+bounded (`connect_timeout_s`); what follows is bounded by the caller.
 
-Failures are the builtins the transport boundary (`gateway.upstream.transport.
-mapped_errors`) maps: `OSError` (refused, reset, closed before answering),
-`TimeoutError` (connecting), `ValueError` (`h1.BadResponse`: the bytes are not
-HTTP, or the stream was cut mid-body).
+Failures are builtins, for the caller to map: `OSError` (refused, reset, closed before
+answering), `TimeoutError` (connecting), `ValueError` (`framing.BadResponse`: the
+bytes are not HTTP, a head or a body read whole is too large, the stream was cut
+mid-body; or a bad URL or header). It must not import anything else of the gateway.
 """
 
 from __future__ import annotations
@@ -29,23 +31,30 @@ import time
 from types import TracebackType
 from typing import Protocol
 
-from gateway.upstream.http import h1
-from gateway.upstream.http.connection import Connection, Origin, split_url
+import gateway.http1.framing as framing
+from gateway.http1.connection import Connection, Origin, split_url
 
 #: Idle keep-alive connections older than this are closed rather than reused.
 #: Below the keep-alive timeouts servers commonly ship (uvicorn and Node 5 s, gunicorn 2 s,
 #: hypercorn 5 s): a connection the server is about to close is not reused, since a POST
 #: that meets a server's close is never sent again.
 IDLE_S = 1.5
-#: Idle connections kept per origin; more are closed when given back.
+#: Idle connections kept per origin; more are closed when their response ends.
 MAX_IDLE_PER_ORIGIN = 256
+#: The largest body `Response.read` takes, unless the client or the request says.
+MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 class BodySink(Protocol):
     """Where `Response.stream_into` sends a body."""
 
     def data(self, chunk: bytes) -> None:
-        """More of the body."""
+        """More of the body.
+
+        Raises:
+            ValueError: the sink refuses the body (too large, malformed): the response
+                fails, its connection is closed, and `end` is told so.
+        """
         ...
 
     def end(self, error: BaseException | None) -> None:
@@ -54,17 +63,30 @@ class BodySink(Protocol):
 
 
 class Response:
-    """A response whose body is read once: whole (`read`) or as it arrives (`chunks`).
+    """A response whose body is read once: whole (`read`), awaited piece by piece
+    (`next_chunk`) or handed to a sink as it arrives (`stream_into`).
 
     Use it as an async context manager, or call `release`: a connection whose body
     was read to its end goes back to the pool, any other is closed.
     """
 
-    __slots__ = ("status", "headers", "_conn", "_client", "_keep", "_ended", "_sink")
+    __slots__ = (
+        "status",
+        "headers",
+        "max_body_bytes",
+        "_conn",
+        "_client",
+        "_keep",
+        "_ended",
+        "_sink",
+    )
 
-    def __init__(self, head: h1.Head, conn: Connection, client: Http1Client) -> None:
+    def __init__(
+        self, head: framing.Head, conn: Connection, client: Http1Client, max_body_bytes: int
+    ) -> None:
         self.status = head.status
         self.headers = head.headers  # names lower-cased
+        self.max_body_bytes = max_body_bytes  # for `read` only: a stream is its reader's
         self._conn: Connection | None = conn
         self._client = client
         self._keep = head.keep_alive
@@ -86,16 +108,28 @@ class Response:
             if isinstance(event, bytes):
                 if event:
                     return event
-            elif isinstance(event, h1.End):
+            elif isinstance(event, framing.End):
                 self._ended = True
         return None
 
     async def read(self) -> bytes:
-        """The whole body. Raises: OSError, ValueError."""
-        parts = []
+        """The whole body, of at most `max_body_bytes`.
+
+        Raises:
+            OSError
+            ValueError: `framing.TooLarge` past the bound (as soon as the head announces
+                it, or the bytes pass it), or a malformed or cut body.
+        """
+        limit = self.max_body_bytes
+        announced = self.headers.get("content-length")
+        if announced is not None and int(announced) > limit:  # llhttp checked its digits
+            raise framing.TooLarge(f"the response body ({announced} bytes) is too large")
+        body = bytearray()  # not a list of pieces: a body dripped a byte a read stays small
         while (chunk := await self.next_chunk()) is not None:
-            parts.append(chunk)
-        return b"".join(parts)
+            body += chunk
+            if len(body) > limit:
+                raise framing.TooLarge(f"the response body is too large (over {limit} bytes)")
+        return bytes(body)
 
     def stream_into(self, sink: BodySink) -> None:
         """Hand the rest of the body to `sink` as it arrives, from the connection's own
@@ -107,7 +141,7 @@ class Response:
         self._sink = sink
         conn.consume(self._consume)
 
-    def _consume(self, events: list[h1.Event] | BaseException) -> None:
+    def _consume(self, events: list[framing.Event] | BaseException) -> None:
         sink = self._sink
         if sink is None:
             return
@@ -119,10 +153,16 @@ class Response:
         for event in events:
             if isinstance(event, bytes):
                 if event:
-                    sink.data(event)
+                    try:
+                        sink.data(event)
+                    except ValueError as refused:
+                        self._sink = None
+                        self.release()  # not ended: closed, never reused mid-body
+                        sink.end(refused)
+                        return
                 if self._sink is None:
                     return  # the sink let go meanwhile
-            elif isinstance(event, h1.End):
+            elif isinstance(event, framing.End):
                 self._ended = True
                 self._sink = None
                 self.release()
@@ -136,7 +176,7 @@ class Response:
             return
         conn.finished()
         if self._ended and self._keep and not conn.closed:
-            self._client.give_back(conn)
+            self._client.keep_idle(conn)
         else:
             conn.close()
 
@@ -159,10 +199,14 @@ class Http1Client:
         ssl_context: ssl.SSLContext | None = None,
         idle_s: float = IDLE_S,
         max_idle_per_origin: int = MAX_IDLE_PER_ORIGIN,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        max_head_bytes: int = framing.MAX_HEAD_BYTES,
     ) -> None:
         self._ssl = ssl_context
         self.idle_s = idle_s
         self.max_idle_per_origin = max_idle_per_origin
+        self.max_body_bytes = max_body_bytes
+        self.max_head_bytes = max_head_bytes
         self._idle: dict[Origin, list[Connection]] = {}
         self._open: set[Connection] = set()
         self._closed = False
@@ -179,16 +223,23 @@ class Http1Client:
         body: bytes = b"",
         *,
         connect_timeout_s: float,
+        max_body_bytes: int | None = None,
     ) -> Response:
         """Send a request and read its head; the caller reads the body and releases it.
+        `max_body_bytes` bounds a body read whole (`Response.read`; the client's own
+        bound if None).
 
         Raises:
             OSError: the connection could not be made, or closed before an answer.
             TimeoutError: connecting took longer than `connect_timeout_s`.
-            ValueError: a bad URL or header, or a malformed answer.
+            ValueError: a bad URL or header, a HEAD request (its answer's framing cannot
+                be told to the parser), or a malformed answer.
         """
+        if method == "HEAD":
+            raise ValueError("HEAD requests are not supported")
         origin, target = split_url(url)
-        data = h1.request_head(method, target, origin.host_header, headers, len(body)) + body
+        data = framing.request_head(method, target, origin.host_header, headers, len(body)) + body
+        limit = self.max_body_bytes if max_body_bytes is None else max_body_bytes
         retry = method == "GET"
         while True:
             conn = self._take(origin)
@@ -196,7 +247,7 @@ class Http1Client:
             if conn is None:
                 conn = await self._connect(origin, connect_timeout_s)
             try:
-                conn.send(data, no_body=method == "HEAD")
+                conn.send(data)
                 head = await conn.next_event()
             except ConnectionResetError:
                 conn.close()
@@ -207,10 +258,12 @@ class Http1Client:
             except BaseException:
                 conn.close()  # cancelled or failed mid-answer: never reused
                 raise
-            assert isinstance(head, h1.Head)
-            return Response(head, conn, self)
+            assert isinstance(head, framing.Head)
+            return Response(head, conn, self, limit)
 
-    def give_back(self, conn: Connection) -> None:
+    def keep_idle(self, conn: Connection) -> None:
+        """Keep `conn`, whose response has ended, for the next request to its origin
+        (closed instead once the client is closed or holds enough idle ones)."""
         idle = self._idle.setdefault(conn.origin, [])
         if self._closed or len(idle) >= self.max_idle_per_origin:
             conn.close()
@@ -249,7 +302,7 @@ class Http1Client:
         # (not `spawn`: its failure is this caller's to raise, not a background crash).
         connecting = loop.create_task(
             loop.create_connection(
-                lambda: Connection(origin, self._open.discard),
+                lambda: Connection(origin, self._open.discard, self.max_head_bytes),
                 origin.host,
                 origin.port,
                 ssl=context,

@@ -1,26 +1,33 @@
-"""One keep-alive HTTP/1.1 connection of the upstream client, and where a URL leads.
+"""One keep-alive HTTP/1.1 connection of the client, and where a URL leads.
 
-`Connection` is the asyncio protocol under `gateway.upstream.http.client`: it feeds
-what the socket delivers to the sans-IO parser (`gateway.upstream.http.h1`) and
-keeps the events of the one response in flight, for a reader that waits for them
-(`next_event`) or a consumer that takes them as they come (`consume`). Bytes while
-no request is in flight, or that are not HTTP, close it.
+`Connection` is the asyncio protocol under `gateway.http1.client`: it feeds what the
+socket delivers to the sans-IO parser (`gateway.http1.framing`) and keeps the events
+of the one response in flight, for a reader that waits for them (`next_event`) or a
+consumer that takes them as they come (`consume`). Bytes while no request is in
+flight, or that are not HTTP, close it. Body bytes nobody has read yet are bounded:
+past `HIGH_WATER` the socket is no longer read until the reader catches up.
+
+It must not import anything else of the gateway, nor decide what a response means.
 """
 
 from __future__ import annotations
 
 import asyncio
 import select
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import urlsplit
 
-from gateway.upstream.http import h1
+import gateway.http1.framing as framing
 
 #: Body bytes buffered unread before the socket stops being read (and after which
 #: it is read again once the buffer is half consumed).
 HIGH_WATER = 1024 * 1024
+#: What one queued piece of a body costs beside its bytes, counted against `HIGH_WATER`
+#: so that a body dripped a byte a read does not queue a million objects.
+_PIECE_COST = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,21 +77,26 @@ class Connection(asyncio.Protocol):
         "_fd",
     )
 
-    def __init__(self, origin: Origin, lost: Callable[[Connection], None]) -> None:
+    def __init__(
+        self,
+        origin: Origin,
+        lost: Callable[[Connection], None],
+        max_head_bytes: int = framing.MAX_HEAD_BYTES,
+    ) -> None:
         self.origin = origin
         self._lost = lost  # told once the connection has closed
         self.transport: asyncio.Transport | None = None
-        self.parser = h1.ResponseParser()
+        self.parser = framing.ResponseParser(max_head_bytes=max_head_bytes)
         self.closed = False
         self.idle_since = 0.0
-        self._events: list[h1.Event] = []
+        self._events: deque[framing.Event] = deque()
         self._buffered = 0
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self._active = False
         self._paused = False
         # Set by `Response.stream_into`: events go to it as they arrive, not to the queue.
-        self._consumer: Callable[[list[h1.Event] | BaseException], None] | None = None
+        self._consumer: Callable[[list[framing.Event] | BaseException], None] | None = None
         self._fd = -1
 
     # -- asyncio.Protocol --------------------------------------------------------------
@@ -112,7 +124,7 @@ class Connection(asyncio.Protocol):
             return
         try:
             events = self.parser.feed(data)
-        except h1.BadResponse as exc:
+        except framing.BadResponse as exc:
             self._fail(exc)
             return
         self._push(events)
@@ -133,21 +145,21 @@ class Connection(asyncio.Protocol):
             try:
                 self._push(self.parser.eof())
                 return
-            except h1.Incomplete as incomplete:
+            except framing.Incomplete as incomplete:
                 self._error = incomplete
         self._tell_error()
 
     # -- the reader's side -------------------------------------------------------------
 
-    def send(self, data: bytes, *, no_body: bool) -> None:
+    def send(self, data: bytes) -> None:
         assert self.transport is not None
         self._active = True
         self._events.clear()
         self._buffered = 0
-        self.parser.reset(no_body=no_body)
+        self.parser.expect()
         self.transport.write(data)
 
-    async def next_event(self) -> h1.Event:
+    async def next_event(self) -> framing.Event:
         """The response's next event. Raises: OSError, ValueError (see the module)."""
         while not self._events:
             if self._error is not None:
@@ -159,9 +171,9 @@ class Connection(asyncio.Protocol):
                 await self._waiter
             finally:
                 self._waiter = None
-        event = self._events.pop(0)
+        event = self._events.popleft()
         if isinstance(event, bytes):
-            self._buffered -= len(event)
+            self._buffered -= len(event) + _PIECE_COST
             if self._paused and self._buffered < HIGH_WATER // 2 and self.transport is not None:
                 self._paused = False
                 self.transport.resume_reading()
@@ -172,9 +184,9 @@ class Connection(asyncio.Protocol):
         self._active = False
         self._consumer = None
 
-    def consume(self, consumer: Callable[[list[h1.Event] | BaseException], None]) -> None:
+    def consume(self, consumer: Callable[[list[framing.Event] | BaseException], None]) -> None:
         """Send this response's events to `consumer` from now on, those queued first."""
-        queued, self._events = self._events, []
+        queued, self._events = list(self._events), deque()
         self._buffered = 0
         if self._paused and self.transport is not None:
             self._paused = False
@@ -190,7 +202,7 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def _push(self, events: list[h1.Event]) -> None:
+    def _push(self, events: list[framing.Event]) -> None:
         if not events:
             return
         if self._consumer is not None:
@@ -199,7 +211,7 @@ class Connection(asyncio.Protocol):
         self._events.extend(events)
         for event in events:
             if isinstance(event, bytes):
-                self._buffered += len(event)
+                self._buffered += len(event) + _PIECE_COST
         if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()

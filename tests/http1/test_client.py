@@ -1,72 +1,19 @@
-"""The gateway's own upstream HTTP/1.1 client, against real loopback servers in this loop:
-keep-alive reuse, streaming, what is and is not sent again, and cut-off answers."""
+"""The HTTP/1.1 client, against real loopback servers in this loop: keep-alive reuse,
+streaming, what is and is not sent again, cut-off answers, bounded bodies."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.aio import spawn
-from gateway.upstream.http import connection as h1client
-from gateway.upstream.http.client import Http1Client, split_url
-from gateway.upstream.http.h1 import Incomplete
+from gateway.http1 import Http1Client, Incomplete, TooLarge
+from gateway.http1 import connection as h1client
+from gateway.http1.connection import split_url
+from tests.http1.servers import Server, turns_until
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
-
-
-class Server:
-    """A loopback server that runs `answer(reader, writer, request_number)` per request."""
-
-    def __init__(self) -> None:
-        self.connections = 0
-        self.requests: list[bytes] = []
-        self.url = ""
-        self._server: asyncio.AbstractServer | None = None
-        self._writers: list[asyncio.StreamWriter] = []
-
-    async def start(self, answer: Callable[..., object]) -> Server:
-        async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self.connections += 1
-            self._writers.append(writer)
-            try:
-                while True:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                    length = 0
-                    for line in head.split(b"\r\n"):
-                        if line.lower().startswith(b"content-length:"):
-                            length = int(line.split(b":")[1])
-                    self.requests.append(head + await reader.readexactly(length))
-                    if await answer(reader, writer, len(self.requests)) is False:  # type: ignore[misc]
-                        writer.close()
-                        return
-            except (asyncio.IncompleteReadError, ConnectionError):
-                writer.close()
-
-        self._server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}/mcp"
-        return self
-
-    async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for writer in self._writers:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
-        await self._server.wait_closed()
-
-
-async def turns_until(condition: Callable[[], bool], turns: int = 100_000) -> None:
-    """Run the loop until `condition` holds (a socket event this process has yet to read)."""
-    for _ in range(turns):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("the condition never held")
 
 
 @pytest.fixture
@@ -192,7 +139,7 @@ async def test_a_reader_cancelled_mid_body_closes_its_connection(http: Http1Clie
             while await resp.next_chunk() is not None:
                 reading.set()
 
-    reader = spawn(read_all(), name="reader")
+    reader = asyncio.get_running_loop().create_task(read_all(), name="reader")
     await reading.wait()
     reader.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -343,4 +290,71 @@ async def test_a_body_cut_before_it_is_streamed_reaches_the_sink_then_its_failur
     resp.stream_into(sink)
     assert sink.chunks == [b"ab"]
     assert len(sink.ended) == 1 and isinstance(sink.ended[0], Incomplete)
+    await server.stop()
+
+
+async def test_a_body_read_whole_is_bounded_per_request() -> None:
+    """Past its bound a body is refused as soon as the head announces it, or as soon as
+    its bytes pass it: nothing close to the whole is held. A request can raise the
+    client's bound for itself."""
+    body = b"x" * 5000
+
+    async def sized(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        if n % 2:  # announced
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        else:  # only counted
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+
+    server = await Server().start(sized)
+    client = Http1Client(max_body_bytes=4096)
+    try:
+        for _ in range(2):
+            async with await client.request("GET", server.url, {}, connect_timeout_s=2) as resp:
+                with pytest.raises(TooLarge):
+                    await resp.read()
+        for _ in range(2):
+            async with await client.request(
+                "GET", server.url, {}, connect_timeout_s=2, max_body_bytes=len(body)
+            ) as resp:
+                assert await resp.read() == body
+    finally:
+        await client.close()
+        await server.stop()
+
+
+async def test_head_requests_are_refused_rather_than_misread(http: Http1Client) -> None:
+    with pytest.raises(ValueError, match="HEAD"):
+        await http.request("HEAD", "http://127.0.0.1:1/", {}, connect_timeout_s=2)
+
+
+async def test_a_sink_that_refuses_the_body_ends_the_response_and_its_connection(
+    http: Http1Client,
+) -> None:
+    async def stream(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        writer.write(b"6\r\nsecond\r\n0\r\n\r\n")
+
+    class Refusing:
+        def __init__(self) -> None:
+            self.chunks: list[bytes] = []
+            self.ended: asyncio.Future[BaseException | None] = (
+                asyncio.get_running_loop().create_future()
+            )
+
+        def data(self, chunk: bytes) -> None:
+            self.chunks.append(chunk)
+            raise ValueError("not what this sink reads")
+
+        def end(self, error: BaseException | None) -> None:
+            self.ended.set_result(error)
+
+    server = await Server().start(stream)
+    resp = await http.request("POST", server.url, {}, b"{}", connect_timeout_s=2)
+    conn = resp._conn
+    sink = Refusing()
+    resp.stream_into(sink)
+    error = await asyncio.wait_for(sink.ended, 5)
+    assert isinstance(error, ValueError) and len(sink.chunks) == 1  # nothing after it
+    assert conn is not None and conn.closed and http.idle_connections == 0
     await server.stop()

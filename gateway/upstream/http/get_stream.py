@@ -32,9 +32,9 @@ import structlog
 
 from gateway.aio import cancel_and_wait, spawn
 from gateway.errors import UpstreamError
-from gateway.protocol import listen, sse
+from gateway.http1 import Response
+from gateway.protocol import listen
 from gateway.protocol.outside import answer_outside_call
-from gateway.upstream.http.client import Response
 from gateway.upstream.http.wire import HttpWire
 from gateway.upstream.port import Inbox, SessionExpired
 
@@ -55,7 +55,7 @@ MAX_BACKOFF_S = 30.0
 HELD_S = 1.0
 
 
-class Listener:
+class GetStream:
     def __init__(self, wire: HttpWire, name: str) -> None:
         self.wire = wire
         self.name = name  # the upstream's, for logs
@@ -219,7 +219,7 @@ class Listener:
         """Route the stream's messages until it ends; a `retry` the server gives is the
         delay before each reconnection from then on (at least `MIN_RETRY_S`). True when
         it carried anything (an event, a comment)."""
-        parser = sse.Parser()
+        parser = self.wire.sse_parser()
         carried = False
         while (chunk := await resp.next_chunk()) is not None:
             carried = True
