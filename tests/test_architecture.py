@@ -142,3 +142,48 @@ def test_the_folders_name_the_parts() -> None:
     for folder in folders:
         doc = ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text()))
         assert doc, f"gateway/{folder}/__init__.py says what the part is"
+
+
+def private_reads(path: Path) -> list[str]:
+    """Reads of a private attribute (`x._name`) off anything but `self` or `cls`, where
+    the module itself defines no attribute of that name (its own class's peers may read
+    each other's): a library's private field, which any release may rename."""
+    tree = ast.parse(path.read_text())
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            own.add(node.attr)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            own.add(node.name)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets
+        ):
+            own.update(
+                e.value for e in ast.walk(node.value) if isinstance(e, ast.Constant) and e.value
+            )
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or isinstance(node.ctx, ast.Store):
+            continue
+        name = node.attr
+        if not name.startswith("_") or name.startswith("__") or name in own:
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_private_attribute_of_a_library_is_touched() -> None:
+    assert [hit for p in MODULES.values() for hit in private_reads(p)] == []
+
+
+def test_the_private_read_finder_finds_one(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "class A:\n    __slots__ = ('_mine',)\n\n"
+        "    def f(self, other, hist):\n"
+        "        return other._mine, hist._upper_bounds, self._anything\n"
+    )
+    assert [h.split(": ", 1)[1] for h in private_reads(module)] == ["hist._upper_bounds"]
