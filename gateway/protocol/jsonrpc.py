@@ -8,6 +8,7 @@ precise JSON-RPC error.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,22 +42,81 @@ class Response:
 Message = Request | Notification | Response
 
 
+#: How deep a request body may nest. What the gateway reads it writes out again (the
+#: upstream request, the answer, a requestState), a few levels deeper; orjson writes at
+#: most 254 levels and the standard library's writer runs out of stack near 1,000, so a
+#: body nested deeper would fail there, after work was done, not here with -32700.
+MAX_DEPTH = 128
+
+
 def decode(body: bytes) -> Any:
-    """Decode a JSON body.
+    """Decode a request body: JSON text (RFC 8259) in UTF-8 that the gateway can write back
+    as it read it.
 
     Raises:
-        ParseError: not UTF-8 JSON (including absurd nesting or number literals).
+        ParseError: not UTF-8, not JSON, or JSON no writer gives back the same: `NaN`,
+            `Infinity`, a number past a float's range, a lone UTF-16 surrogate, nesting
+            past `MAX_DEPTH`.
     """
     try:
-        value = loads(body)
+        value = _read_standard(body)
     except (ValueError, RecursionError) as exc:
         raise ParseError() from exc
+    if _nests_past(body, value, MAX_DEPTH):
+        raise ParseError(f"Parse error: the body nests more than {MAX_DEPTH} levels deep")
     # A \uD800-\uDFFF escape without its pair reads (in the standard path) as a lone
     # surrogate, which no UTF-8 text can carry: refused here, before anything is done with
     # it, rather than failing when the answer or the upstream request is written.
     if (b"\\ud" in body or b"\\uD" in body) and _has_lone_surrogate(value):
         raise ParseError("Parse error: the body has a \\u escape of a lone UTF-16 surrogate")
     return value
+
+
+def _read_standard(body: bytes) -> Any:
+    """`loads`, but for what the standard library reads beyond RFC 8259: `NaN` and
+    `Infinity` (orjson writes them as null, the standard writer as no JSON at all), a
+    number that overflows to infinity, and text that is not UTF-8 (a surrogate encoded in
+    it, UTF-16 or UTF-32 text); a UTF-8 byte order mark is ignored, as RFC 8259 allows.
+
+    Raises:
+        ValueError, RecursionError: not such JSON.
+    """
+    if not has_long_number(body):
+        try:
+            return orjson.loads(body)  # refuses all of the above itself
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(body.decode("utf-8-sig"), parse_constant=_refuse, parse_float=_finite)
+
+
+def _refuse(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(literal: str) -> float:
+    number = float(literal)
+    if not math.isfinite(number):
+        raise ValueError(f"{literal[:20]} is beyond a float's range")
+    return number
+
+
+def _nests_past(body: bytes, value: Any, limit: int) -> bool:
+    """Whether `value` (read from `body`) nests more than `limit` levels. A body with no more
+    brackets than that cannot, whatever their order: nearly every request is told so by
+    two counts in C, and only a body with many brackets has its value walked."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    level: list[Any] = [value]
+    for _ in range(limit):
+        level = [
+            child
+            for item in level
+            if isinstance(item, dict | list)
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
+        if not level:
+            return False
+    return any(isinstance(item, dict | list) for item in level)
 
 
 def _has_lone_surrogate(value: Any) -> bool:
