@@ -310,10 +310,10 @@ def bodies(draw: st.DrawFn, methods: list[str] | None = None) -> Body:
     response, a batch, other JSON, duplicate members, truncated JSON, or not JSON."""
     kind = draw(
         st.sampled_from(
-            ["request"] * 6 + ["duplicate", "batch", "response", "json", "truncated", "bytes"]
+            ["request"] * 8 + ["duplicate", "batch", "response", "json", "truncated", "bytes"]
         )
     )
-    message = draw(requests(methods))
+    message = draw(requests(methods, most_off=draw(st.sampled_from([1, 2]))))
     ascii_only = draw(st.booleans())
     if kind == "request":
         return Body(render(message, ascii_only=ascii_only), message)
@@ -384,8 +384,9 @@ def client_headers(meant: Any) -> dict[str, str]:
 
 
 def _sendable(value: str) -> bool:
-    """A value an HTTP/1.1 client can put on a header line as it is."""
-    return not any(c in value for c in "\r\n\x00")
+    """A value an HTTP/1.1 client can put on a header line as it is (RFC 9110 §5.5: no
+    control character but a tab)."""
+    return not any((c < " " and c != "\t") or c == "\x7f" for c in value)
 
 
 #: Header values a parser or a check may trip on: garbage, the sentinel, near-misses.
@@ -415,14 +416,17 @@ header_garbage = st.one_of(
             "null",
             "[::1]:8080",
             "localhost:99999",
-            "\u00e9t\u00e9",
+            "\u00e9t\u00e9",  # written in Latin-1: bytes that are no UTF-8
+            "Bearer \xff\xfe",
+            "\u65e5\u672c",  # written in UTF-8
             "\U0001f389",
         ]
     ),
-    st.text(
-        st.characters(max_codepoint=0x2FF, exclude_characters="\r\n\x00"),
-        max_size=40,
-    ),
+    # Latin-1 and a little beyond (the test writes what Latin-1 holds as single bytes, past
+    # 0x7f no UTF-8), and now and then a control character an HTTP parser refuses.
+    st.text(st.characters(min_codepoint=0x20, max_codepoint=0x2FF), max_size=40),
+    st.text(st.characters(min_codepoint=0x80, max_codepoint=0xFF), min_size=1, max_size=8),
+    st.text(st.characters(max_codepoint=0x2FF, exclude_characters="\r\n\x00"), max_size=8),
 )
 #: The headers a mutation touches: the routing ones, and those the front checks first.
 HEADER_NAMES = [
@@ -443,10 +447,13 @@ HEADER_NAMES = [
 
 
 @st.composite
-def header_lists(draw: st.DrawFn, meant: Any) -> list[tuple[str, str]]:
-    """The headers of a correct client for `meant`, then mutated: some dropped, changed,
-    sent twice (same or other value), in other case, or garbage added."""
-    headers = [(name, value) for name, value in client_headers(meant).items()]
+def header_lists(
+    draw: st.DrawFn, meant: Any, first: tuple[tuple[str, str], ...] = ()
+) -> list[tuple[str, str]]:
+    """The headers of a correct client for `meant` (after `first`, e.g. `Host`), then
+    mutated: some dropped, changed, sent twice (same or other value), in other case, or
+    garbage added."""
+    headers = [*first, *client_headers(meant).items()]
     for _ in range(draw(st.integers(0, 3))):
         name = draw(st.sampled_from(HEADER_NAMES))
         how = draw(st.sampled_from(["drop", "change", "twice", "same-twice", "case"]))
