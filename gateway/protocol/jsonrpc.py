@@ -42,11 +42,11 @@ class Response:
 Message = Request | Notification | Response
 
 
-#: How deep a request body may nest. What the gateway reads it writes out again (the
-#: upstream request, the answer, a requestState), a few levels deeper; orjson writes at
-#: most 254 levels and the standard library's writer runs out of stack near 1,000, so a
-#: body nested deeper would fail there, after work was done, not here with -32700.
-MAX_DEPTH = 128
+#: How deep a request body may nest: as deep as orjson writes. What the gateway reads it
+#: writes out again (the upstream request, the answer, a requestState), a few levels
+#: deeper, where the standard library's writer takes what orjson does not; a body nested
+#: far deeper (orjson reads 1,024 levels) would fail there, out of stack, not here.
+MAX_DEPTH = 254
 
 
 def decode(body: bytes) -> Any:
@@ -62,7 +62,7 @@ def decode(body: bytes) -> Any:
         value = _read_standard(body)
     except (ValueError, RecursionError) as exc:
         raise ParseError() from exc
-    if _nests_past(body, value, MAX_DEPTH):
+    if _nests_past_max_depth(body, value):
         raise ParseError(f"Parse error: the body nests more than {MAX_DEPTH} levels deep")
     # A \uD800-\uDFFF escape without its pair reads (in the standard path) as a lone
     # surrogate, which no UTF-8 text can carry: refused here, before anything is done with
@@ -73,10 +73,11 @@ def decode(body: bytes) -> Any:
 
 
 def _read_standard(body: bytes) -> Any:
-    """`loads`, but for what the standard library reads beyond RFC 8259: `NaN` and
-    `Infinity` (orjson writes them as null, the standard writer as no JSON at all), a
-    number that overflows to infinity, and text that is not UTF-8 (a surrogate encoded in
-    it, UTF-16 or UTF-32 text); a UTF-8 byte order mark is ignored, as RFC 8259 allows.
+    """The value of `body` as `loads` reads it, but for what the standard library reads
+    beyond RFC 8259, which is refused: `NaN` and `Infinity` (orjson writes them as null,
+    the standard writer as no JSON at all), a number that overflows to infinity, text
+    that is not UTF-8 (a surrogate encoded in it, UTF-16 or UTF-32). A UTF-8 byte order
+    mark is ignored, as RFC 8259 allows.
 
     Raises:
         ValueError, RecursionError: not such JSON.
@@ -100,23 +101,31 @@ def _finite(literal: str) -> float:
     return number
 
 
-def _nests_past(body: bytes, value: Any, limit: int) -> bool:
-    """Whether `value` (read from `body`) nests more than `limit` levels. A body with no more
-    brackets than that cannot, whatever their order: nearly every request is told so by
-    two counts in C, and only a body with many brackets has its value walked."""
-    if body.count(b"[") + body.count(b"{") <= limit:
+def _nests_past_max_depth(body: bytes, value: Any) -> bool:
+    """Whether `value` (read from `body`) nests past `MAX_DEPTH`, told in C nearly always:
+    a body with no more brackets than that cannot, and a value orjson writes does not
+    (it refuses past `MAX_DEPTH` levels). Only a value it refuses (too deep, or holding an
+    integer past 64 bits) is walked."""
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
         return False
-    level: list[Any] = [value]
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return _deeper_than(value, MAX_DEPTH)
+    return False
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` nests more than `limit` levels (a level at a time, no recursion)."""
+    level = [value] if type(value) is dict or type(value) is list else []
     for _ in range(limit):
-        level = [
-            child
-            for item in level
-            if isinstance(item, dict | list)
-            for child in (item.values() if isinstance(item, dict) else item)
-        ]
+        children: list[Any] = []
+        for item in level:
+            children.extend(item.values() if type(item) is dict else item)
+        level = [child for child in children if type(child) is dict or type(child) is list]
         if not level:
             return False
-    return any(isinstance(item, dict | list) for item in level)
+    return True
 
 
 def _has_lone_surrogate(value: Any) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -62,13 +63,22 @@ def test_a_body_decodes_to_what_is_written_back_the_same_or_to_a_parse_error(
     "data",
     [
         b'{"a":' + b"[" * 1000 + b"]" * 1000 + b"}",
-        b'{"a":' + b'{"b":' * 200 + b"1" + b"}" * 201,
+        b'{"a":' + b'{"b":' * 300 + b"1" + b"}" * 301,
+        b'{"a":' + b"[" * 300 + b"100000000000000000000" + b"]" * 300 + b"}",
         b'{"method":"\xed\xa0\x80"}',
         b'{"a":NaN}',
         b'{"a":-Infinity,"b":100000000000000000000}',
         b'{"a":1e999}',
     ],
-    ids=["arrays-1000-deep", "objects-200-deep", "utf8-surrogate", "nan", "infinity", "1e999"],
+    ids=[
+        "arrays-1000-deep",
+        "objects-300-deep",
+        "300-deep-long-number",
+        "utf8-surrogate",
+        "nan",
+        "infinity",
+        "1e999",
+    ],
 )
 def test_json_the_gateway_could_not_write_back_is_a_parse_error(data: bytes) -> None:
     """What a strict reader refuses, or what no writer gives back the same, is -32700 at
@@ -77,12 +87,24 @@ def test_json_the_gateway_could_not_write_back_is_a_parse_error(data: bytes) -> 
         jsonrpc.decode(data)
 
 
-def test_nesting_up_to_the_bound_is_read_and_written_back() -> None:
+@pytest.mark.parametrize("number", [b"1", b"100000000000000000000"])
+def test_nesting_up_to_the_bound_is_read_and_written_back(number: bytes) -> None:
     inner = jsonrpc.MAX_DEPTH - 1  # inside `{"a": ...}`: MAX_DEPTH levels in all
-    data = b'{"a":' + b"[" * inner + b"]" * inner + b"}"
+    data = b'{"a":' + b"[" * inner + number + b"]" * inner + b"}"
     assert jsonrpc.dumps(jsonrpc.decode(data)) == data
     with pytest.raises(ParseError):
         jsonrpc.decode(b"[" + data + b"]")
+
+
+def test_orjson_writes_max_depth_levels_and_no_more() -> None:
+    """`decode` takes what orjson writes as nested within the bound: were orjson to write
+    deeper, bodies past the bound would pass."""
+    value: list[Any] = []
+    for _ in range(jsonrpc.MAX_DEPTH - 1):
+        value = [value]
+    orjson.dumps(value)
+    with pytest.raises(orjson.JSONEncodeError):
+        orjson.dumps([value])
 
 
 @settings(max_examples=400)
