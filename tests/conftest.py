@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import settings
 
 from gateway.app import build_app
 from gateway.web.serving import Served, serve
@@ -28,6 +29,11 @@ from tests.support.inprocess import Gateway, gateway_config
 from tests.support.wire import PROTOCOL as PROTOCOL
 from tests.support.wire import default_headers as default_headers
 from tests.support.wire import rpc as rpc
+
+# Property-based tests run the same examples on every run and machine (no example
+# database, derandomized), and a busy machine's timings are not what they check.
+settings.register_profile("repeatable", derandomize=True, database=None, deadline=None)
+settings.load_profile("repeatable")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

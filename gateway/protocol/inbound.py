@@ -163,9 +163,17 @@ class OriginPolicy:
         origin = headers.get("origin")
         if origin is None or origin in self.origins:
             return
-        if self.loopback_only and _host_name(urlsplit(origin).netloc) in LOOPBACK_NAMES:
+        if self.loopback_only and _origin_host(origin) in LOOPBACK_NAMES:
             return
         raise ForbiddenOrigin(f"Origin {origin!r} is not allowed")
+
+
+def _origin_host(origin: str) -> str | None:
+    """The host name of an `Origin` value, or None when it is no URL (`http://[`)."""
+    try:
+        return _host_name(urlsplit(origin).netloc)
+    except ValueError:  # the URL's brackets do not pair
+        return None
 
 
 def check_http(

@@ -8,6 +8,7 @@ precise JSON-RPC error.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,22 +42,90 @@ class Response:
 Message = Request | Notification | Response
 
 
+#: How deep a request body may nest: as deep as orjson writes. What the gateway reads it
+#: writes out again (the upstream request, the answer, a requestState), a few levels
+#: deeper, where the standard library's writer takes what orjson does not; a body nested
+#: far deeper (orjson reads 1,024 levels) would fail there, out of stack, not here.
+MAX_DEPTH = 254
+
+
 def decode(body: bytes) -> Any:
-    """Decode a JSON body.
+    """Decode a request body: JSON text (RFC 8259) in UTF-8 that the gateway can write back
+    as it read it.
 
     Raises:
-        ParseError: not UTF-8 JSON (including absurd nesting or number literals).
+        ParseError: not UTF-8, not JSON, or JSON no writer gives back the same: `NaN`,
+            `Infinity`, a number past a float's range, a lone UTF-16 surrogate, nesting
+            past `MAX_DEPTH`.
     """
     try:
-        value = loads(body)
+        value = _read_standard(body)
     except (ValueError, RecursionError) as exc:
         raise ParseError() from exc
+    if _nests_past_max_depth(body, value):
+        raise ParseError(f"Parse error: the body nests more than {MAX_DEPTH} levels deep")
     # A \uD800-\uDFFF escape without its pair reads (in the standard path) as a lone
     # surrogate, which no UTF-8 text can carry: refused here, before anything is done with
     # it, rather than failing when the answer or the upstream request is written.
     if (b"\\ud" in body or b"\\uD" in body) and _has_lone_surrogate(value):
         raise ParseError("Parse error: the body has a \\u escape of a lone UTF-16 surrogate")
     return value
+
+
+def _read_standard(body: bytes) -> Any:
+    """The value of `body` as `loads` reads it, but for what the standard library reads
+    beyond RFC 8259, which is refused: `NaN` and `Infinity` (orjson writes them as null,
+    the standard writer as no JSON at all), a number that overflows to infinity, text
+    that is not UTF-8 (a surrogate encoded in it, UTF-16 or UTF-32). A UTF-8 byte order
+    mark is ignored, as RFC 8259 allows.
+
+    Raises:
+        ValueError, RecursionError: not such JSON.
+    """
+    if not has_long_number(body):
+        try:
+            return orjson.loads(body)  # refuses all of the above itself
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(body.decode("utf-8-sig"), parse_constant=_refuse, parse_float=_finite)
+
+
+def _refuse(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(literal: str) -> float:
+    number = float(literal)
+    if not math.isfinite(number):
+        raise ValueError(f"{literal[:20]} is beyond a float's range")
+    return number
+
+
+def _nests_past_max_depth(body: bytes, value: Any) -> bool:
+    """Whether `value` (read from `body`) nests past `MAX_DEPTH`, told in C nearly always:
+    a body with no more brackets than that cannot, and a value orjson writes does not
+    (it refuses past `MAX_DEPTH` levels). Only a value it refuses (too deep, or holding an
+    integer past 64 bits) is walked."""
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return False
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return _deeper_than(value, MAX_DEPTH)
+    return False
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` nests more than `limit` levels (a level at a time, no recursion)."""
+    level = [value] if type(value) is dict or type(value) is list else []
+    for _ in range(limit):
+        children: list[Any] = []
+        for item in level:
+            children.extend(item.values() if type(item) is dict else item)
+        level = [child for child in children if type(child) is dict or type(child) is list]
+        if not level:
+            return False
+    return True
 
 
 def _has_lone_surrogate(value: Any) -> bool:

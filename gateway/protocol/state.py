@@ -282,7 +282,10 @@ def principal_of(authorization: str | None) -> str:
     """The caller's identity for binding: a hash of its credentials, or anonymous."""
     if not authorization:
         return "anonymous"
-    return "sha256:" + hashlib.sha256(authorization.encode()).hexdigest()[:32]
+    # The bytes that came: a header value that is no UTF-8 reaches here with each such
+    # byte as a surrogate escape (how aiohttp decodes headers), which strict UTF-8 refuses.
+    credentials = authorization.encode("utf-8", "surrogateescape")
+    return "sha256:" + hashlib.sha256(credentials).hexdigest()[:32]
 
 
 def log_salt(keys: Sequence[bytes]) -> bytes:
