@@ -226,6 +226,11 @@ class Runner:
         except GatewayError as exc:
             await self.lifecycle.fail(call, type(exc).__name__)
             raise
+        except Exception:
+            # A defect of the gateway's own (the middleware answers 500): the call must not
+            # stay held for nobody, its session taken and its server's handler waiting.
+            await self.lifecycle.fail(call, "gateway error")
+            raise
 
     async def _read(self, call: LiveCall, notify: Notify) -> dict[str, Any]:
         machine = call.machine

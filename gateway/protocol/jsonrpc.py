@@ -157,17 +157,24 @@ def has_long_number(data: bytes | str) -> bool:
 
 def loads(data: bytes | str) -> Any:
     """JSON text to Python, by orjson; what orjson refuses or would read differently from
-    the standard library (NaN, integers past 64 bits) takes the standard path.
+    the standard library (NaN, integers past 64 bits) takes the standard path. A value
+    nested past `MAX_DEPTH` (an upstream's, say) is refused: the gateway could not write
+    it on.
 
     Raises:
-        ValueError, RecursionError: not JSON.
+        ValueError, RecursionError: not JSON, or nested too deep.
     """
     if has_long_number(data):
-        return json.loads(data)
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
+        value = json.loads(data)
+    else:
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            value = json.loads(data)
+    raw = data.encode() if isinstance(data, str) else data
+    if _nests_past_max_depth(raw, value):
+        raise ValueError(f"JSON nested more than {MAX_DEPTH} levels deep")
+    return value
 
 
 def dumps(obj: Any) -> bytes:

@@ -399,3 +399,24 @@ async def test_a_defect_delivering_answers_ends_the_call_instead_of_stranding_it
     cancelled = await server.next_sent()
     assert cancelled["method"] == "notifications/cancelled"
     assert cancelled["params"]["requestId"] == session.call_id
+
+
+async def test_a_call_whose_round_fails_of_a_gateway_defect_ends_and_frees_its_session(
+    replica: Replica, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Something unexpected raised while a round ran (a defect, not an upstream's or a
+    client's error): the call ends, upstream too, rather than stay held for nobody."""
+    from tests.fakes.upstream import ScriptedSession
+
+    real_start = ScriptedSession.start
+
+    async def broken(self: ScriptedSession, *args: Any, **kwargs: Any) -> Any:
+        await real_start(self, *args, **kwargs)
+        raise RuntimeError("a defect")
+
+    monkeypatch.setattr(ScriptedSession, "start", broken)
+    with pytest.raises(RuntimeError):
+        await replica.call(call_tool())
+    session = await server.next_call()
+    assert not replica.bridge.calls and replica.pool.released_reuse(session) is False
+    assert (await server.next_sent())["method"] == "notifications/cancelled"

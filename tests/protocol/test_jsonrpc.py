@@ -37,7 +37,12 @@ def test_deep_nesting_still_encodes_and_absurd_nesting_is_a_parse_error() -> Non
     deep: list = []
     for _ in range(300):  # past orjson's limit of 254, well within Python's
         deep = [deep]
-    assert jsonrpc.loads(jsonrpc.dumps(deep)) == deep
+    assert jsonrpc.dumps(deep) == b"[" * 301 + b"]" * 301
+    # What the gateway reads it must be able to write on: an upstream's too (loads).
+    for far in (300, 1_000, 1_020):
+        with pytest.raises(ValueError):
+            jsonrpc.loads(b"[" * far + b"]" * far)
+    assert jsonrpc.loads(b"[" * 254 + b"]" * 254) is not None
     with pytest.raises(ParseError):
         jsonrpc.decode(b"[" * 100_000 + b"]" * 100_000)
     with pytest.raises(ParseError):

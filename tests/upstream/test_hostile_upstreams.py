@@ -177,6 +177,28 @@ async def test_a_json_answer_to_another_request_is_a_502(
         await upstream.stop()
 
 
+@pytest.mark.parametrize("depth", [300, 1_000])
+async def test_an_answer_nested_deeper_than_the_gateway_writes_is_a_502(
+    start_gateway: Callable[..., Awaitable[Gateway]], quiet: Any, depth: int
+) -> None:
+    """JSON the gateway could not write on (orjson writes 254 levels, the standard library
+    runs out of stack near 1,000): refused where it is read, never a 500 later."""
+
+    async def deep(writer: asyncio.StreamWriter, rid: Any) -> None:
+        nested = b"[" * depth + b"]" * depth
+        body = b'{"jsonrpc":"2.0","id":%s,"result":{"content":%s}}' % (
+            json.dumps(rid).encode(),
+            nested,
+        )
+        writer.write(json_answer(body))
+
+    upstream = await legacy(deep)
+    try:
+        await refused_then_clean(await start_gateway(upstream.url), upstream)
+    finally:
+        await upstream.stop()
+
+
 async def test_an_sse_event_past_the_bound_is_a_502(
     start_gateway: Callable[..., Awaitable[Gateway]], quiet: Any
 ) -> None:
