@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -162,6 +163,7 @@ class LoggedProcess:
         self._started_at = 0
         self._reader: threading.Thread | None = None
         self.proc: subprocess.Popen[str] | None = None
+        self.paused = False
 
     def start(self) -> None:
         if self._reader is not None:
@@ -169,6 +171,7 @@ class LoggedProcess:
         with self._changed:
             self._eof = False
             self._started_at = len(self._lines)
+        self.paused = False
         self.proc = subprocess.Popen(
             self.args,
             stdin=subprocess.DEVNULL,
@@ -276,8 +279,21 @@ class LoggedProcess:
         self._process().kill()
         self.wait(10)
 
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets open and answers nothing (a hung host);
+        the kernel still accepts connections for it. `resume()` lets it go on."""
+        self._process().send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT: a paused process goes on where it stopped."""
+        self._process().send_signal(signal.SIGCONT)
+        self.paused = False
+
     def terminate(self, timeout: float = 15.0) -> None:
         """SIGTERM, and SIGKILL if it is still running after `timeout` seconds."""
+        if self.paused and self._process().poll() is None:
+            self.resume()  # a stopped process acts on SIGTERM only once it goes on
         if self._process().poll() is None:
             self._process().terminate()
             try:
