@@ -338,9 +338,14 @@ class LegacyServer(LoggedProcess):
         path = "/sse" if transport == "sse" else "/mcp"
         self.url = f"http://127.0.0.1:{self.port}{path}"
 
-    def restart(self) -> None:
-        """A new server process on the same port: every session it knew is gone."""
-        self.terminate()
+    def restart(self, *, kill: bool = False) -> None:
+        """A new server process on the same port: every session it knew is gone. `kill`:
+        the old one is ended with SIGKILL, its tools cut off mid work (SIGTERM lets them
+        finish first: uvicorn waits for the requests in flight)."""
+        if kill:
+            self.kill9()
+        else:
+            self.terminate()
         self.start()
         self.wait_for_line(PEER_READY)
 
