@@ -12,6 +12,7 @@ import json
 import signal
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,13 @@ from aiohttp.test_utils import TestServer
 from gateway.protocol.state import generate_key
 from gateway.store.base import SuspendedCall
 from tests.peers.balancer import RoundRobin
-from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer, legacy_stdio_command
+from tests.peers.tooling import (
+    GatewayProcess,
+    LegacyServer,
+    RedisServer,
+    legacy_stdio_command,
+    started_together,
+)
 from tests.support.cases import CASE_IDS, CASES, asked, drive, text_of
 from tests.support.legacy import ALICE, await_journal
 from tests.support.outcome import LOG_TAIL, failed
@@ -108,8 +115,8 @@ async def fleet(
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key()}
-    replicas = await asyncio.gather(
-        *(asyncio.to_thread(GatewayProcess, path, env, f"replica-{i}") for i in range(3))
+    replicas = await started_together(
+        *(partial(GatewayProcess, path, env, f"replica-{i}") for i in range(3))
     )
     balancer = RoundRobin([r.base for r in replicas])
     lb = TestServer(balancer.app(), host="127.0.0.1")

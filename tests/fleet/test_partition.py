@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import yaml
 
 from gateway.protocol.state import generate_key
 from tests.peers.tcp_proxy import TcpProxy
-from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer
+from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer, started_together
 from tests.support.legacy import ALICE, await_journal, legacy_tool
 from tests.support.wire import default_headers, parse_sse_messages, rpc
 
@@ -61,10 +62,16 @@ async def proxy(redis_server: RedisServer) -> AsyncIterator[TcpProxy]:
     await proxy.close()
 
 
+@pytest.fixture
+def resumable() -> Iterator[LegacyServer]:
+    server = LegacyServer(event_store=True)
+    yield server
+    server.stop()
+
+
 async def test_a_replica_cut_off_from_redis_resumes_nothing_that_was_taken_over(
-    tmp_path: Path, redis_server: RedisServer, proxy: TcpProxy
+    tmp_path: Path, redis_server: RedisServer, proxy: TcpProxy, resumable: LegacyServer
 ) -> None:
-    resumable = LegacyServer(event_store=True)
     prefix = f"p{uuid.uuid4().hex[:8]}:"
     env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key()}
 
@@ -81,9 +88,9 @@ async def test_a_replica_cut_off_from_redis_resumes_nothing_that_was_taken_over(
         return path
 
     via_proxy = f"redis://127.0.0.1:{proxy.port}/0"
-    cut_off, survivor = await asyncio.gather(
-        asyncio.to_thread(GatewayProcess, config(via_proxy, "a"), env, "replica-a"),
-        asyncio.to_thread(GatewayProcess, config(redis_server.url, "b"), env, "replica-b"),
+    cut_off, survivor = await started_together(
+        partial(GatewayProcess, config(via_proxy, "a"), env, "replica-a"),
+        partial(GatewayProcess, config(redis_server.url, "b"), env, "replica-b"),
     )
     redis = aioredis.from_url(redis_server.url)
     try:
@@ -134,4 +141,3 @@ async def test_a_replica_cut_off_from_redis_resumes_nothing_that_was_taken_over(
     finally:
         await redis.aclose()
         await asyncio.gather(*(asyncio.to_thread(r.stop) for r in (cut_off, survivor)))
-        resumable.stop()
