@@ -18,7 +18,7 @@ from hypothesis import settings
 
 from gateway.app import build_app
 from gateway.web.serving import Served, serve
-from tests.peers.tooling import LegacyServer, ModernClient, RedisServer
+from tests.peers.tooling import PINS, LegacyServer, ModernClient, RedisServer, ensure_venv
 
 # `Gateway`, `drive`, `PROTOCOL`, `default_headers` and `rpc` are re-exported for the
 # modules that still import them from here (tests/test_cli.py,
@@ -43,6 +43,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     setattr(item, f"report_{report.when}", report)
     return report
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The peer venvs are made (the first time, pip takes minutes) before any test runs,
+    where the tests need them: not inside the first one's time bound (pytest-timeout)."""
+    if session.config.option.collectonly:
+        return
+    if any(
+        item.get_closest_marker("peers")
+        or {"legacy", "modern"} & set(getattr(item, "fixturenames", ()))
+        for item in session.items
+    ):
+        for kind in PINS:
+            ensure_venv(kind)
 
 
 @pytest.fixture(scope="session")

@@ -29,13 +29,18 @@ def test_dockerfile_passes_hadolint() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+BUILD_S = 1200  # a first build debootstraps its base: minutes on a slow mirror
+
+
 @pytest.mark.skipif(
     shutil.which("buildah") is None or shutil.which("debootstrap") is None,
     reason="buildah or debootstrap is not installed (CI installs both)",
 )
+@pytest.mark.timeout(BUILD_S + 120)  # the build's own bound, and its ending, past the suite's
 def test_the_image_builds_and_runs_as_uid_65532() -> None:
-    # A session of its own: on a timeout the script is told to stop (its trap ends the
-    # gateway it serves from the image), and whatever is left of its group is killed.
+    # A session of its own: however this test ends (the build's bound, the suite's, an
+    # interrupt), the script is told to stop (its trap ends the gateway it serves from
+    # the image), and whatever is left of its group is killed.
     build = subprocess.Popen(
         [str(ROOT / "scripts" / "build-image"), "localhost/mrtr-gateway:pytest"],
         cwd=ROOT,
@@ -45,15 +50,15 @@ def test_the_image_builds_and_runs_as_uid_65532() -> None:
         start_new_session=True,
     )
     try:
-        stdout, stderr = build.communicate(timeout=1200)
-    except subprocess.TimeoutExpired:
-        os.killpg(build.pid, signal.SIGTERM)
-        try:
-            build.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(build.pid, signal.SIGKILL)
-            build.communicate()
-        raise
+        stdout, stderr = build.communicate(timeout=BUILD_S)
+    finally:
+        if build.poll() is None:
+            os.killpg(build.pid, signal.SIGTERM)
+            try:
+                build.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(build.pid, signal.SIGKILL)
+                build.communicate()
     assert build.returncode == 0, stderr[-3000:]
     assert "uid=65532" in stdout
     # The base built here has the Python of the Dockerfile's default BASE (python:X.Y-...).

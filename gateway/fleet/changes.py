@@ -28,9 +28,9 @@ from collections.abc import Callable
 import structlog
 
 from gateway import clock as clocks
-from gateway.aio import cancel_and_wait, spawn
+from gateway.aio import spawn
 from gateway.clock import Clock
-from gateway.store.redis_client import RedisClient, from_redis, stop_if_cancelled, text
+from gateway.store.redis_client import RedisClient, from_redis, stop_if_cancelled, stop_loops, text
 
 log = structlog.get_logger("gateway.fleet")
 
@@ -70,20 +70,13 @@ class ChangeFeed:
         self._task = spawn(self._watch(), name="fleet-changes", detached=True)
 
     async def close(self) -> None:
-        """Stop reading; the count under way gets a moment to land. Bounded, whatever the
-        client does."""
-        self._closed = True
-        try:
-            async with asyncio.timeout(2):
-                await self.settled()
-        except TimeoutError:
-            pass
-        for task in (self._task, self._counting):
-            try:
-                async with asyncio.timeout(5):
-                    await cancel_and_wait(task)
-            except TimeoutError:
-                log.warning("fleet_task_stuck", task="fleet-changes")
+        """Stop reading; the count under way gets a moment to land. Bounded, whatever
+        state the client is in."""
+        self._closed = True  # no count starts after this one
+        if self._counting is not None:
+            await asyncio.wait({self._counting}, timeout=2)  # never awaited: see stop_loops
+        tasks = [task for task in (self._task, self._counting) if task is not None]
+        await stop_loops(self.client, tasks)
 
     async def settled(self) -> None:
         """Wait until the counts under way have landed or failed."""
@@ -112,6 +105,7 @@ class ChangeFeed:
         while self._pending:
             batch, self._pending = self._pending, {}
             for field, n in batch.items():
+                stop_if_cancelled()  # a cancellation the client dropped (see there)
                 try:
                     count = int(await self.client.hincrby(self.key, field, n))
                 except Exception as exc:
@@ -160,6 +154,7 @@ class ChangeFeed:
                     self._count_soon()
                 first = False
                 self.looked.set()
+            stop_if_cancelled()  # a cancellation the client dropped (see there)
             await clocks.sleep(self.clock, self.interval_s)
 
     def take(self, counts: dict[bytes | str, bytes | str], first: bool = False) -> None:

@@ -29,14 +29,20 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 import structlog
-from redis.exceptions import RedisError
 
 from gateway import clock as clocks
-from gateway.aio import cancel_and_wait, spawn
+from gateway.aio import spawn
 from gateway.clock import Clock
 from gateway.errors import UpstreamError
 from gateway.protocol.versions import Version
-from gateway.store.redis_client import RedisClient, ride_out, text
+from gateway.store.redis_client import (
+    RedisClient,
+    last_word,
+    ride_out,
+    stop_if_cancelled,
+    stop_loops,
+    text,
+)
 
 log = structlog.get_logger("gateway.fleet")
 
@@ -253,18 +259,15 @@ class SessionLedger:
                 if not self._failing[what]:
                     log.warning("session_ledger_failed", step=what, error=repr(exc))
                 self._failing[what] = True
+            stop_if_cancelled()  # a cancellation the client dropped (see there)
 
     async def close(self) -> None:
-        """Stop; the ledger goes (the pools are about to end their sessions themselves)."""
-        try:
-            async with asyncio.timeout(5):  # bounded, whatever Redis does
-                for task in self._tasks:
-                    await cancel_and_wait(task)
-        except TimeoutError:
-            log.warning("fleet_task_stuck", task="session-ledger")
-        try:
-            async with asyncio.timeout(2):
-                await self.client.delete(self.key(self.replica_id))
-                await self.client.srem(self.index_key, self.replica_id)
-        except (RedisError, OSError, TimeoutError):
-            pass
+        """Stop; the ledger goes (the pools are about to end their sessions themselves).
+        Bounded, whatever state the client is in."""
+        await stop_loops(self.client, self._tasks)
+
+        async def leave() -> None:
+            await self.client.delete(self.key(self.replica_id))
+            await self.client.srem(self.index_key, self.replica_id)
+
+        await last_word(self.client, leave, what="session-ledger-leave")

@@ -29,11 +29,19 @@ from typing import Any
 import structlog
 
 from gateway import clock as clocks
-from gateway.aio import cancel_and_wait, spawn
+from gateway.aio import spawn
 from gateway.clock import Clock
 from gateway.errors import StoreError
 from gateway.store.base import Delivery
-from gateway.store.redis_client import RedisClient, from_redis, ride_out, stop_if_cancelled, text
+from gateway.store.redis_client import (
+    RedisClient,
+    from_redis,
+    last_word,
+    ride_out,
+    stop_if_cancelled,
+    stop_loops,
+    text,
+)
 
 log = structlog.get_logger("gateway.fleet")
 
@@ -127,17 +135,12 @@ class RedisBus:
         ]
 
     async def close(self) -> None:
-        for task in self._tasks:
-            try:
-                async with asyncio.timeout(5):  # bounded, whatever the client does
-                    await cancel_and_wait(task)
-            except TimeoutError:
-                log.warning("fleet_task_stuck", task=task.get_name())
-        try:
-            await self.client.delete(self.replica_key(self.replica_id))
-        except Exception as exc:
-            if not from_redis(exc):
-                raise
+        """Stop the heartbeat and the inbox loop, and take the heartbeat out (the others
+        know this replica is gone at once). Bounded, whatever state the client is in: a
+        read blocked in the inbox's BLMOVE, Redis not answering."""
+        await stop_loops(self.client, self._tasks)
+        beat = self.replica_key(self.replica_id)
+        await last_word(self.client, lambda: self.client.delete(beat), what="fleet-leave")
 
     async def _heartbeat(self) -> None:
         ttl_ms = int(self.heartbeat_s * 2000)
@@ -170,6 +173,7 @@ class RedisBus:
                 if self.healthy:
                     log.warning("fleet_heartbeat_failed", error=str(exc))
                 self.healthy = False
+            stop_if_cancelled()  # a cancellation the client dropped (see there)
             await clocks.sleep(self.clock, self.heartbeat_s)
 
     def _beat_value(self) -> str:
@@ -225,6 +229,7 @@ class RedisBus:
         key, taken = self.inbox_key(self.replica_id), self.taken_key()
         look_again = self.clock.monotonic() + TAKE_UP_BEATS * self.heartbeat_s
         while True:
+            stop_if_cancelled()  # a cancellation the client dropped (see there)
             if self.clock.monotonic() >= look_again:
                 # The client may have sent a move again itself after its reply was lost
                 # (redis-py's own retry), with no error to tell: looked for now and then.

@@ -31,7 +31,14 @@ from gateway.store.base import (
     Reply,
     SuspendedCall,
 )
-from gateway.store.redis_client import RIDE_OUT_S, RedisClient, from_redis, ride_out, text
+from gateway.store.redis_client import (
+    RIDE_OUT_S,
+    RedisClient,
+    close_client,
+    from_redis,
+    ride_out,
+    text,
+)
 
 T = TypeVar("T")
 log = structlog.get_logger("gateway.store")
@@ -299,7 +306,8 @@ class RedisStore:
             return False
 
     async def close(self) -> None:
-        await self.client.aclose()
+        """Close the client; bounded, whatever state its connections are in."""
+        await close_client(self.client)
 
 
 def _claim_args(claim: SuspendedCall) -> list[str | int]:

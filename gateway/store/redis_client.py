@@ -1,4 +1,5 @@
-"""Reaching Redis: a client for a store URL, and riding out a moment it cannot be reached.
+"""Reaching Redis: a client for a store URL, riding out a moment it cannot be reached, and
+stopping the loops that use it and the client itself, bounded whatever Redis does.
 
 URLs: `redis://[:password@]host:port/db`, `rediss://...` (TLS), `unix:///path?db=0`,
 `redis+sentinel://host:port[,host:port]/service[/db]`, `redis+cluster://host:port`.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -34,6 +35,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway import clock as clocks
+from gateway.aio import spawn
 from gateway.clock import Clock
 from gateway.errors import ConfigError, StoreError
 
@@ -45,6 +47,12 @@ RedisClient = aioredis.Redis | RedisCluster
 #: How long a store or bus operation rides out an unreachable Redis (a restart, a
 #: failover) before it fails: a client sees no error for an outage shorter than this.
 RIDE_OUT_S = 3.0
+#: How long a loop on Redis, or a client, may take to stop when told to, before the
+#: client's connections are closed under it (twice `connect`'s socket timeout: a
+#: command in flight has had time to fail by itself).
+STOP_S = 4.0
+#: How long a close's last command to Redis (a clean-up that expires anyway) may take.
+LAST_WORD_S = 2.0
 # What a restart, a Sentinel failover (a demoted primary is read-only for a moment) or
 # a Cluster failover (slots uncovered until a replica takes them) look like.
 _OUTAGE = (
@@ -115,9 +123,13 @@ def from_redis(exc: BaseException) -> bool:
     return isinstance(exc, (RedisError, OSError)) or raised_by_client(exc)
 
 
-def stop_if_cancelled(exc: BaseException) -> None:
-    """A cancellation that redis-py turned into a connection error is still a cancellation:
-    a loop that carried on would hold up the shutdown that cancelled it.
+def stop_if_cancelled(exc: BaseException | None = None) -> None:
+    """Stop a loop that talks to Redis if its task is being cancelled, whatever the
+    client did with the cancellation: redis-py may turn it into a connection error
+    (`exc`), or drop it and return as if nothing happened. Its send runs under
+    `asyncio.wait_for`, which before Python 3.12 returns the result of a send that ended
+    as the cancellation arrived. A loop that carried on would never end, and whoever
+    awaits it would wait as long. Called after a failed call and once a round.
 
     Raises:
         CancelledError: this task is being cancelled.
@@ -125,6 +137,95 @@ def stop_if_cancelled(exc: BaseException) -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError() from exc
+
+
+async def stop_loops(
+    client: RedisClient, tasks: Iterable[asyncio.Task[Any]], *, bound_s: float = STOP_S
+) -> None:
+    """Cancel `tasks`, loops that talk to Redis through `client`, and wait for them to
+    end, bounded whatever state the client is in (`_ended`)."""
+    running = [task for task in tasks if not task.done()]
+    for task in running:
+        task.cancel()
+    await _ended(client, running, bound_s)
+
+
+async def last_word(
+    client: RedisClient,
+    op: Callable[[], Awaitable[object]],
+    *,
+    what: str,
+    bound_s: float = LAST_WORD_S,
+) -> None:
+    """Run `op`, a close's last command to Redis (a heartbeat taken out), bounded whatever
+    state the client is in: given `bound_s`, then cancelled (`_ended`). What it would
+    have cleaned up expires in Redis anyway: a failure of Redis is logged, not raised.
+    """
+
+    async def run() -> None:
+        try:
+            await op()
+        except Exception as exc:
+            if not from_redis(exc):
+                raise
+            log.info("redis_close_step_failed", step=what, error=str(exc))
+
+    task = spawn(run(), name=what)
+    await asyncio.wait({task}, timeout=bound_s)
+    if not task.done():
+        task.cancel()
+        await _ended(client, [task], bound_s)
+    if task.done() and not task.cancelled() and (failure := task.exception()) is not None:
+        raise failure  # the gateway's own code failing
+
+
+async def _ended(client: RedisClient, tasks: list[asyncio.Task[Any]], bound_s: float) -> None:
+    """Wait for cancelled `tasks` to end. One still running after `bound_s` (Redis
+    stopped answering mid command) has the client's connections closed under it, so
+    that the command fails at once, and `bound_s` more; one running after that is named
+    in the log and left.
+
+    The tasks are never awaited, not even under a timeout: a task that dropped its
+    cancellation (see `stop_if_cancelled`) holds whoever awaits it, and a timeout cannot
+    end that wait (`Task.cancel` hands its cancellation to the awaited task, and returns).
+    """
+    running = set(tasks)
+    for last in (False, True):
+        if not running:
+            return
+        _, running = await asyncio.wait(running, timeout=bound_s)
+        if running and not last:
+            await _drop_connections(client, bound_s)
+            for task in running:
+                task.cancel()
+    for task in running:
+        log.warning("redis_task_stuck", task=task.get_name())
+
+
+async def _drop_connections(client: RedisClient, bound_s: float) -> None:
+    """Close every connection of `client`, those in use included; the client opens new
+    ones when it is used again."""
+    try:
+        async with asyncio.timeout(bound_s):
+            if isinstance(client, RedisCluster):
+                await client.aclose()  # its topology learnt again at its next command
+            else:
+                await client.connection_pool.disconnect()
+    except Exception as exc:  # the connections are going anyway
+        if not (from_redis(exc) or isinstance(exc, TimeoutError)):
+            raise
+        log.info("redis_disconnect_failed", error=str(exc))
+
+
+async def close_client(client: RedisClient, *, bound_s: float = STOP_S) -> None:
+    """Close `client` and its connections, bounded whatever state they are in."""
+    try:
+        async with asyncio.timeout(bound_s):
+            await client.aclose()
+    except Exception as exc:
+        if not (from_redis(exc) or isinstance(exc, TimeoutError)):
+            raise
+        log.warning("redis_close_failed", error=str(exc))
 
 
 def text(raw: str | bytes) -> str:

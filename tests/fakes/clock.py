@@ -65,7 +65,7 @@ class ManualClock:
         """When the live timers are due, soonest first."""
         return sorted(t.when for t in self._timers if not t.cancelled)
 
-    async def armed(self, when: float, *, timeout_s: float = 5.0) -> None:
+    async def armed(self, when: float, *, timeout_s: float = 30.0) -> None:
         """Until a timer due at `when` (relative to now: `now + delay`) is set."""
         async with asyncio.timeout(timeout_s):
             while not any(abs(w - when) < 1e-9 for w in self.pending()):

@@ -12,6 +12,7 @@ import json
 import signal
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,14 @@ from aiohttp.test_utils import TestServer
 from gateway.protocol.state import generate_key
 from gateway.store.base import SuspendedCall
 from tests.peers.balancer import RoundRobin
-from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer, legacy_stdio_command
-from tests.support.cases import CASE_IDS, CASES, drive, text_of
+from tests.peers.tooling import (
+    GatewayProcess,
+    LegacyServer,
+    RedisServer,
+    legacy_stdio_command,
+    started_together,
+)
+from tests.support.cases import CASE_IDS, CASES, asked, drive, text_of
 from tests.support.legacy import ALICE, await_journal
 from tests.support.outcome import LOG_TAIL, failed
 from tests.support.wire import default_headers, parse_sse_messages, rpc
@@ -74,8 +81,10 @@ async def fleet(
     config = {
         "store": {"url": redis_server.url, "key_prefix": prefix},
         # Sweeps for dead replicas' sessions run often, so every test that kills one also
-        # shows that a parked call's session is never ended by them.
-        "fleet": {"heartbeat_s": 0.2, "drain_timeout_s": 20, "orphan_sweep_s": 0.4},
+        # shows that a parked call's session is never ended by them. The heartbeat is the
+        # default's: a shorter one would let a loaded machine (a beat late by more than a
+        # beat) lapse a live replica's lease, and hand its calls over mid test.
+        "fleet": {"heartbeat_s": 1.0, "drain_timeout_s": 20, "orphan_sweep_s": 2.0},
         "sealing": {"audience": "fleet-test"},
         "upstreams": [
             {
@@ -106,8 +115,8 @@ async def fleet(
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key()}
-    replicas = await asyncio.gather(
-        *(asyncio.to_thread(GatewayProcess, path, env, f"replica-{i}") for i in range(3))
+    replicas = await started_together(
+        *(partial(GatewayProcess, path, env, f"replica-{i}") for i in range(3))
     )
     balancer = RoundRobin([r.base for r in replicas])
     lb = TestServer(balancer.app(), host="127.0.0.1")
@@ -142,7 +151,7 @@ async def until_dead(fleet: Fleet, redis_url: str, replica: GatewayProcess) -> N
     key = found[0] if found else b"(already gone)"
     try:
         await client.config_set("notify-keyspace-events", "Ex")  # on every (re)started server
-        async with client.pubsub() as pubsub, asyncio.timeout(10):
+        async with client.pubsub() as pubsub, asyncio.timeout(30):
             await pubsub.subscribe("__keyevent@0__:expired")
             async for message in pubsub.listen():
                 if message["type"] == "subscribe":  # confirmed: no expiry can be missed now
@@ -154,9 +163,14 @@ async def until_dead(fleet: Fleet, redis_url: str, replica: GatewayProcess) -> N
         await client.aclose()
 
 
-@pytest.mark.parametrize(("tool", "arguments", "rounds", "text"), CASES, ids=CASE_IDS)
+@pytest.mark.parametrize(("tool", "arguments", "questions", "text"), CASES, ids=CASE_IDS)
 async def test_every_interactive_tool_completes_with_rounds_on_different_replicas(
-    fleet: Fleet, modern, tool: str, arguments: dict[str, Any], rounds: list[list[str]], text: str
+    fleet: Fleet,
+    modern,
+    tool: str,
+    arguments: dict[str, Any],
+    questions: list[list[str]],
+    text: str,
 ) -> None:
     run_id = uuid.uuid4().hex
     before = len(fleet.balancer.served)
@@ -169,7 +183,8 @@ async def test_every_interactive_tool_completes_with_rounds_on_different_replica
             "arguments": {**arguments, "run_id": run_id},
         },
     )
-    assert reply["rounds"] == rounds
+    rounds = reply["rounds"]
+    assert asked(rounds, questions), rounds
     assert text_of(reply) == text
     served = [s for s in fleet.balancer.served[before:] if s.method == "tools/call"]
     assert len(served) == len(rounds) + 1
@@ -211,7 +226,7 @@ async def test_a_cross_replica_retry_is_served_by_the_owner_and_relays_notificat
         ("b", "after 2"),
     ]
     assert final["result"]["content"][0]["text"] == "done (accept)"
-    await other.await_line('"event":"retry_forwarded"', timeout=10)  # the log reader may lag
+    await other.await_line('"event":"retry_forwarded"', timeout=30)  # the log reader may lag
     assert await body_runs(fleet, "chatty_progress", run_id) == 1
 
 
@@ -231,7 +246,7 @@ async def test_an_owner_restarted_under_its_name_is_a_new_owner_and_takes_its_ca
     status, reply = await fleet.post(owner.base + "/resumable", retry)
     assert status == 200, reply
     assert reply["result"]["content"][0]["text"] == "Hello, alice!", reply
-    await owner.await_line('"event":"call_taken_over"', timeout=10)
+    await owner.await_line('"event":"call_taken_over"', timeout=30)
     assert await body_runs(fleet, "greet", run_id, "/resumable", via=owner) == 1
 
 
@@ -249,7 +264,7 @@ async def test_owner_killed_takeover_continues_the_call_where_the_upstream_allow
     status, reply = await fleet.post(survivor.base + "/resumable", retry)
     assert status == 200, reply
     assert reply["result"].get("content", [{}])[0].get("text") == "Hello, alice!", reply
-    await survivor.await_line('"event":"call_taken_over"', timeout=10)  # the log reader may lag
+    await survivor.await_line('"event":"call_taken_over"', timeout=30)  # the log reader may lag
     assert await body_runs(fleet, "greet", run_id, "/resumable", via=survivor) == 1
 
 
@@ -296,16 +311,16 @@ async def test_owner_killed_the_calls_sharing_its_session_are_each_taken_over(
     replies.append(await fleet.post(survivor.base + "/shared", retries[2]))
     texts = [reply["result"]["content"][0]["text"] for _, reply in replies]
     assert texts == ["Hello, u0!", "Hello, u1!", "Hello, u2!"], replies
-    # Each adoption held the session's GET stream (one per session: a second is refused
-    # with 409). Two at once join one adoption (test_pool); one right after the last call
-    # here let the session go finds the old stream not yet seen closed, and asks again.
-    assert '"upstream_get_stream_refused"' not in survivor.logs()
+    # Not asserted here: that the first two joined one adoption (one GET stream, no 409
+    # asked again). Sent together, they may still reach the survivor one after the other
+    # on a loaded machine; takeovers that do meet join one (tests/upstream/test_pool.py).
     for run_id in runs:
         assert await body_runs(fleet, "greet", run_id, "/shared", via=survivor) == 1
 
 
-async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
-    """Until `condition` holds (checked every 50 ms), bounded."""
+async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 60.0) -> None:
+    """Until `condition` holds (checked every 50 ms), bounded: for what only Redis or a
+    replica's endpoint can tell (no event to wait on)."""
     async with asyncio.timeout(timeout):
         while not await condition():
             await asyncio.sleep(0.05)
@@ -424,7 +439,7 @@ async def test_owner_killed_a_replay_safe_tool_completes_by_replay(
         reply["result"]["content"][0]["text"]
         == "Registered alice (age 41) with favourite color teal"
     )
-    await survivor.await_line('"event":"call_replayed"', timeout=10)  # the log reader may lag
+    await survivor.await_line('"event":"call_replayed"', timeout=30)  # the log reader may lag
     assert await body_runs(fleet, "register", run_id, via=survivor) == 2  # replay-safe: ran again
 
 
@@ -576,7 +591,7 @@ async def test_sigterm_drains_parked_calls_whose_retries_still_complete(fleet: F
         status, first = await fleet.post(draining.base + "/mcp", rpc("tools/call", greet))
         firsts.append((greet, first["result"]["requestState"]))
     draining.send_signal(signal.SIGTERM)
-    await draining.await_line('"event":"drain_started"', timeout=10)
+    await draining.await_line('"event":"drain_started"', timeout=30)
     async with fleet.http.get(draining.base + "/readyz") as resp:
         assert resp.status == 503 and (await resp.json())["draining"]
     status, refused = await fleet.post(
@@ -590,6 +605,6 @@ async def test_sigterm_drains_parked_calls_whose_retries_still_complete(fleet: F
         retry = rpc("tools/call", {**greet, "requestState": state, "inputResponses": ALICE}, rid=9)
         status, reply = await fleet.post(target.base + "/mcp", retry)
         assert reply["result"]["content"][0]["text"] == "Hello, alice!"
-    code = await asyncio.to_thread(draining.wait, 15)
+    code = await asyncio.to_thread(draining.wait, 60)
     assert code == 0
     assert '"event":"drain_finished"' in draining.logs()

@@ -16,16 +16,16 @@ from tests.support.legacy import body_runs  # also imported from here by test_ro
 pytestmark = pytest.mark.peers
 
 
-@pytest.mark.parametrize(("tool", "arguments", "rounds", "text"), CASES, ids=CASE_IDS)
+@pytest.mark.parametrize(("tool", "arguments", "questions", "text"), CASES, ids=CASE_IDS)
 async def test_modern_client_completes_legacy_tool_through_gateway(
     gateway: Gateway,
     modern,
     tool: str,
     arguments: dict[str, Any],
-    rounds: list[list[str]],
+    questions: list[list[str]],
     text: str,
 ) -> None:
-    await complete_case(gateway, modern, tool, arguments, rounds, text)
+    await complete_case(gateway, modern, tool, arguments, questions, text)
 
 
 @pytest.mark.parametrize(

@@ -31,17 +31,17 @@ async def test_a_call_the_upstream_accepted_is_never_sent_again_after_its_sessio
 ) -> None:
     gateway = await make_gateway(restartable_with_ids.url)
     run_id = uuid.uuid4().hex
+    # The tool works for longer than the test runs: it is cut off by the restart (SIGKILL:
+    # a SIGTERM would let it finish), whatever the time the restart takes. A tool that
+    # finished first would be answered on the stream the gateway resumes.
+    arguments = {"seconds": 3600, "run_id": run_id}
     call = spawn(
-        gateway.post(
-            rpc(
-                "tools/call",
-                {"name": "close_then_work", "arguments": {"seconds": 3, "run_id": run_id}},
-            )
-        ),
+        gateway.post(rpc("tools/call", {"name": "close_then_work", "arguments": arguments})),
         name="test-call",
     )
     assert await await_journal(restartable_with_ids.url, run_id, "started") == ["started"]
-    await asyncio.to_thread(restartable_with_ids.restart)  # its sessions are forgotten
+    # Its sessions are forgotten.
+    await asyncio.to_thread(restartable_with_ids.restart, kill=True)
     status, reply, _ = await call
     assert status == 502 and reply["error"]["code"] == -32603
     # the new server process never saw the call: re-sending it would have run the body again
@@ -71,7 +71,7 @@ async def test_calls_parked_when_the_server_restarted_give_their_sessions_back_a
         states.append((run_id, first["result"]["requestState"]))
     await asyncio.to_thread(restartable.restart)
     # Set once no call held could still complete: both are lost.
-    await asyncio.wait_for(gateway.bridge.calls.idle.wait(), 10)
+    await asyncio.wait_for(gateway.bridge.calls.idle.wait(), 30)
     assert gateway.bridge.calls.lost == 2 and len(gateway.bridge.calls) == 2
     status, reply, _ = await gateway.post(
         rpc("tools/call", {"name": "echo", "arguments": {"text": "after the restart"}})

@@ -28,8 +28,7 @@ def _server(port: int, *extra: str, name: str, folder: Path) -> LoggedProcess:
     args += ["--dir", str(folder)]
     args += ["--appendonly", "no", "--protected-mode", "no", *extra]
     process = LoggedProcess(args, name=name, stdout_too=True)
-    process.start()
-    process.wait_for_line(READY)
+    process.start_ready(READY)
     return process
 
 
@@ -68,8 +67,7 @@ class SentinelSet:
             sentinel = LoggedProcess(
                 ["redis-server", str(conf), "--sentinel"], name="redis-sentinel", stdout_too=True
             )
-            sentinel.start()
-            sentinel.wait_for_line("Sentinel ID")
+            sentinel.start_ready("Sentinel ID")
             self.sentinels.append(sentinel)
         self.replica.wait_for_line(  # a full sync, or a partial one
             lambda line: (

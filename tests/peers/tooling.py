@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import time
 import venv
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS_DIR = Path(os.environ.get("MRTR_PEERS_DIR", ROOT / ".peers"))
@@ -162,6 +163,7 @@ class LoggedProcess:
         self._started_at = 0
         self._reader: threading.Thread | None = None
         self.proc: subprocess.Popen[str] | None = None
+        self.paused = False
 
     def start(self) -> None:
         if self._reader is not None:
@@ -169,6 +171,7 @@ class LoggedProcess:
         with self._changed:
             self._eof = False
             self._started_at = len(self._lines)
+        self.paused = False
         self.proc = subprocess.Popen(
             self.args,
             stdin=subprocess.DEVNULL,
@@ -247,6 +250,20 @@ class LoggedProcess:
         """`wait_for_line` for async tests (in a worker thread: the event loop keeps running)."""
         return await asyncio.to_thread(self.wait_for_line, needle, timeout, since)
 
+    def start_ready(self, needle: str, timeout: float = 30.0) -> str:
+        """`start()`, then the line saying it is ready (`wait_for_line`). A process that
+        does not say so in time is ended, not left running behind the failure.
+
+        Raises:
+            RuntimeError: it ended, or was still not ready after `timeout` seconds.
+        """
+        LoggedProcess.start(self)  # the process alone, whatever a subclass's start adds
+        try:
+            return self.wait_for_line(needle, timeout)
+        except BaseException:
+            self.stop()
+            raise
+
     # -- controlling the process ------------------------------------------------------
 
     def _process(self) -> subprocess.Popen[str]:
@@ -276,8 +293,21 @@ class LoggedProcess:
         self._process().kill()
         self.wait(10)
 
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets open and answers nothing (a hung host);
+        the kernel still accepts connections for it. `resume()` lets it go on."""
+        self._process().send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT: a paused process goes on where it stopped."""
+        self._process().send_signal(signal.SIGCONT)
+        self.paused = False
+
     def terminate(self, timeout: float = 15.0) -> None:
         """SIGTERM, and SIGKILL if it is still running after `timeout` seconds."""
+        if self.paused and self._process().poll() is None:
+            self.resume()  # a stopped process acts on SIGTERM only once it goes on
         if self._process().poll() is None:
             self._process().terminate()
             try:
@@ -291,6 +321,28 @@ class LoggedProcess:
         if self.proc is not None:
             self.terminate()
         self.log_path.unlink(missing_ok=True)
+
+
+P = TypeVar("P", bound=LoggedProcess)
+
+
+async def started_together(*makers: Callable[[], P]) -> list[P]:
+    """Processes started at once (each made in a thread: it waits for its ready line).
+    If one fails to start, those that did are ended before the failure is raised.
+
+    Raises:
+        RuntimeError: a process did not say it was ready.
+    """
+    made = await asyncio.gather(
+        *(asyncio.to_thread(make) for make in makers), return_exceptions=True
+    )
+    failed = [each for each in made if isinstance(each, BaseException)]
+    if failed:
+        for each in made:
+            if isinstance(each, LoggedProcess):
+                each.stop()
+        raise failed[0]
+    return [each for each in made if not isinstance(each, BaseException)]
 
 
 class LegacyServer(LoggedProcess):
@@ -316,17 +368,20 @@ class LegacyServer(LoggedProcess):
         if slow_get_ms:
             args += ["--slow-get-ms", str(slow_get_ms)]
         super().__init__(args, name="legacy-server")
-        self.start()
-        self.port = int(self.wait_for_line(PEER_READY).rsplit(":", 1)[1])
+        self.port = int(self.start_ready(PEER_READY).rsplit(":", 1)[1])
         self.args[self.args.index("--port") + 1] = str(self.port)  # a restart keeps it
         path = "/sse" if transport == "sse" else "/mcp"
         self.url = f"http://127.0.0.1:{self.port}{path}"
 
-    def restart(self) -> None:
-        """A new server process on the same port: every session it knew is gone."""
-        self.terminate()
-        self.start()
-        self.wait_for_line(PEER_READY)
+    def restart(self, *, kill: bool = False) -> None:
+        """A new server process on the same port: every session it knew is gone. `kill`:
+        the old one is ended with SIGKILL, its tools cut off mid work (SIGTERM lets them
+        finish first: uvicorn waits for the requests in flight)."""
+        if kill:
+            self.kill9()
+        else:
+            self.terminate()
+        self.start_ready(PEER_READY)
 
 
 def legacy_stdio_command(state_dir: Path, *, notifying: bool = False) -> list[str]:
@@ -345,8 +400,7 @@ class NativeServer(LoggedProcess):
     def __init__(self) -> None:
         python = ensure_venv("modern")
         super().__init__([str(python), str(HERE / "native_server.py")], name="native-server")
-        self.start()
-        self.port = int(self.wait_for_line(PEER_READY).rsplit(":", 1)[1])
+        self.port = int(self.start_ready(PEER_READY).rsplit(":", 1)[1])
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
 
@@ -443,8 +497,7 @@ class RedisServer(LoggedProcess):
         self.start()
 
     def start(self) -> None:
-        super().start()
-        self.wait_for_line(self.READY)
+        self.start_ready(self.READY)
 
     def kill(self) -> None:
         self.kill9()
@@ -481,8 +534,7 @@ class GatewayProcess(LoggedProcess):
         super().__init__(args, name=name, env={**defaults, **(env or {})})
         self.replica_id = self.env["MRTR_GATEWAY_REPLICA_ID"]
         self.base = f"http://127.0.0.1:{self.port}"
-        self.start()
-        self.wait_for_line(self.READY, ready_timeout)
+        self.start_ready(self.READY, ready_timeout)
 
     def url(self, path: str = "/mcp") -> str:
         return self.base + path

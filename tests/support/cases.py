@@ -11,7 +11,10 @@ from tests.peers.tooling import ModernClient
 from tests.support.inprocess import Gateway
 from tests.support.legacy import body_runs
 
-# (tool, arguments, the rounds the client sees (input keys per round), the final text)
+# (tool, arguments, the questions it asks (input keys, those asked together in one list),
+# the final text). Questions asked together arrive in one round, but for one that comes
+# later than the gateway waits (`limits.coalesce_ms`: a loaded machine): it is asked in
+# the next round, nothing lost (README, "The bridge"). See `asked`.
 CASES = [
     ("greet", {}, [["elicit.username"]], "Hello, alice!"),
     (
@@ -56,6 +59,19 @@ CASES = [
 CASE_IDS = [case[0] for case in CASES]
 
 
+def asked(rounds: list[list[str]], questions: list[list[str]]) -> bool:
+    """Whether a client's `rounds` (the input keys of each) asked `questions`: each
+    question once, those asked together in consecutive rounds of their own, in order."""
+    left = [list(round_) for round_ in rounds]
+    for together in questions:
+        unasked = set(together)
+        while unasked:
+            if not left or not left[0] or not set(left[0]) <= unasked:
+                return False
+            unasked -= set(left.pop(0))
+    return not left
+
+
 async def drive(modern: ModernClient, command: dict[str, Any]) -> dict[str, Any]:
     """Run one command in the modern client without blocking the gateway's loop."""
     return await asyncio.to_thread(modern.run, command)
@@ -77,15 +93,16 @@ async def complete_case(
     modern: ModernClient,
     tool: str,
     arguments: dict[str, Any],
-    rounds: list[list[str]],
+    questions: list[list[str]],
     text: str,
 ) -> None:
-    """The modern client completes `tool` through `gateway` with exactly these rounds and
-    this text; the tool's body ran once and the gateway holds no call afterwards."""
+    """The modern client completes `tool` through `gateway`, asked these questions
+    (`asked`), with this text; the tool's body ran once and the gateway holds no call
+    afterwards."""
     run_id = uuid.uuid4().hex
     command = {"op": "call_tool", "url": gateway.url, "name": tool}
     reply = await drive(modern, {**command, "arguments": {**arguments, "run_id": run_id}})
-    assert reply["rounds"] == rounds
+    assert asked(reply["rounds"], questions), reply["rounds"]
     assert text_of(reply) == text
     assert reply["result"]["resultType"] == "complete"
     assert await body_runs(gateway, tool, run_id) == 1

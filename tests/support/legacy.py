@@ -116,9 +116,10 @@ async def legacy_tool(url: str, name: str, arguments: dict[str, Any]) -> str:
     return str(result["content"][0]["text"])
 
 
-async def await_journal(url: str, run_id: str, entry: str, timeout_s: float = 10.0) -> list[str]:
+async def await_journal(url: str, run_id: str, entry: str, timeout_s: float = 30.0) -> list[str]:
     """The journal of `run_id` on the legacy server at `url` once it holds `entry`, or as it
-    is after `timeout_s` (the server waits on its journal changing, nobody polls)."""
+    is after `timeout_s` (the server waits on its journal changing, nobody polls): a
+    bound on a loaded machine's lag, not on how fast it should be."""
     async with asyncio.timeout(timeout_s + 10):
         text = await legacy_tool(
             url, "await_journal", {"run_id": run_id, "entry": entry, "timeout_s": timeout_s}
