@@ -236,7 +236,10 @@ class ResponseParser:
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._state != _HEAD:
             return  # a trailer field: read and ignored
-        self._count(len(name) + len(value) + _LINE_COST)
+        # `_count`, written out: this runs for every header of every response.
+        self._head_size += len(name) + len(value) + _LINE_COST
+        if self._head_size > self.max_head_bytes:
+            raise TooLarge("the response head is too large")
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         headers = self._headers

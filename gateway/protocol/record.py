@@ -105,7 +105,15 @@ class State(StrEnum):
 
 
 def state_of(record: SuspendedCall | None) -> State:
-    return State.ABSENT if record is None else State(record.status)
+    return State.ABSENT if record is None else _STATES[record.status]
+
+
+_STATES = {PARKED: State.PARKED, RESUMING: State.RESUMING}
+
+
+def lapsed(record: SuspendedCall, now_ms: int) -> bool:
+    """Whether a record has outlived its deadline and grace (the `lapsed` guard)."""
+    return record.deadline_ms + GRACE_MS <= now_ms
 
 
 class Guard(StrEnum):
@@ -251,7 +259,7 @@ _GUARDS: dict[Guard, Callable[[Any, Any], bool]] = {
     Guard.CLAIMED_BY_DEAD: lambda record, event: record.claimer == event.dead,
     Guard.DEAD: lambda record, event: bool(event.dead_confirmed),
     Guard.CLAIM_HOLDS: lambda record, event: _claim_holds(record, event.claim),
-    Guard.LAPSED: lambda record, event: record.deadline_ms + GRACE_MS <= event.now_ms,
+    Guard.LAPSED: lambda record, event: lapsed(record, event.now_ms),
 }
 
 
@@ -295,7 +303,10 @@ def step(record: SuspendedCall | None, event: Event) -> Step:
         return Step(record, no_row=True)
     refused: Guard | None = None
     for row in rows:
-        refused = next((g for g in row.guards if not _GUARDS[g](record, event)), None)
-        if refused is None:
+        for guard in row.guards:
+            if not _GUARDS[guard](record, event):
+                refused = guard
+                break
+        else:
             return Step(_effect(record, event))
     return Step(record, refused=refused)

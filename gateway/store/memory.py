@@ -26,15 +26,20 @@ class MemoryStore:
         self._held: dict[str, dict[str, int]] = {}  # principal -> call -> until (wall ms)
 
     def _live(self, call_id: str) -> SuspendedCall | None:
+        """The call's record, unless it lapsed (the table's `lapse`, as the store's clock
+        makes it: then it is gone)."""
         record = self._records.get(call_id)
-        if record is not None and life.step(record, life.Lapse(self.clock.wall_ms())).done:
+        if record is not None and life.lapsed(record, self.clock.wall_ms()):
             del self._records[call_id]
             return None
         return record
 
-    def _apply(self, call_id: str, event: life.Event) -> life.Step:
-        """`event` on the call's record, as the table says; written if it was done."""
-        done = life.step(self._live(call_id), event)
+    def _apply(
+        self, call_id: str, event: life.Event, record: SuspendedCall | None = None
+    ) -> life.Step:
+        """`event` on the call's record (`record`, when it was just looked up), as the
+        table says; written if it was done."""
+        done = life.step(record if record is not None else self._live(call_id), event)
         if done.done:
             if done.record is None:
                 self._records.pop(call_id, None)
@@ -55,7 +60,7 @@ class MemoryStore:
         record = self._live(call_id)
         if record is None or record.status != life.PARKED:
             return None  # a claim run again is a network's doing: none in this process
-        done = self._apply(call_id, life.Claim(round_, claimer, secrets.token_hex(8)))
+        done = self._apply(call_id, life.Claim(round_, claimer, secrets.token_hex(8)), record)
         return done.record if done.done else None
 
     async def claim_delivering(
