@@ -113,6 +113,19 @@ class FleetConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LegacyConfig:
+    """The legacy lane: 2025 clients (initialize, sessions) on the same endpoint."""
+
+    enabled: bool = True
+    # A gateway session id's absolute lifetime: past it the client gets 404 and starts over.
+    session_ttl_s: float = 24 * 3600.0
+    # Open GET streams (a session's standalone stream) per principal, and in all, on this
+    # replica; past either the GET gets 429 or 503. 0: GET streams are not served (405).
+    max_streams_per_principal: int = 4
+    max_streams: int = 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoggingConfig:
     level: str = "info"
     format: str = "auto"  # auto: console on a terminal, else JSON lines
@@ -198,6 +211,7 @@ class GatewayConfig:
     sealing: SealingConfig = SealingConfig()
     store: StoreConfig = StoreConfig()
     fleet: FleetConfig = FleetConfig()
+    legacy: LegacyConfig = LegacyConfig()
     logging: LoggingConfig = LoggingConfig()
     allowed_origins: frozenset[str] = frozenset()
     allowed_hosts: frozenset[str] = frozenset()
