@@ -51,6 +51,7 @@ from gateway.errors import (
     NotAcceptable,
     RpcError,
     UpstreamError,
+    UpstreamTimeout,
 )
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.relay import ENDED, Relay, StreamHooks
@@ -422,16 +423,23 @@ class LegacyLane:
         )
         await relay.start()
         try:
-            how = await relay.run(answer.body, view.see, idle_s=self.settings.limits.hold_timeout_s)
+            how = await relay.run(
+                answer.body,
+                view.see,
+                idle_s=self.settings.limits.hold_timeout_s,
+                done=view.has_answer,
+            )
             if how != ENDED and served.rid is not None and not view.answered:
                 log.info("legacy_stream_cut", how=how, error=str(relay.error or ""))
                 if not view.resumable:  # the client has no way to get the rest: it is told
-                    failure = relay.error or UpstreamError("upstream said nothing in time")
+                    failure = relay.error or UpstreamTimeout(
+                        "The upstream MCP server said nothing for limits.hold_timeout_s"
+                    )
                     reply = jsonrpc.error(served.rid, failure.error_object())
                     await relay.write(sse.encode(jsonrpc.dumps(reply).decode()))
         finally:
             await relay.close()
-        served.outcome = view.outcome
+            served.outcome = view.outcome  # also when the client went first
         return await relay.finish()
 
     def _checked_body(
@@ -534,6 +542,10 @@ class StreamView:
         self.answered = False
         self.resumable = False  # an event id came: the client can resume with it
         self.outcome = "cut_short"
+
+    def has_answer(self) -> bool:
+        """Whether the client has the response it waits for (a POST's stream only)."""
+        return self.answered and self.rid is not None
 
     def see(self, event: sse.Event) -> sse.Event:
         if event.id is not None:

@@ -102,15 +102,20 @@ class Relay:
         *,
         idle_s: float | None = None,
         end_at: float | None = None,
+        done: Callable[[], bool] | None = None,
     ) -> str:
         """Relay `events` until they end or the relay does; how it ended (`ENDED`, `FAILED`,
         `IDLE`, `EXPIRED` or the reason given to `stop`). `end_at` is on the loop's clock.
-        `events` is closed either way.
+        Once `done()` says the client has all it waits for (a POST's response: the server
+        SHOULD end its stream there), the relay ends at once and the rest of the upstream's
+        stream is read in the background for at most `DRAIN_S`, so that its connection is
+        used again; `events` is closed whatever happens.
 
         Raises:
             ConnectionResetError: the client went away.
         """
         loop = asyncio.get_running_loop()
+        draining = False
         try:
             async with asyncio.timeout_at(_deadline(loop.time(), idle_s, end_at)) as bound:
                 self._bound = bound
@@ -120,6 +125,10 @@ class Relay:
                     shown = see(event)
                     if shown is not None:
                         await self.write(sse.encode_event(shown))
+                    if done is not None and done():
+                        draining = True
+                        spawn(_drain(events), name="legacy-stream-drain")
+                        return ENDED
                     if idle_s is not None and self._stopped is None:
                         bound.reschedule(_deadline(loop.time(), idle_s, end_at))
             return ENDED
@@ -132,7 +141,8 @@ class Relay:
             return FAILED
         finally:
             self._bound = None
-            await events.aclose()
+            if not draining:
+                await events.aclose()
 
     def stop(self, why: str) -> None:
         """End the relay at once (its `run` returns `why`), cleanly for the client."""
@@ -191,6 +201,23 @@ class Relay:
         finally:
             self._keeper = None
         self._arm(self.keepalive_s)
+
+
+#: How long the rest of a stream may take to end once the client has what it waits for.
+DRAIN_S = 1.0
+
+
+async def _drain(events: EventStream) -> None:
+    """Read what follows a response (normally just the stream's end), briefly: a stream
+    read to its end gives its connection back for the next request; one cut is closed."""
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in events:
+                pass
+    except (TimeoutError, UpstreamError):
+        pass
+    finally:
+        await events.aclose()
 
 
 def _deadline(now: float, idle_s: float | None, end_at: float | None) -> float | None:
