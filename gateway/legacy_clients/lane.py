@@ -31,6 +31,7 @@ It must not import the web part (`gateway.web`) nor the call core (`gateway.call
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import time
@@ -42,7 +43,6 @@ import structlog
 from aiohttp import web
 
 from gateway.auth import Identity
-from gateway.auth.errors import AuthError
 from gateway.config import LegacyConfig, LimitsConfig
 from gateway.errors import (
     HttpError,
@@ -53,6 +53,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
+from gateway.legacy_clients.answers import MaySee, StreamView, checked_body, outcome_of
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.relay import ENDED, Relay, StreamHooks
 from gateway.legacy_clients.streams import Streams
@@ -108,9 +109,6 @@ class Caller(Protocol):
     def identity(self) -> Identity | None: ...
 
 
-MaySee = Callable[[str, str | None], bool]
-
-
 class Door(Protocol):
     """What the lane asks of its route's front door (`gateway.web.front_door.FrontDoor`)."""
 
@@ -120,14 +118,6 @@ class Door(Protocol):
 
     def list_filter(self, caller: Any) -> MaySee | None: ...
 
-
-#: What a streamed result the caller may not see is replaced with: on a stream already
-#: begun (200) there is no 403 to send any more.
-INSUFFICIENT_SCOPE_RESULT = {
-    "code": -32603,
-    "message": "Insufficient scope for this result",
-    "data": {"reason": "insufficient_scope"},
-}
 
 #: The methods a legacy client sends, as metric labels; any other is counted as "other".
 KNOWN_METHODS = frozenset(
@@ -405,22 +395,20 @@ class LegacyLane:
         """The upstream's answer to a POST, passed on."""
         served.status = answer.status
         may_see = self.door.list_filter(caller)
+        check = functools.partial(self.door.check_result, caller, served.method)
         if isinstance(answer.body, bytes):
-            served.outcome = _outcome_of(answer.status)
+            served.outcome = outcome_of(answer.status)
             body = answer.body
             if answer.status == 200 and served.rid is not None:
-                body = self._checked_body(caller, body, served, may_see)
+                body, served.outcome = checked_body(
+                    body, method=served.method, may_see=may_see, check=check
+                )
             return self._plain(replace(answer, body=body), token)
         headers = dict(SSE_HEADERS)
         if token is not None:
             headers[SESSION_HEADER] = token
         relay = Relay(request, headers, self.hooks, keepalive_s=self._keepalive)
-        view = StreamView(
-            rid=served.rid,
-            method=served.method,
-            may_see=may_see,
-            check=lambda result: self.door.check_result(caller, served.method, result),
-        )
+        view = StreamView(rid=served.rid, method=served.method, may_see=may_see, check=check)
         await relay.start()
         try:
             how = await relay.run(
@@ -441,32 +429,6 @@ class LegacyLane:
             await relay.close()
             served.outcome = view.outcome  # also when the client went first
         return await relay.finish()
-
-    def _checked_body(
-        self, caller: Caller, body: bytes, served: Served, may_see: MaySee | None
-    ) -> bytes:
-        """A JSON answer to a request: its outcome noted, a list filtered, a read checked.
-
-        Raises:
-            InsufficientScope: a resource read answered with contents the caller may not see.
-        """
-        try:
-            message = jsonrpc.loads(body)
-        except (ValueError, RecursionError):
-            return body  # not JSON: the client's to judge, as it would be directly
-        if not isinstance(message, dict):
-            return body
-        if "error" in message:
-            served.outcome = "error"
-            return body
-        result = message.get("result")
-        if isinstance(result, dict):
-            self.door.check_result(caller, served.method, result)
-        if may_see is not None:
-            kept = sessions.filtered_message(message, served.method, may_see)
-            if kept is not None:
-                return jsonrpc.dumps(kept)
-        return body
 
     def _plain(self, answer: Answer, token: str | None) -> web.Response:
         assert isinstance(answer.body, bytes)
@@ -511,74 +473,6 @@ class Served:
     status: int = 500
     outcome: str = "error"
     session: str | None = None  # the session id's log stand-in
-
-
-def _outcome_of(status: int) -> str:
-    if status == 202:
-        return "accepted"
-    if status < 300:
-        return "complete"
-    return "refused"  # the upstream's own refusal, passed on
-
-
-class StreamView:
-    """What the lane looks at in a stream it relays: the response to its request (its
-    outcome; a list filtered; a read checked) and whether the client could resume it."""
-
-    __slots__ = ("rid", "method", "may_see", "check", "answered", "resumable", "outcome")
-
-    def __init__(
-        self,
-        *,
-        rid: jsonrpc.RequestId | None,
-        method: str | None,
-        may_see: MaySee | None,
-        check: Callable[[dict[str, Any]], None] | None = None,
-    ) -> None:
-        self.rid = rid  # None: a GET stream, whose responses are replays of other streams'
-        self.method = method
-        self.may_see = may_see
-        self.check = check
-        self.answered = False
-        self.resumable = False  # an event id came: the client can resume with it
-        self.outcome = "cut_short"
-
-    def has_answer(self) -> bool:
-        """Whether the client has the response it waits for (a POST's stream only)."""
-        return self.answered and self.rid is not None
-
-    def see(self, event: sse.Event) -> sse.Event:
-        if event.id is not None:
-            self.resumable = True
-        if not event.data or (self.rid is not None and self.answered):
-            return event
-        if self.rid is None and self.may_see is None:
-            return event  # nothing to look for on a GET stream
-        try:
-            message = jsonrpc.loads(event.data)
-        except (ValueError, RecursionError):
-            return event
-        if not isinstance(message, dict) or "method" in message:
-            return event
-        if self.rid is not None:
-            if message.get("id") != self.rid:
-                return event
-            self.answered = True
-            self.outcome = "error" if "error" in message else "complete"
-        result = message.get("result")
-        if self.check is not None and isinstance(result, dict):
-            try:
-                self.check(result)
-            except AuthError as refused:
-                log.info("result_refused", reason=refused.reason)
-                self.outcome = "error"
-                reply = jsonrpc.error(message.get("id"), INSUFFICIENT_SCOPE_RESULT)
-                return replace(event, data=jsonrpc.dumps(reply).decode())
-        if self.may_see is not None:
-            kept = sessions.filtered_message(message, self.method, self.may_see)
-            if kept is not None:
-                return replace(event, data=jsonrpc.dumps(kept).decode())
-        return event
 
 
 async def _discard(answer: Answer) -> None:
