@@ -23,7 +23,7 @@ from gateway.auth import ClientCredentialsSource
 from gateway.auth.fetcher import AiohttpFetcher
 from gateway.calls.bridge import Bridge
 from gateway.clock import SystemClock
-from gateway.config import STDIO, STREAMABLE_HTTP, GatewayConfig, UpstreamConfig
+from gateway.config import LEGACY_TRANSPORTS, STDIO, GatewayConfig, UpstreamConfig
 from gateway.fleet.changes import ChangeFeed
 from gateway.fleet.ledger import SessionLedger
 from gateway.fleet.redis_bus import RedisBus
@@ -319,7 +319,7 @@ def _legacy_lanes(
     lanes = {}
     for upstream in config.upstreams:
         passed: LegacyUpstream | None = None
-        if upstream.transport == STREAMABLE_HTTP:
+        if upstream.transport in LEGACY_TRANSPORTS:
             source = credentials.get(upstream.name)
             endpoint = http_endpoint(
                 upstream,

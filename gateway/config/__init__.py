@@ -23,6 +23,7 @@ from gateway.config.loader import (
     parse_config,
 )
 from gateway.config.model import (
+    LEGACY_TRANSPORTS,
     PARK,
     REPLAY,
     SSE,
@@ -49,6 +50,7 @@ __all__ = [
     "ENV_LOG_LEVEL",
     "ENV_REPLICA_ID",
     "ENV_STORE_URL",
+    "LEGACY_TRANSPORTS",
     "PARK",
     "REPLAY",
     "SSE",

@@ -138,6 +138,9 @@ STREAMABLE_HTTP = "streamable-http"
 SSE = "sse"  # HTTP+SSE of protocol 2024-11-05
 STDIO = "stdio"
 TRANSPORTS = (STREAMABLE_HTTP, SSE, STDIO)
+#: The transports whose upstreams the legacy lane serves to 2025 clients (passed through
+#: one session to one session); the others' `initialize` is refused, naming what is served.
+LEGACY_TRANSPORTS = (STREAMABLE_HTTP,)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
