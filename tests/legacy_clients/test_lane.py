@@ -277,3 +277,19 @@ def test_a_session_id_is_visible_ascii_of_a_bounded_size() -> None:
     assert len(token) < 2000
     raw = base64.urlsafe_b64decode(token[4:] + "==")
     assert len(raw) > 16
+
+
+async def test_legacy_requests_have_metrics_of_their_own_and_leave_the_2026_series_alone(
+    gateway: Gateway,
+) -> None:
+    session = await open_session(gateway.http, gateway.url)
+    await send(gateway.http, gateway.url, call("echo", text="x"), session=session)
+    await send(gateway.http, gateway.url, request("tools/list"), session="lg1.nope")
+    async with gateway.http.get(gateway.url.replace("/mcp", "/metrics")) as resp:
+        text = await resp.text()
+    assert 'mrtr_legacy_requests_total{method="tools/call",outcome="complete"} 1.0' in text
+    assert 'mrtr_legacy_requests_total{method="tools/list",outcome="refused"} 1.0' in text
+    assert 'mrtr_legacy_request_duration_seconds_count{method="initialize"} 1.0' in text
+    assert 'mrtr_legacy_session_refusals_total{reason="truncated"} 1.0' in text
+    assert "mrtr_legacy_streams 0.0" in text
+    assert 'mrtr_requests_total{method="tools/call"' not in text  # no 2026 request was made
