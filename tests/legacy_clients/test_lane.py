@@ -121,6 +121,7 @@ async def test_a_session_id_that_does_not_open_here_gets_404(
         "another route's": forged(upstream="elsewhere"),
         "another deployment's": forged(audience="another-gateway"),
         "a requestState": request_state,
+        "another replica's (a replica-bound session)": forged(owner="replica-elsewhere"),
         "not a token at all": "abc",
     }
     for what, token in refused.items():
@@ -293,3 +294,77 @@ async def test_legacy_requests_have_metrics_of_their_own_and_leave_the_2026_seri
     assert 'mrtr_legacy_session_refusals_total{reason="truncated"} 1.0' in text
     assert "mrtr_legacy_streams 0.0" in text
     assert 'mrtr_requests_total{method="tools/call"' not in text  # no 2026 request was made
+
+
+def upstream_session_of(session: str) -> str:
+    """The upstream's own session id a gateway session id seals (the test holds the key)."""
+    return str(json.loads(SESSIONS.unseal(session))["s"])
+
+
+async def test_a_get_the_upstream_refuses_as_busy_is_asked_again_then_passed_on(
+    gateway: Gateway,
+) -> None:
+    """The upstream still holds the session's GET stream (a replica that held it has just
+    died, the server has not seen it go): its 409 is asked again until the stream is gone,
+    and passed on when it does not go."""
+    session = await open_session(gateway.http, gateway.url)
+    upstream_headers = {
+        "Accept": "text/event-stream",
+        "Mcp-Session-Id": upstream_session_of(session),
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    busy = asyncio.Event()
+
+    def noticed(logger: Any, name: str, event: dict[str, Any]) -> dict[str, Any]:
+        if event["event"] == "upstream_get_busy":
+            busy.set()
+        return event
+
+    with structlog.testing.capture_logs(processors=[noticed]):
+        held = await gateway.http.get(gateway.upstream_url, headers=upstream_headers)
+        assert held.status == 200
+        opening = spawn(get_stream(gateway, session), name="test-get")
+        async with asyncio.timeout(10):
+            await busy.wait()  # refused once at least, and asked again
+        held.close()  # the old stream goes: the next try gets the stream
+        async with asyncio.timeout(30):
+            opened = await opening
+        assert opened.status == 200
+        opened.close()
+        held_for_good = await gateway.http.get(gateway.upstream_url, headers=upstream_headers)
+        try:
+            async with asyncio.timeout(30):
+                refused = await get_stream(gateway, session)
+            assert held_for_good.status == 200 and refused.status == 409
+            refused.release()
+        finally:
+            held_for_good.close()
+
+
+async def test_the_upstream_gets_the_gateways_own_token_never_the_clients(
+    make_gateway: Any, tmp_path: Path
+) -> None:
+    from tests.peers.auth_server import AuthServer
+
+    issuer = await AuthServer().start()
+    try:
+        issuer.clients["mrtr-gateway"] = "gw-secret"
+        secret = tmp_path / "secret"
+        secret.write_text("gw-secret\n")
+        client = {
+            "token_url": issuer.token_url,
+            "client_id": "mrtr-gateway",
+            "client_secret_file": str(secret),
+        }
+        gateway = await make_gateway(upstream={"oauth_client": client})
+        own = {"Authorization": "Bearer the-clients-token"}
+        session = await open_session(gateway.http, gateway.url, headers=own)
+        seen = await send(
+            gateway.http, gateway.url, call("authorization_seen"), session=session, headers=own
+        )
+        assert text_of(seen.last).startswith("Bearer ") and "the-clients-token" not in text_of(
+            seen.last
+        )
+        assert issuer.token_requests[-1]["grant_type"] == "client_credentials"
+    finally:
+        await issuer.down()
