@@ -94,10 +94,10 @@ class LegacyUpstream(Protocol):
 
 
 #: The client headers that cross to the upstream, by lower-case name, with the name they
-#: are sent under. The trace context crosses too (`crossing_headers`).
+#: are sent under. The trace context crosses too (`crossing_headers`); `Accept` and
+#: `Content-Type` are the transport's own, written by whoever speaks it (the client's were
+#: checked at the front door).
 CROSSING = {
-    "accept": "Accept",
-    "content-type": "Content-Type",
     "mcp-protocol-version": "MCP-Protocol-Version",
     "last-event-id": "Last-Event-ID",
 }
@@ -106,9 +106,10 @@ MAX_CROSSING_CHARS = 256
 
 
 def crossing_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """What of a client's headers (by lower-case name) goes upstream: the transport's own
-    and valid trace context, each visible ASCII and short. Never `Authorization`, cookies,
-    the session id (the upstream's is sealed in the gateway's) or anything else."""
+    """What of a client's headers (by lower-case name) goes upstream: the protocol version,
+    `Last-Event-ID` and valid trace context, each visible ASCII and short. Never
+    `Authorization`, cookies, the session id (the upstream's is sealed in the gateway's) or
+    anything else."""
     crossing = {
         sent: value
         for name, sent in CROSSING.items()
@@ -122,6 +123,12 @@ def crossing_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 SESSION_HEADER = "Mcp-Session-Id"
+#: What a Streamable HTTP request accepts and carries, by HTTP method.
+_TRANSPORT_HEADERS = {
+    "POST": {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"},
+    "GET": {"Accept": "text/event-stream"},
+    "DELETE": {"Accept": "application/json, text/event-stream"},
+}
 #: Upstream answer headers the client sees (the rest is the upstream's business).
 _RELAYED = {"content-type": "Content-Type", "allow": "Allow", "retry-after": "Retry-After"}
 #: Between the tries of a GET the upstream refuses as busy (409), before it is passed on.
@@ -186,6 +193,7 @@ class HttpPassThrough:
         endpoint = self.endpoint
         for attempt in (1, 2):
             sent = await endpoint.request_headers()
+            sent.update(_TRANSPORT_HEADERS[method])
             sent.update(headers)
             if session is not None:
                 sent[SESSION_HEADER] = session
