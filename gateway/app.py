@@ -174,7 +174,9 @@ def build_app(config: GatewayConfig) -> web.Application:
     http = Http1Client()
     streams = Streams(config.legacy.max_streams, config.legacy.max_streams_per_principal)
     bridge.on_drain.append(streams.end_all)  # their clients reconnect elsewhere
-    lanes = _legacy_lanes(config, http, credentials, doors, codec, metrics, streams, clock.wall_ms)
+    lanes = _legacy_lanes(
+        config, http, credentials, doors, codec, metrics, streams, owner, clock.wall_ms
+    )
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         for upstream in config.upstreams:
@@ -214,7 +216,7 @@ def build_app(config: GatewayConfig) -> web.Application:
             changes.start()
         log.info(
             "gateway_started",
-            replica=config.replica_id,
+            replica=owner,  # with its incarnation: a replica restarted holds no session
             incarnation=incarnation,
             upstreams={u.path: _where(u) for u in config.upstreams},
             store=redact(config.store.url),
@@ -299,6 +301,7 @@ def _legacy_lanes(
     codec: AesGcmKeyRing,
     metrics: Metrics,
     streams: Streams,
+    owner: str,
     wall_ms: Callable[[], int],
 ) -> dict[str, LegacyLane]:
     """The legacy lane of every route, by upstream name; none when `legacy.enabled` is off.
@@ -311,7 +314,7 @@ def _legacy_lanes(
         legacy=legacy,
         limits=config.limits,
         audience=config.sealing.audience,
-        replica=config.replica_id,
+        replica=owner,  # with its incarnation: a replica restarted holds no session
         log_salt=state.log_salt(config.sealing.keys),
     )
     sessions = codec.with_prefix(SESSION_PREFIX)

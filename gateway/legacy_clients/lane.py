@@ -151,7 +151,7 @@ class LaneSettings:
     legacy: LegacyConfig
     limits: LimitsConfig
     audience: str  # sealing.audience: the deployment its session ids belong to
-    replica: str  # this replica's id: the owner of replica-bound sessions
+    replica: str  # this replica and incarnation: the owner of replica-bound sessions
     log_salt: bytes  # keys the session ids' hashes in logs
 
 
@@ -171,8 +171,9 @@ class LegacyLane:
         hooks: StreamHooks,
         wall_ms: Callable[[], int],
     ) -> None:
-        """`upstream` None: the route's upstream is not served to legacy clients yet
-        (stdio, HTTP+SSE); its `initialize` is refused naming what is served."""
+        """`route`: the name of the route's upstream. `upstream` None: it is not served
+        to legacy clients yet (stdio, HTTP+SSE); its `initialize` is refused naming what
+        is served."""
         self.route = route
         self.upstream = upstream
         self.door = door
@@ -294,7 +295,7 @@ class LegacyLane:
             answer = await upstream.get(claims.session, crossing_headers(headers))
             if isinstance(answer.body, bytes):
                 return self._plain(answer, token)
-            await relay.start()
+            await _started(relay, answer.body)
             started = time.monotonic()
             log.info("legacy_stream_opened", principal=caller.log_id, session=served.session)
             view = StreamView(rid=None, method=None, may_see=self.door.list_filter(caller))
@@ -409,7 +410,7 @@ class LegacyLane:
             headers[SESSION_HEADER] = token
         relay = Relay(request, headers, self.hooks, keepalive_s=self._keepalive)
         view = StreamView(rid=served.rid, method=served.method, may_see=may_see, check=check)
-        await relay.start()
+        await _started(relay, answer.body)
         try:
             how = await relay.run(
                 answer.body,
@@ -473,6 +474,16 @@ class Served:
     status: int = 500
     outcome: str = "error"
     session: str | None = None  # the session id's log stand-in
+
+
+async def _started(relay: Relay, events: EventStream) -> None:
+    """Send the stream's head; if it cannot be sent (the client has gone), `events` is
+    closed: nothing else would let its upstream connection go."""
+    try:
+        await relay.start()
+    except BaseException:
+        await events.aclose()
+        raise
 
 
 async def _discard(answer: Answer) -> None:

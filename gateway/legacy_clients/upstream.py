@@ -30,7 +30,8 @@ Nothing here knows the client, its identity or its session id; it must not log b
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -226,7 +227,8 @@ class HttpPassThrough:
         session = resp.headers.get(SESSION_HEADER.lower())
         ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
         if status == 200 and ctype == _SSE:
-            return Answer(status, headers, self._events(resp), session)
+            events = ResponseEvents(resp, self.endpoint.max_message_bytes)
+            return Answer(status, headers, events, session)
         if status >= 400:
             resp.max_body_bytes = MAX_ERROR_BODY_BYTES
         async with resp:
@@ -252,16 +254,38 @@ class HttpPassThrough:
             raise UpstreamError(f"upstream failed (HTTP {status}): {detail}")
         return answer
 
-    async def _events(self, resp: Response) -> AsyncGenerator[sse.Event, None]:
-        """The events of a stream as they arrive; the connection goes when it is closed."""
-        parser = sse.Parser(self.endpoint.max_message_bytes)
-        try:
+
+class ResponseEvents:
+    """`EventStream` over an SSE response: its events as they arrive, each at most
+    `max_event_bytes`. Closing it gives the connection back for the next request when the
+    body has ended, and closes it otherwise (read or not, started or not).
+
+    Raises (iterating): UpstreamError, the stream broken or an event too large.
+    """
+
+    __slots__ = ("_resp", "_parser", "_ready")
+
+    def __init__(self, resp: Response, max_event_bytes: int) -> None:
+        self._resp = resp
+        self._parser = sse.Parser(max_event_bytes)
+        self._ready: deque[sse.Event] = deque()
+
+    def __aiter__(self) -> ResponseEvents:
+        return self
+
+    async def __anext__(self) -> sse.Event:
+        while not self._ready:
             with mapped_errors("relaying a stream"):
-                while (chunk := await resp.next_chunk()) is not None:
-                    for event in parser.feed(chunk):
-                        yield event
-        finally:
-            resp.release()
+                chunk = await self._resp.next_chunk()
+                if chunk is not None:
+                    self._ready.extend(self._parser.feed(chunk))
+            if chunk is None:
+                self._resp.release()  # ended: its connection serves the next request
+                raise StopAsyncIteration
+        return self._ready.popleft()
+
+    async def aclose(self) -> None:
+        self._resp.release()
 
 
 async def _discard(answer: Answer) -> None:
