@@ -222,7 +222,9 @@ class HttpPassThrough:
     async def _answer(self, resp: Response) -> Answer:
         status = resp.status
         headers = {
-            sent: value for name, sent in _RELAYED.items() if (value := resp.headers.get(name))
+            sent: value
+            for name, sent in _RELAYED.items()
+            if (value := resp.headers.get(name)) and value.isascii() and value.isprintable()
         }
         session = resp.headers.get(SESSION_HEADER.lower())
         ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
