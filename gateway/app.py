@@ -2,14 +2,17 @@
 
 Middleware order: request id -> errors -> handler. Long-lived resources (the
 upstream HTTP client, session pools, the store, the fleet, the bridge) open and
-close in one `cleanup_ctx` generator.
+close in one `cleanup_ctx` generator. Each route serves both eras: the legacy lane
+(`gateway.legacy_clients`) shares the upstream HTTP client, the sealing keys (under
+its own token prefix) and the front door; its GET streams end when the replica
+drains or stops.
 """
 
 from __future__ import annotations
 
 import functools
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,23 +23,29 @@ from gateway.auth import ClientCredentialsSource
 from gateway.auth.fetcher import AiohttpFetcher
 from gateway.calls.bridge import Bridge
 from gateway.clock import SystemClock
-from gateway.config import STDIO, GatewayConfig, UpstreamConfig
+from gateway.config import LEGACY_TRANSPORTS, STDIO, GatewayConfig, UpstreamConfig
 from gateway.fleet.changes import ChangeFeed
 from gateway.fleet.ledger import SessionLedger
 from gateway.fleet.redis_bus import RedisBus
 from gateway.http1 import Http1Client
+from gateway.legacy_clients.lane import LaneSettings, LegacyLane
+from gateway.legacy_clients.metrics import LaneMetrics
+from gateway.legacy_clients.streams import Streams
+from gateway.legacy_clients.upstream import HttpPassThrough, LegacyUpstream
 from gateway.listens import Listens
 from gateway.observability import Metrics
-from gateway.protocol.state import AesGcmKeyRing, StateCodec
+from gateway.protocol import state
+from gateway.protocol.legacy_session import SESSION_PREFIX
+from gateway.protocol.state import AesGcmKeyRing
 from gateway.store.base import SuspendedCallStore, TimedStore
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
 from gateway.store.redis_client import RedisClient, connect
 from gateway.tracing import TRACING
-from gateway.upstream.factory import restart_backoff_s, session_factory
+from gateway.upstream.factory import http_endpoint, restart_backoff_s, session_factory
 from gateway.upstream.pool import SessionPool
-from gateway.web.front_door import add_metadata_routes, build_front_doors
-from gateway.web.handlers import McpEndpoint
+from gateway.web.front_door import FrontDoor, add_metadata_routes, build_front_doors
+from gateway.web.handlers import FrontStreams, McpEndpoint
 from gateway.web.middleware import error_middleware, request_id_middleware
 
 log = structlog.get_logger("gateway")
@@ -58,7 +67,7 @@ def _where(upstream: UpstreamConfig) -> str:
     return f"{upstream.transport}:{redact(upstream.url)}"
 
 
-def make_codec(config: GatewayConfig) -> StateCodec:
+def make_codec(config: GatewayConfig) -> AesGcmKeyRing:
     if config.sealing.ephemeral:
         log.warning(
             "sealing_key_ephemeral",
@@ -135,10 +144,11 @@ def build_app(config: GatewayConfig) -> web.Application:
             upstreams=frozenset(u.name for u in config.upstreams if u.transport != STDIO),
         )
         listens.fleet = changes.heard
+    codec = make_codec(config)
     bridge = Bridge(
         config,
         store=store,
-        codec=make_codec(config),
+        codec=codec,
         pools=pools,
         metrics=metrics,
         clock=clock,
@@ -159,11 +169,16 @@ def build_app(config: GatewayConfig) -> web.Application:
         for u in config.upstreams
         if u.oauth_client is not None
     }
+    # Every HTTP upstream's client (Streamable HTTP and HTTP+SSE, both lanes): no cookies,
+    # no connection limit (a parked call, a legacy GET stream holds its connection).
+    http = Http1Client()
+    streams = Streams(config.legacy.max_streams, config.legacy.max_streams_per_principal)
+    bridge.on_drain.append(streams.end_all)  # their clients reconnect elsewhere
+    lanes = _legacy_lanes(
+        config, http, credentials, doors, codec, metrics, streams, owner, clock.wall_ms
+    )
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
-        # Every HTTP upstream's client (Streamable HTTP and HTTP+SSE): no cookies, no
-        # connection limit (a parked call holds its stream's connection).
-        http = Http1Client()
         for upstream in config.upstreams:
             source = credentials.get(upstream.name)
             pool = SessionPool(
@@ -201,7 +216,7 @@ def build_app(config: GatewayConfig) -> web.Application:
             changes.start()
         log.info(
             "gateway_started",
-            replica=config.replica_id,
+            replica=owner,  # with its incarnation: a replica restarted holds no session
             incarnation=incarnation,
             upstreams={u.path: _where(u) for u in config.upstreams},
             store=redact(config.store.url),
@@ -230,8 +245,23 @@ def build_app(config: GatewayConfig) -> web.Application:
 
     app.cleanup_ctx.append(resources)
     for upstream in config.upstreams:
-        endpoint = McpEndpoint(config, upstream, bridge, pools, doors[upstream.name], listens)
+        endpoint = McpEndpoint(
+            config,
+            upstream,
+            bridge,
+            pools,
+            doors[upstream.name],
+            listens,
+            lanes.get(upstream.name),
+        )
         app.router.add_route("*", upstream.path, endpoint.handle)
+
+    async def end_streams(app: web.Application) -> None:
+        # Stopping: long-lived legacy GET streams end now, cleanly, so their clients
+        # reconnect elsewhere rather than wait out the shutdown grace.
+        streams.end_all()
+
+    app.on_shutdown.append(end_streams)
     add_metadata_routes(app, config)
 
     async def healthz(request: web.Request) -> web.Response:
@@ -261,3 +291,55 @@ def build_app(config: GatewayConfig) -> web.Application:
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", prometheus)
     return app
+
+
+def _legacy_lanes(
+    config: GatewayConfig,
+    http: Http1Client,
+    credentials: dict[str, ClientCredentialsSource],
+    doors: dict[str, FrontDoor],
+    codec: AesGcmKeyRing,
+    metrics: Metrics,
+    streams: Streams,
+    owner: str,
+    wall_ms: Callable[[], int],
+) -> dict[str, LegacyLane]:
+    """The legacy lane of every route, by upstream name; none when `legacy.enabled` is off.
+    A Streamable HTTP upstream is passed through; the others are not served yet."""
+    legacy = config.legacy
+    if not legacy.enabled:
+        return {}
+    lane_metrics = LaneMetrics(metrics, lambda: len(streams))
+    settings = LaneSettings(
+        legacy=legacy,
+        limits=config.limits,
+        audience=config.sealing.audience,
+        replica=owner,  # with its incarnation: a replica restarted holds no session
+        log_salt=state.log_salt(config.sealing.keys),
+    )
+    sessions = codec.with_prefix(SESSION_PREFIX)
+    hooks = FrontStreams()
+    lanes = {}
+    for upstream in config.upstreams:
+        passed: LegacyUpstream | None = None
+        if upstream.transport in LEGACY_TRANSPORTS:
+            source = credentials.get(upstream.name)
+            endpoint = http_endpoint(
+                upstream,
+                source.authorization if source else None,
+                source.invalidate if source else None,
+                max_message_bytes=config.limits.max_upstream_message_bytes,
+            )
+            passed = HttpPassThrough(http, endpoint, wait_s=config.limits.hold_timeout_s)
+        lanes[upstream.name] = LegacyLane(
+            route=upstream.name,
+            upstream=passed,
+            door=doors[upstream.name],
+            codec=sessions,
+            settings=settings,
+            streams=streams,
+            metrics=lane_metrics,
+            hooks=hooks,
+            wall_ms=wall_ms,
+        )
+    return lanes

@@ -37,6 +37,7 @@ from gateway.config import (
     ENV_KEYS,
     ENV_KEYS_FILE,
     ENV_STORE_URL,
+    LEGACY_TRANSPORTS,
     GatewayConfig,
     ListenConfig,
     StoreConfig,
@@ -269,6 +270,18 @@ async def _run(config: GatewayConfig, loop_name: str = "asyncio") -> None:
         await served.close()
 
 
+def _legacy_line(config: GatewayConfig) -> str:
+    """What `check-config` says of the legacy lane: on or off, and for which upstreams."""
+    if not config.legacy.enabled:
+        return "legacy lane: off (legacy.enabled: false): 2025 clients get 404 for initialize"
+    served = [u.name for u in config.upstreams if u.transport in LEGACY_TRANSPORTS]
+    others = [u.name for u in config.upstreams if u.transport not in LEGACY_TRANSPORTS]
+    line = f"legacy lane: on; 2025 clients served on: {', '.join(served) or 'none'}"
+    if others:
+        line += f"; not yet on: {', '.join(others)} (stdio and HTTP+SSE upstreams)"
+    return line
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -292,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{u.name} ({u.path} -> {u.transport} {u.location})" for u in config.upstreams
             )
             print(f"{args.file}: OK; upstreams: {names}")
+            print(_legacy_line(config))
             if config.sealing.ephemeral:
                 print(
                     "warning: no sealing key configured; "

@@ -11,10 +11,14 @@ names their module); `tests/test_errors.py` holds it to the classes:
     GatewayError
     ├── HttpError                      no JSON-RPC body (or one without id)
     │   ├── MethodNotAllowed           405  GET/DELETE on the MCP endpoint
+    │   │   ├── LegacyMethodNotAllowed 405  not POST/GET/DELETE (gateway.legacy_clients.lane)
+    │   │   └── NoGetStreams           405  GET streams off (gateway.legacy_clients.lane)
     │   ├── NotAcceptable              406  Accept lacks json or event-stream
     │   ├── UnsupportedMediaType       415  Content-Type is not application/json
     │   ├── PayloadTooLarge            413  body over the configured limit
     │   ├── ForbiddenOrigin            403  Origin not allowed
+    │   ├── SessionNotFound            404  legacy session gone (gateway.legacy_clients.lane)
+    │   ├── MissingSession             400  no legacy session id (gateway.legacy_clients.lane)
     │   └── AuthError                  401  headers per instance (gateway.auth.errors)
     │       ├── Unauthenticated        401  no usable credential (gateway.auth.errors)
     │       ├── InsufficientScope      403  a scope is missing (gateway.auth.errors)
@@ -38,9 +42,11 @@ names their module); `tests/test_errors.py` holds it to the classes:
     │   │   │   ├── TakeoverUnavailable 503, the call's upstream cannot be reached now
     │   │   │   ├── GatewayFull        503, max_parked_calls
     │   │   │   ├── SessionsBusy       503, every upstream session busy
-    │   │   │   └── ListensFull        503, max_listens (gateway.listens)
+    │   │   │   ├── ListensFull        503, max_listens (gateway.listens)
+    │   │   │   └── StreamsFull        503, legacy.max_streams (gateway.legacy_clients.streams)
     │   │   ├── PrincipalBusy          429, max_parked_per_principal
     │   │   ├── PrincipalListening     429, max_listens_per_principal (gateway.listens)
+    │   │   ├── PrincipalStreaming     429, GET streams (gateway.legacy_clients.streams)
     │   │   ├── TooManyRounds          502, max_rounds
     │   │   └── StateTooLarge          502, max_state_bytes
     │   ├── CallLost                   -32603 / 502, a parked call cannot continue

@@ -126,9 +126,17 @@ def test_the_call_core_depends_on_ports_not_on_transports() -> None:
         "gateway.http1",
     }
     forbidden |= {"gateway.store.redis", "gateway.store.redis_client", "gateway.store.memory"}
-    forbidden |= {"gateway.fleet", "gateway.web"}
+    forbidden |= {"gateway.fleet", "gateway.web", "gateway.legacy_clients"}
     forbidden |= {"gateway.app", "gateway.cli"}
     assert offenders("gateway.calls", forbidden) == set()
+
+
+def test_the_legacy_lane_uses_web_independent_parts_only() -> None:
+    """The legacy lane (2025 clients) is handed what it needs of the web part (the front
+    door, stream hooks); it knows neither it, nor the call core, nor the fleet."""
+    forbidden = {"gateway.web", "gateway.calls", "gateway.fleet", "gateway.store"}
+    forbidden |= {"gateway.app", "gateway.cli", "gateway.listens"}
+    assert offenders("gateway.legacy_clients", forbidden) == set()
 
 
 def test_checking_a_config_loads_no_transport() -> None:
@@ -138,7 +146,7 @@ def test_checking_a_config_loads_no_transport() -> None:
 
 def test_the_folders_name_the_parts() -> None:
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
-    assert folders >= {"protocol", "calls", "upstream", "store", "fleet", "web"}
+    assert folders >= {"protocol", "calls", "upstream", "store", "fleet", "web", "legacy_clients"}
     for folder in folders:
         doc = ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text()))
         assert doc, f"gateway/{folder}/__init__.py says what the part is"

@@ -32,10 +32,28 @@ def test_check_config_accepts_the_example_and_names_errors(tmp_path: Path, capsy
     assert main(["check-config", str(ROOT / "config" / "example.yaml")]) == 0
     out = capsys.readouterr().out
     assert "OK; upstreams: example (/mcp -> streamable-http http://127.0.0.1:9000/mcp)" in out
+    assert "legacy lane: on; 2025 clients served on: example\n" in out
     bad = tmp_path / "bad.yaml"
     bad.write_text("upstreams: [{name: x, url: 'ftp://nope'}]\n")
     assert main(["check-config", str(bad)]) == 2
     assert "upstreams[0].url" in capsys.readouterr().err
+
+
+def test_check_config_says_whether_the_legacy_lane_is_on_and_for_which_upstreams(
+    tmp_path: Path, capsys
+) -> None:
+    config = tmp_path / "two.yaml"
+    config.write_text(
+        "upstreams:\n"
+        "  - {name: web, url: 'http://127.0.0.1:9000/mcp'}\n"
+        "  - {name: local, command: [node, server.js], path: /local}\n"
+    )
+    assert main(["check-config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "legacy lane: on; 2025 clients served on: web; not yet on: local" in out
+    config.write_text(config.read_text() + "legacy: {enabled: false}\n")
+    assert main(["check-config", str(config)]) == 0
+    assert "legacy lane: off" in capsys.readouterr().out
 
 
 _IO_MODULES_AFTER = """

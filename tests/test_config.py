@@ -119,6 +119,12 @@ FULL = {
         "wait_ms": 150,
     },
     "fleet": {"heartbeat_s": 2, "drain_timeout_s": 5, "orphan_sweep_s": 7},
+    "legacy": {
+        "enabled": False,
+        "session_ttl_s": 3600,
+        "max_streams_per_principal": 2,
+        "max_streams": 100,
+    },
     "logging": {"level": "debug", "format": "json"},
     "allowed_origins": ["https://app.example.com"],
     "allowed_hosts": ["MCP.example.com"],
@@ -224,6 +230,20 @@ def test_a_rate_of_zero_is_off_as_leaving_it_out_is(rate: dict) -> None:
             r"fleet.orphan_sweep_s: must be at least twice fleet.heartbeat_s \(4\), got 3",
         ),
         ({"upstreams": [{**UP, "timeout": 5}]}, r"upstreams\[0\].timeout: unknown key"),
+        ({"upstreams": [UP], "legacy": {"enabled": "yes"}}, r"^legacy.enabled: expected bool"),
+        (
+            {"upstreams": [UP], "legacy": {"session_ttl_s": 0}},
+            r"^legacy.session_ttl_s: must be greater than 0",
+        ),
+        (
+            {"upstreams": [UP], "legacy": {"max_streams_per_principal": -1}},
+            r"^legacy.max_streams_per_principal: must be 0 or more",
+        ),
+        (
+            {"upstreams": [UP], "legacy": {"max_streams_per_principal": 8, "max_streams": 4}},
+            r"^legacy.max_streams_per_principal: 8 is more than legacy.max_streams \(4\)",
+        ),
+        ({"upstreams": [UP], "legacy": {"ttl": 5}}, r"^legacy.ttl: unknown key"),
         ({"upstreams": [UP], "listn": {}}, "^listn: unknown key"),
         ({"upstreams": [UP], "limits": {"max_round": 3}}, "^limits.max_round: unknown key"),
         ({"upstreams": [{**UP, "pool": {"max": 1}}]}, r"^upstreams\[0\].pool.max: unknown key"),

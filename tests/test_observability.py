@@ -155,7 +155,7 @@ async def test_every_response_names_its_request_id_whether_json_or_a_stream(
     _, _, resp = await gateway.post(rpc("tools/list"))
     assert len(resp.headers["X-Request-Id"]) == 16  # made here: a prefix and a counter
     # Refusals too, the HTTP layer's and aiohttp's own (a path nothing is served at).
-    for method, path, status in (("GET", "/mcp", 405), ("POST", "/nope", 404)):
+    for method, path, status in (("PUT", "/mcp", 405), ("POST", "/nope", 404)):
         url = gateway.url.replace("/mcp", path)
         async with gateway.http.request(method, url, headers={"X-Request-Id": "r-1"}) as resp:
             assert resp.status == status and resp.headers["X-Request-Id"] == "r-1"

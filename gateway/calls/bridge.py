@@ -8,7 +8,7 @@ ends is `gateway.calls.lifecycle`'s; where a retry goes, `retries` and `routing`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -57,6 +57,8 @@ class Bridge:
     ) -> None:
         self.config = config
         self.listens = listens
+        # Told when the replica starts draining (what else it serves ends: legacy GET streams).
+        self.on_drain: list[Callable[[], None]] = []
         limits = self.limits = config.limits
         self.metrics = metrics = metrics or Metrics()
         self.clock = clock = clock or SystemClock()
@@ -175,6 +177,8 @@ class Bridge:
         log.info("drain_started", calls=len(self.calls), timeout_s=timeout_s)
         if self.listens is not None:
             self.listens.end_all()  # their clients listen again elsewhere
+        for told in self.on_drain:
+            told()
         try:
             async with clocks.timeout(self.clock, timeout_s):
                 await self.calls.idle.wait()

@@ -23,6 +23,7 @@ from gateway.config.loader import (
     parse_config,
 )
 from gateway.config.model import (
+    LEGACY_TRANSPORTS,
     PARK,
     REPLAY,
     SSE,
@@ -31,6 +32,7 @@ from gateway.config.model import (
     TRANSPORTS,
     FleetConfig,
     GatewayConfig,
+    LegacyConfig,
     LimitsConfig,
     ListenConfig,
     LoggingConfig,
@@ -48,6 +50,7 @@ __all__ = [
     "ENV_LOG_LEVEL",
     "ENV_REPLICA_ID",
     "ENV_STORE_URL",
+    "LEGACY_TRANSPORTS",
     "PARK",
     "REPLAY",
     "SSE",
@@ -56,6 +59,7 @@ __all__ = [
     "TRANSPORTS",
     "FleetConfig",
     "GatewayConfig",
+    "LegacyConfig",
     "LimitsConfig",
     "ListenConfig",
     "LoggingConfig",

@@ -32,6 +32,7 @@ from gateway.config.auth import parse_auth
 from gateway.config.model import (
     FleetConfig,
     GatewayConfig,
+    LegacyConfig,
     LimitsConfig,
     ListenConfig,
     LoggingConfig,
@@ -138,6 +139,20 @@ def _logging(sec: Section, env: Mapping[str, str]) -> LoggingConfig:
         raise ConfigError("logging.level: must be debug, info, warning or error")
     if config.format not in ("auto", "console", "json"):
         raise ConfigError("logging.format: must be auto, console or json")
+    return config
+
+
+def _legacy(sec: Section) -> LegacyConfig:
+    config = LegacyConfig(
+        **sec.scalars(LegacyConfig, zero_ok={"max_streams_per_principal", "max_streams"})
+    )
+    sec.done()
+    if config.max_streams_per_principal > config.max_streams:
+        raise ConfigError(
+            f"legacy.max_streams_per_principal: {config.max_streams_per_principal} is more than "
+            f"legacy.max_streams ({config.max_streams}), the streams of the whole replica; "
+            "lower it or raise legacy.max_streams"
+        )
     return config
 
 
@@ -256,6 +271,7 @@ def parse_config(
             f"({2 * fleet.heartbeat_s:g}), got {fleet.orphan_sweep_s:g}"
         )
     fleet_sec.done()
+    values["legacy"] = _legacy(root.section("legacy"))
     values["logging"] = _logging(root.section("logging"), env)
     origins = _names(root, "allowed_origins", "origins such as https://app.example.com")
     if origins is not None:

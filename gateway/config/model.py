@@ -113,6 +113,19 @@ class FleetConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LegacyConfig:
+    """The legacy lane: 2025 clients (initialize, sessions) on the same endpoint."""
+
+    enabled: bool = True
+    # A gateway session id's absolute lifetime: past it the client gets 404 and starts over.
+    session_ttl_s: float = 24 * 3600.0
+    # Open GET streams (a session's standalone stream) per principal, and in all, on this
+    # replica; past either the GET gets 429 or 503. 0: GET streams are not served (405).
+    max_streams_per_principal: int = 4
+    max_streams: int = 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoggingConfig:
     level: str = "info"
     format: str = "auto"  # auto: console on a terminal, else JSON lines
@@ -125,6 +138,9 @@ STREAMABLE_HTTP = "streamable-http"
 SSE = "sse"  # HTTP+SSE of protocol 2024-11-05
 STDIO = "stdio"
 TRANSPORTS = (STREAMABLE_HTTP, SSE, STDIO)
+#: The transports whose upstreams the legacy lane serves to 2025 clients (passed through
+#: one session to one session); the others' `initialize` is refused, naming what is served.
+LEGACY_TRANSPORTS = (STREAMABLE_HTTP,)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,6 +214,7 @@ class GatewayConfig:
     sealing: SealingConfig = SealingConfig()
     store: StoreConfig = StoreConfig()
     fleet: FleetConfig = FleetConfig()
+    legacy: LegacyConfig = LegacyConfig()
     logging: LoggingConfig = LoggingConfig()
     allowed_origins: frozenset[str] = frozenset()
     allowed_hosts: frozenset[str] = frozenset()

@@ -157,4 +157,17 @@ def encode(data: str, *, event: str = "message") -> bytes:
     return f"event: {event}\ndata: {data}\n\n".encode()
 
 
+def encode_event(event: Event) -> bytes:
+    """An event as read (`Parser`) framed again, every field kept: its id, its retry, its
+    type, its data over as many `data` lines as it has lines. What `Parser` yields holds
+    no CR or LF but in `data`, so each field stays one line."""
+    lines = [] if event.id is None else [f"id: {event.id}"]
+    if event.retry is not None:
+        lines.append(f"retry: {event.retry}")
+    lines.append(f"event: {event.event}")
+    lines.extend(f"data: {line}" for line in event.data.split("\n"))
+    lines.append("\n")
+    return "\n".join(lines).encode()
+
+
 KEEPALIVE = b": keepalive\n\n"

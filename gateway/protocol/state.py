@@ -9,13 +9,17 @@ same frozen error.
 
 Token: ``gw1.`` + base64url(kid[4] | nonce[12] | ciphertext+tag), where the
 prefix and kid are bound in as associated data. `keys[0]` seals, every key
-opens (rotation). Keys are stretched with HKDF-SHA256.
+opens (rotation). Keys are stretched with HKDF-SHA256. The same keys seal other
+tokens under prefixes of their own (`AesGcmKeyRing.with_prefix`: the legacy lane's
+session ids, ``lg1.``): the prefix is in the associated data, so a token of one kind
+never opens as another, even with its prefix rewritten.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import hashlib
 import hmac
 import json
@@ -107,9 +111,13 @@ def parse_key(text: str, where: str) -> bytes:
 
 
 class AesGcmKeyRing:
-    """The built-in codec: AES-256-GCM under HKDF-derived keys; `keys[0]` seals."""
+    """The built-in codec: AES-256-GCM under HKDF-derived keys; `keys[0]` seals. Its tokens
+    start with `prefix` (requestState's by default), which is bound into each one."""
 
-    def __init__(self, keys: Sequence[bytes]) -> None:
+    def __init__(self, keys: Sequence[bytes], *, prefix: str = PREFIX) -> None:
+        _check_prefix(prefix)
+        self.prefix = prefix
+        self._aad_prefix = prefix.encode()
         if not keys:
             raise ConfigError(f"at least one sealing key is required; {KEYGEN_HINT}")
         self._ring: dict[bytes, AESGCM] = {}
@@ -132,19 +140,27 @@ class AesGcmKeyRing:
     def ephemeral(cls) -> AesGcmKeyRing:
         return cls([os.urandom(MIN_KEY_BYTES)])
 
+    def with_prefix(self, prefix: str) -> AesGcmKeyRing:
+        """The same keys sealing tokens of another kind, under `prefix` (e.g. ``lg1.``)."""
+        _check_prefix(prefix)
+        other = copy.copy(self)
+        other.prefix, other._aad_prefix = prefix, prefix.encode()
+        return other
+
     def seal(self, payload: bytes) -> str:
         nonce = os.urandom(_NONCE_BYTES)
-        aad = PREFIX.encode() + self._seal_kid
+        aad = self._aad_prefix + self._seal_kid
         sealed = self._ring[self._seal_kid].encrypt(nonce, payload, aad)
-        return PREFIX + _b64u(self._seal_kid + nonce + sealed)
+        return self.prefix + _b64u(self._seal_kid + nonce + sealed)
 
     def unseal(self, token: str) -> bytes:
         if len(token) > MAX_TOKEN_CHARS:
             raise InvalidRequestState("oversized")
-        if not token.startswith(PREFIX):
+        prefix = self.prefix
+        if not token.startswith(prefix):
             raise InvalidRequestState("unknown format")
         try:
-            raw = _b64u_decode(token[len(PREFIX) :])
+            raw = _b64u_decode(token[len(prefix) :])
         except (binascii.Error, ValueError) as exc:
             raise InvalidRequestState("malformed encoding") from exc
         if len(raw) < _KID_BYTES + _NONCE_BYTES + _TAG_BYTES:
@@ -155,9 +171,19 @@ class AesGcmKeyRing:
         if aead is None:
             raise InvalidRequestState("unknown key id")
         try:
-            return aead.decrypt(nonce, raw[_KID_BYTES + _NONCE_BYTES :], PREFIX.encode() + kid)
+            return aead.decrypt(nonce, raw[_KID_BYTES + _NONCE_BYTES :], self._aad_prefix + kid)
         except InvalidTag as exc:
             raise InvalidRequestState("authentication failed") from exc
+
+
+_PREFIX_FORM = re.compile(r"[a-z][a-z0-9]{1,7}\.")
+
+
+def _check_prefix(prefix: str) -> None:
+    """A token prefix is a short lower-case tag and a dot (`gw1.`): visible ASCII that no
+    base64url body starts with a dot of."""
+    if not _PREFIX_FORM.fullmatch(prefix):
+        raise ValueError(f"a token prefix is a short lower-case tag and a dot, not {prefix!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

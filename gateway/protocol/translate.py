@@ -198,10 +198,12 @@ def input_request(method: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def discover_result(
-    info: UpstreamInfo, cache: CachePolicy, *, listens: bool = False
+    info: UpstreamInfo, cache: CachePolicy, *, listens: bool = False, legacy: bool = False
 ) -> dict[str, Any]:
     """`server/discover` for a legacy server, from its `initialize` result; `listens`:
-    whether `subscriptions/listen` is served (`limits.max_listens` above 0)."""
+    whether `subscriptions/listen` is served (`limits.max_listens` above 0); `legacy`:
+    whether 2025 clients are served on the route too (the legacy lane), whose revisions
+    are then listed after 2026-07-28's."""
     capabilities = {
         k: v
         for k, v in info.capabilities.items()
@@ -219,7 +221,7 @@ def discover_result(
         for name, features in listen.advertises(info.capabilities).items():
             capabilities[name] = {**capabilities[name], **features}
     result: dict[str, Any] = {
-        "supportedVersions": front_supported(),
+        "supportedVersions": front_supported(legacy=legacy),
         "capabilities": capabilities,
     }
     if info.instructions:

@@ -48,18 +48,8 @@ def session_factory(
             return StdioSession(command, caps)
 
         return stdio
-    headers = dict(upstream.headers)
-    if not any(name.lower() == "user-agent" for name in headers):
-        headers["User-Agent"] = f"mrtr-gateway/{__version__}"  # what the upstream's logs show
-    endpoint = Endpoint(
-        name=upstream.name,
-        url=upstream.url,
-        headers=headers,
-        timeout_s=upstream.timeout_s,
-        max_message_bytes=max_message_bytes,
-        client_version=__version__,
-        authorization=authorization,
-        unauthorized=unauthorized,
+    endpoint = http_endpoint(
+        upstream, authorization, unauthorized, max_message_bytes=max_message_bytes
     )
     if upstream.transport == SSE:
 
@@ -72,6 +62,30 @@ def session_factory(
         return HttpSession(http, endpoint, caps)
 
     return streamable_http
+
+
+def http_endpoint(
+    upstream: UpstreamConfig,
+    authorization: Callable[[], Awaitable[str]] | None = None,
+    unauthorized: Callable[[], None] | None = None,
+    *,
+    max_message_bytes: int = event_stream.MAX_EVENT_BYTES,
+) -> Endpoint:
+    """Where and how to reach an HTTP upstream: its URL, its configured headers (and the
+    gateway's User-Agent unless they name one), the gateway's own token, the bounds."""
+    headers = dict(upstream.headers)
+    if not any(name.lower() == "user-agent" for name in headers):
+        headers["User-Agent"] = f"mrtr-gateway/{__version__}"  # what the upstream's logs show
+    return Endpoint(
+        name=upstream.name,
+        url=upstream.url,
+        headers=headers,
+        timeout_s=upstream.timeout_s,
+        max_message_bytes=max_message_bytes,
+        client_version=__version__,
+        authorization=authorization,
+        unauthorized=unauthorized,
+    )
 
 
 def restart_backoff_s(upstream: UpstreamConfig) -> float:

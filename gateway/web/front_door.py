@@ -68,6 +68,11 @@ class FrontDoor:
         self._guarded_resources = authenticator is not None and any(
             t.scopes for t in upstream.resources.values()
         )
+        self._scoped_targets = any(
+            t.scopes
+            for table in (upstream.tools, upstream.prompts, upstream.resources)
+            for t in table.values()
+        )
 
     async def admit(self, authorization: str | None) -> Caller:
         """The caller, or the refusal to send.
@@ -165,6 +170,19 @@ class FrontDoor:
             ]
             result["cacheScope"] = "private"
         return result
+
+    def list_filter(self, caller: Caller) -> Callable[[str, str | None], bool] | None:
+        """What `caller` may see of a list, entry by entry (the method using an entry, its
+        name or URI), or None when no entry any list holds is hidden from it: the legacy
+        lane then passes list results on untouched."""
+        identity = caller.identity
+        if self.authenticator is None or identity is None or not self._scoped_targets:
+            return None
+
+        def may_see(method: str, name: str | None) -> bool:
+            return _may(identity, self._needs(method, name))
+
+        return may_see
 
     def _targets(self, method: str) -> Mapping[str, Any]:
         upstream = self.upstream

@@ -1,9 +1,13 @@
 """Thin handlers: parse -> protocol / bridge / pool -> serialize.
 
-One `McpEndpoint` serves one upstream on its own path. Interruptible methods go
-to the bridge after their `Mcp-Param-*` headers are checked; `server/discover` is
-answered from the upstream's `initialize`; `subscriptions/listen` is served on a session
-of its own (`gateway.listens`); every other method passes straight through.
+One `McpEndpoint` serves one upstream on its own path, to clients of both eras. Each
+request is classified first (`gateway.protocol.era`): a 2025 client's goes to the
+legacy lane (`gateway.legacy_clients.lane`) once its HTTP layer is checked and its
+caller admitted; a 2026 client's takes the path below, exactly as with the lane off.
+There, interruptible methods go to the bridge after their `Mcp-Param-*` headers are
+checked; `server/discover` is answered from the upstream's `initialize`;
+`subscriptions/listen` is served on a session of its own (`gateway.listens`); every
+other method passes straight through.
 """
 
 from __future__ import annotations
@@ -20,16 +24,20 @@ from gateway import logging as log_context
 from gateway.calls.bridge import Bridge
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import GatewayError, MethodNotFound, PayloadTooLarge, RpcError
+from gateway.legacy_clients.lane import LegacyLane, LegacyMethodNotAllowed
 from gateway.listens import Listens, serve
 from gateway.protocol import inbound, jsonrpc, params, translate
 from gateway.protocol import listen as listen_wire
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
+from gateway.protocol.era import Lane, lane_of
 from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool
 from gateway.web.channel import ResponseChannel
 from gateway.web.front_door import Caller, FrontDoor
 from gateway.web.middleware import (
     NO_HEADERS,
+    REQUEST_ID,
+    STREAM,
     closing_refusal,
     rpc_error_headers,
     rpc_error_reply,
@@ -96,9 +104,12 @@ class McpEndpoint:
         pools: Mapping[str, UpstreamPool],
         front_door: FrontDoor,
         listens: Listens,
+        legacy: LegacyLane | None = None,
     ) -> None:
+        """`legacy`: the route's legacy lane, None when it is off (`legacy.enabled`)."""
         self.config = config
         self.listens = listens
+        self.legacy = legacy
         self.upstream = upstream
         self.bridge = bridge
         self.front_door = front_door
@@ -115,12 +126,20 @@ class McpEndpoint:
         return self._pools[self.upstream.name]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        legacy = self.legacy
+        if legacy is not None and request.method != "POST":
+            lower, _ = inbound.read_headers(request.headers.items())
+            if lane_of(request.method, lower) is Lane.LEGACY:
+                return await self._legacy_stream(request, legacy, lower)
         inbound.check_http(request.method, request.headers, policy=self.policy)
         caller = await self.front_door.admit(request.headers.get("Authorization"))
         limits = self.config.limits
         body = await read_body(request, limits.max_body_bytes, limits.body_timeout_s)
         headers, duplicate = inbound.read_headers(request.headers.items())
         decoded = jsonrpc.decode(body)
+        if legacy is not None and lane_of("POST", headers, decoded) is Lane.LEGACY:
+            log_context.bind(era="legacy", upstream=self.upstream.name)
+            return await legacy.post(request, caller, headers, body, decoded)
         try:
             message = inbound.classify(decoded, headers, duplicate)
         except RpcError as exc:
@@ -162,7 +181,10 @@ class McpEndpoint:
                 elif message.method == "server/discover":
                     info = await self.pool.upstream_info()
                     result = translate.discover_result(
-                        info, self.upstream.cache, listens=self.listens.enabled
+                        info,
+                        self.upstream.cache,
+                        listens=self.listens.enabled,
+                        legacy=legacy is not None and legacy.serves,
                     )
                 elif message.method == "subscriptions/listen":
                     result = await self._listen(caller, message, channel)
@@ -199,6 +221,23 @@ class McpEndpoint:
         if extra and not response.prepared:  # a stream said 200 already
             response.headers.update(extra)
         return response
+
+    async def _legacy_stream(
+        self, request: web.Request, legacy: LegacyLane, headers: Mapping[str, str]
+    ) -> web.StreamResponse:
+        """A legacy client's GET (its session's stream) or DELETE (its session's end).
+
+        Raises:
+            LegacyMethodNotAllowed, ForbiddenOrigin, and what the front door and the lane raise
+        """
+        if request.method not in ("GET", "DELETE"):
+            raise LegacyMethodNotAllowed()
+        self.policy.check(headers)
+        caller = await self.front_door.admit(request.headers.get("Authorization"))
+        log_context.bind(era="legacy", upstream=self.upstream.name)
+        if request.method == "GET":
+            return await legacy.get(request, caller, headers)
+        return await legacy.delete(request, caller, headers)
 
     async def _listen(
         self, caller: Caller, message: inbound.FrontRequest, channel: ResponseChannel
@@ -274,3 +313,16 @@ class McpEndpoint:
         return await self._request(
             NO_CAPABILITIES, "tools/list", {"cursor": cursor} if cursor else {}
         )
+
+
+class FrontStreams:
+    """`gateway.legacy_clients.relay.StreamHooks` for the front: a stream the legacy lane
+    answers names its request (`X-Request-Id`), and the error middleware knows it began."""
+
+    def heading(self, request: web.Request, headers: dict[str, str]) -> None:
+        request_id = request.get(REQUEST_ID)
+        if request_id is not None:
+            headers["X-Request-Id"] = request_id
+
+    def begun(self, request: web.Request, response: web.StreamResponse) -> None:
+        request[STREAM] = response

@@ -94,6 +94,19 @@ def test_the_configs_other_fleet_settings_pass_and_the_charts_own_win() -> None:
     assert config.fleet.heartbeat_s == 1 and config.fleet.drain_timeout_s == 60
 
 
+def test_the_legacy_lane_is_on_by_default_and_its_values_reach_the_config() -> None:
+    on = gateway_config(render({}), env={}).legacy
+    assert (on.enabled, on.session_ttl_s, on.max_streams_per_principal, on.max_streams) == (
+        True,
+        86400,
+        4,
+        1024,
+    )
+    legacy = {"enabled": False, "sessionTtlSeconds": 600, "maxStreamsPerPrincipal": 0}
+    off = gateway_config(render({"legacy": legacy}), env={}).legacy
+    assert (off.enabled, off.session_ttl_s, off.max_streams_per_principal) == (False, 600, 0)
+
+
 def test_a_three_replica_redis_fleet_renders_with_shared_keys_and_a_budget() -> None:
     m = render(FLEET)
     assert m["Deployment"]["spec"]["replicas"] == 3
@@ -138,6 +151,11 @@ def test_configurations_that_cannot_work_are_refused_at_render_time(
         {"redis": {"url": "http://nope"}},
         {"config": {"upstreams": [], "store": {}}},
         {"typo": 1},
+        {"legacy": {"enabled": "yes"}},
+        {"legacy": {"sessionTtlSeconds": 0}},
+        {"legacy": {"maxStreamsPerPrincipal": -1}},
+        {"legacy": {"maxStream": 5}},
+        {"config": {"upstreams": [{"name": "x", "url": "http://x/mcp"}], "legacy": {}}},
     ],
 )
 def test_the_values_schema_refuses_bad_values(values: dict) -> None:

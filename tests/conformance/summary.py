@@ -48,7 +48,7 @@ def main() -> int:
     failed = sum(verdicts[s][1] for s in scored if s in verdicts) + len(missing)
     warnings = sum(verdicts[s][2] for s in scored if s in verdicts)
     print(
-        f"\nScored for {requirements.get('revision', '2026-07-28')} (server): {len(scored)} scenarios"
+        f"\nScored for {requirements.get('revision', Path(sys.argv[2]).stem)} (server): {len(scored)} scenarios"
     )
     for name in sorted(scored):
         p, f, w = verdicts.get(name, (0, 1, 0))

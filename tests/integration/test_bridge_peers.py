@@ -182,7 +182,8 @@ async def test_discover_describes_the_legacy_server_as_a_2026_server(
 ) -> None:
     reply = await drive(modern, {"op": "discover", "url": gateway.url})
     result = reply["result"]
-    assert result["supportedVersions"] == ["2026-07-28"]
+    # 2026-07-28 first (a 2026 client picks it), then the revisions the legacy lane serves.
+    assert result["supportedVersions"] == ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"]
     assert result["resultType"] == "complete"
     assert "tools" in result["capabilities"]
     assert result["cacheScope"] == "private" and result["ttlMs"] == 0

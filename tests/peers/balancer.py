@@ -21,8 +21,9 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length",
 @dataclass
 class Served:
     backend: int
-    method: str | None
+    method: str | None  # the JSON-RPC method of the body, if it has one
     resumed: bool
+    http: str = "POST"  # the HTTP method (a legacy client's GET stream, DELETE)
 
 
 class RoundRobin:
@@ -61,6 +62,7 @@ class RoundRobin:
                 backend=index,
                 method=parsed.get("method") if isinstance(parsed, dict) else None,
                 resumed=isinstance(params, dict) and "requestState" in params,
+                http=request.method,
             )
         )
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}

@@ -9,7 +9,10 @@ happened to a run (answers seen, cancellation), and `await_journal` waits, bound
 an entry to appear (so a test can await what the server did instead of polling; a test
 can add entries of its own with `write_journal`).
 
-    python legacy_server.py [--port N] [--event-store] [--notifying]
+    python legacy_server.py [--port N] [--event-store] [--notifying] [--json-response]
+
+`--json-response` answers every POST with JSON rather than a stream (mcp 1.x then drops
+what a tool asks the client on the way: only plain tools work).
 
 `--notifying` makes it a server that tells of changes, as mcp 1.x lets one be built by hand:
 it declares `tools.listChanged`, `resources.listChanged` and `resources.subscribe`, keeps
@@ -102,9 +105,12 @@ class City(BaseModel):
     city: str = Field(description="A city")
 
 
-def build(event_store: EventStore | None = None) -> FastMCP:
+def build(event_store: EventStore | None = None, *, json_response: bool = False) -> FastMCP:
     mcp = FastMCP(
-        "peers-legacy-py", event_store=event_store, retry_interval=50 if event_store else None
+        "peers-legacy-py",
+        event_store=event_store,
+        retry_interval=50 if event_store else None,
+        json_response=json_response,
     )
 
     @mcp.tool(description="Echo the text back (no interaction).")
@@ -519,10 +525,13 @@ def main() -> None:
     parser.add_argument(
         "--slow-get-ms", type=int, default=0, help="hold each GET this long before serving it"
     )
+    parser.add_argument(
+        "--json-response", action="store_true", help="answer POSTs with JSON, never a stream"
+    )
     args = parser.parse_args()
     global STATE_DIR
     STATE_DIR = Path(args.state_dir) if args.state_dir else None
-    mcp = build(MemoryEventStore() if args.event_store else None)
+    mcp = build(MemoryEventStore() if args.event_store else None, json_response=args.json_response)
     if args.notifying:
         add_change_notifications(mcp)
     if args.transport == "stdio":

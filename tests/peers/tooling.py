@@ -4,7 +4,8 @@ The two SDK majors share the distribution name `mcp`, so each lives in its own
 venv under `.peers/` (created on first use, reused while the pins are
 unchanged) and runs as a subprocess:
 
-- legacy: `mcp==1.30.0` runs `legacy_server.py` (inline-await tools);
+- legacy: `mcp==1.30.0` runs `legacy_server.py` (inline-await tools) and
+  `legacy_client.py` (a 2025-11-25 client);
 - modern: `mcp==2.3.0` runs `modern_client.py` (a 2026-07-28 client).
 """
 
@@ -355,9 +356,11 @@ class LegacyServer(LoggedProcess):
         transport: str = "streamable-http",
         slow_get_ms: int = 0,
         notifying: bool = False,
+        json_response: bool = False,
     ) -> None:
         """`slow_get_ms`: each GET stream is held that long before the server serves it;
-        `notifying`: the server declares and sends change notifications."""
+        `notifying`: the server declares and sends change notifications; `json_response`:
+        it answers POSTs with JSON, never a stream."""
         python = ensure_venv("legacy")
         args = [str(python), str(HERE / "legacy_server.py"), "--port", "0"]
         args += ["--transport", transport]
@@ -365,6 +368,8 @@ class LegacyServer(LoggedProcess):
             args.append("--event-store")
         if notifying:
             args.append("--notifying")
+        if json_response:
+            args.append("--json-response")
         if slow_get_ms:
             args += ["--slow-get-ms", str(slow_get_ms)]
         super().__init__(args, name="legacy-server")
@@ -404,19 +409,23 @@ class NativeServer(LoggedProcess):
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
 
-class ModernClient:
-    """An `mcp` 2.x client process taking one JSON command per line. A process killed for
-    not answering in time is started again for the next command: one test fails, not
-    every test after it."""
+class CommandPeer:
+    """A client peer process taking one JSON command per line, answering one JSON line. A
+    process killed for not answering in time is started again for the next command: one
+    test fails, not every test after it (what it held, such as open sessions, is lost)."""
+
+    kind = ""  # which peer venv (PINS)
+    script = ""  # the peer script in tests/peers/
+    name = "peer"
 
     def __init__(self) -> None:
-        self.python = ensure_venv("modern")
+        self.python = ensure_venv(self.kind)
         self.proc = self._start()
         self._lock = threading.Lock()
 
     def _start(self) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [str(self.python), str(HERE / "modern_client.py")],
+            [str(self.python), str(HERE / self.script)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -441,12 +450,12 @@ class ModernClient:
                 self.proc.kill()
                 self.proc.wait(10)
                 raise RuntimeError(
-                    f"modern client gave no answer to {command.get('op')} within {timeout} s"
+                    f"{self.name} gave no answer to {command.get('op')} within {timeout} s"
                 )
             reply: dict[str, Any] = json.loads(box[0])
             if "crash" in reply:
                 raise RuntimeError(
-                    f"modern client crashed: {reply['crash']}\n{reply.get('trace', '')}"
+                    f"{self.name} crashed: {reply['crash']}\n{reply.get('trace', '')}"
                 )
             return reply
 
@@ -467,6 +476,18 @@ class ModernClient:
             self.proc.wait(10)
         if self.proc.stdout:
             self.proc.stdout.close()
+
+
+class ModernClient(CommandPeer):
+    """An `mcp` 2.x client (2026-07-28), one request per command (`modern_client.py`)."""
+
+    kind, script, name = "modern", "modern_client.py", "modern client"
+
+
+class LegacyClient(CommandPeer):
+    """An `mcp` 1.x client (2025-11-25) whose sessions outlive commands (`legacy_client.py`)."""
+
+    kind, script, name = "legacy", "legacy_client.py", "legacy client"
 
 
 class RedisServer(LoggedProcess):

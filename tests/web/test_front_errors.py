@@ -39,12 +39,26 @@ ROWS: list[tuple[str, Any, dict[str, str], tuple[str, ...], int, int | None]] = 
         None,
     ),
     (
-        "notification without a version header",
-        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}},
+        "notification claiming 2026 without a version header",
+        {
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": PROTOCOL}},
+        },
         {},
         ("MCP-Protocol-Version",),
         400,
         -32020,
+    ),
+    (
+        # Neither a claim nor a version header: a 2025 client's, which needs its session
+        # (the legacy lane's answer; a 2026 client always sends the header).
+        "notification without a claim or a version header",
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}},
+        {},
+        ("MCP-Protocol-Version",),
+        400,
+        -32600,
     ),
     (
         "notification at a version not served",

@@ -1,0 +1,492 @@
+"""The legacy lane's handlers: a 2025 client's POST, GET and DELETE on the MCP endpoint.
+
+The endpoint (`gateway.web.handlers`) has classified the request (`gateway.protocol.era`),
+checked its HTTP layer (Origin, Host, Accept, media type, body size) and admitted its
+caller (authentication, route scopes, the per-principal rate) before it gets here. Then:
+
+- `initialize` opens an upstream session of the caller's own (`LegacyUpstream.initialize`,
+  the client's request as it came) and answers with the upstream's answer and the
+  gateway's `Mcp-Session-Id`, which seals the upstream's session handle and the caller
+  (`gateway.protocol.legacy_session`);
+- any other POST, a GET or a DELETE needs that id (400 "Missing session ID" without
+  one); one that does not open, has expired, names another route or another principal
+  gets 404 (the client starts over). A refreshed token of the same principal keeps it.
+- a request is held to the route's per-target scopes read from its body (`tools/call`,
+  `prompts/get`, `resources/read`, `completion/complete`, a resource subscription): 403
+  with the `insufficient_scope` challenge; list results leave out what the caller may not
+  see, in a JSON answer and inside a stream;
+- the upstream's answer passes on: its status and body (JSON as it came), or its stream
+  event by event (`gateway.legacy_clients.relay`), with the gateway's session id and
+  never the upstream's. A POST's stream whose upstream fails, or says nothing for
+  `limits.hold_timeout_s`, before its response and without an event id to resume from,
+  ends with a JSON-RPC error for the request;
+- a GET stream counts against the caller's streams (`gateway.legacy_clients.streams`) and
+  ends at the session's expiry, the credential's, or when the replica drains.
+
+One `request_served` line per POST (`era=legacy`, a keyed hash of the session id, never the
+id nor the upstream's), and the lane's metrics. Nothing is kept per session.
+It must not import the web part (`gateway.web`) nor the call core (`gateway.calls`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import hmac
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Protocol
+
+import structlog
+from aiohttp import web
+
+from gateway.auth import Identity
+from gateway.config import LegacyConfig, LimitsConfig
+from gateway.errors import (
+    HttpError,
+    MethodNotAllowed,
+    MethodNotFound,
+    NotAcceptable,
+    RpcError,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from gateway.legacy_clients.answers import MaySee, StreamView, checked_body, outcome_of
+from gateway.legacy_clients.metrics import LaneMetrics
+from gateway.legacy_clients.relay import ENDED, Relay, StreamHooks
+from gateway.legacy_clients.streams import Streams
+from gateway.legacy_clients.upstream import Answer, EventStream, LegacyUpstream, crossing_headers
+from gateway.protocol import jsonrpc, sse
+from gateway.protocol import legacy_session as sessions
+from gateway.protocol.state import StateCodec
+from gateway.protocol.versions import front_supported
+
+log = structlog.get_logger("gateway.legacy")
+
+SESSION_HEADER = "Mcp-Session-Id"
+_SESSION_KEY = SESSION_HEADER.lower()
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache, no-transform",
+    "X-Accel-Buffering": "no",
+}
+
+
+class SessionNotFound(HttpError):
+    """A session id that does not open here: the client must start a new session."""
+
+    http_status = 404
+    message = "Session not found: start a new session with initialize"
+
+
+class MissingSession(HttpError):
+    http_status = 400
+    message = "Bad Request: Missing session ID"
+
+
+class LegacyMethodNotAllowed(MethodNotAllowed):
+    message = "The MCP endpoint serves POST, GET and DELETE"
+    headers: ClassVar[dict[str, str]] = {"Allow": "GET, POST, DELETE"}
+
+
+class NoGetStreams(MethodNotAllowed):
+    message = "GET streams are not served here (legacy.max_streams_per_principal is 0)"
+    headers: ClassVar[dict[str, str]] = {"Allow": "POST, DELETE"}
+
+
+class Caller(Protocol):
+    """Who sends a request (`gateway.web.front_door.Caller`)."""
+
+    @property
+    def principal(self) -> str: ...
+
+    @property
+    def log_id(self) -> str: ...
+
+    @property
+    def identity(self) -> Identity | None: ...
+
+
+class Door(Protocol):
+    """What the lane asks of its route's front door (`gateway.web.front_door.FrontDoor`)."""
+
+    def check_request(self, caller: Any, method: str, params: dict[str, Any]) -> None: ...
+
+    def check_result(self, caller: Any, method: str, result: dict[str, Any]) -> None: ...
+
+    def list_filter(self, caller: Any) -> MaySee | None: ...
+
+
+#: The methods a legacy client sends, as metric labels; any other is counted as "other".
+KNOWN_METHODS = frozenset(
+    {
+        "initialize",
+        "ping",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "logging/setLevel",
+        "completion/complete",
+        "notifications/initialized",
+        "notifications/cancelled",
+        "notifications/progress",
+        "notifications/roots/list_changed",
+        "response",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaneSettings:
+    """What the lane of one route works with, besides its upstream and its door."""
+
+    legacy: LegacyConfig
+    limits: LimitsConfig
+    audience: str  # sealing.audience: the deployment its session ids belong to
+    replica: str  # this replica and incarnation: the owner of replica-bound sessions
+    log_salt: bytes  # keys the session ids' hashes in logs
+
+
+class LegacyLane:
+    """The legacy lane of one route (one upstream)."""
+
+    def __init__(
+        self,
+        *,
+        route: str,
+        upstream: LegacyUpstream | None,
+        door: Door,
+        codec: StateCodec,
+        settings: LaneSettings,
+        streams: Streams,
+        metrics: LaneMetrics,
+        hooks: StreamHooks,
+        wall_ms: Callable[[], int],
+    ) -> None:
+        """`route`: the name of the route's upstream. `upstream` None: it is not served
+        to legacy clients yet (stdio, HTTP+SSE); its `initialize` is refused naming what
+        is served."""
+        self.route = route
+        self.upstream = upstream
+        self.door = door
+        self.codec = codec
+        self.settings = settings
+        self.streams = streams
+        self.metrics = metrics
+        self.hooks = hooks
+        self.wall_ms = wall_ms
+
+    @property
+    def serves(self) -> bool:
+        """Whether 2025 clients can open sessions on this route."""
+        return self.upstream is not None
+
+    # -- POST ------------------------------------------------------------------------
+
+    async def post(
+        self,
+        request: web.Request,
+        caller: Caller,
+        headers: Mapping[str, str],
+        body: bytes,
+        decoded: Any,
+    ) -> web.StreamResponse:
+        """Serve one legacy POST: `body` as it came, `decoded` its JSON."""
+        started = time.monotonic()
+        served = Served(method="unknown")
+        try:
+            response = await self._post(request, caller, headers, body, decoded, served)
+        except HttpError as exc:  # rendered by the error middleware, with its headers
+            served.status, served.outcome = exc.http_status, "refused"
+            raise
+        except RpcError as exc:
+            response = self._rpc_error(exc, served)
+        finally:
+            self._served(served, caller, time.monotonic() - started)
+        return response
+
+    async def _post(
+        self,
+        request: web.Request,
+        caller: Caller,
+        headers: Mapping[str, str],
+        body: bytes,
+        decoded: Any,
+        served: Served,
+    ) -> web.StreamResponse:
+        message = jsonrpc.parse_message(decoded)  # InvalidRequest: batches too
+        if isinstance(message, jsonrpc.Request):
+            served.method, served.rid = message.method, message.id
+            if message.method == "initialize":
+                return await self._initialize(request, caller, headers, body, served)
+        else:
+            served.method = (
+                message.method if isinstance(message, jsonrpc.Notification) else "response"
+            )
+        token, claims = self._session(headers, caller, served)
+        upstream = self._upstream()
+        if isinstance(message, jsonrpc.Request):
+            method, params = sessions.scoped(message.method, message.params)
+            self.door.check_request(caller, method, params)
+        answer = await upstream.post(claims.session, body, crossing_headers(headers))
+        return await self._answer(request, caller, answer, served, token)
+
+    async def _initialize(
+        self,
+        request: web.Request,
+        caller: Caller,
+        headers: Mapping[str, str],
+        body: bytes,
+        served: Served,
+    ) -> web.StreamResponse:
+        if self.upstream is None:
+            raise MethodNotFound(
+                "Method not found: initialize (this upstream is not yet served to "
+                "2025 clients: use protocol 2026-07-28)",
+                {"supported": front_supported()},
+            )
+        answer = await self.upstream.initialize(body, crossing_headers(headers))
+        token = None
+        if answer.status == 200:
+            if not sessions.valid_upstream_session(answer.session):
+                await _discard(answer)
+                raise UpstreamError("upstream gave a session id that is not visible ASCII")
+            now = self.wall_ms()
+            settings = self.settings
+            claims = sessions.SessionClaims(
+                upstream=self.upstream.name,
+                session=answer.session,
+                principal=sessions.principal_tag(caller.principal),
+                owner=settings.replica if self.upstream.replica_bound else "",
+                audience=settings.audience,
+                created_ms=now,
+                expires_ms=now + int(settings.legacy.session_ttl_s * 1000),
+            )
+            token = sessions.seal_session(self.codec, claims)
+            served.session = self._log_id(token)
+        return await self._answer(request, caller, answer, served, token)
+
+    # -- GET and DELETE --------------------------------------------------------------
+
+    async def get(
+        self, request: web.Request, caller: Caller, headers: Mapping[str, str]
+    ) -> web.StreamResponse:
+        """The session's standalone stream (or its resumption: `Last-Event-ID`)."""
+        accept = headers.get("accept", "")
+        media = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+        if not media & {"text/event-stream", "text/*", "*/*"}:
+            raise NotAcceptable("Accept must list text/event-stream")
+        if self.settings.legacy.max_streams_per_principal == 0:
+            raise NoGetStreams()
+        served = Served(method="GET")
+        token, claims = self._session(headers, caller, served)
+        upstream = self._upstream()
+        head = {**SSE_HEADERS, SESSION_HEADER: token}
+        relay = Relay(request, head, self.hooks, keepalive_s=self._keepalive)
+        with self.streams.opened(caller.principal, relay.stop):
+            answer = await upstream.get(claims.session, crossing_headers(headers))
+            if isinstance(answer.body, bytes):
+                return self._plain(answer, token)
+            await _started(relay, answer.body)
+            started = time.monotonic()
+            log.info("legacy_stream_opened", principal=caller.log_id, session=served.session)
+            view = StreamView(rid=None, method=None, may_see=self.door.list_filter(caller))
+            how = "client_gone"
+            try:
+                how = await relay.run(answer.body, view.see, end_at=self._end_at(claims, caller))
+            finally:
+                await relay.close()
+                log.info(
+                    "legacy_stream_ended",
+                    how=how,
+                    principal=caller.log_id,
+                    session=served.session,
+                    duration_s=round(time.monotonic() - started, 1),
+                )
+            return await relay.finish()
+
+    async def delete(
+        self, request: web.Request, caller: Caller, headers: Mapping[str, str]
+    ) -> web.StreamResponse:
+        """End the session upstream; its id then leads to the upstream's 404."""
+        served = Served(method="DELETE")
+        _, claims = self._session(headers, caller, served)
+        answer = await self._upstream().delete(claims.session, crossing_headers(headers))
+        if not isinstance(answer.body, bytes):
+            await answer.body.aclose()
+            raise UpstreamError("upstream answered DELETE with a stream")
+        log.info("legacy_session_deleted", session=served.session, status=answer.status)
+        return self._plain(answer, None)
+
+    # -- the session -----------------------------------------------------------------
+
+    def _session(
+        self, headers: Mapping[str, str], caller: Caller, served: Served
+    ) -> tuple[str, sessions.SessionClaims]:
+        """The session id sent and its claims.
+
+        Raises:
+            MissingSession (400), SessionNotFound (404)
+        """
+        token = headers.get(_SESSION_KEY)
+        if token is None:
+            raise MissingSession()
+        served.session = self._log_id(token)
+        opened = sessions.open_session(
+            self.codec,
+            token,
+            now_ms=self.wall_ms(),
+            principal=sessions.principal_tag(caller.principal),
+            upstream=self.upstream.name if self.upstream is not None else self.route,
+            audience=self.settings.audience,
+        )
+        if isinstance(opened, sessions.Refusal):
+            self.metrics.refusals.labels(opened.reason).inc()
+            log.info("legacy_session_refused", reason=opened.reason, session=served.session)
+            raise SessionNotFound()
+        if opened.owner and opened.owner != self.settings.replica:
+            # A replica-bound session of another replica: forwarded to its owner over the
+            # fleet bus once stdio and HTTP+SSE upstreams are served; until then, unknown.
+            self.metrics.refusals.labels("owned elsewhere").inc()
+            log.info("legacy_session_refused", reason="owned elsewhere", session=served.session)
+            raise SessionNotFound()
+        return token, opened
+
+    def _upstream(self) -> LegacyUpstream:
+        if self.upstream is None:  # no session of this route ever opened: none can
+            raise SessionNotFound()
+        return self.upstream
+
+    def _log_id(self, token: str) -> str:
+        """A session id's stand-in in logs: a keyed hash (the id is a bearer of the session)."""
+        digest = hmac.new(self.settings.log_salt, token.encode(), hashlib.sha256).hexdigest()
+        return "s_" + digest[:16]
+
+    def _end_at(self, claims: sessions.SessionClaims, caller: Caller) -> float:
+        """When a GET stream ends, on the loop's clock: the session's expiry, or the
+        credential's if sooner (what outlives the request that showed it ends then)."""
+        until_s = claims.expires_ms / 1000
+        identity = caller.identity
+        if identity is not None and identity.expires_at is not None:
+            until_s = min(until_s, identity.expires_at)
+        return asyncio.get_running_loop().time() + max(0.0, until_s - self.wall_ms() / 1000)
+
+    # -- answers ---------------------------------------------------------------------
+
+    @property
+    def _keepalive(self) -> float:
+        return self.settings.limits.keepalive_s
+
+    async def _answer(
+        self,
+        request: web.Request,
+        caller: Caller,
+        answer: Answer,
+        served: Served,
+        token: str | None,
+    ) -> web.StreamResponse:
+        """The upstream's answer to a POST, passed on."""
+        served.status = answer.status
+        may_see = self.door.list_filter(caller)
+        check = functools.partial(self.door.check_result, caller, served.method)
+        if isinstance(answer.body, bytes):
+            served.outcome = outcome_of(answer.status)
+            body = answer.body
+            if answer.status == 200 and served.rid is not None:
+                body, served.outcome = checked_body(
+                    body, method=served.method, may_see=may_see, check=check
+                )
+            return self._plain(replace(answer, body=body), token)
+        headers = dict(SSE_HEADERS)
+        if token is not None:
+            headers[SESSION_HEADER] = token
+        relay = Relay(request, headers, self.hooks, keepalive_s=self._keepalive)
+        view = StreamView(rid=served.rid, method=served.method, may_see=may_see, check=check)
+        await _started(relay, answer.body)
+        try:
+            how = await relay.run(
+                answer.body,
+                view.see,
+                idle_s=self.settings.limits.hold_timeout_s,
+                done=view.has_answer,
+            )
+            if how != ENDED and served.rid is not None and not view.answered:
+                log.info("legacy_stream_cut", how=how, error=str(relay.error or ""))
+                if not view.resumable:  # the client has no way to get the rest: it is told
+                    failure = relay.error or UpstreamTimeout(
+                        "The upstream MCP server said nothing for limits.hold_timeout_s"
+                    )
+                    reply = jsonrpc.error(served.rid, failure.error_object())
+                    await relay.write(sse.encode(jsonrpc.dumps(reply).decode()))
+        finally:
+            await relay.close()
+            served.outcome = view.outcome  # also when the client went first
+        return await relay.finish()
+
+    def _plain(self, answer: Answer, token: str | None) -> web.Response:
+        assert isinstance(answer.body, bytes)
+        headers = dict(answer.headers)
+        if token is not None:
+            headers[SESSION_HEADER] = token
+        return web.Response(status=answer.status, body=answer.body, headers=headers)
+
+    def _rpc_error(self, exc: RpcError, served: Served) -> web.Response:
+        served.status, served.outcome = exc.status, "error"
+        if isinstance(exc, UpstreamError):
+            log.info("upstream_failed", error=exc.message, kind=type(exc).__name__)
+        else:
+            log.info("request_failed", code=exc.error_object()["code"], error=exc.message)
+        reply = jsonrpc.error(served.rid, exc.error_object())
+        return web.Response(
+            body=jsonrpc.dumps(reply), status=exc.status, content_type="application/json"
+        )
+
+    def _served(self, served: Served, caller: Caller, elapsed: float) -> None:
+        label = served.method if served.method in KNOWN_METHODS else "other"
+        self.metrics.requests.labels(label, served.outcome).inc()
+        self.metrics.request_seconds.labels(label).observe(elapsed)
+        log.info(
+            "request_served",
+            era="legacy",
+            rpc_method=served.method,
+            status=served.status,
+            outcome=served.outcome,
+            principal=caller.log_id,
+            session=served.session,
+            duration_ms=round(elapsed * 1000, 1),
+        )
+
+
+@dataclass(slots=True)
+class Served:
+    """What one POST's `request_served` line says, filled in as the request is served."""
+
+    method: str
+    rid: jsonrpc.RequestId | None = None
+    status: int = 500
+    outcome: str = "error"
+    session: str | None = None  # the session id's log stand-in
+
+
+async def _started(relay: Relay, events: EventStream) -> None:
+    """Send the stream's head; if it cannot be sent (the client has gone), `events` is
+    closed: nothing else would let its upstream connection go."""
+    try:
+        await relay.start()
+    except BaseException:
+        await events.aclose()
+        raise
+
+
+async def _discard(answer: Answer) -> None:
+    body: bytes | EventStream = answer.body
+    if not isinstance(body, bytes):
+        await body.aclose()

@@ -1,0 +1,229 @@
+"""The legacy lane's session, sans-IO: the gateway's `Mcp-Session-Id` and what policy reads.
+
+A 2025 client's session is an upstream session of its own, passed through one to one.
+The gateway's session id is the whole of the state: it seals which upstream, the
+upstream's own session handle (its `Mcp-Session-Id`, or none), a digest of the caller's
+principal, the replica that owns the session (empty when any replica serves it), when it
+was made and when it expires, with the requestState key ring under a prefix of its own
+(``lg1.``, bound into the AEAD's associated data: a requestState never opens as a session
+id, nor the reverse). So any replica serves any request of the session, and nothing is
+kept per session in memory or in Redis. A tampered, expired, foreign or misrouted id is
+refused with a reason for the log only; the wire answer is 404 (the client starts over).
+
+Beside it, what the lane's policy needs from a legacy body: which method and target a
+message names (for per-tool scopes), and list results (`tools/list`, `prompts/list`,
+`resources/list`, `resources/templates/list`) with the entries a caller may not see
+left out, in a JSON body or in one SSE event's data.
+
+Pure: no I/O. It must not decide HTTP statuses, nor read anything but what it is given.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import InvalidRequestState
+from gateway.protocol import jsonrpc
+from gateway.protocol.state import StateCodec
+
+#: The prefix of the gateway's session ids (requestState's is ``gw1.``).
+SESSION_PREFIX = "lg1."
+#: The longest upstream session id the gateway seals (visible ASCII, as the spec has it).
+MAX_UPSTREAM_SESSION_CHARS = 1024
+_VISIBLE = re.compile(r"[\x21-\x7e]+")
+_CLAIMS_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionClaims:
+    """What a gateway session id asserts."""
+
+    upstream: str  # the configured upstream's name
+    session: str | None  # the upstream's own session id; None: it gave none
+    principal: str  # `principal_tag` of the caller who opened it
+    owner: str  # the replica holding the upstream session; empty: any replica serves it
+    audience: str  # the deployment that minted it (`sealing.audience`)
+    created_ms: int
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a session id was refused: for the log, never for the wire."""
+
+    reason: str
+
+
+def principal_tag(principal: str) -> str:
+    """A short, fixed-size stand-in for a principal: ids stay small whoever the caller is."""
+    digest = hashlib.sha256(principal.encode()).digest()[:16]
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def valid_upstream_session(value: str | None) -> bool:
+    """Whether an upstream's session id can be sealed: visible ASCII, bounded."""
+    return value is None or (
+        len(value) <= MAX_UPSTREAM_SESSION_CHARS and _VISIBLE.fullmatch(value) is not None
+    )
+
+
+def seal_session(codec: StateCodec, claims: SessionClaims) -> str:
+    """The session id carrying `claims` (`codec` seals under `SESSION_PREFIX`).
+
+    Raises:
+        ValueError: an upstream session id that is not visible ASCII or too long.
+    """
+    if not valid_upstream_session(claims.session):
+        raise ValueError("the upstream's session id is not visible ASCII of a bounded length")
+    return codec.seal(
+        jsonrpc.dumps(
+            {
+                "v": _CLAIMS_VERSION,
+                "u": claims.upstream,
+                "s": claims.session,
+                "p": claims.principal,
+                "o": claims.owner,
+                "a": claims.audience,
+                "c": claims.created_ms,
+                "e": claims.expires_ms,
+            }
+        )
+    )
+
+
+_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "u": (str, "upstream"),
+    "s": ((str, type(None)), "session"),
+    "p": (str, "principal"),
+    "o": (str, "owner"),
+    "a": (str, "audience"),
+    "c": (int, "created_ms"),
+    "e": (int, "expires_ms"),
+}
+
+
+def open_session(
+    codec: StateCodec,
+    token: str,
+    *,
+    now_ms: int,
+    principal: str,
+    upstream: str,
+    audience: str,
+) -> SessionClaims | Refusal:
+    """The claims of a session id presented by `principal` (its `principal_tag`) on the
+    route of `upstream`, or why it is refused; every check fail-closed."""
+    try:
+        payload = codec.unseal(token)
+    except InvalidRequestState as exc:
+        return Refusal(exc.reason)
+    try:
+        data = jsonrpc.loads(payload)
+    except (ValueError, RecursionError):
+        return Refusal("payload not JSON")
+    if not isinstance(data, dict) or data.get("v") != _CLAIMS_VERSION:
+        return Refusal("payload shape")
+    if set(data) != {"v", *_FIELDS}:
+        return Refusal("payload shape")
+    values: dict[str, Any] = {}
+    for key, (kind, name) in _FIELDS.items():
+        value = data[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return Refusal(f"claim {name} has the wrong type")
+        values[name] = value
+    claims = SessionClaims(**values)
+    if claims.audience != audience:
+        return Refusal("audience mismatch")
+    if claims.upstream != upstream:
+        return Refusal("another upstream's session")
+    if now_ms >= claims.expires_ms:
+        return Refusal("expired")
+    if claims.principal != principal:
+        return Refusal("principal mismatch")
+    return claims
+
+
+# -- what policy reads -------------------------------------------------------------------
+
+#: Methods whose target is guarded as another's: subscribing to a resource reads it.
+_GUARDED_AS = {"resources/subscribe": "resources/read", "resources/unsubscribe": "resources/read"}
+
+
+def scoped(method: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The method and params a legacy request is checked against per-target scopes as:
+    itself, or (for a resource subscription) the read of the same resource."""
+    return _GUARDED_AS.get(method, method), params
+
+
+#: list method -> (its result's member, an entry's name field, the method using an entry)
+LISTS: dict[str, tuple[str, str, str]] = {
+    "tools/list": ("tools", "name", "tools/call"),
+    "prompts/list": ("prompts", "name", "prompts/get"),
+    "resources/list": ("resources", "uri", "resources/read"),
+    "resources/templates/list": ("resourceTemplates", "uriTemplate", "resources/read"),
+}
+
+#: Whether a caller may see one entry: (the method using it, its name or URI) -> bool.
+MaySee = Callable[[str, str | None], bool]
+
+
+def list_method_of(result: Any) -> str | None:
+    """The list method a result is the answer to, read from its shape: for a response
+    whose request is not known (one replayed on a resumed stream)."""
+    if not isinstance(result, dict):
+        return None
+    for method, (member, _, _) in LISTS.items():
+        if isinstance(result.get(member), list):
+            return method
+    return None
+
+
+def filtered_message(message: Any, method: str | None, may_see: MaySee) -> dict[str, Any] | None:
+    """`message` with the list entries the caller may not see left out, when it is the
+    response to a list request (`method`, or read from its shape when None) and something
+    was left out; None when it passes as it is."""
+    if not isinstance(message, dict) or "method" in message:
+        return None
+    result = message.get("result")
+    method = method or list_method_of(result)
+    if method not in LISTS or not isinstance(result, dict):
+        return None
+    member, field, used_by = LISTS[method]
+    entries = result.get(member)
+    if not isinstance(entries, list):
+        return None
+    kept = [e for e in entries if may_see(used_by, _field(e, field))]
+    if len(kept) == len(entries):
+        return None
+    return {**message, "result": {**result, member: kept}}
+
+
+def filtered_body(body: bytes, method: str | None, may_see: MaySee) -> bytes:
+    """A JSON body (one message) with the list entries the caller may not see left out;
+    the same bytes when nothing is (or it is not a list's response, or not JSON)."""
+    try:
+        message = jsonrpc.loads(body)
+    except (ValueError, RecursionError):
+        return body
+    kept = filtered_message(message, method, may_see)
+    return body if kept is None else jsonrpc.dumps(kept)
+
+
+def filtered_data(data: str, method: str | None, may_see: MaySee) -> str:
+    """One SSE event's data, filtered as `filtered_body` filters a body."""
+    try:
+        message = jsonrpc.loads(data)
+    except (ValueError, RecursionError):
+        return data
+    kept = filtered_message(message, method, may_see)
+    return data if kept is None else jsonrpc.dumps(kept).decode()
+
+
+def _field(entry: Any, field: str) -> str | None:
+    value = entry.get(field) if isinstance(entry, dict) else None
+    return value if isinstance(value, str) else None

@@ -1,0 +1,222 @@
+"""The gateway's legacy session id: sealed with the requestState keys under a prefix of its
+own, refused when tampered, expired, foreign or misrouted (a reason for the log only); and
+list results filtered by what a caller may see, as JSON and as one SSE event's data."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+
+import pytest
+
+from gateway.protocol import legacy_session as ls
+from gateway.protocol import state
+
+KEY = base64.urlsafe_b64decode(state.generate_key() + "=")
+OTHER = base64.urlsafe_b64decode(state.generate_key() + "=")
+NOW = 1_800_000_000_000
+ALICE = ls.principal_tag("jwt:https://issuer.example|alice|app")
+RING = state.AesGcmKeyRing([KEY])
+SESSIONS = RING.with_prefix(ls.SESSION_PREFIX)
+
+
+def claims(**overrides) -> ls.SessionClaims:
+    base = dict(
+        upstream="legacy",
+        session="3f1c-upstream-session",
+        principal=ALICE,
+        owner="",
+        audience="test-gateway",
+        created_ms=NOW,
+        expires_ms=NOW + 86_400_000,
+    )
+    base.update(overrides)
+    return ls.SessionClaims(**base)
+
+
+def opened(token: str, codec: state.StateCodec = SESSIONS, **overrides):
+    checks = dict(now_ms=NOW + 1, principal=ALICE, upstream="legacy", audience="test-gateway")
+    checks.update(overrides)
+    return ls.open_session(codec, token, **checks)
+
+
+def refusal(token: str, codec: state.StateCodec = SESSIONS, **overrides) -> str:
+    result = opened(token, codec, **overrides)
+    assert isinstance(result, ls.Refusal), result
+    return result.reason
+
+
+def test_a_session_id_opens_to_the_claims_it_sealed_and_is_visible_ascii() -> None:
+    token = ls.seal_session(SESSIONS, claims())
+    assert token.startswith("lg1.")
+    assert all(0x21 <= ord(c) <= 0x7E for c in token)
+    assert opened(token) == claims()
+    none = ls.seal_session(SESSIONS, claims(session=None))  # an upstream that gave no id
+    assert opened(none) == claims(session=None)
+
+
+def test_the_session_id_is_encrypted_and_names_no_principal() -> None:
+    token = ls.seal_session(SESSIONS, claims())
+    raw = base64.urlsafe_b64decode(token[4:] + "==")
+    assert b"upstream-session" not in raw and b"legacy" not in raw and b"alice" not in raw
+
+
+def test_every_single_bit_flip_of_a_session_id_is_refused() -> None:
+    token = ls.seal_session(SESSIONS, claims())
+    body = bytearray(base64.urlsafe_b64decode(token[4:] + "=="))
+    for index in range(len(body)):
+        for bit in (0x01, 0x80):
+            flipped = bytearray(body)
+            flipped[index] ^= bit
+            forged = "lg1." + base64.urlsafe_b64encode(bytes(flipped)).rstrip(b"=").decode()
+            assert isinstance(opened(forged), ls.Refusal)
+
+
+@pytest.mark.parametrize(
+    ("changed", "checks", "reason"),
+    [
+        ({"expires_ms": NOW}, {}, "expired"),
+        ({}, {"principal": ls.principal_tag("jwt:https://issuer.example|mallory|app")},
+         "principal mismatch"),
+        ({}, {"upstream": "other-upstream"}, "another upstream's session"),
+        ({}, {"audience": "another-deployment"}, "audience mismatch"),
+    ],
+    ids=["expired", "another principal", "another upstream's route", "another deployment"],
+)  # fmt: skip
+def test_a_session_id_is_refused_out_of_its_bindings(changed, checks, reason) -> None:
+    assert refusal(ls.seal_session(SESSIONS, claims(**changed)), **checks) == reason
+
+
+def test_a_request_state_never_opens_as_a_session_id_nor_the_reverse() -> None:
+    request_state = state.seal_claims(
+        RING,
+        state.Claims(
+            call="c1",
+            round=1,
+            principal="anonymous",
+            digest="d",
+            audience="test-gateway",
+            issued_ms=NOW,
+            expires_ms=NOW + 60_000,
+        ),
+    )
+    assert refusal(request_state) == "unknown format"
+    # Its prefix rewritten, it still fails: the prefix is bound into the AEAD.
+    assert refusal("lg1." + request_state[4:]) == "authentication failed"
+    session = ls.seal_session(SESSIONS, claims())
+    with pytest.raises(state.InvalidRequestState) as caught:
+        RING.unseal(session)
+    assert caught.value.reason == "unknown format"
+    with pytest.raises(state.InvalidRequestState) as caught:
+        RING.unseal("gw1." + session[4:])
+    assert caught.value.reason == "authentication failed"
+
+
+def test_request_states_are_sealed_as_before_the_prefix_became_a_setting() -> None:
+    """`gw1.` tokens: the same associated data (prefix and key id), so states minted by a
+    replica of the previous release still open, and the reverse."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    token = RING.seal(b"payload")
+    raw = base64.urlsafe_b64decode(token[4:] + "==")
+    kid, nonce, sealed = raw[:4], raw[4:16], raw[16:]
+    derived = state.HKDF(
+        algorithm=state.SHA256(), length=32, salt=None, info=state._HKDF_INFO
+    ).derive(KEY)
+    assert AESGCM(derived).decrypt(nonce, sealed, b"gw1." + kid) == b"payload"
+
+
+def test_a_session_id_sealed_with_another_key_is_refused_and_a_rotated_ring_opens_it() -> None:
+    other = state.AesGcmKeyRing([OTHER]).with_prefix(ls.SESSION_PREFIX)
+    token = ls.seal_session(other, claims())
+    assert refusal(token) == "unknown key id"
+    rotated = state.AesGcmKeyRing([KEY, OTHER]).with_prefix(ls.SESSION_PREFIX)
+    assert opened(token, rotated) == claims()
+
+
+def test_claims_of_the_wrong_shape_are_refused() -> None:
+    good = json.loads(SESSIONS.unseal(ls.seal_session(SESSIONS, claims())))
+    for bad in (
+        {**good, "e": "tomorrow"},
+        {**good, "s": 5},
+        {**good, "c": True},
+        {**good, "x": 1},
+        {k: v for k, v in good.items() if k != "o"},
+        {**good, "v": 2},
+        [good],
+    ):
+        assert isinstance(opened(SESSIONS.seal(json.dumps(bad).encode())), ls.Refusal), bad
+    assert refusal(SESSIONS.seal(b"not json")) == "payload not JSON"
+
+
+def test_an_upstream_session_id_that_is_not_visible_ascii_is_not_sealed() -> None:
+    for bad in ("has space", "tab\t", "é", "x" * (ls.MAX_UPSTREAM_SESSION_CHARS + 1), ""):
+        with pytest.raises(ValueError):
+            ls.seal_session(SESSIONS, claims(session=bad))
+
+
+def test_a_key_ring_refuses_a_prefix_that_is_not_a_short_tag() -> None:
+    for bad in ("lg1", "LG1.", "lg 1.", "a.", "toolongprefix1."):
+        with pytest.raises(ValueError):
+            RING.with_prefix(bad)
+
+
+# -- policy ------------------------------------------------------------------------------
+
+
+def may_see(method: str, name: str | None) -> bool:
+    return name not in ("increment_counter", "secret://x", "hr_review", "secret://{id}")
+
+
+LISTED = {
+    "tools/list": ("tools", "name", ["echo", "increment_counter"]),
+    "prompts/list": ("prompts", "name", ["plain", "hr_review"]),
+    "resources/list": ("resources", "uri", ["static://hello", "secret://x"]),
+    "resources/templates/list": ("resourceTemplates", "uriTemplate", ["a://{b}", "secret://{id}"]),
+}
+
+
+@pytest.mark.parametrize("method", sorted(LISTED))
+def test_a_list_answer_leaves_out_what_the_caller_may_not_see_as_json_and_as_sse_data(
+    method: str,
+) -> None:
+    member, field, names = LISTED[method]
+    message = {"jsonrpc": "2.0", "id": 7, "result": {member: [{field: n} for n in names]}}
+    body = json.dumps(message).encode()
+    for kept in (
+        json.loads(ls.filtered_body(body, method, may_see)),
+        json.loads(ls.filtered_data(body.decode(), method, may_see)),
+        json.loads(ls.filtered_body(body, None, may_see)),  # read from its shape (a replay)
+    ):
+        assert [e[field] for e in kept["result"][member]] == names[:1]
+        assert kept["id"] == 7
+
+
+def test_what_is_not_a_list_answer_passes_byte_for_byte() -> None:
+    everything_visible = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "echo"}]}}
+    ).encode()
+    for body in (
+        everything_visible,
+        b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"increment_counter"}]}}',
+        b'{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}',
+        b'{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}',
+        b"not json",
+        b"",
+    ):
+        assert ls.filtered_body(body, "tools/list", may_see) is body
+        assert ls.filtered_data(body.decode(), None, may_see) == body.decode()
+
+
+def test_a_subscription_is_guarded_as_a_read_of_its_resource() -> None:
+    assert ls.scoped("resources/subscribe", {"uri": "secret://x"}) == (
+        "resources/read",
+        {"uri": "secret://x"},
+    )
+    assert ls.scoped("tools/call", {"name": "echo"}) == ("tools/call", {"name": "echo"})
+
+
+def test_claims_are_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        claims().upstream = "x"  # type: ignore[misc]
