@@ -284,15 +284,12 @@ def _effect(record: SuspendedCall | None, event: Event) -> SuspendedCall | None:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """What an event did: the record after it, or why nothing changed."""
+    """What an event did: the record after it (`done`), or why nothing changed."""
 
     record: SuspendedCall | None
+    done: bool = True
     refused: Guard | None = None
     no_row: bool = False  # the event has no row from the record's state
-
-    @property
-    def done(self) -> bool:
-        return self.refused is None and not self.no_row
 
 
 def step(record: SuspendedCall | None, event: Event) -> Step:
@@ -300,7 +297,7 @@ def step(record: SuspendedCall | None, event: Event) -> Step:
     all hold, the first guard that failed in the last row tried says why."""
     rows = _ROWS.get((type(event), state_of(record)))
     if rows is None:
-        return Step(record, no_row=True)
+        return Step(record, done=False, no_row=True)
     refused: Guard | None = None
     for row in rows:
         for guard in row.guards:
@@ -309,4 +306,4 @@ def step(record: SuspendedCall | None, event: Event) -> Step:
                 break
         else:
             return Step(_effect(record, event))
-    return Step(record, refused=refused)
+    return Step(record, done=False, refused=refused)
