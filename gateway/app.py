@@ -60,7 +60,7 @@ def redact(url: str) -> str:
     return f"{parts.scheme}://{netloc}{parts.path}" if parts.scheme else parts.path
 
 
-def _where(upstream: UpstreamConfig) -> str:
+def where(upstream: UpstreamConfig) -> str:
     """An upstream fit for a log: a URL without credentials, or a command's program only."""
     if upstream.transport == STDIO:
         return f"stdio:{upstream.command[0]}"
@@ -218,7 +218,7 @@ def build_app(config: GatewayConfig) -> web.Application:
             "gateway_started",
             replica=owner,  # with its incarnation: a replica restarted holds no session
             incarnation=incarnation,
-            upstreams={u.path: _where(u) for u in config.upstreams},
+            upstreams={u.path: where(u) for u in config.upstreams},
             store=redact(config.store.url),
             auth="none" if config.auth is None else "required",
         )

@@ -186,14 +186,25 @@ def _serve_config(args: argparse.Namespace) -> GatewayConfig:
 LoopChoice = tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]
 
 
-def serve(config: GatewayConfig, loop: LoopChoice = (None, "asyncio")) -> None:
-    """Run the gateway until SIGTERM or SIGINT (a second one ends a drain at once)."""
+def serve(config: GatewayConfig, loop: LoopChoice = (None, "asyncio")) -> int:
+    """Run the gateway until SIGTERM or SIGINT (a second one ends a drain at once).
+
+    Returns the exit status: 0 after a stop, 2 when the start is refused (the port is
+    in use, the store or an upstream is unusable): one `gateway_refused` log line, and
+    no `gateway_started` before it when the port cannot be bound.
+    """
+    from gateway.errors import GatewayError
     from gateway.logging import configure
 
     configure(config.logging.level, config.logging.format)
     factory, name = loop
-    with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(_run(config, name))
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(_run(config, name))
+    except (GatewayError, OSError) as exc:
+        structlog.get_logger("gateway").error("gateway_refused", reason=str(exc) or repr(exc))
+        return 2
+    return 0
 
 
 ENV_EVENT_LOOP = "MRTR_GATEWAY_EVENT_LOOP"
@@ -220,29 +231,32 @@ def event_loop(choice: str) -> LoopChoice:
 
 async def _run(config: GatewayConfig, loop_name: str = "asyncio") -> None:
     # Imported here so that check-config and keygen never load aiohttp, redis or the app.
-    from gateway.app import BRIDGE, build_app
-    from gateway.web.serving import serve
+    from gateway.app import BRIDGE, build_app, where
+    from gateway.web.serving import bind, serve
 
-    app = build_app(config)
+    # Bound first: a port in use refuses the start before anything is built or logged.
+    sockets = bind(config.listen.host, config.listen.port)
+    try:
+        app = build_app(config)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
     served = await serve(
         app,
         config.listen.host,
         config.listen.port,
         idle_timeout_s=config.limits.idle_timeout_s,
+        sockets=sockets,
     )
     structlog.get_logger("gateway").info(
         "gateway_listening",
         host=config.listen.host,
-        port=config.listen.port,
+        port=served.port,
         event_loop=loop_name,
+        # Where clients go, and what each serves (no credentials, a command's program only).
+        urls={str(served.make_url(u.path)): where(u) for u in config.upstreams},
     )
-    for upstream in config.upstreams:
-        print(
-            f"mrtr-gateway: http://{config.listen.host}:{config.listen.port}{upstream.path}"
-            f" -> {upstream.location}",
-            file=sys.stderr,
-            flush=True,
-        )
     signals = asyncio.Queue[int]()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -253,11 +267,12 @@ async def _run(config: GatewayConfig, loop_name: str = "asyncio") -> None:
         # A second signal (Ctrl-C again) stops at once, cancelling what is left upstream.
         bridge = app[BRIDGE]
         if bridge.calls:
-            print(
-                f"mrtr-gateway: draining {len(bridge.calls)} call(s) for up to "
-                f"{config.fleet.drain_timeout_s:g} s; signal again to stop now",
-                file=sys.stderr,
-                flush=True,
+            structlog.get_logger("gateway").info(
+                "gateway_stopping",
+                calls=len(bridge.calls),
+                detail="the calls held here may still be resumed until they end or "
+                f"fleet.drain_timeout_s ({config.fleet.drain_timeout_s:g} s) passes; "
+                "signal again to stop now",
             )
         drain = spawn(bridge.drain(config.fleet.drain_timeout_s), name="drain")
         again = spawn(signals.get(), name="second-signal")
@@ -317,5 +332,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"mrtr-gateway: configuration error: {exc}", file=sys.stderr)
         return 2
-    serve(config, loop)
-    return 0
+    return serve(config, loop)

@@ -101,7 +101,12 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[GatewayConfig]:
         if name.startswith("MRTR_GATEWAY_"):
             monkeypatch.delenv(name)
     configs: list[GatewayConfig] = []
-    monkeypatch.setattr(cli, "serve", lambda config, _loop: configs.append(config))
+
+    def record(config: GatewayConfig, _loop: object) -> int:
+        configs.append(config)
+        return 0
+
+    monkeypatch.setattr(cli, "serve", record)
     return configs
 
 
@@ -270,7 +275,7 @@ async def test_a_second_signal_ends_a_drain_at_once(legacy) -> None:
     try:
         await park_greet(gateway, "drain-twice")
         gateway.send_signal(signal.SIGTERM)  # drains: the parked call could be resumed for 30 s
-        await asyncio.to_thread(gateway.wait_for_line, "draining 1 call(s)", 30)
+        await asyncio.to_thread(gateway.wait_for_line, '"event":"gateway_stopping"', 30)
         gateway.send_signal(signal.SIGTERM)
         status = await asyncio.to_thread(gateway.wait, 60)  # a bound, not how fast
         err = gateway.logs()
@@ -342,3 +347,58 @@ def test_an_unknown_event_loop_is_a_configuration_error(monkeypatch, capsys) -> 
     monkeypatch.setenv(cli.ENV_EVENT_LOOP, "fastest")
     assert main(["serve", "--upstream", "http://127.0.0.1:1/mcp"]) == 2
     assert "MRTR_GATEWAY_EVENT_LOOP: must be auto, uvloop or asyncio" in capsys.readouterr().err
+
+
+def _serve_refused(argv: list[str], log_format: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MRTR_GATEWAY_")}
+    env["MRTR_GATEWAY_LOG_FORMAT"] = log_format
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.parametrize("log_format", ["json", "console"])
+def test_a_port_in_use_is_one_line_and_exit_2_before_anything_starts(log_format: str) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["--upstream", "http://127.0.0.1:1/mcp", "--port", str(port)]
+        proc = _serve_refused(argv, log_format)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    (line,) = proc.stderr.splitlines()  # one line: no traceback, no banner
+    assert "gateway_refused" in line and "gateway_started" not in proc.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in line
+    assert "Traceback" not in proc.stderr
+    if log_format == "json":
+        event = json.loads(line)
+        assert (event["event"], event["level"]) == ("gateway_refused", "error")
+        assert "in use" in event["reason"]
+
+
+def test_an_address_not_on_this_machine_is_refused_in_one_line() -> None:
+    argv = ["--upstream", "http://127.0.0.1:1/mcp", "--host", "192.0.2.1", "--port", "0"]
+    proc = _serve_refused(argv, "json")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    assert json.loads(line)["event"] == "gateway_refused"
+    assert "cannot listen on 192.0.2.1:0" in line
+
+
+def test_serve_help_lists_every_quick_start_flag(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = capsys.readouterr().out
+    for flag in (
+        "--config", "--upstream", "--upstream-command", "--transport", "--path",
+        "--host", "--port", "--store", "--keys-file",
+    ):
+        assert flag in out

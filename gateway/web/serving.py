@@ -15,6 +15,8 @@ chooses its public settings. What they give a client:
 - after an answer given before its request's body was all read (413, 408, a refusal),
   the rest of the body is read and dropped for up to `LINGER_S`, so that the client sees
   the answer rather than a reset; a body not over by then closes the connection;
+- the port is bound before the application starts, so a port in use or an address not
+  there refuses the start (`BindError`) before anything is opened or logged as started;
 - on `Served.close`, the port stops accepting, idle connections close, and requests in
   flight get `SHUTDOWN_GRACE_S` to finish before their handlers are cancelled (and waited
   for) ahead of the application's clean-up.
@@ -25,6 +27,8 @@ into aiohttp's internals.
 """
 
 from __future__ import annotations
+
+import socket
 
 from aiohttp import web
 from yarl import URL
@@ -50,6 +54,44 @@ class Served:
         await self.runner.cleanup()
 
 
+class BindError(OSError):
+    """The listening address cannot be bound (in use, not this machine's, not allowed)."""
+
+
+def bind(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for every address `host` names (as asyncio's `create_server`
+    binds them), not yet accepting. With `port` 0 they all take the first one's port.
+
+    Raises:
+        BindError: naming the address and the system's reason.
+    """
+    try:
+        infos = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except OSError as exc:
+        raise BindError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _name, address in dict.fromkeys(infos):  # once each
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(sockets) > 1:
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                raise BindError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
 async def serve(
     app: web.Application,
     host: str,
@@ -58,8 +100,17 @@ async def serve(
     idle_timeout_s: float,
     shutdown_grace_s: float = SHUTDOWN_GRACE_S,
     linger_s: float = LINGER_S,
+    sockets: list[socket.socket] | None = None,
 ) -> Served:
-    """Start `app` (its cleanup contexts) and listen on `host`:`port` (0: a free port)."""
+    """Bind `host`:`port` (0: a free port), then start `app` (its cleanup contexts) and
+    accept on it; or accept on `sockets` bound already (by `bind`: its caller knew the
+    address was free before building the app).
+
+    Raises:
+        BindError: before the application started.
+    """
+    if sockets is None:
+        sockets = bind(host, port)
     runner = web.AppRunner(
         app,
         handler_cancellation=True,
@@ -68,9 +119,15 @@ async def serve(
         lingering_time=linger_s,
         shutdown_timeout=shutdown_grace_s,
     )
-    await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        await runner.setup()
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    try:
+        for sock in sockets:
+            await web.SockSite(runner, sock).start()
     except BaseException:
         await runner.cleanup()
         raise

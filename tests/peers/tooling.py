@@ -530,12 +530,12 @@ class GatewayProcess(LoggedProcess):
     Configured by a file (`GatewayProcess(path, env, name)`, as fleet replicas are) or
     by command-line options (`GatewayProcess(argv=["--upstream", url], name=...)`);
     `--port` is added here. `env` is added to this process's environment, with JSON logs
-    and `MRTR_GATEWAY_REPLICA_ID=name` unless `env` says otherwise. Ready once it prints
-    where it serves; its stderr is in `logs()`, and `await_line('"event":"..."')` waits
+    and `MRTR_GATEWAY_REPLICA_ID=name` unless `env` says otherwise. Ready once it logs
+    where it serves (`gateway_listening`); its stderr is in `logs()`, and `await_line('"event":"..."')` waits
     for a log event.
     """
 
-    READY = "mrtr-gateway: http://"
+    READY = '"event":"gateway_listening"'
 
     def __init__(
         self,
