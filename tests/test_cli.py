@@ -398,7 +398,14 @@ def test_serve_help_lists_every_quick_start_flag(capsys) -> None:
         main(["serve", "--help"])
     out = capsys.readouterr().out
     for flag in (
-        "--config", "--upstream", "--upstream-command", "--transport", "--path",
-        "--host", "--port", "--store", "--keys-file",
+        "--config",
+        "--upstream",
+        "--upstream-command",
+        "--transport",
+        "--path",
+        "--host",
+        "--port",
+        "--store",
+        "--keys-file",
     ):
         assert flag in out

@@ -66,9 +66,7 @@ def bind(host: str, port: int) -> list[socket.socket]:
         BindError: naming the address and the system's reason.
     """
     try:
-        infos = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError as exc:
         raise BindError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     sockets: list[socket.socket] = []

@@ -531,8 +531,8 @@ class GatewayProcess(LoggedProcess):
     by command-line options (`GatewayProcess(argv=["--upstream", url], name=...)`);
     `--port` is added here. `env` is added to this process's environment, with JSON logs
     and `MRTR_GATEWAY_REPLICA_ID=name` unless `env` says otherwise. Ready once it logs
-    where it serves (`gateway_listening`); its stderr is in `logs()`, and `await_line('"event":"..."')` waits
-    for a log event.
+    where it serves (`gateway_listening`); its stderr is in `logs()`, and
+    `await_line('"event":"..."')` waits for a log event.
     """
 
     READY = '"event":"gateway_listening"'
