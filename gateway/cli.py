@@ -297,6 +297,18 @@ def _legacy_line(config: GatewayConfig) -> str:
     return line
 
 
+def _print_mistakes(file: str, exc: ConfigError) -> None:
+    """`check-config`'s refusal: every mistake on a line of its own, by key path."""
+    if len(exc.problems) == 1:
+        (problem,) = exc.problems
+        where = "" if problem.startswith((file, "cannot read")) else f"{file}: "
+        print(f"mrtr-gateway: {where}{problem}", file=sys.stderr)
+        return
+    print(f"mrtr-gateway: {file}: {len(exc.problems)} mistakes", file=sys.stderr)
+    for problem in exc.problems:
+        print(f"  {problem}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -315,7 +327,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 0
         if args.command == "check-config":
-            config = load_config(args.file)
+            try:
+                config = load_config(args.file)
+            except ConfigError as exc:
+                _print_mistakes(args.file, exc)
+                return 2
             names = ", ".join(
                 f"{u.name} ({u.path} -> {u.transport} {u.location})" for u in config.upstreams
             )

@@ -99,7 +99,22 @@ class GatewayError(Exception):
 
 
 class ConfigError(GatewayError):
-    """The configuration is unusable; raised at startup and by `check-config`."""
+    """The configuration is unusable; raised at startup and by `check-config`.
+
+    `problems` holds every mistake found, each a line that starts with its key path;
+    the message is the one mistake, or all of them in one line.
+    """
+
+    def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
+        self.problems = problems or (message,)
+        super().__init__(message)
+
+    @classmethod
+    def of(cls, problems: tuple[str, ...]) -> ConfigError:
+        """One error for every mistake found (at least one)."""
+        if len(problems) == 1:
+            return cls(problems[0])
+        return cls(f"{len(problems)} mistakes: " + " | ".join(problems), problems)
 
 
 class HttpError(GatewayError):

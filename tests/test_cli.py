@@ -409,3 +409,31 @@ def test_serve_help_lists_every_quick_start_flag(capsys) -> None:
         "--keys-file",
     ):
         assert flag in out
+
+
+def test_check_config_lists_every_mistake_on_a_line_of_its_own(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "listen: {port: 80800}\n"
+        "upstream:\n  - {name: demo, url: 'http://127.0.0.1:9000/mcp'}\n"
+        "limits: {max_body_byte: 1000}\n"
+    )
+    assert main(["check-config", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"mrtr-gateway: {path}: 4 mistakes",
+        "  limits.max_body_byte: unknown key; did you mean max_body_bytes?",
+        "  listen.port: must be 0..65535, got 80800",
+        "  upstream: unknown key; did you mean upstreams?",
+        "  upstreams: at least one legacy server is required (name, url, path)",
+    ]
+
+
+def test_check_config_names_a_yaml_error_by_file_line_and_column(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text("listen:\n  port: 8080\n   host: x\n")
+    assert main(["check-config", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"mrtr-gateway: {path}:3:8: not valid YAML: mapping values are not allowed here\n"
+    )

@@ -439,3 +439,94 @@ def test_a_stdio_upstream_is_a_command_and_each_mistake_is_named(tmp_path: Path)
         with pytest.raises(ConfigError) as refused:
             upstream(**entry)
         assert str(refused.value).startswith(where), (where, str(refused.value))
+
+
+def test_every_mistake_of_a_file_is_named_in_one_run_by_key_path() -> None:
+    data = {
+        "listen": {"port": 80800},
+        "limits": {"max_body_bytes": "big", "max_rounds": 0},
+        "upstreams": [
+            {**UP, "pool": {"max_sessions": -1}},
+            {"name": "two", "url": "ftp://x", "path": "/two"},
+        ],
+        "logging": {"level": "loud"},
+    }
+    with pytest.raises(ConfigError) as refused:
+        parse_config(data, env={})
+    paths = [problem.split(": ", 1)[0] for problem in refused.value.problems]
+    assert paths == [
+        "limits.max_body_bytes",
+        "limits.max_rounds",
+        "listen.port",
+        "logging.level",
+        "upstreams[0].pool.max_sessions",
+        "upstreams[1].url",
+    ]
+    assert str(refused.value).startswith("6 mistakes: limits.max_body_bytes: expected int")
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        ({"upstream": [UP]}, "upstream: unknown key; did you mean upstreams?"),
+        ({"upstreams": [UP], "limit": {}}, "limit: unknown key; did you mean limits?"),
+        (
+            {"upstreams": [UP], "limits": {"max_body_byte": 1}},
+            "limits.max_body_byte: unknown key; did you mean max_body_bytes?",
+        ),
+        (
+            {"upstreams": [UP], "limits": {"rate": {"per_principal": {"per_sec": 1}}}},
+            "limits.rate.per_principal.per_sec: unknown key; did you mean per_s?",
+        ),
+        (
+            {"upstreams": [{**UP, "pool": {"max_session": 4}}]},
+            "upstreams[0].pool.max_session: unknown key; did you mean max_sessions?",
+        ),
+        (
+            {"upstreams": [{**UP, "tools": {"t": {"replay_saf": True}}}]},
+            "upstreams[0].tools.t.replay_saf: unknown key; did you mean replay_safe?",
+        ),
+        (
+            {"upstreams": [{**UP, "inputs": [{"key": "k", "methd": "roots/list"}]}]},
+            "upstreams[0].inputs[0].methd: unknown key; did you mean method?",
+        ),
+        (
+            {"upstreams": [UP], "legacy": {"enable": False}},
+            "legacy.enable: unknown key; did you mean enabled?",
+        ),
+    ],
+)
+def test_a_misspelt_key_at_any_level_suggests_the_key_it_resembles(
+    data: dict, problem: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_config(data, env={})
+    assert problem in refused.value.problems
+
+
+def test_a_key_like_no_other_points_to_the_reference() -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"upstreams": [UP], "zzz": 1}, env={})
+    assert refused.value.problems == (
+        "zzz: unknown key; see the configuration reference, docs/configuration.md",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "detail"),
+    [
+        ("upstreams:\n  - name: u\n    url: [http://x\n", ":4:1:", "opened at line 3, column 10"),
+        ("listen:\n  port: 8080\n   host: x\n", ":3:8:", "mapping values are not allowed"),
+        ("upstreams: [{name: u}\nlisten: {}\n", ":2:1:", "expected ',' or ']'"),
+    ],
+)
+def test_a_yaml_error_names_the_file_line_and_column(
+    tmp_path: Path, text: str, where: str, detail: str
+) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as refused:
+        load_config(path, env={})
+    (problem,) = refused.value.problems
+    assert problem.startswith(f"{path}{where} not valid YAML: ")
+    assert detail in problem and "<unicode string>" not in problem

@@ -21,6 +21,7 @@ dataclasses of `gateway.config.model`, which supply the rest.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,8 +40,9 @@ from gateway.config.model import (
     RateConfig,
     SealingConfig,
     StoreConfig,
+    UpstreamConfig,
 )
-from gateway.config.section import Section
+from gateway.config.section import Problems, Section
 from gateway.config.upstreams import parse_upstream
 from gateway.errors import ConfigError
 from gateway.protocol.state import parse_key
@@ -221,30 +223,75 @@ def parse_config(
         for name in _ENV_SETS.get(key_path, ()):
             env.pop(name, None)
     base = base or Path.cwd()
-    root = Section(data, "")
+    problems = Problems()
+    root = Section(data, "", problems)
     values: dict[str, Any] = root.scalars(GatewayConfig)
     _from_env(values, "replica_id", env, ENV_REPLICA_ID)
     if values.get("replica_id") == "":
-        raise ConfigError("replica_id: must not be empty; leave it out for a random name")
-    listen_sec = root.section("listen")
-    values["listen"] = listen = ListenConfig(**listen_sec.scalars(ListenConfig, zero_ok={"port"}))
+        problems.add("replica_id: must not be empty; leave it out for a random name")
+    # Each part is read whatever became of the others, so one run names every mistake.
+    parts = {
+        "listen": lambda: _listen(root.section("listen")),
+        "limits": lambda: _limits(root.section("limits")),
+        "sealing": lambda: _sealing(root.section("sealing"), env, base),
+        "store": lambda: _store(root.section("store"), env),
+        "fleet": lambda: _fleet(root.section("fleet")),
+        "legacy": lambda: _legacy(root.section("legacy")),
+        "logging": lambda: _logging(root.section("logging"), env),
+        "allowed_origins": lambda: _names(
+            root, "allowed_origins", "origins such as https://app.example.com"
+        ),
+        "allowed_hosts": lambda: _hosts(root),
+    }
+    for key, read in parts.items():
+        value = problems.attempt(read)
+        if value is not None:
+            values[key] = value
+    sealing, store = values.get("sealing"), values.get("store")
+    if sealing is not None and store is not None and store.shared and sealing.ephemeral:
+        problems.add(
+            "sealing: a shared store (Redis) needs a sealing key that every replica shares; "
+            f"set sealing.keys_file or {ENV_KEYS} (generate one with: mrtr-gateway keygen)"
+        )
+    upstreams = _upstreams(root, env, base)
+    if upstreams is not None:
+        paths = [u.path for u in upstreams]
+        values["auth"] = auth = problems.attempt(
+            lambda: parse_auth(root.section("auth"), base, paths)
+        )
+        if auth is None:
+            problems.attempt(lambda: _no_scopes_without_auth(upstreams))
+    else:
+        root.raw("auth")  # read with the upstreams it protects; not an unknown key
+    root.done()
+    problems.check()
+    assert upstreams is not None  # no problem found: every upstream was read
+    return GatewayConfig(**values, upstreams=upstreams)
+
+
+def _listen(sec: Section) -> ListenConfig:
+    listen = ListenConfig(**sec.scalars(ListenConfig, zero_ok={"port"}))
+    sec.done()
     if listen.port > 65535:
-        raise ConfigError(f"listen.port: must be 0..65535, got {listen.port}")
-    listen_sec.done()
-    lim = root.section("limits")
+        raise ConfigError(f"{sec.at('port')}: must be 0..65535, got {listen.port}")
+    return listen
+
+
+def _limits(lim: Section) -> LimitsConfig:
     rate_sec = lim.section("rate")
     per_principal = rate_sec.section("per_principal")
     # 0 for `per_s` is off, as leaving it out is (the documented default); a burst is
     # checked only for a bucket that is on.
     rate = RateConfig(**per_principal.scalars(RateConfig, zero_ok={"per_s", "burst"}))
     if rate.enabled and rate.burst < 1:
-        raise ConfigError(f"{per_principal.at('burst')}: give a burst of at least 1 request")
+        per_principal.mistake(f"{per_principal.at('burst')}: give a burst of at least 1 request")
     per_principal.done()
     rate_sec.done()
-    values["limits"] = limits = LimitsConfig(
+    limits = LimitsConfig(
         **lim.scalars(LimitsConfig, zero_ok={"coalesce_ms", "max_listens"}),
         rate_per_principal=rate,
     )
+    lim.done()
     if limits.coalesce_ms > 5000:
         raise ConfigError("limits.coalesce_ms: must be 0..5000 milliseconds")
     if limits.max_upstream_message_bytes < MIN_UPSTREAM_MESSAGE_BYTES:
@@ -253,16 +300,12 @@ def parse_config(
             f"(64 KiB), got {limits.max_upstream_message_bytes}; it is in bytes "
             "(67108864 for 64 MiB)"
         )
-    lim.done()
-    values["sealing"] = sealing = _sealing(root.section("sealing"), env, base)
-    values["store"] = store = _store(root.section("store"), env)
-    if store.shared and sealing.ephemeral:
-        raise ConfigError(
-            "sealing: a shared store (Redis) needs a sealing key that every replica shares; "
-            f"set sealing.keys_file or {ENV_KEYS} (generate one with: mrtr-gateway keygen)"
-        )
-    fleet_sec = root.section("fleet")
-    values["fleet"] = fleet = FleetConfig(**fleet_sec.scalars(FleetConfig))
+    return limits
+
+
+def _fleet(sec: Section) -> FleetConfig:
+    fleet = FleetConfig(**sec.scalars(FleetConfig))
+    sec.done()
     if fleet.orphan_sweep_s < 2 * fleet.heartbeat_s:
         # Two looks must be further apart than a heartbeat's TTL (two beats): a replica
         # only late with one beat is never taken for dead.
@@ -270,28 +313,42 @@ def parse_config(
             f"fleet.orphan_sweep_s: must be at least twice fleet.heartbeat_s "
             f"({2 * fleet.heartbeat_s:g}), got {fleet.orphan_sweep_s:g}"
         )
-    fleet_sec.done()
-    values["legacy"] = _legacy(root.section("legacy"))
-    values["logging"] = _logging(root.section("logging"), env)
-    origins = _names(root, "allowed_origins", "origins such as https://app.example.com")
-    if origins is not None:
-        values["allowed_origins"] = origins
+    return fleet
+
+
+def _hosts(root: Section) -> frozenset[str] | None:
     hosts = _names(root, "allowed_hosts", "host names such as mcp.example.com")
-    if hosts is not None:
-        values["allowed_hosts"] = frozenset(h.lower() for h in hosts)
+    return None if hosts is None else frozenset(h.lower() for h in hosts)
+
+
+def _upstream(
+    root: Section, item: Any, path: str, env: Mapping[str, str], base: Path
+) -> UpstreamConfig:
+    return parse_upstream(root.child(item, path), env, base)
+
+
+def _upstreams(
+    root: Section, env: Mapping[str, str], base: Path
+) -> tuple[UpstreamConfig, ...] | None:
+    """Every `upstreams[]` entry read (each entry's mistakes kept); None if any is unusable."""
+    problems = root.problems
+    assert problems is not None
     items = root.get("upstreams", list)
     if not items:
-        raise ConfigError("upstreams: at least one legacy server is required (name, url, path)")
-    upstreams = tuple(
-        parse_upstream(item, f"upstreams[{i}]", env, base) for i, item in enumerate(items)
-    )
-    _unique([u.name for u in upstreams], "name")
-    _unique([u.path for u in upstreams], "path")
-    values["auth"] = parse_auth(root.section("auth"), base, [u.path for u in upstreams])
-    if values["auth"] is None:
-        _no_scopes_without_auth(upstreams)
-    root.done()
-    return GatewayConfig(**values, upstreams=upstreams)
+        if root.has("upstreams") and items is None:
+            return None  # the wrong type is named already
+        problems.add("upstreams: at least one legacy server is required (name, url, path)")
+        return None
+    read = [
+        problems.attempt(functools.partial(_upstream, root, item, f"upstreams[{i}]", env, base))
+        for i, item in enumerate(items)
+    ]
+    upstreams = tuple(u for u in read if u is not None)
+    if len(upstreams) < len(read):
+        return None
+    problems.attempt(lambda: _unique([u.name for u in upstreams], "name"))
+    problems.attempt(lambda: _unique([u.path for u in upstreams], "path"))
+    return upstreams
 
 
 def _no_scopes_without_auth(upstreams: tuple[Any, ...]) -> None:
@@ -315,6 +372,19 @@ def _unique(values: list[str], what: str) -> None:
         seen.add(value)
 
 
+def yaml_mistake(path: Path, exc: yaml.YAMLError) -> str:
+    """A YAML error in one line: the file, line and column (1-based) and what is wrong."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).replace("\n", " ")
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    context, opened = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and opened is not None:
+        problem += f", {context} opened at line {opened.line + 1}, column {opened.column + 1}"
+    elif context:
+        problem += f", {context}"
+    return f"{where}: not valid YAML: {problem}"
+
+
 def load_config(
     path: str | Path,
     *,
@@ -332,5 +402,5 @@ def load_config(
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        raise ConfigError(yaml_mistake(path, exc)) from exc
     return parse_config(data, env=env, base=path.parent, overrides=overrides)

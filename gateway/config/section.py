@@ -1,14 +1,19 @@
 """A YAML mapping read with its key path: typed reads, and no unknown key passes.
 
 Every error names the key path (`upstreams[0].pool.max_sessions`) so the operator
-knows where to look.
+knows where to look. A reading of a whole file gathers its mistakes in `Problems`
+rather than stopping at the first: a wrong type, a number out of range, an unknown
+key (with the known key it most resembles), and whatever a section's own checks
+raise, each once per key path.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import re
 import typing
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, TypeVar
 
 from gateway.errors import ConfigError
@@ -24,14 +29,57 @@ def _scalar_fields(cls: type[Any]) -> dict[str, type[Any]]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if hints[f.name] in _SCALARS}
 
 
+def _natural(problem: str) -> list[Any]:
+    """A problem's sort key: by key path, `upstreams[10]` after `upstreams[9]`."""
+    path = problem.split(": ", 1)[0]
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
+
+
+class Problems:
+    """The mistakes of one reading, each a line that starts with its key path; only the
+    first of a key path is kept (what follows from it would only repeat it)."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, str] = {}
+
+    def add(self, message: str) -> None:
+        self._found.setdefault(message.split(": ", 1)[0], message)
+
+    def attempt(self, read: Callable[[], T]) -> T | None:
+        """`read()`, or None when it raised ConfigError, whose mistakes are kept."""
+        try:
+            return read()
+        except ConfigError as exc:
+            for problem in exc.problems:
+                self.add(problem)
+            return None
+
+    def __bool__(self) -> bool:
+        return bool(self._found)
+
+    def check(self) -> None:
+        """Raises: ConfigError holding every mistake, by key path, if there is any."""
+        if self._found:
+            raise ConfigError.of(tuple(sorted(self._found.values(), key=_natural)))
+
+
+def did_you_mean(word: str, known: Collection[str]) -> str:
+    """`; did you mean X?` for the known name `word` most resembles, or nothing."""
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
 class Section:
     """A mapping read with its key path, so every error can say where it is.
 
     Every key read through it (`get`, `raw`, `section`, `items`, `scalars`) counts as
-    known; `done()` refuses the others, naming the first by its key path.
+    known; `done()` refuses the others by key path, suggesting the known key each most
+    resembles. With `problems`, a wrong type, a number out of range and an unknown key
+    are kept there and reading goes on (the default stands in); without, the first
+    raises ConfigError. Sections opened from it (`section`, `child`) share them.
     """
 
-    def __init__(self, data: Any, path: str) -> None:
+    def __init__(self, data: Any, path: str, problems: Problems | None = None) -> None:
         if data is None:
             data = {}
         if not isinstance(data, dict):
@@ -40,7 +88,23 @@ class Section:
             )
         self._data: dict[Any, Any] = data
         self.path = path
+        self.problems = problems
         self._seen: set[str] = set()
+
+    def mistake(self, message: str) -> None:
+        """Keep `message` (a mistake, starting with its key path), or raise it without
+        `problems`."""
+        if self.problems is None:
+            raise ConfigError(message)
+        self.problems.add(message)
+
+    def child(self, data: Any, path: str) -> Section:
+        """A mapping found inside this one (a list's item), sharing its problems.
+
+        Raises:
+            ConfigError: `data` is not a mapping.
+        """
+        return Section(data, path, self.problems)
 
     def at(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
@@ -57,9 +121,10 @@ class Section:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, kind) or (kind in (int, float) and isinstance(value, bool)):
-            raise ConfigError(
+            self.mistake(
                 f"{self.at(key)}: expected {kind.__name__}, got {type(value).__name__} {value!r}"
             )
+            return None
         return value
 
     def scalars(self, cls: type[Any], *, zero_ok: Collection[str] = ()) -> dict[str, Any]:
@@ -76,9 +141,11 @@ class Section:
                 continue
             if kind in (int, float):
                 if name in zero_ok and value < 0:
-                    raise ConfigError(f"{self.at(name)}: must be 0 or more, got {value!r}")
+                    self.mistake(f"{self.at(name)}: must be 0 or more, got {value!r}")
+                    continue
                 if name not in zero_ok and value <= 0:
-                    raise ConfigError(f"{self.at(name)}: must be greater than 0, got {value!r}")
+                    self.mistake(f"{self.at(name)}: must be greater than 0, got {value!r}")
+                    continue
             values[name] = value
         return values
 
@@ -96,7 +163,12 @@ class Section:
         return self._data.get(key)
 
     def section(self, key: str) -> Section:
-        return Section(self.raw(key), self.at(key))
+        """The mapping at `key` (an empty one when absent).
+
+        Raises:
+            ConfigError: the value is not a mapping.
+        """
+        return Section(self.raw(key), self.at(key), self.problems)
 
     def items(self) -> Iterator[tuple[str, Any]]:
         """Every key with its raw value, each counting as known. Keys must be strings."""
@@ -110,9 +182,9 @@ class Section:
             yield key, value
 
     def done(self) -> None:
-        unknown = sorted(set(self._data) - self._seen, key=str)
-        if unknown:
-            raise ConfigError(
-                f"{self.at(str(unknown[0]))}: unknown key; "
-                "check the spelling against the config reference"
+        """Refuse every key not read (each by its key path, with the nearest known key)."""
+        for key in sorted(set(self._data) - self._seen, key=str):
+            hint = did_you_mean(str(key), self._seen) or (
+                "; see the configuration reference, docs/configuration.md"
             )
+            self.mistake(f"{self.at(str(key))}: unknown key{hint}")

@@ -8,10 +8,11 @@ a stdio child gets is only its `env` and a minimal base (see
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.auth import ClientCredentials, require_secure_url
 from gateway.config.auth import parse_oauth_client, parse_scopes
@@ -32,6 +33,8 @@ from gateway.protocol.keys import KeyRule
 from gateway.protocol.translate import CachePolicy
 from gateway.protocol.uris import normal as normal_uri
 
+T = TypeVar("T")
+
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -46,16 +49,18 @@ def _expand_env(value: str, where: str, env: Mapping[str, str]) -> str:
     return _ENV_REF.sub(sub, value)
 
 
-def _key_rules(items: Any, path: str) -> tuple[KeyRule, ...]:
+def _key_rules(owner: Section, key: str) -> tuple[KeyRule, ...]:
+    """The key rules at `owner`'s `key` (`inputs`)."""
+    items, path = owner.raw(key), owner.at(key)
     if items is None:
         return ()
     if not isinstance(items, list):
         raise ConfigError(f"{path}: expected a list of input key rules")
     rules = []
     for index, item in enumerate(items):
-        rule = Section(item, f"{path}[{index}]")
-        key = rule.get("key", str)
-        if not key:
+        rule = owner.child(item, f"{path}[{index}]")
+        name = rule.get("key", str)
+        if not name:
             raise ConfigError(f"{rule.at('key')}: every input rule needs a key")
         method = rule.get("method", str) or None
         if method not in (None, "elicitation/create", "sampling/createMessage", "roots/list"):
@@ -75,7 +80,7 @@ def _key_rules(items: Any, path: str) -> tuple[KeyRule, ...]:
             ) from exc
         rule.done()
         rules.append(
-            KeyRule(key=key, method=method, fields=frozenset(fields_) or None, message=compiled)
+            KeyRule(key=name, method=method, fields=frozenset(fields_) or None, message=compiled)
         )
     return tuple(rules)
 
@@ -95,20 +100,32 @@ def _targets(section: Section, *, uri: bool = False) -> dict[str, TargetConfig]:
                     f"(a server reads both as {key!r}); give its settings once"
                 )
             spelled[key] = name
-        target = Section(body, section.at(name))
-        inputs = _key_rules(target.raw("inputs"), target.at("inputs"))
-        scopes = parse_scopes(target.raw("scopes"), target.at("scopes"))
-        config = TargetConfig(inputs=inputs, scopes=scopes, **target.scalars(TargetConfig))
-        if config.mode not in (PARK, REPLAY):
-            raise ConfigError(f"{target.at('mode')}: must be park or replay")
-        target.done()
-        targets[key] = config
+        config = _attempt(section, functools.partial(_target, section, body, name))
+        if config is not None:
+            targets[key] = config
     return targets
 
 
-def parse_upstream(data: Any, path: str, env: Mapping[str, str], base: Path) -> UpstreamConfig:
+def _target(section: Section, body: Any, name: str) -> TargetConfig:
+    target = section.child(body, section.at(name))
+    inputs = _key_rules(target, "inputs")
+    scopes = parse_scopes(target.raw("scopes"), target.at("scopes"))
+    config = TargetConfig(inputs=inputs, scopes=scopes, **target.scalars(TargetConfig))
+    target.done()
+    if config.mode not in (PARK, REPLAY):
+        raise ConfigError(f"{target.at('mode')}: must be park or replay")
+    return config
+
+
+def _attempt(sec: Section, read: Callable[[], T]) -> T | None:
+    """`read()`; with the reading's problems, its ConfigError is kept there (None)."""
+    if sec.problems is None:
+        return read()
+    return sec.problems.attempt(read)
+
+
+def parse_upstream(sec: Section, env: Mapping[str, str], base: Path) -> UpstreamConfig:
     """One `upstreams[]` entry. Raises: ConfigError naming the key path and the fix."""
-    sec = Section(data, path)
     values = sec.scalars(UpstreamConfig)
     name = values.get("name", "")
     if not _NAME.match(name):
@@ -126,34 +143,41 @@ def parse_upstream(data: Any, path: str, env: Mapping[str, str], base: Path) -> 
     else:
         process = {}
         headers = _http(sec, values, env)
-    pool_sec = sec.section("pool")
+    parts: dict[str, Callable[[], Any]] = {
+        "pool": lambda: _pool(sec.section("pool"), transport),
+        "cache": lambda: _cache(sec.section("cache")),
+        "oauth_client": lambda: _oauth_client(sec, values, env, base),
+        "inputs": lambda: _key_rules(sec, "inputs"),
+        "tools": lambda: _targets(sec.section("tools")),
+        "prompts": lambda: _targets(sec.section("prompts")),
+        "resources": lambda: _targets(sec.section("resources"), uri=True),
+    }
+    # A part with a mistake (kept in the reading's problems, which refuse the file) is
+    # left to its default, so that the rest of the entry is read and checked too.
+    read = {key: _attempt(sec, part) for key, part in parts.items()}
+    sec.done()
+    given = {key: value for key, value in read.items() if value is not None}
+    return UpstreamConfig(**values, **process, headers=headers, **given)
+
+
+def _pool(pool_sec: Section, transport: str) -> PoolLimits:
     pool = PoolLimits(**pool_sec.scalars(PoolLimits, zero_ok={"min_idle"}))
+    pool_sec.done()
     if pool.calls_per_session > 1 and transport != STREAMABLE_HTTP:
         raise ConfigError(
             f"{pool_sec.at('calls_per_session')}: only a {STREAMABLE_HTTP} upstream can carry "
             f"several calls on one session (its calls' questions come on their own streams; "
             f"over {transport} they cannot be told apart)"
         )
-    pool_sec.done()
-    cache_sec = sec.section("cache")
+    return pool
+
+
+def _cache(cache_sec: Section) -> CachePolicy:
     cache = CachePolicy(**cache_sec.scalars(CachePolicy, zero_ok={"ttl_ms"}))
+    cache_sec.done()
     if cache.scope not in ("private", "public"):
         raise ConfigError(f"{cache_sec.at('scope')}: must be private or public")
-    cache_sec.done()
-    config = UpstreamConfig(
-        **values,
-        **process,
-        headers=headers,
-        oauth_client=_oauth_client(sec, values, env, base),
-        pool=pool,
-        cache=cache,
-        inputs=_key_rules(sec.raw("inputs"), sec.at("inputs")),
-        tools=_targets(sec.section("tools")),
-        prompts=_targets(sec.section("prompts")),
-        resources=_targets(sec.section("resources"), uri=True),
-    )
-    sec.done()
-    return config
+    return cache
 
 
 def _http(sec: Section, values: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
