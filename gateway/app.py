@@ -191,7 +191,7 @@ def build_app(config: GatewayConfig) -> web.Application:
                     max_message_bytes=limits.max_upstream_message_bytes,
                 ),
                 upstream.pool,
-                on_error=metrics.upstream_errors.labels(upstream.name).inc,
+                on_error=metrics.upstream_errors.labels(upstream.name, "open").inc,
                 clock=clock,
                 restart_backoff_s=restart_backoff_s(upstream),
             )

@@ -369,10 +369,14 @@ class UpstreamError(RpcError):
     http_status = 502
     default_message = "The upstream MCP server failed"
     public_detail = False
+    #: How it failed, as `mrtr_upstream_errors_total{kind}` counts it.
+    kind: ClassVar[str] = "failed"
 
 
 class UpstreamExited(UpstreamError):
     """A stdio server's process ended while it was serving the request."""
+
+    kind = "exited"
 
     default_message = (
         "The upstream MCP server exited during the request; the next request starts it again"
@@ -384,6 +388,7 @@ class UpstreamTimeout(UpstreamError):
 
     default_message = "The upstream MCP server did not answer in time"
     public_detail = True
+    kind = "timeout"
 
 
 class StoreError(RpcError):

@@ -91,6 +91,18 @@ def _json_line(_logger: object, method_name: str, event_dict: EventDict) -> byte
     return orjson.dumps(event_dict, default=repr, option=orjson.OPT_UTC_Z)
 
 
+#: What a console line shows first after its time, level and event: what a person scans
+#: a column for (how the request ended, how long it took, what it named).
+CONSOLE_LEAD = ("status", "outcome", "duration_ms", "tool", "prompt", "resource", "rpc_method")
+
+
+def console_order(_logger: object, _method_name: str, event_dict: EventDict) -> EventDict:
+    """The console format's key order: the time, level and event (the renderer puts them
+    first), then `CONSOLE_LEAD`'s keys, then the others alphabetically."""
+    lead = {key: event_dict.pop(key) for key in CONSOLE_LEAD if key in event_dict}
+    return {**lead, **dict(sorted(event_dict.items()))}
+
+
 def configure(level: str = "info", fmt: str = "auto") -> None:
     fmt = resolve_format(fmt)
     processors: list[structlog.types.Processor]
@@ -104,7 +116,8 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.StackInfoRenderer(),
-            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
+            console_order,
+            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), sort_keys=False),
         ]
         factory = structlog.PrintLoggerFactory(file=sys.stderr)
     structlog.configure(

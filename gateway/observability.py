@@ -281,8 +281,10 @@ class Metrics:
         )
         self.upstream_errors = TalliedCounter(
             "mrtr_upstream_errors",
-            "Upstream failures (unreachable, protocol)",
-            ["upstream"],
+            "Upstream failures by kind: open (a session could not be opened), and during a "
+            "request: failed (unreachable, or broke the protocol), timeout, exited (a stdio "
+            "server), session_lost, credentials (the upstream's token endpoint)",
+            ["upstream", "kind"],
             registry=r,
         )
         self.orphaned_sessions = TalliedCounter(

@@ -176,3 +176,43 @@ def test_configure_puts_the_filter_on_aiohttps_server_log_once() -> None:
         structlog.configure(**saved)
         for f in [f for f in server_log.filters if isinstance(f, MalformedRequests)]:
             server_log.removeFilter(f)
+
+
+def test_a_console_line_leads_with_time_level_event_status_outcome_duration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+    import re
+
+    saved = structlog.get_config()
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    try:
+        log_context.configure("info", "console")
+        structlog.get_logger("gateway").info(
+            "request_served",
+            upstream="example",
+            principal="anonymous",
+            request_id="r-1",
+            duration_ms=12.5,
+            outcome="input_required",
+            status=200,
+            tool="create_ticket",
+            call_id="c-1",
+        )
+    finally:
+        structlog.configure(**saved)
+    (line,) = stream.getvalue().splitlines()
+    words = line.split()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+Z", words[0])
+    assert words[1:4] == ["[info", "]", "request_served"]
+    assert words[4:] == [
+        "status=200",
+        "outcome=input_required",
+        "duration_ms=12.5",
+        "tool=create_ticket",
+        "call_id=c-1",
+        "principal=anonymous",
+        "request_id=r-1",
+        "upstream=example",
+    ]

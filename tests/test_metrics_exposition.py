@@ -46,7 +46,7 @@ def touched() -> Metrics:
     metrics.rounds_per_call.observe(0)  # on a bound: in its bucket
     metrics.state_refusals.labels("expired").inc()
     metrics.call_endings.labels("done").inc()
-    metrics.upstream_errors.labels("legacy").inc()
+    metrics.upstream_errors.labels("legacy", "open").inc()
     metrics.orphaned_sessions.labels("legacy", "ended").inc()
     metrics.store_seconds.labels("claim").observe(0.0004)
     metrics.store_errors.labels("claim").inc()
@@ -74,8 +74,9 @@ def test_a_scrape_reads_the_counts_and_adds_nothing_of_its_own() -> None:
     )
 
 
-#: `Metrics().render()` at 4e9a59f, with every metric moved as `touched` moves them. A help
-#: text too long for a line goes on after a backslash: in the string it is one line.
+#: `Metrics().render()` at 4e9a59f (mrtr_upstream_errors_total counted by kind since), with
+#: every metric moved as `touched` moves them. A help text too long for a line goes on after
+#: a backslash: in the string it is one line.
 EXPOSITION = """\
 # HELP mrtr_requests_total Client requests by JSON-RPC method and outcome
 # TYPE mrtr_requests_total counter
@@ -226,12 +227,16 @@ mrtr_call_endings_created{phase="done"} <created>
 # HELP mrtr_upstream_sessions Open upstream sessions
 # TYPE mrtr_upstream_sessions gauge
 mrtr_upstream_sessions{upstream="legacy"} 3.0
-# HELP mrtr_upstream_errors_total Upstream failures (unreachable, protocol)
+# HELP mrtr_upstream_errors_total Upstream failures by kind: open (a session could not \
+be opened), and during a request: failed (unreachable, or broke the protocol), timeout, \
+exited (a stdio server), session_lost, credentials (the upstream's token endpoint)
 # TYPE mrtr_upstream_errors_total counter
-mrtr_upstream_errors_total{upstream="legacy"} 1.0
-# HELP mrtr_upstream_errors_created Upstream failures (unreachable, protocol)
+mrtr_upstream_errors_total{kind="open",upstream="legacy"} 1.0
+# HELP mrtr_upstream_errors_created Upstream failures by kind: open (a session could not \
+be opened), and during a request: failed (unreachable, or broke the protocol), timeout, \
+exited (a stdio server), session_lost, credentials (the upstream's token endpoint)
 # TYPE mrtr_upstream_errors_created gauge
-mrtr_upstream_errors_created{upstream="legacy"} <created>
+mrtr_upstream_errors_created{kind="open",upstream="legacy"} <created>
 # HELP mrtr_orphaned_sessions_total Upstream sessions of dead replicas that this one ended, by \
 outcome (ended, gone, refused, failed)
 # TYPE mrtr_orphaned_sessions_total counter

@@ -95,6 +95,7 @@ async def test_logs_explain_each_request_and_round_and_never_carry_secrets(
         } <= set(entry)
     for entry in served[:2]:  # the tampered state's request names no call
         assert "call_id" in entry and entry["principal"].startswith("p_")
+    assert [entry["tool"] for entry in served] == ["greet"] * 4  # which tool, even refused
     assert served[0]["round"] == 1 and served[0]["asked"] == ["elicit.username"]
     assert served[1]["answered"] == ["elicit.username"] and served[1]["rounds"] == 1
     everything = repr(logs)

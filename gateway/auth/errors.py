@@ -96,3 +96,4 @@ class UpstreamCredentialsError(UpstreamError):
     """The token endpoint of an upstream refused or failed the client-credentials grant."""
 
     default_message = "The gateway could not obtain credentials for the upstream MCP server"
+    kind = "credentials"

@@ -210,11 +210,13 @@ class Runner:
             self.lifecycle.end_soon(call, Trigger.CANCEL, "client disconnected")
             raise
         except TimeoutError:
+            self.metrics.upstream_errors.labels(call.upstream.name, UpstreamTimeout.kind).inc()
             await self.lifecycle.fail(call, "hold timeout")
             raise UpstreamTimeout(
                 f"the upstream did not answer within {self.limits.hold_timeout_s:g} s"
             ) from None
         except UpstreamError as exc:
+            self.metrics.upstream_errors.labels(call.upstream.name, exc.kind).inc()
             await self.lifecycle.fail(call, type(exc).__name__)
             if call.machine.round:
                 # It had already asked the client: say plainly that this call is gone.

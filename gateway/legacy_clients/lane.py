@@ -36,7 +36,7 @@ import hashlib
 import hmac
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol
 
 import structlog
@@ -58,7 +58,7 @@ from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.relay import ENDED, Relay, StreamHooks
 from gateway.legacy_clients.streams import Streams
 from gateway.legacy_clients.upstream import Answer, EventStream, LegacyUpstream, crossing_headers
-from gateway.protocol import jsonrpc, sse
+from gateway.protocol import inbound, jsonrpc, sse
 from gateway.protocol import legacy_session as sessions
 from gateway.protocol.state import StateCodec
 from gateway.protocol.versions import front_supported
@@ -225,6 +225,7 @@ class LegacyLane:
         message = jsonrpc.parse_message(decoded)  # InvalidRequest: batches too
         if isinstance(message, jsonrpc.Request):
             served.method, served.rid = message.method, message.id
+            served.target = inbound.logged_target(message.method, message.params)
             if message.method == "initialize":
                 return await self._initialize(request, caller, headers, body, served)
         else:
@@ -442,6 +443,8 @@ class LegacyLane:
         served.status, served.outcome = exc.status, "error"
         if isinstance(exc, UpstreamError):
             log.info("upstream_failed", error=exc.message, kind=type(exc).__name__)
+            if self.upstream is not None:
+                self.metrics.upstream_errors.labels(self.upstream.name, exc.kind).inc()
         else:
             log.info("request_failed", code=exc.error_object()["code"], error=exc.message)
         reply = jsonrpc.error(served.rid, exc.error_object())
@@ -459,9 +462,10 @@ class LegacyLane:
             rpc_method=served.method,
             status=served.status,
             outcome=served.outcome,
+            duration_ms=round(elapsed * 1000, 1),
             principal=caller.log_id,
             session=served.session,
-            duration_ms=round(elapsed * 1000, 1),
+            **served.target,
         )
 
 
@@ -474,6 +478,7 @@ class Served:
     status: int = 500
     outcome: str = "error"
     session: str | None = None  # the session id's log stand-in
+    target: dict[str, str] = field(default_factory=dict)  # `inbound.logged_target`
 
 
 async def _started(relay: Relay, events: EventStream) -> None:

@@ -18,6 +18,8 @@ from gateway.observability import Metrics, TalliedCounter, TalliedHistogram
 class LaneMetrics:
     def __init__(self, metrics: Metrics, streams: Callable[[], int]) -> None:
         registry = metrics.registry
+        # The gateway's own family: an upstream's failures counted alike in both lanes.
+        self.upstream_errors = metrics.upstream_errors
         self.requests = TalliedCounter(
             "mrtr_legacy_requests",
             "Legacy (2025) client POSTs by JSON-RPC method and outcome",

@@ -48,6 +48,20 @@ ROUTING_HEADERS = frozenset({VERSION_HEADER, METHOD_HEADER, NAME_HEADER})
 #: The one params member mirrored into `Mcp-Name`, per method.
 NAME_FIELD = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
+#: What a log line calls the target of each method that has one.
+_TARGET_LOG_KEY = {"tools/call": "tool", "prompts/get": "prompt", "resources/read": "resource"}
+#: A target is the client's text: a log line carries this much of it at most.
+TARGET_LOG_CHARS = 200
+
+
+def logged_target(method: str, params: Any) -> dict[str, str]:
+    """The tool, prompt or resource a request names, as a log line's key and value
+    (`{"tool": "create_ticket"}`), its value cut at `TARGET_LOG_CHARS`; `{}` for others."""
+    key = _TARGET_LOG_KEY.get(method)
+    value = params.get(NAME_FIELD[method]) if key and isinstance(params, dict) else None
+    return {key: value[:TARGET_LOG_CHARS]} if key and isinstance(value, str) else {}
+
+
 #: Methods that may answer `input_required` (spec §5.1).
 INTERRUPTIBLE = frozenset(NAME_FIELD)
 

@@ -31,6 +31,7 @@ class SessionExpired(UpstreamError):
     """The server no longer knows the session (it restarted, or dropped it)."""
 
     default_message = "The upstream server ended the session"
+    kind = "session_lost"
 
 
 @dataclass(slots=True)

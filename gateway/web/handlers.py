@@ -23,7 +23,13 @@ from aiohttp import StreamReader, web
 from gateway import logging as log_context
 from gateway.calls.bridge import Bridge
 from gateway.config import GatewayConfig, UpstreamConfig
-from gateway.errors import GatewayError, MethodNotFound, PayloadTooLarge, RpcError
+from gateway.errors import (
+    GatewayError,
+    MethodNotFound,
+    PayloadTooLarge,
+    RpcError,
+    UpstreamError,
+)
 from gateway.legacy_clients.lane import LegacyLane, LegacyMethodNotAllowed
 from gateway.listens import Listens, serve
 from gateway.protocol import inbound, jsonrpc, params, translate
@@ -214,8 +220,9 @@ class McpEndpoint:
             "request_served",
             status=status,
             outcome=outcome,
-            principal=caller.log_id,
             duration_ms=round(elapsed * 1000, 1),
+            principal=caller.log_id,
+            **inbound.logged_target(message.method, message.params),
         )
         response = await (channel.cut_short() if cut else channel.finish(reply, status))
         if extra and not response.prepared:  # a stream said 200 already
@@ -299,6 +306,9 @@ class McpEndpoint:
         started = time.perf_counter()
         try:
             reply = await self.pool.request(caps, method, upstream_params, trace)
+        except UpstreamError as exc:
+            self.bridge.metrics.upstream_errors.labels(self.upstream.name, exc.kind).inc()
+            raise
         finally:
             self.bridge.metrics.upstream_seconds.labels(self.upstream.name, method).observe(
                 time.perf_counter() - started

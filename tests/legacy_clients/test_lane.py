@@ -87,6 +87,7 @@ async def test_a_session_answers_with_the_gateways_id_and_never_the_upstreams(
     assert all(line["era"] == "legacy" and line["session"].startswith("s_") for line in served)
     assert len({line["session"] for line in served}) == 1
     assert [line["outcome"] for line in served] == ["complete", "accepted", "complete"]
+    assert [line.get("tool") for line in served] == [None, None, "echo"]
     everything = json.dumps(logs, default=str)
     assert session not in everything and upstream_session not in everything
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -44,8 +45,8 @@ FirstCall = Callable[[asyncio.StreamWriter, Any], Awaitable[object]]
 
 
 async def legacy(first_call: FirstCall) -> Server:
-    """A Streamable HTTP legacy server: the handshake, no GET stream, the first tools/call
-    answered by `first_call`, every later one with the text "real"."""
+    """A Streamable HTTP legacy server: the handshake, no GET stream, no tools listed, the
+    first tools/call answered by `first_call`, every later one with the text "real"."""
     calls = 0
 
     async def answer(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> object:
@@ -58,6 +59,10 @@ async def legacy(first_call: FirstCall) -> Server:
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
             return None
         body = body_of(request)
+        if body.get("method") == "tools/list":  # asked for the tools' declared headers
+            listing = {"jsonrpc": "2.0", "id": body["id"], "result": {"tools": []}}
+            writer.write(json_answer(json.dumps(listing).encode()))
+            return None
         if body.get("method") != "tools/call":
             answer_handshake(writer, body)
             return None
@@ -123,12 +128,24 @@ async def served_meanwhile(gateway: Gateway) -> None:
         assert resp.status == 200
 
 
+async def upstream_errors(gateway: Gateway) -> dict[str, float]:
+    """`mrtr_upstream_errors_total` of the upstream `legacy`, by kind, as scraped."""
+    async with gateway.http.get(str(gateway.server.make_url("/metrics"))) as resp:
+        text = await resp.text()
+    found = re.findall(
+        r'^mrtr_upstream_errors_total\{kind="(\w+)",upstream="legacy"\} (\S+)$', text, re.M
+    )
+    return {kind: float(value) for kind, value in found}
+
+
 async def refused_then_clean(gateway: Gateway, upstream: Server) -> None:
-    """The first call gets 502 (while /healthz is served), the next its own answer."""
+    """The first call gets 502 (while /healthz is served) and is counted as the upstream's
+    failure; the next gets its own answer."""
     first = asyncio.get_running_loop().create_task(call(gateway))
     await served_meanwhile(gateway)
     status, reply = await first
     assert status == 502 and reply["error"]["code"] == -32603, reply
+    assert (await upstream_errors(gateway)).get("failed") == 1
     status, reply = await call(gateway)
     assert status == 200 and reply["result"]["content"][0]["text"] == "real", reply
 
@@ -255,6 +272,7 @@ async def test_a_slow_drip_ends_at_the_hold_timeout_and_stalls_nothing(
         assert not first.done()  # still dripping: only the round's bound ends it
         status, reply = await first
         assert status == 502 and "did not answer within 1 s" in reply["error"]["message"]
+        assert (await upstream_errors(gateway)).get("timeout") == 1
         await drip.over.wait()  # the gateway let its connection go
         status, reply = await call(gateway)
         assert status == 200 and reply["result"]["content"][0]["text"] == "real", reply
