@@ -101,3 +101,37 @@ def test_a_non_ascii_name_header_is_a_mismatch() -> None:
         inbound.classify(body, headers)
     headers["mcp-name"] = "=?base64?w6k=?="
     assert inbound.classify(body, headers).target == "é"
+
+
+@pytest.mark.parametrize(
+    "accept",
+    [
+        None,  # missing: it lists neither
+        "",
+        "application/json",
+        "text/event-stream",
+        "application/json;q=1",
+        "text/html, application/xml",
+    ],
+)
+def test_an_accept_missing_or_partial_is_refused_alike(accept: str | None) -> None:
+    """The transport section: `Accept` MUST list both types; a header that is not there
+    lists neither, so it is refused as one listing only one is (406)."""
+    headers = {k: v for k, v in OK.items() if k != "accept"}
+    if accept is not None:
+        headers["accept"] = accept
+    with pytest.raises(NotAcceptable):
+        inbound.check_http("POST", headers)
+
+
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "application/json, text/event-stream",
+        "text/event-stream;q=0.9, application/json",
+        "*/*",  # what curl sends when told nothing: it lists both, by wildcard
+        "application/*, text/*",
+    ],
+)
+def test_an_accept_listing_both_types_by_name_or_wildcard_passes(accept: str) -> None:
+    inbound.check_http("POST", {**OK, "accept": accept})
