@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
@@ -80,13 +80,24 @@ class ClientCredentials:
     """One upstream's client registration at its authorization server."""
 
     token_url: str
+    """The authorization server's token endpoint (https, or loopback)."""
     client_id: str
-    secret: Secret
-    scope: str | None = None  # space-separated, sent as `scope`
-    audience: str | None = None  # sent as `audience` (Auth0, Okta and others)
-    resource: str | None = None  # sent as RFC 8707 `resource` (an absolute URI)
-    auth_method: str = "client_secret_basic"  # or client_secret_post
-    where: str = "upstream.auth"  # config path, for messages
+    """The gateway's client id there."""
+    secret: Secret = field(
+        metadata={"yaml": "client_secret_file / client_secret_env", "type": "path / name"}
+    )
+    """The client secret: a file holding it, or the environment variable that does
+    (exactly one)."""
+    scope: str | None = None
+    """Scopes asked for, space-separated (sent as `scope`)."""
+    audience: str | None = None
+    """Sent as `audience` (Auth0, Okta and others)."""
+    resource: str | None = None
+    """Sent as the RFC 8707 `resource` (an absolute URI)."""
+    auth_method: str = "client_secret_basic"
+    """`client_secret_basic` or `client_secret_post`."""
+    where: str = field(default="upstream.auth", metadata={"yaml": None})
+    """The key path of these settings, for messages."""
 
     def __post_init__(self) -> None:
         require_secure_url(self.token_url, f"{self.where}.token_url")

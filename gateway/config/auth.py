@@ -15,7 +15,7 @@ start; nothing secret is ever put in a message.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +36,27 @@ from gateway.errors import ConfigError
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OAuthConfig:
     issuer: str
-    audience: str | None = None  # default: the resource (public_url + path)
-    jwks_url: str | None = None  # default: discovered from the issuer's metadata
-    scopes: tuple[str, ...] = ()  # needed for any access; advertised
+    """The token issuer's URL (https, or loopback)."""
+    audience: str | None = None
+    """The audience tokens must carry; none: the resource (`public_url` + the path)."""
+    jwks_url: str | None = None
+    """The issuer's key set; none: discovered from the issuer's metadata."""
+    scopes: tuple[str, ...] = ()
+    """Scopes any access needs; advertised in the protected resource metadata."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuthConfig:
     public_url: str
+    """How clients reach the gateway, e.g. `https://mcp.example.com`; the resource of a
+    route is `public_url` + its path."""
     oauth: OAuthConfig | None = None
-    api_keys: tuple[ApiKeyEntry, ...] | None = None  # None: API keys are not accepted
+    """OAuth 2.1 bearer tokens (JWTs) from one issuer."""
+    api_keys: tuple[ApiKeyEntry, ...] | None = field(
+        default=None, metadata={"yaml": "api_keys_file", "type": "path"}
+    )
+    """A file of API keys (entries `{id, hash, scopes}`; make one with `mrtr-gateway
+    apikey`); none: API keys are not accepted."""
 
     @property
     def scopes(self) -> tuple[str, ...]:

@@ -21,7 +21,10 @@ from gateway.protocol.uris import normal as normal_uri
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ListenConfig:
     host: str = "127.0.0.1"
+    """The address the gateway listens on. On a loopback address only loopback `Host` and
+    `Origin` values are served (DNS-rebinding protection)."""
     port: int = 8080
+    """The port it listens on (0: any free port)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,7 +32,10 @@ class RateConfig:
     """A token bucket per principal: `per_s` requests a second, bursts of `burst`; 0 is off."""
 
     per_s: float = 0.0
+    """Requests a second one caller may make (429 with `Retry-After` beyond); `0` is off.
+    Fleet-wide on Redis."""
     burst: int = 0
+    """How many requests at once the bucket holds (at least 1 when `per_s` is on)."""
 
     @property
     def enabled(self) -> bool:
@@ -39,33 +45,63 @@ class RateConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LimitsConfig:
     max_body_bytes: int = 4 * 1024 * 1024
+    """A request body larger than this gets 413."""
     max_rounds: int = 16
+    """A call needing more rounds fails (502, -32603, `reason: max_rounds`)."""
     max_parked_calls: int = 10_000
+    """Parked calls on this replica (503 beyond)."""
     max_parked_per_principal: int = 16
+    """Parked calls per principal (429 beyond). Keep it below `pool.max_sessions`: each
+    parked call holds a session. Without `auth` a principal is whatever `Authorization`
+    header a client sends, so this binds honest clients only; where clients are not
+    trusted, turn `auth` on."""
     suspension_ttl_s: float = 600.0
+    """How long a question waits for its retry; then the call is cancelled upstream."""
     hold_timeout_s: float = 300.0
+    """The longest a single round may wait for the upstream (502 past it)."""
     coalesce_ms: int = 10
+    """The longest wait for sibling questions before answering `input_required` (0 to
+    5000); tools that ask one question at a time stop waiting once learned."""
     keepalive_s: float = 15.0
-    # A client connection with no request under way (idle, or a request head still
-    # arriving) is closed this long after it opened or after its last answer.
+    """The SSE keepalive interval, and how long an answer is held before it switches to
+    SSE."""
     idle_timeout_s: float = 75.0
-    # A request's body must have arrived this long after its head (408, connection closed).
+    """A client connection with no request under way (idle, or a request head still
+    arriving) is closed this long after it opened or after its last answer; keep it
+    above the idle timeout of a load balancer in front."""
     body_timeout_s: float = 60.0
-    # Open `subscriptions/listen` streams on this replica, over every upstream (0: none
-    # served); one with resource subscriptions holds an upstream session of its own.
+    """A request body not all there this long after the gateway starts reading it gets
+    408 and its connection closed."""
     max_listens: int = 16
+    """Open `subscriptions/listen` streams on this replica, over every upstream (503
+    beyond); one with resource subscriptions holds an upstream session of its own.
+    `0` serves none (-32601)."""
     max_listens_per_principal: int = 4
+    """Open listen streams of one caller on this replica (429 beyond)."""
     max_state_bytes: int = 16 * 1024
-    # The largest message an HTTP upstream may send: a JSON answer read whole, or one SSE
-    # event. Above any honest tool result (a 48 MB one passes); past it, the call gets 502.
+    """The largest `requestState` of a tool in `mode: replay`, whose journal of answers
+    travels in it (502, `reason: max_state_bytes`, beyond)."""
     max_upstream_message_bytes: int = 64 * 1024 * 1024
-    rate_per_principal: RateConfig = RateConfig()  # YAML: limits.rate.per_principal
+    """The largest message an HTTP upstream may send: a JSON answer read whole, or one
+    SSE event (at least 65536). Past it the call gets 502 and the connection is
+    closed."""
+    rate_per_principal: RateConfig = field(
+        default=RateConfig(), metadata={"yaml": "rate.per_principal"}
+    )
+    """A token bucket per caller."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SealingConfig:
-    keys: tuple[bytes, ...] = ()
+    keys: tuple[bytes, ...] = field(
+        default=(), metadata={"yaml": "keys_file", "type": "path", "default": "none"}
+    )
+    """A file of keys, one per line (`#` comments allowed): the first seals, all open.
+    Without one the gateway makes a key per process (one replica only). Keys never go
+    in this file; make one with `mrtr-gateway keygen`."""
     audience: str = "mrtr-gateway"
+    """Names this deployment inside every `requestState`: a state minted by another
+    deployment with the same keys is refused."""
 
     @property
     def ephemeral(self) -> bool:
@@ -75,11 +111,16 @@ class SealingConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoreConfig:
     url: str = "memory://"
+    """Where parked calls are kept: `memory://` (one replica), `redis://[:pw@]host:port/db`,
+    `rediss://…`, `unix:///path`, `redis+sentinel://h:26379[,h2:26379]/service[/db]` or
+    `redis+cluster://host:port`. A Redis store needs a shared sealing key."""
     key_prefix: str = "mrtr:"
-    # Replicas that must have a parked call's record before its client is answered
-    # (Redis WAIT, bounded by wait_ms): a failover to a replica then keeps the record.
+    """The prefix of every Redis key."""
     replicas_acked: int = 0
+    """On Sentinel or Cluster: Redis replicas that must hold a parked call's record
+    before its client is answered (Redis `WAIT`), so a failover keeps it."""
     wait_ms: int = 200
+    """The longest that `WAIT` waits for `replicas_acked`."""
 
     @property
     def shared(self) -> bool:
@@ -89,27 +130,35 @@ class StoreConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PoolLimits:
     min_idle: int = 1
+    """Pre-initialised idle sessions kept per capability set; more are opened ahead
+    while calls keep sessions faster than one opens (a burst of parking calls)."""
     max_sessions: int = 64
+    """The most sessions open to this upstream."""
     idle_timeout_s: float = 300.0
+    """Idle sessions beyond `min_idle` are closed after this."""
     acquire_timeout_s: float = 10.0
-    # Recycle a session after this many requests, so whatever a legacy server keeps
-    # per session stays bounded however long the gateway runs.
+    """How long a call waits for a free session before it is answered 503."""
     max_requests: int = 10_000
-    # Interruptible calls one session carries at once (Streamable HTTP only). 1: each call
-    # owns its session. More: parked calls cost the server a call, not a session each; a
-    # question sent on the session's GET stream (mcp 1.x `list_roots`, `create_message`
-    # without a related request) while several calls share it is answered as outside
-    # any call. See docs/operations.md.
+    """A session is replaced after this many requests, so whatever a legacy server keeps
+    per session stays bounded however long the gateway runs."""
     calls_per_session: int = 1
+    """Streamable HTTP only: interruptible calls one session carries at once. Above 1,
+    parked calls share sessions (they cost the server a call, not a session each), and
+    a question sent on the session's GET stream while several calls share it is answered
+    as outside any call (see operations.md)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FleetConfig:
     heartbeat_s: float = 1.0
+    """This replica's heartbeat in Redis; a replica silent for about two beats is dead
+    and its calls are taken over or replayed."""
     drain_timeout_s: float = 30.0
-    # How often each replica looks for replicas that died without ending their upstream
-    # sessions, and ends them (`gateway.fleet.ledger`); a death is acted on after two.
+    """On SIGTERM, how long the calls held here may still be resumed before the rest
+    are cancelled upstream."""
     orphan_sweep_s: float = 10.0
+    """How often a replica looks for dead replicas' idle upstream sessions and ends
+    them (acted on after two looks; at least twice `heartbeat_s`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,18 +166,27 @@ class LegacyConfig:
     """The legacy lane: 2025 clients (initialize, sessions) on the same endpoint."""
 
     enabled: bool = True
-    # A gateway session id's absolute lifetime: past it the client gets 404 and starts over.
+    """Serve 2025 clients (`initialize`, sessions, GET streams) on the same endpoints;
+    off, they get 404 -32601 for `initialize` and 405 for GET and DELETE."""
     session_ttl_s: float = 24 * 3600.0
-    # Open GET streams (a session's standalone stream) per principal, and in all, on this
-    # replica; past either the GET gets 429 or 503. 0: GET streams are not served (405).
+    """A gateway session id's absolute lifetime: past it the client gets 404 and starts
+    over."""
     max_streams_per_principal: int = 4
+    """GET streams one caller holds open on a replica (429 beyond); `0`: GET streams are
+    not served (405)."""
     max_streams: int = 1024
+    """GET streams a replica holds open in all, each with an upstream connection (503
+    beyond)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoggingConfig:
     level: str = "info"
-    format: str = "auto"  # auto: console on a terminal, else JSON lines
+    """`debug`, `info`, `warning` or `error`. At `info` a request is one `request_served`
+    line."""
+    format: str = "auto"
+    """`json` (JSON lines), `console` (for people), or `auto`: console on a terminal,
+    else JSON lines."""
 
 
 PARK = "park"
@@ -148,14 +206,16 @@ class TargetConfig:
     """Per tool, prompt or resource settings."""
 
     inputs: tuple[KeyRule, ...] = ()
-    # replay_safe: if the replica holding a parked call dies, the call may be run again
-    # from its journal of answers (the body runs again: only for idempotent tools).
+    """Key rules for this tool's questions, tried before the upstream's own."""
     replay_safe: bool = False
-    # mode: park (the call waits in a store) or replay (nothing is parked: every retry
-    # re-runs the call, its answers journaled inside requestState).
+    """If the replica holding a parked call dies, the call may be run again from its
+    journal of answers (its body runs again: only for idempotent tools)."""
     mode: str = PARK
-    # scopes: what a caller needs for it beyond auth.oauth.scopes (checked on every round).
+    """`park`: the call waits in the store between rounds. `replay`: nothing is parked;
+    every retry runs the call again, its answers journaled inside `requestState`."""
     scopes: tuple[str, ...] = ()
+    """Scopes a caller needs for it beyond `auth.oauth.scopes`, checked on every round
+    (without them a tool is left out of `tools/list`). Needs an `auth` section."""
 
 
 _DEFAULT_TARGET = TargetConfig()
@@ -164,23 +224,46 @@ _DEFAULT_TARGET = TargetConfig()
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpstreamConfig:
     name: str
-    transport: str = STREAMABLE_HTTP  # stdio when a command is given
-    url: str = ""  # streamable-http and sse (the SSE endpoint, e.g. http://host:port/sse)
-    command: tuple[str, ...] = ()  # stdio: the program and its arguments
-    env: Mapping[str, str] = field(default_factory=dict)  # stdio: the child's environment
-    cwd: str | None = None  # stdio: the child's working directory
-    max_message_bytes: int = 16 * 1024 * 1024  # stdio: the longest message either way
+    """A label: letters, digits, `.`, `_`, `-`, starting with a letter or digit."""
+    transport: str = STREAMABLE_HTTP
+    """`streamable-http`, `sse` (2024-11-05 HTTP+SSE) or `stdio`; `stdio` when a
+    `command` is given (see stdio.md)."""
+    url: str = field(default="", metadata={"default": "required (not for stdio)"})
+    """The legacy endpoint: Streamable HTTP, or the SSE endpoint
+    (`http://host:port/sse`) with `transport: sse`; may use `${VAR}`."""
+    command: tuple[str, ...] = ()
+    """stdio: the server's program and its arguments, e.g. `[node, server.js, stdio]`."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """stdio: the server's environment (values may use `${VAR}`). Of the gateway's own it
+    gets only `PATH`, `HOME`, `LANG`, `LC_ALL`, `LC_CTYPE`, `TZ`, `TMPDIR`, `USER` and
+    `LOGNAME`."""
+    cwd: str | None = None
+    """stdio: the server's working directory."""
+    max_message_bytes: int = 16 * 1024 * 1024
+    """stdio: the longest message either way."""
     path: str = "/mcp"
+    """The gateway path serving this upstream."""
     headers: Mapping[str, str] = field(default_factory=dict)
-    # oauth_client: the gateway's own token for this upstream (client credentials grant).
+    """Headers sent upstream (the client's token is never forwarded); values may use
+    `${VAR}`."""
     oauth_client: ClientCredentials | None = None
+    """The gateway's own token for this upstream (OAuth client credentials grant)."""
     timeout_s: float = 30.0
+    """The connect, initialize and plain-request timeout."""
     pool: PoolLimits = PoolLimits()
+    """The sessions kept open to this upstream."""
     cache: CachePolicy = CachePolicy()
+    """Cache hints added to cacheable results (never to one reached through rounds)."""
     inputs: tuple[KeyRule, ...] = ()
+    """Key rules for every tool, prompt and resource of this upstream: each names the
+    `inputRequests` key of the questions it matches. The first rule matching every
+    condition it gives wins."""
     tools: Mapping[str, TargetConfig] = field(default_factory=dict)
+    """Settings of one tool, by its name."""
     prompts: Mapping[str, TargetConfig] = field(default_factory=dict)
-    resources: Mapping[str, TargetConfig] = field(default_factory=dict)
+    """Settings of one prompt, by its name."""
+    resources: Mapping[str, TargetConfig] = field(default_factory=dict, metadata={"entry": "<uri>"})
+    """Settings of one resource, by its URI."""
 
     def target(self, method: str, target: str | None) -> TargetConfig:
         """The settings of one tool, prompt or resource (the defaults if it has none).
@@ -210,14 +293,25 @@ class UpstreamConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GatewayConfig:
     listen: ListenConfig = ListenConfig()
+    """Where the gateway listens."""
     limits: LimitsConfig = LimitsConfig()
+    """Bounds on requests, calls, rounds and streams."""
     sealing: SealingConfig = SealingConfig()
+    """The keys that seal `requestState` (and the legacy lane's session ids)."""
     store: StoreConfig = StoreConfig()
+    """Where parked calls are kept: in memory (one replica) or Redis (a fleet)."""
     fleet: FleetConfig = FleetConfig()
+    """Replicas sharing a Redis store."""
     legacy: LegacyConfig = LegacyConfig()
+    """The legacy lane: 2025 clients on the same endpoints."""
     logging: LoggingConfig = LoggingConfig()
+    """The log stream (stderr)."""
     allowed_origins: frozenset[str] = frozenset()
+    """Browser `Origin`s allowed; a request with any other `Origin` gets 403 (a gateway
+    listening on loopback also accepts loopback origins)."""
     allowed_hosts: frozenset[str] = frozenset()
+    """`Host` names served (any when empty); a gateway listening on loopback serves only
+    loopback names (DNS-rebinding protection)."""
 
     @property
     def loopback(self) -> bool:
@@ -226,6 +320,14 @@ class GatewayConfig:
             "127."
         )
 
-    auth: AuthConfig | None = None  # None: no authentication (the gateway warns off loopback)
-    replica_id: str = field(default_factory=lambda: "replica-" + secrets.token_hex(4))
-    upstreams: tuple[UpstreamConfig, ...] = ()
+    auth: AuthConfig | None = None
+    """Who may call: without it there is no authentication (the gateway warns when it
+    listens beyond loopback); with it every request must be authenticated (see
+    auth.md)."""
+    replica_id: str = field(
+        default_factory=lambda: "replica-" + secrets.token_hex(4),
+        metadata={"default": "replica-<random>"},
+    )
+    """This replica's name in records and logs."""
+    upstreams: tuple[UpstreamConfig, ...] = field(default=(), metadata={"default": "required"})
+    """The legacy servers, each served on its own path: at least one."""

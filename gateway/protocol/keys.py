@@ -26,9 +26,14 @@ class KeyRule:
     """Name the server requests that match every given condition `key`."""
 
     key: str
+    """The `inputRequests` key the questions it matches get."""
     method: str | None = None
-    fields: frozenset[str] | None = None  # elicitation: these schema properties are requested
-    message: re.Pattern[str] | None = None  # searched in the request's message text
+    """Only questions of this method: `elicitation/create`, `sampling/createMessage` or
+    `roots/list`; none: any."""
+    fields: frozenset[str] | None = None
+    """Only an elicitation whose schema requests all of these properties; none: any."""
+    message: re.Pattern[str] | None = None
+    """Only a question whose text this regular expression is found in; none: any."""
 
     def matches(self, method: str, params: dict[str, Any]) -> bool:
         if self.method is not None and self.method != method:

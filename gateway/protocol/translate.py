@@ -45,7 +45,9 @@ _MRTR_PARAMS = ("inputResponses", "requestState")
 @dataclass(frozen=True, slots=True)
 class CachePolicy:
     ttl_ms: int = 0
+    """`ttlMs` of cacheable results (list results, `resources/read`, `server/discover`)."""
     scope: str = "private"
+    """`cacheScope`: `private` or `public`."""
 
 
 @dataclass(frozen=True, slots=True)
