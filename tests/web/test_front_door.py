@@ -540,3 +540,50 @@ async def test_with_auth_a_callers_log_id_is_keyed_too_so_no_subject_can_be_chec
     assert caller.log_id.startswith("p_") and caller.log_id[2:] not in unsalted
     assert (await door(sealing).admit(f"Bearer {api_key}")).log_id == caller.log_id
     assert (await door(generate_key()).admit(f"Bearer {api_key}")).log_id != caller.log_id
+
+
+async def test_with_api_keys_only_a_401_is_a_bare_bearer_and_there_is_no_metadata(
+    legacy: LegacyServer, tmp_path: Path
+) -> None:
+    """docs/auth.md's smallest setup: no authorization server to send a client to, so the
+    challenge names none and no metadata document is served; a key gets through."""
+    key, entry = new_api_key("ci-bot", ["mcp"])
+    (tmp_path / "api-keys.yaml").write_text(entry)
+    config = parse_config(
+        {
+            "auth": {"public_url": PUBLIC, "api_keys_file": "api-keys.yaml"},
+            "upstreams": [
+                {"name": "example", "url": legacy.url, "tools": {"greet": {"scopes": ["x"]}}}
+            ],
+        },
+        env={"MRTR_GATEWAY_SEALING_KEYS": generate_key()},
+        base=tmp_path,
+    )
+    server = TestServer(build_app(config), host="127.0.0.1")
+    await server.start_server()
+    http = aiohttp.ClientSession()
+    try:
+        gateway = Front(server, http)
+        status, reply, headers = await gateway.post(list_tools())
+        assert (status, headers["WWW-Authenticate"]) == (401, "Bearer")
+        assert reply == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32600, "message": "Authentication required"},
+        }
+        status, _, headers = await gateway.post(list_tools(), "mrtr_not-a-key")
+        assert (status, headers["WWW-Authenticate"]) == (401, 'Bearer error="invalid_token"')
+        for path in (
+            "/.well-known/oauth-protected-resource/mcp",
+            "/.well-known/oauth-protected-resource",
+        ):
+            async with http.get(server.make_url(path)) as resp:
+                assert resp.status == 404
+        status, listed, _ = await gateway.post(list_tools(), key)
+        assert status == 200 and "tools" in listed["result"]
+        status, _, headers = await gateway.post(call("greet"), key)
+        assert status == 403
+        assert headers["WWW-Authenticate"] == 'Bearer error="insufficient_scope", scope="x"'
+    finally:
+        await http.close()
+        await server.close()
