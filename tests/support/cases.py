@@ -14,7 +14,7 @@ from tests.support.legacy import body_runs
 # (tool, arguments, the questions it asks (input keys, those asked together in one list),
 # the final text). Questions asked together arrive in one round, but for one that comes
 # later than the gateway waits (`limits.coalesce_ms`: a loaded machine): it is asked in
-# the next round, nothing lost (README, "The bridge"). See `asked`.
+# the next round, nothing lost (docs/protocol.md, "The bridge"). See `asked`.
 CASES = [
     ("greet", {}, [["elicit.username"]], "Hello, alice!"),
     (

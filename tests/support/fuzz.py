@@ -7,7 +7,7 @@ the front answer.
 - the headers a correct client sends with a body (`client_headers`), and mutations of them
   (dropped, changed, duplicated, garbage, the `=?base64?...?=` sentinel);
 - `pair_allowed`: the (HTTP status, JSON-RPC code) pairs of the spec's table (§6.5,
-  README "What the gateway does").
+  docs/protocol.md, "The front").
 
 A plain module shared by the sans-IO properties (tests/protocol/*_fuzz.py) and the HTTP
 ones (tests/web/test_front_fuzz.py); nothing here starts anything.
