@@ -126,10 +126,31 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
         logger_factory=factory,
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=max(_LEVELS[level], logging.WARNING), stream=sys.stderr)
+    # The libraries' own records (asyncio's "never retrieved", aiohttp's server errors)
+    # become log lines of the same format: nothing else reaches the log stream.
+    root = logging.getLogger()
+    root.setLevel(max(_LEVELS[level], logging.WARNING))
+    if not any(isinstance(h, LibraryRecords) for h in root.handlers):
+        root.addHandler(LibraryRecords())
     server_log = logging.getLogger("aiohttp.server")
     if not any(isinstance(f, MalformedRequests) for f in server_log.filters):
         server_log.addFilter(MalformedRequests())
+
+
+class LibraryRecords(logging.Handler):
+    """A standard-library log record as one `library_log` line of the configured format:
+    its `logger`, level, `message` and, when it has one, its traceback (in JSON, a
+    string inside the line)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        extra: dict[str, Any] = {"exc_info": record.exc_info} if record.exc_info else {}
+        structlog.get_logger("gateway.library").log(
+            record.levelno,
+            "library_log",
+            logger=record.name,
+            message=record.getMessage(),
+            **extra,
+        )
 
 
 class MalformedRequests(logging.Filter):

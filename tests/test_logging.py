@@ -168,12 +168,16 @@ def test_a_body_aiohttp_could_not_decode_is_one_line_naming_the_parsers_error() 
 def test_configure_puts_the_filter_on_aiohttps_server_log_once() -> None:
     saved = structlog.get_config()
     server_log = logging.getLogger("aiohttp.server")
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     try:
         log_context.configure("info", "json")
         log_context.configure("info", "json")
         assert sum(isinstance(f, MalformedRequests) for f in server_log.filters) == 1
     finally:
         structlog.configure(**saved)
+        root.handlers[:] = handlers
+        root.setLevel(level)
         for f in [f for f in server_log.filters if isinstance(f, MalformedRequests)]:
             server_log.removeFilter(f)
 
@@ -185,6 +189,8 @@ def test_a_console_line_leads_with_time_level_event_status_outcome_duration(
     import re
 
     saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     stream = io.StringIO()
     monkeypatch.setattr("sys.stderr", stream)
     try:
@@ -202,6 +208,8 @@ def test_a_console_line_leads_with_time_level_event_status_outcome_duration(
         )
     finally:
         structlog.configure(**saved)
+        root.handlers[:] = handlers
+        root.setLevel(level)
     (line,) = stream.getvalue().splitlines()
     words = line.split()
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+Z", words[0])
@@ -216,3 +224,29 @@ def test_a_console_line_leads_with_time_level_event_status_outcome_duration(
         "request_id=r-1",
         "upstream=example",
     ]
+
+
+def test_a_librarys_own_record_is_a_json_line_like_any_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    raw = io.BytesIO()
+    monkeypatch.setattr("sys.stderr", io.TextIOWrapper(raw, write_through=True))
+    try:
+        log_context.configure("info", "json")
+        log_context.configure("info", "json")  # the handler goes on once
+        logging.getLogger("asyncio").error("Task exception was never retrieved", exc_info=raised())
+        logging.getLogger("asyncio").info("below the root's level: dropped")
+    finally:
+        structlog.configure(**saved)
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    (line,) = raw.getvalue().splitlines()
+    event = orjson.loads(line)
+    assert (event["event"], event["level"], event["logger"]) == ("library_log", "error", "asyncio")
+    assert event["message"] == "Task exception was never retrieved"
+    assert "ValueError: the reason" in event["exception"]
