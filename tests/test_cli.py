@@ -435,5 +435,6 @@ def test_check_config_names_a_yaml_error_by_file_line_and_column(tmp_path: Path,
     path.write_text("listen:\n  port: 8080\n   host: x\n")
     assert main(["check-config", str(path)]) == 2
     assert capsys.readouterr().err == (
-        f"mrtr-gateway: {path}:3:8: not valid YAML: mapping values are not allowed here\n"
+        f"mrtr-gateway: {path}:3:8: not valid YAML: mapping values are not allowed here; "
+        "check the indentation of line 3\n"
     )

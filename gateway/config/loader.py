@@ -382,6 +382,9 @@ def yaml_mistake(path: Path, exc: yaml.YAMLError) -> str:
         problem += f", {context} opened at line {opened.line + 1}, column {opened.column + 1}"
     elif context:
         problem += f", {context}"
+    if mark is not None and ("block" in problem or "mapping values are not allowed" in problem):
+        # PyYAML's words for a key indented unlike its neighbours, the usual slip by hand.
+        problem += f"; check the indentation of line {mark.line + 1}"
     return f"{where}: not valid YAML: {problem}"
 
 
