@@ -36,6 +36,7 @@ from gateway.aio import spawn
 from gateway.config import (
     ENV_KEYS,
     ENV_KEYS_FILE,
+    ENV_LOG_FORMAT,
     ENV_STORE_URL,
     LEGACY_TRANSPORTS,
     GatewayConfig,
@@ -346,6 +347,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = _serve_config(args)
         loop = event_loop(os.environ.get(ENV_EVENT_LOOP, "auto"))
     except ConfigError as exc:
-        print(f"mrtr-gateway: configuration error: {exc}", file=sys.stderr)
+        # A refused start is a log line like any other (the file may not say how to log:
+        # the environment's format, or auto); `check-config` lists each mistake on a line.
+        from gateway.logging import refused
+
+        reason = f"configuration: {exc}"
+        if len(exc.problems) > 1:
+            reason += f" (each on a line of its own: mrtr-gateway check-config {args.config})"
+        refused(reason, os.environ.get(ENV_LOG_FORMAT) or "auto")
         return 2
     return serve(config, loop)

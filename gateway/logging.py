@@ -103,23 +103,35 @@ def console_order(_logger: object, _method_name: str, event_dict: EventDict) -> 
     return {**lead, **dict(sorted(event_dict.items()))}
 
 
+def _chain(fmt: str) -> tuple[list[structlog.types.Processor], Any]:
+    """The processors and the logger factory of format `fmt` (`auto` resolved here)."""
+    if resolve_format(fmt) == "json":
+        return [merge_bound, _json_line], structlog.BytesLoggerFactory(file=sys.stderr.buffer)
+    processors: list[structlog.types.Processor] = [
+        merge_bound,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+        console_order,
+        structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), sort_keys=False),
+    ]
+    return processors, structlog.PrintLoggerFactory(file=sys.stderr)
+
+
+def refused(reason: str, fmt: str) -> None:
+    """One `gateway_refused` error line in format `fmt`, written without configuring
+    logging: what was refused may be the configuration that says how to log."""
+    processors, factory = _chain(fmt if fmt in FORMATS else "auto")
+    logger = structlog.wrap_logger(
+        factory(),
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
+    )
+    logger.error("gateway_refused", reason=reason)
+
+
 def configure(level: str = "info", fmt: str = "auto") -> None:
-    fmt = resolve_format(fmt)
-    processors: list[structlog.types.Processor]
-    factory: structlog.types.WrappedLogger
-    if fmt == "json":
-        processors = [merge_bound, _json_line]
-        factory = structlog.BytesLoggerFactory(file=sys.stderr.buffer)
-    else:
-        processors = [
-            merge_bound,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.StackInfoRenderer(),
-            console_order,
-            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), sort_keys=False),
-        ]
-        factory = structlog.PrintLoggerFactory(file=sys.stderr)
+    processors, factory = _chain(fmt)
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),

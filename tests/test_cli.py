@@ -438,3 +438,20 @@ def test_check_config_names_a_yaml_error_by_file_line_and_column(tmp_path: Path,
         f"mrtr-gateway: {path}:3:8: not valid YAML: mapping values are not allowed here; "
         "check the indentation of line 3\n"
     )
+
+
+@pytest.mark.parametrize("log_format", ["json", "console"])
+def test_a_refused_configuration_is_one_log_line_and_exit_2(
+    tmp_path: Path, log_format: str
+) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text("listen: {port: 80800}\nupstreams: [{name: u, url: 'ftp://x'}]\n")
+    proc = _serve_refused(["--config", str(path)], log_format)
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert "gateway_refused" in line and "Traceback" not in line
+    if log_format == "json":
+        reason = json.loads(line)["reason"]
+        assert reason.startswith("configuration: 2 mistakes: listen.port: must be 0..65535")
+        assert "upstreams[0].url" in reason
+        assert reason.endswith(f"(each on a line of its own: mrtr-gateway check-config {path})")
