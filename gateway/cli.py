@@ -233,6 +233,7 @@ def event_loop(choice: str) -> LoopChoice:
 async def _run(config: GatewayConfig, loop_name: str = "asyncio") -> None:
     # Imported here so that check-config and keygen never load aiohttp, redis or the app.
     from gateway.app import BRIDGE, build_app, where
+    from gateway.logging import announce
     from gateway.web.serving import bind, serve
 
     # Bound first: a port in use refuses the start before anything is built or logged.
@@ -250,7 +251,7 @@ async def _run(config: GatewayConfig, loop_name: str = "asyncio") -> None:
         idle_timeout_s=config.limits.idle_timeout_s,
         sockets=sockets,
     )
-    structlog.get_logger("gateway").info(
+    announce(
         "gateway_listening",
         host=config.listen.host,
         port=served.port,

@@ -130,6 +130,19 @@ def refused(reason: str, fmt: str) -> None:
     logger.error("gateway_refused", reason=reason)
 
 
+def announce(event: str, **values: Any) -> None:
+    """An info line written whatever `logging.level` says, in the configured format: where
+    the gateway serves (the start-up banner it replaces was always shown, and a process
+    that starts the gateway waits for it)."""
+    config = structlog.get_config()
+    logger = structlog.wrap_logger(
+        config["logger_factory"](),
+        processors=config["processors"],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+    )
+    logger.info(event, **values)
+
+
 def configure(level: str = "info", fmt: str = "auto") -> None:
     processors, factory = _chain(fmt)
     structlog.configure(

@@ -455,3 +455,18 @@ def test_a_refused_configuration_is_one_log_line_and_exit_2(
         assert reason.startswith("configuration: 2 mistakes: listen.port: must be 0..65535")
         assert "upstreams[0].url" in reason
         assert reason.endswith(f"(each on a line of its own: mrtr-gateway check-config {path})")
+
+
+@pytest.mark.peers
+def test_where_it_serves_is_logged_at_every_level(legacy) -> None:
+    gateway = GatewayProcess(
+        argv=["--upstream", legacy.url], env={"MRTR_GATEWAY_LOG_LEVEL": "error"}
+    )  # ready once it logs gateway_listening
+    try:
+        (line,) = [x for x in gateway.logs().splitlines() if "gateway_listening" in x]
+    finally:
+        gateway.stop()
+    assert json.loads(line)["urls"] == {
+        f"http://127.0.0.1:{gateway.port}/mcp": (f"streamable-http:{legacy.url}")
+    }
+    assert "gateway_started" not in gateway.logs()  # info: below the level asked for
