@@ -10,7 +10,9 @@ docstrings). A field spelt otherwise in YAML says so in its metadata:
     keys: tuple[bytes, ...] = field(default=(), metadata={"yaml": "keys_file", "type": "path"})
 
 `{"yaml": None}` leaves a field out (it is not read from the file), `"default"` names a
-default that is not a value (a random name). A field without a docstring stops the
+default that is not a value (a random name), `"type"` makes a field that holds a
+dataclass one key (a file of API keys), and `"kind"` says what else a section may be
+written as (`{"kind": "section, or a string: its support"}`). A field without a docstring stops the
 generation, naming it; `tests/test_config_reference.py` fails when the file and the
 dataclasses differ and says to run the command above.
 
@@ -174,6 +176,7 @@ def _walk(cls: type[Any], path: str, title: str, seen: dict[type[Any], str]) -> 
             key, kind = f"{key}[]", "list of sections"
         else:
             kind = "section"
+        kind = field.metadata.get("kind", kind)  # a section also written another way
         default = "none" if field.default is None else "—"
         where = f"{path}.{key}" if path else key
         if inner in seen:
