@@ -530,3 +530,14 @@ def test_a_yaml_error_names_the_file_line_and_column(
     (problem,) = refused.value.problems
     assert problem.startswith(f"{path}{where} not valid YAML: ")
     assert detail in problem and "<unicode string>" not in problem
+
+
+def test_an_upstream_refused_whole_does_not_hide_the_mistakes_of_auth() -> None:
+    data = {
+        "upstreams": [{"name": "bad name!", "url": "http://h/mcp"}, UP],
+        "auth": {"oauth": {"issuer": "https://login.example.com"}},
+    }
+    with pytest.raises(ConfigError) as refused:
+        parse_config(data, env={})
+    paths = [problem.split(": ", 1)[0] for problem in refused.value.problems]
+    assert paths == ["auth.public_url", "upstreams[0].name"]

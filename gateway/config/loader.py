@@ -254,18 +254,16 @@ def parse_config(
             f"set sealing.keys_file or {ENV_KEYS} (generate one with: mrtr-gateway keygen)"
         )
     upstreams = _upstreams(root, env, base)
-    if upstreams is not None:
-        paths = [u.path for u in upstreams]
-        values["auth"] = auth = problems.attempt(
-            lambda: parse_auth(root.section("auth"), base, paths)
-        )
-        if auth is None:
-            problems.attempt(lambda: _no_scopes_without_auth(upstreams))
+    try:  # checked for the paths of the upstreams read (all of them, or a mistake is kept)
+        values["auth"] = parse_auth(root.section("auth"), base, [u.path for u in upstreams])
+    except ConfigError as exc:
+        for problem in exc.problems:
+            problems.add(problem)
     else:
-        root.raw("auth")  # read with the upstreams it protects; not an unknown key
+        if values["auth"] is None:
+            problems.attempt(lambda: _no_scopes_without_auth(upstreams))
     root.done()
     problems.check()
-    assert upstreams is not None  # no problem found: every upstream was read
     return GatewayConfig(**values, upstreams=upstreams)
 
 
@@ -327,25 +325,21 @@ def _upstream(
     return parse_upstream(root.child(item, path), env, base)
 
 
-def _upstreams(
-    root: Section, env: Mapping[str, str], base: Path
-) -> tuple[UpstreamConfig, ...] | None:
-    """Every `upstreams[]` entry read (each entry's mistakes kept); None if any is unusable."""
+def _upstreams(root: Section, env: Mapping[str, str], base: Path) -> tuple[UpstreamConfig, ...]:
+    """The `upstreams[]` entries that could be read; the mistakes of the others (or of a
+    list missing or empty) are kept in the reading's problems."""
     problems = root.problems
     assert problems is not None
     items = root.get("upstreams", list)
     if not items:
-        if root.has("upstreams") and items is None:
-            return None  # the wrong type is named already
-        problems.add("upstreams: at least one legacy server is required (name, url, path)")
-        return None
+        if not (root.has("upstreams") and items is None):  # else its wrong type is named
+            problems.add("upstreams: at least one legacy server is required (name, url, path)")
+        return ()
     read = [
         problems.attempt(functools.partial(_upstream, root, item, f"upstreams[{i}]", env, base))
         for i, item in enumerate(items)
     ]
     upstreams = tuple(u for u in read if u is not None)
-    if len(upstreams) < len(read):
-        return None
     problems.attempt(lambda: _unique([u.name for u in upstreams], "name"))
     problems.attempt(lambda: _unique([u.path for u in upstreams], "path"))
     return upstreams
