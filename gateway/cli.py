@@ -25,6 +25,7 @@ import os
 import shlex
 import signal
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,16 @@ def _default(cls: type[Any], name: str) -> object:
     return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
 
+_SERVE_EXAMPLES = """examples:
+  mrtr-gateway serve --upstream http://127.0.0.1:9000/mcp
+  mrtr-gateway serve --upstream http://127.0.0.1:9000/sse --transport sse --port 8081
+  mrtr-gateway serve --upstream-command 'node server.js stdio' --path /tools
+  mrtr-gateway serve --config gateway.yaml --store redis://redis:6379/0 --keys-file keys
+
+A start refused (a port in use, a configuration mistake) is one gateway_refused log line
+and exit status 2; `mrtr-gateway check-config FILE` lists every mistake of a file."""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mrtr-gateway",
@@ -68,9 +79,14 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "serve",
         help="run the gateway",
-        description="Run the gateway from a config file (--config) or, without one, in front "
-        "of one legacy server (--upstream). A flag overrides the same setting from the "
-        f"environment and from the file: {PRECEDENCE}.",
+        description=textwrap.fill(
+            "Run the gateway from a config file (--config) or, without one, in front of one "
+            "legacy server (--upstream URL, or --upstream-command for a stdio one). A flag "
+            f"overrides the same setting from the environment and from the file: {PRECEDENCE}.",
+            79,
+        ),
+        epilog=_SERVE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("--config", metavar="FILE", help="YAML configuration file")
     run.add_argument(
