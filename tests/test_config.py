@@ -541,3 +541,13 @@ def test_an_upstream_refused_whole_does_not_hide_the_mistakes_of_auth() -> None:
         parse_config(data, env={})
     paths = [problem.split(": ", 1)[0] for problem in refused.value.problems]
     assert paths == ["auth.public_url", "upstreams[0].name"]
+
+
+def test_a_duplicate_after_an_entry_refused_is_named_by_its_own_index() -> None:
+    data = {"upstreams": [{"name": "bad name!", "url": "http://h/mcp"}, UP, {**UP, "path": "/b"}]}
+    with pytest.raises(ConfigError) as refused:
+        parse_config(data, env={})
+    assert [p.split(": ", 1)[0] for p in refused.value.problems] == [
+        "upstreams[0].name",
+        "upstreams[2].name",
+    ]

@@ -43,7 +43,7 @@ from gateway.config.model import (
     UpstreamConfig,
 )
 from gateway.config.section import Problems, Section
-from gateway.config.upstreams import parse_upstream
+from gateway.config.upstreams import no_scopes_without_auth, parse_upstream, unique
 from gateway.errors import ConfigError
 from gateway.protocol.state import parse_key
 
@@ -253,18 +253,18 @@ def parse_config(
             "sealing: a shared store (Redis) needs a sealing key that every replica shares; "
             f"set sealing.keys_file or {ENV_KEYS} (generate one with: mrtr-gateway keygen)"
         )
-    upstreams = _upstreams(root, env, base)
+    entries = _upstreams(root, env, base)
     try:  # checked for the paths of the upstreams read (all of them, or a mistake is kept)
-        values["auth"] = parse_auth(root.section("auth"), base, [u.path for u in upstreams])
+        values["auth"] = parse_auth(root.section("auth"), base, [u.path for _, u in entries])
     except ConfigError as exc:
         for problem in exc.problems:
             problems.add(problem)
     else:
         if values["auth"] is None:
-            problems.attempt(lambda: _no_scopes_without_auth(upstreams))
+            problems.attempt(lambda: no_scopes_without_auth(entries))
     root.done()
     problems.check()
-    return GatewayConfig(**values, upstreams=upstreams)
+    return GatewayConfig(**values, upstreams=tuple(u for _, u in entries))
 
 
 def _listen(sec: Section) -> ListenConfig:
@@ -325,45 +325,31 @@ def _upstream(
     return parse_upstream(root.child(item, path), env, base)
 
 
-def _upstreams(root: Section, env: Mapping[str, str], base: Path) -> tuple[UpstreamConfig, ...]:
-    """The `upstreams[]` entries that could be read; the mistakes of the others (or of a
-    list missing or empty) are kept in the reading's problems."""
+def _upstreams(
+    root: Section, env: Mapping[str, str], base: Path
+) -> list[tuple[int, UpstreamConfig]]:
+    """The `upstreams[]` entries that could be read, with their index; the mistakes of the
+    others (or of a list missing or empty) are kept in the reading's problems."""
     problems = root.problems
     assert problems is not None
     items = root.get("upstreams", list)
     if not items:
         if not (root.has("upstreams") and items is None):  # else its wrong type is named
             problems.add("upstreams: at least one legacy server is required (name, url, path)")
-        return ()
+        return []
     read = [
-        problems.attempt(functools.partial(_upstream, root, item, f"upstreams[{i}]", env, base))
+        (
+            i,
+            problems.attempt(
+                functools.partial(_upstream, root, item, f"upstreams[{i}]", env, base)
+            ),
+        )
         for i, item in enumerate(items)
     ]
-    upstreams = tuple(u for u in read if u is not None)
-    problems.attempt(lambda: _unique([u.name for u in upstreams], "name"))
-    problems.attempt(lambda: _unique([u.path for u in upstreams], "path"))
+    upstreams = [(i, u) for i, u in read if u is not None]
+    problems.attempt(lambda: unique(upstreams, "name"))
+    problems.attempt(lambda: unique(upstreams, "path"))
     return upstreams
-
-
-def _no_scopes_without_auth(upstreams: tuple[Any, ...]) -> None:
-    """Scopes bind only authenticated callers: without `auth` they would guard nothing."""
-    for index, upstream in enumerate(upstreams):
-        for kind in ("tools", "prompts", "resources"):
-            for name, target in getattr(upstream, kind).items():
-                if target.scopes:
-                    raise ConfigError(
-                        f"upstreams[{index}].{kind}.{name}.scopes: scopes need an `auth` "
-                        f"section (without one every caller is anonymous and nothing would be "
-                        f"refused); add auth, or remove the scopes"
-                    )
-
-
-def _unique(values: list[str], what: str) -> None:
-    seen: set[str] = set()
-    for index, value in enumerate(values):
-        if value in seen:
-            raise ConfigError(f"upstreams[{index}].{what}: {value!r} is used by another upstream")
-        seen.add(value)
 
 
 def yaml_mistake(path: Path, exc: yaml.YAMLError) -> str:

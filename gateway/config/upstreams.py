@@ -249,3 +249,30 @@ def _oauth_client(
     if credentials is not None and values.get("url"):
         require_secure_url(values["url"], sec.at("url"))
     return credentials
+
+
+def unique(upstreams: list[tuple[int, UpstreamConfig]], what: str) -> None:
+    """Each upstream's `name` (or `path`) is its own. Raises: ConfigError naming the second."""
+    seen: set[str] = set()
+    for index, upstream in upstreams:
+        value = getattr(upstream, what)
+        if value in seen:
+            raise ConfigError(f"upstreams[{index}].{what}: {value!r} is used by another upstream")
+        seen.add(value)
+
+
+def no_scopes_without_auth(upstreams: list[tuple[int, UpstreamConfig]]) -> None:
+    """Scopes bind only authenticated callers: without `auth` they would guard nothing.
+
+    Raises:
+        ConfigError: naming the first target with scopes.
+    """
+    for index, upstream in upstreams:
+        for kind in ("tools", "prompts", "resources"):
+            for name, target in getattr(upstream, kind).items():
+                if target.scopes:
+                    raise ConfigError(
+                        f"upstreams[{index}].{kind}.{name}.scopes: scopes need an `auth` "
+                        f"section (without one every caller is anonymous and nothing would be "
+                        f"refused); add auth, or remove the scopes"
+                    )
