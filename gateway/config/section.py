@@ -54,9 +54,6 @@ class Problems:
                 self.add(problem)
             return None
 
-    def __bool__(self) -> bool:
-        return bool(self._found)
-
     def check(self) -> None:
         """Raises: ConfigError holding every mistake, by key path, if there is any."""
         if self._found:
