@@ -210,7 +210,6 @@ def serve(config: GatewayConfig, loop: LoopChoice = (None, "asyncio")) -> int:
     in use, the store or an upstream is unusable): one `gateway_refused` log line, and
     no `gateway_started` before it when the port cannot be bound.
     """
-    from gateway.errors import GatewayError
     from gateway.logging import configure
 
     configure(config.logging.level, config.logging.format)
@@ -218,10 +217,15 @@ def serve(config: GatewayConfig, loop: LoopChoice = (None, "asyncio")) -> int:
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
             runner.run(_run(config, name))
-    except (GatewayError, OSError) as exc:
-        structlog.get_logger("gateway").error("gateway_refused", reason=str(exc) or repr(exc))
+    except StartRefused as exc:
+        structlog.get_logger("gateway").error("gateway_refused", reason=str(exc))
         return 2
     return 0
+
+
+class StartRefused(Exception):
+    """The gateway could not start (its port, its store, an upstream's settings): said in
+    one log line, never a traceback. A failure once it serves is not one of these."""
 
 
 ENV_EVENT_LOOP = "MRTR_GATEWAY_EVENT_LOOP"
@@ -249,24 +253,28 @@ def event_loop(choice: str) -> LoopChoice:
 async def _run(config: GatewayConfig, loop_name: str = "asyncio") -> None:
     # Imported here so that check-config and keygen never load aiohttp, redis or the app.
     from gateway.app import BRIDGE, build_app, where
+    from gateway.errors import GatewayError
     from gateway.logging import announce
     from gateway.web.serving import bind, serve
 
-    # Bound first: a port in use refuses the start before anything is built or logged.
-    sockets = bind(config.listen.host, config.listen.port)
     try:
-        app = build_app(config)
-    except BaseException:
-        for sock in sockets:
-            sock.close()
-        raise
-    served = await serve(
-        app,
-        config.listen.host,
-        config.listen.port,
-        idle_timeout_s=config.limits.idle_timeout_s,
-        sockets=sockets,
-    )
+        # Bound first: a port in use refuses the start before anything is built or logged.
+        sockets = bind(config.listen.host, config.listen.port)
+        try:
+            app = build_app(config)
+        except BaseException:
+            for sock in sockets:
+                sock.close()
+            raise
+        served = await serve(
+            app,
+            config.listen.host,
+            config.listen.port,
+            idle_timeout_s=config.limits.idle_timeout_s,
+            sockets=sockets,
+        )
+    except (GatewayError, OSError) as exc:
+        raise StartRefused(str(exc) or repr(exc)) from exc
     announce(
         "gateway_listening",
         host=config.listen.host,
