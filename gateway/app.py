@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -34,10 +34,11 @@ from gateway.fleet.ledger import SessionLedger
 from gateway.fleet.redis_bus import RedisBus
 from gateway.http1 import Http1Client
 from gateway.legacy_clients.bound import BoundUpstream
+from gateway.legacy_clients.forwarding import Holder, Remote, is_lane_message
 from gateway.legacy_clients.lane import LaneSettings, LegacyLane
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.streams import Streams
-from gateway.legacy_clients.upstream import HttpPassThrough, LegacyUpstream
+from gateway.legacy_clients.upstream import HttpPassThrough, LegacyUpstream, SessionUpstream
 from gateway.listens import Listens
 from gateway.observability import Metrics
 from gateway.protocol import state
@@ -185,8 +186,25 @@ def build_app(config: GatewayConfig) -> web.Application:
     http = Http1Client()
     streams = Streams(config.legacy.max_streams, config.legacy.max_streams_per_principal)
     bridge.on_drain.append(streams.end_all)  # their clients reconnect elsewhere
-    lanes = _legacy_lanes(config, http, credentials, doors, codec, metrics, streams, owner, clock)
-    bound = [lane.upstream for lane in lanes.values() if isinstance(lane.upstream, BoundUpstream)]
+    lanes = _legacy_lanes(
+        config, http, credentials, doors, codec, metrics, streams, owner, clock, bus
+    )
+    bound = {
+        name: lane.upstream
+        for name, lane in lanes.items()
+        if isinstance(lane.upstream, BoundUpstream)
+    }
+    # Other replicas' requests of the stdio and HTTP+SSE sessions held here come in the
+    # same inbox as their retries of the calls parked here.
+    holder = None
+    if bus is not None and bound:
+        holder = Holder(bus, bound, check_every_s=2 * config.fleet.heartbeat_s)
+
+    async def forwarded(payload: str) -> None:
+        if holder is not None and is_lane_message(payload):
+            await holder.serve(payload)
+        else:
+            await bridge.serve_forwarded(payload)
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         for upstream in config.upstreams:
@@ -219,12 +237,12 @@ def build_app(config: GatewayConfig) -> web.Application:
         if bus is not None:
             bus.on_data_loss = bridge.restore_records
             bus.on_lease_regained = bridge.hand_over_lost
-            bus.start(bridge.serve_forwarded)
+            bus.start(forwarded)
         if ledger is not None:
             ledger.start()
         if changes is not None:
             changes.start()
-        for held in bound:
+        for held in bound.values():
             held.start()
         log.info(
             "gateway_started",
@@ -251,7 +269,7 @@ def build_app(config: GatewayConfig) -> web.Application:
             await bus.close()
         for each in pools.values():
             await each.close()
-        for held in bound:
+        for held in bound.values():
             await held.close()
         await store.close()
         await http.close()
@@ -317,6 +335,7 @@ def _legacy_lanes(
     streams: Streams,
     owner: str,
     clock: SystemClock,
+    bus: RedisBus | None,
 ) -> dict[str, LegacyLane]:
     """The legacy lane of every route, by upstream name; none when `legacy.enabled` is off.
     A Streamable HTTP upstream is passed through; a stdio or HTTP+SSE one's sessions are
@@ -362,5 +381,20 @@ def _legacy_lanes(
             metrics=lane_metrics,
             hooks=hooks,
             wall_ms=clock.wall_ms,
+            remote=_remote(bus, upstream.name, config.limits.hold_timeout_s),
         )
     return lanes
+
+
+def _remote(
+    bus: RedisBus | None, route: str, wait_s: float
+) -> Callable[[str], SessionUpstream] | None:
+    """How a route's sessions held by another replica are reached: over the fleet bus."""
+    if bus is None:
+        return None
+    fleet = bus
+
+    def remote(owner: str) -> SessionUpstream:
+        return Remote(fleet, owner, route, wait_s=wait_s)
+
+    return remote

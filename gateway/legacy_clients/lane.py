@@ -63,7 +63,13 @@ from gateway.legacy_clients.answers import MaySee, StreamView, checked_body, out
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.relay import ENDED, Relay, StreamHooks
 from gateway.legacy_clients.streams import Streams
-from gateway.legacy_clients.upstream import Answer, EventStream, LegacyUpstream, crossing_headers
+from gateway.legacy_clients.upstream import (
+    Answer,
+    EventStream,
+    LegacyUpstream,
+    SessionUpstream,
+    crossing_headers,
+)
 from gateway.protocol import jsonrpc, sse
 from gateway.protocol import legacy_session as sessions
 from gateway.protocol.state import StateCodec
@@ -175,7 +181,7 @@ class LegacyLane:
         metrics: LaneMetrics,
         hooks: StreamHooks,
         wall_ms: Callable[[], int],
-        remote: Callable[[str], LegacyUpstream] | None = None,
+        remote: Callable[[str], SessionUpstream] | None = None,
     ) -> None:
         """`route`: the name of the route's upstream. `remote`:
         the upstream as another replica (named) holds its sessions, over the fleet bus;
@@ -350,7 +356,7 @@ class LegacyLane:
             raise SessionNotFound()
         return token, opened
 
-    def _reach(self, claims: sessions.SessionClaims, served: Served) -> LegacyUpstream:
+    def _reach(self, claims: sessions.SessionClaims, served: Served) -> SessionUpstream:
         """Where the session's requests go: its upstream, through the replica holding the
         session if that is another one.
 

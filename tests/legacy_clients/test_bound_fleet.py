@@ -1,0 +1,134 @@
+"""stdio and HTTP+SSE sessions of 2025 clients on three replicas behind a round-robin
+balancer, sharing a real Redis: each session lives in the replica that opened it, and
+the others forward its POSTs, the client's answers, its GET stream and its DELETE there
+over the fleet bus. The official mcp 1.x client gets through them what it gets through
+a Streamable HTTP route; the owner killed with SIGKILL ends its sessions with 404, and a
+new session through another replica works."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from functools import partial
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp.test_utils import TestServer
+
+from gateway.protocol.state import generate_key
+from tests.legacy_clients.test_sdk_client import STEPS, run_script
+from tests.peers.balancer import RoundRobin
+from tests.peers.tooling import (
+    GatewayProcess,
+    LegacyClient,
+    LegacyServer,
+    RedisServer,
+    legacy_stdio_command,
+    started_together,
+)
+from tests.support.legacy_wire import call, open_session, send
+from tests.support.outcome import LOG_TAIL, failed
+
+pytestmark = pytest.mark.peers
+
+
+@pytest.fixture(scope="module")
+def sse_server() -> Iterator[LegacyServer]:
+    server = LegacyServer(transport="sse")
+    yield server
+    server.stop()
+
+
+class Fleet:
+    def __init__(self, replicas: list[GatewayProcess], balancer: RoundRobin, lb: TestServer):
+        self.replicas = replicas
+        self.balancer = balancer
+        self.lb = lb
+
+    def url(self, path: str) -> str:
+        return str(self.lb.make_url(path))
+
+
+@pytest.fixture
+async def fleet(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    redis_server: RedisServer,
+    legacy: LegacyServer,
+    sse_server: LegacyServer,
+) -> AsyncIterator[Fleet]:
+    config = {
+        "store": {"url": redis_server.url, "key_prefix": f"t{uuid.uuid4().hex[:8]}:"},
+        "fleet": {"heartbeat_s": 1.0},
+        "sealing": {"audience": "bound-fleet-test"},
+        "upstreams": [
+            {"name": "http", "url": legacy.url, "path": "/mcp"},
+            {"name": "sse", "url": sse_server.url, "transport": "sse", "path": "/sse"},
+            {
+                "name": "local",
+                "command": legacy_stdio_command(tmp_path),
+                "path": "/local",
+                "pool": {"min_idle": 0},
+            },
+        ],
+    }
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key()}
+    replicas = await started_together(
+        *(partial(GatewayProcess, path, env, f"replica-{i}") for i in range(3))
+    )
+    balancer = RoundRobin([r.base for r in replicas], skip_refused=True)
+    lb = TestServer(balancer.app(), host="127.0.0.1")
+    await lb.start_server()
+    yield Fleet(list(replicas), balancer, lb)
+    await lb.close()
+    await asyncio.gather(*(asyncio.to_thread(r.stop) for r in replicas))
+    if failed(request):
+        for replica in replicas:
+            print(f"--- {replica.replica_id} ---\n{replica.logs()[-LOG_TAIL:]}")
+
+
+@pytest.mark.parametrize("path", ["/local", "/sse"])
+async def test_the_mcp_1_client_gets_the_same_through_replicas_forwarding_to_the_owner(
+    fleet: Fleet, legacy_client: LegacyClient, path: str
+) -> None:
+    want = await run_script(legacy_client, fleet.url("/mcp"))
+    mark = len(fleet.balancer.served)
+    got = await run_script(legacy_client, fleet.url(path))
+    assert got["get_stream"] and got["session_id"].startswith("lg1.")
+    for step, expected, answer in zip(STEPS, want["steps"], got["steps"], strict=True):
+        assert answer == expected, step
+    served = fleet.balancer.served[mark:]
+    owner = served[0].backend  # where initialize landed: the session's process is there
+    assert served[0].method == "initialize"
+    others = [s for s in served if s.backend != owner]
+    # Each replica took some of the session's requests: the GET stream, POSTs, and the
+    # client's answers to elicitation, sampling and roots (POSTs without a method).
+    assert {s.backend for s in served} == {0, 1, 2}
+    assert any(s.http == "POST" and s.method is None for s in others)
+    assert any(s.http == "POST" and s.method == "tools/call" for s in others)
+    assert any(s.http == "DELETE" for s in served)
+
+
+async def test_the_owner_killed_ends_its_sessions_with_404_and_a_new_one_works(
+    fleet: Fleet,
+) -> None:
+    url = fleet.url("/local")
+    async with aiohttp.ClientSession() as http:
+        mark = len(fleet.balancer.served)
+        session = await open_session(http, url)
+        owner = fleet.balancer.served[mark].backend
+        echoed = await send(http, url, call("echo", text="before"), session=session)
+        assert echoed.status == 200 and echoed.last["result"]["content"][0]["text"] == "before"
+        fleet.replicas[owner].kill9()
+        gone = await send(http, url, call("echo", text="after"), session=session)
+        assert gone.status == 404  # the client starts over
+        again = await open_session(http, url)
+        for _ in range(3):  # every POST of it on a replica that lives
+            echoed = await send(http, url, call("echo", text="again"), session=again)
+            assert echoed.status == 200
+            assert echoed.last["result"]["content"][0]["text"] == "again"
