@@ -124,8 +124,9 @@ class LegacyConfig:
     max_streams_per_principal: int = 4
     max_streams: int = 1024
     # Sessions of stdio and HTTP+SSE upstreams (a process, a connection each) live in the
-    # replica that opened them: at most this many per replica (past it, initialize: 503),
-    # each ended after this long without a POST (its client then gets 404 and starts over).
+    # replica that opened them: at most this many per replica and upstream (past it,
+    # initialize: 503), each ended after this long without a POST (its client then gets
+    # 404 and starts over).
     max_bound_sessions: int = 64
     bound_session_idle_s: float = 600.0
 

@@ -238,6 +238,9 @@ class BoundUpstream:
         self.sessions: dict[str, BoundSession] = {}
         self._opening = 0
         self._sweeper: asyncio.Task[None] | None = None
+        # Links being closed: a task each, so that nothing cut short (the sweep stopped,
+        # the replica stopping) leaves a process or a connection behind.
+        self._closing: set[asyncio.Task[None]] = set()
 
     @property
     def name(self) -> str:
@@ -250,7 +253,9 @@ class BoundUpstream:
         """The replica stops: every session it holds ends (its process, its connection)."""
         await cancel_and_wait(self._sweeper)
         for handle in list(self.sessions):
-            await self._end(handle, "replica_stopped")
+            self._end(handle, "replica_stopped")
+        while self._closing:
+            await asyncio.wait(set(self._closing))
 
     async def initialize(self, body: bytes, headers: Mapping[str, str]) -> Answer:
         if len(self.sessions) + self._opening >= self.max_sessions:
@@ -312,7 +317,7 @@ class BoundUpstream:
                 await channel.aclose()
             if held.link.alive:
                 raise
-            await self._end(held.handle, "upstream_ended")
+            self._end(held.handle, "upstream_ended")
             return not_found()
         if channel is None:
             return Answer(202, {}, b"")
@@ -332,23 +337,30 @@ class BoundUpstream:
         if self._held(session) is None:
             return not_found()
         assert session is not None
-        await self._end(session, "deleted")
+        closing = self._end(session, "deleted")
+        if closing is not None:
+            await asyncio.shield(closing)  # ended when DELETE is answered
         return Answer(200, {}, b"")
 
     def _held(self, handle: str | None) -> BoundSession | None:
         held = self.sessions.get(handle) if handle is not None else None
         if held is not None and held.ended is not None:
-            spawn(self._end(held.handle, "upstream_ended"), name="legacy-bound-end")
+            self._end(held.handle, "upstream_ended")
             return None
         return held
 
-    async def _end(self, handle: str, why: str) -> None:
+    def _end(self, handle: str, why: str) -> asyncio.Task[None] | None:
+        """Take a session out of the table and close its link (in a task of its own,
+        awaited by `close`); None if it was not in it."""
         held = self.sessions.pop(handle, None)
         if held is None:
-            return
+            return None
         held.lost(UpstreamError("the session ended"))
-        await held.link.close()
         log.info("legacy_bound_session_ended", upstream=self.name, how=why)
+        closing = spawn(held.link.close(), name=f"legacy-bound-close-{self.name}")
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+        return closing
 
     async def _sweep(self) -> None:
         """End the sessions with no POST for `idle_s` and none waiting for its response."""
@@ -358,6 +370,6 @@ class BoundUpstream:
             now = self.monotonic()
             for handle, held in list(self.sessions.items()):
                 if held.ended is not None:
-                    await self._end(handle, "upstream_ended")
+                    self._end(handle, "upstream_ended")
                 elif not held.busy and now - held.last_used >= self.idle_s:
-                    await self._end(handle, "idle")
+                    self._end(handle, "idle")
