@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +24,6 @@ from tests.support.inprocess import Gateway
 from tests.support.legacy_wire import call, initialize, open_session, send
 
 pytestmark = pytest.mark.peers
-
-
-@pytest.fixture(scope="module")
-def sse_server() -> Iterator[LegacyServer]:
-    server = LegacyServer(transport="sse")
-    yield server
-    server.stop()
 
 
 def stdio_route(tmp_path: Path, **legacy: Any) -> dict[str, Any]:
