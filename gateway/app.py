@@ -198,7 +198,7 @@ def build_app(config: GatewayConfig) -> web.Application:
     # same inbox as their retries of the calls parked here.
     holder = None
     if bus is not None and bound:
-        holder = Holder(bus, bound, check_every_s=2 * config.fleet.heartbeat_s)
+        holder = Holder(bus, bound, check_every_s=2 * config.fleet.heartbeat_s, clock=clock)
 
     async def forwarded(payload: str) -> None:
         if holder is not None and is_lane_message(payload):
@@ -381,13 +381,13 @@ def _legacy_lanes(
             metrics=lane_metrics,
             hooks=hooks,
             wall_ms=clock.wall_ms,
-            remote=_remote(bus, upstream.name, config.limits.hold_timeout_s),
+            remote=_remote(bus, upstream.name, config.limits.hold_timeout_s, clock),
         )
     return lanes
 
 
 def _remote(
-    bus: RedisBus | None, route: str, wait_s: float
+    bus: RedisBus | None, route: str, wait_s: float, clock: SystemClock
 ) -> Callable[[str], SessionUpstream] | None:
     """How a route's sessions held by another replica are reached: over the fleet bus."""
     if bus is None:
@@ -395,6 +395,6 @@ def _remote(
     fleet = bus
 
     def remote(owner: str) -> SessionUpstream:
-        return Remote(fleet, owner, route, wait_s=wait_s)
+        return Remote(fleet, owner, route, wait_s=wait_s, clock=clock)
 
     return remote

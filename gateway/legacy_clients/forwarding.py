@@ -32,7 +32,9 @@ from typing import Any, Protocol
 
 import structlog
 
+from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
+from gateway.clock import Clock
 from gateway.errors import RelayedError, RpcError, StoreError, UpstreamError
 from gateway.legacy_clients.bound import not_found
 from gateway.legacy_clients.upstream import Answer, EventStream, SessionUpstream
@@ -85,11 +87,12 @@ def _dumps(message: dict[str, Any]) -> str:
 class Remote:
     """`SessionUpstream` of the sessions another replica (`owner`) holds on one route."""
 
-    def __init__(self, bus: Bus, owner: str, route: str, *, wait_s: float) -> None:
+    def __init__(self, bus: Bus, owner: str, route: str, *, wait_s: float, clock: Clock) -> None:
         self.bus = bus
         self.owner = owner
         self.route = route
         self.wait_s = wait_s
+        self.clock = clock
 
     async def post(self, session: str | None, body: bytes, headers: Mapping[str, str]) -> Answer:
         return await self._exchange("POST", session, body, headers)
@@ -125,7 +128,7 @@ class Remote:
             return not_found()
         events = RemoteEvents(bus, self.owner, reply)
         try:
-            async with asyncio.timeout(self.wait_s + HEAD_SLACK_S):
+            async with clocks.timeout(self.clock, self.wait_s + HEAD_SLACK_S):
                 head = await events.next_message()
         except TimeoutError as exc:
             await events.aclose()
@@ -225,13 +228,19 @@ class Holder:
     """The owner's side: the exchanges other replicas pass to the sessions held here."""
 
     def __init__(
-        self, bus: Bus, upstreams: Mapping[str, SessionUpstream], *, check_every_s: float
+        self,
+        bus: Bus,
+        upstreams: Mapping[str, SessionUpstream],
+        *,
+        check_every_s: float,
+        clock: Clock,
     ) -> None:
         """`upstreams`: the replica-bound ones, by route; `check_every_s`: how often a
         stream being sent looks whether its reader's replica still beats."""
         self.bus = bus
         self.upstreams = upstreams
         self.check_every_s = check_every_s
+        self.clock = clock
         self._serving: dict[str, asyncio.Task[Any]] = {}
         self._finished: dict[str, float] = {}  # reply keys served, and when (loop time)
 
@@ -313,7 +322,7 @@ class Holder:
         """Stop sending to a reader whose replica has stopped beating."""
         try:
             while True:
-                await asyncio.sleep(self.check_every_s)
+                await clocks.sleep(self.clock, self.check_every_s)
                 if reader and not await self.bus.alive(reader):
                     log.info("legacy_forward_reader_gone", reader=reader)
                     task.cancel()
@@ -323,7 +332,7 @@ class Holder:
 
     def _remember(self, reply: str) -> None:
         """Keep `reply` as served for as long as its reply list lives."""
-        now = asyncio.get_running_loop().time()
+        now = self.clock.monotonic()
         finished, horizon = self._finished, now - self.bus.reply_ttl_ms / 1000
         while finished and next(iter(finished.values())) < horizon:
             del finished[next(iter(finished))]

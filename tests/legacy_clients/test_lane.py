@@ -54,9 +54,16 @@ def text_of(message: dict[str, Any]) -> str:
     return str(message["result"]["content"][0]["text"])
 
 
+@pytest.mark.parametrize("transport", ["streamable-http", "stdio"])
 async def test_a_session_answers_with_the_gateways_id_and_never_the_upstreams(
-    gateway: Gateway,
+    make_gateway: Any, transport: str, tmp_path: Path
 ) -> None:
+    """Over Streamable HTTP the upstream's session id is sealed in the gateway's; over
+    stdio, the handle of the process this replica holds for the session."""
+    if transport == "stdio":
+        gateway = await make_gateway(upstream={"command": legacy_stdio_command(tmp_path)})
+    else:
+        gateway = await make_gateway()
     with structlog.testing.capture_logs(processors=[log_context.merge_bound]) as logs:
         first = await send(gateway.http, gateway.url, initialize())
         session = first.headers["Mcp-Session-Id"]
