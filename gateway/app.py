@@ -368,6 +368,7 @@ def _legacy_lanes(
                 idle_s=legacy.bound_session_idle_s,
                 monotonic=clock.monotonic,
             )
+            lane_metrics.held(upstream.name, functools.partial(len, passed.sessions))
         else:
             endpoint = http_endpoint(upstream, authorization, unauthorized, max_message_bytes=most)
             passed = HttpPassThrough(http, endpoint, wait_s=config.limits.hold_timeout_s)

@@ -98,6 +98,8 @@ async def test_sessions_are_capped_per_replica_and_one_get_stream_each(
 ) -> None:
     gateway: Gateway = await make_gateway(**stdio_route(tmp_path, max_bound_sessions=1))
     session = await open_session(gateway.http, gateway.url)
+    async with gateway.http.get(gateway.server.make_url("/metrics")) as exposed:
+        assert 'mrtr_legacy_bound_sessions{upstream="legacy"} 1.0' in await exposed.text()
     refused = await send(gateway.http, gateway.url, initialize())
     assert refused.status == 503
     assert refused.last["error"]["data"]["reason"] == "legacy.max_bound_sessions"
