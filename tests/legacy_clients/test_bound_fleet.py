@@ -40,10 +40,11 @@ async def test_the_mcp_1_client_gets_the_same_through_replicas_forwarding_to_the
     assert any(s.http == "DELETE" for s in served)
 
 
+@pytest.mark.parametrize("path", ["/local", "/sse"])
 async def test_the_owner_killed_ends_its_sessions_with_404_and_a_new_one_works(
-    fleet: Fleet,
+    fleet: Fleet, path: str
 ) -> None:
-    url = fleet.url("/local")
+    url = fleet.url(path)
     async with aiohttp.ClientSession() as http:
         mark = len(fleet.balancer.served)
         session = await open_session(http, url)
