@@ -14,8 +14,10 @@ The link is one stream in each direction, so what the server says is routed here
 a progress notification to the stream of the request that gave its token; any other
 server request or notification to the newest POST stream still waiting for its
 response, else to the session's GET stream, else kept (at most `BACKLOG` messages)
-for the next GET stream. A client's answer to a server request is written back on
-the same link, so it reaches the request that waits for it.
+for the next GET stream. A new GET stream of the session replaces the open one, which
+ends: the client has reconnected (the replica relaying its old one may have died). A
+client's answer to a server request is written back on the same link, so it reaches
+the request that waits for it.
 
 A session ends when its client deletes it, when its link ends (the process exits,
 the connection drops), after `legacy.bound_session_idle_s` without a POST, or when the
@@ -78,6 +80,12 @@ class Channel:
     def put(self, message: dict[str, Any]) -> None:
         self._items.append(message)
         self._wake()
+
+    def take(self) -> list[dict[str, Any]]:
+        """What was put and not yet read, taken out."""
+        taken = list(self._items)
+        self._items.clear()
+        return taken
 
     def end(self, error: UpstreamError | None = None) -> None:
         if self._ended is False:
@@ -187,13 +195,18 @@ class BoundSession:
             self.tokens[token] = channel
         return channel
 
-    def listen(self) -> Channel | None:
-        """The session's GET stream, with what waited for it; None while one is open."""
-        if self.listener is not None and self.listener.open:
-            return None
-        channel = self.listener = Channel(self._let_go)
+    def listen(self) -> Channel:
+        """The session's GET stream, with what waited for it. One open already ends, and
+        what it had not sent yet goes on the new one: the client has reconnected (the
+        replica relaying its old stream may have died without a word)."""
+        old, channel = self.listener, Channel(self._let_go)
+        if old is not None and old.open:
+            for message in old.take():
+                channel.put(message)
+            old.end()
         while self.backlog:
             channel.put(self.backlog.popleft())
+        self.listener = channel
         return channel
 
     def _let_go(self, channel: Channel) -> None:
@@ -327,11 +340,7 @@ class BoundUpstream:
         held = self._held(session)
         if held is None:
             return not_found()
-        channel = held.listen()
-        if channel is None:
-            error = {"code": -32600, "message": "Conflict: only one GET stream per session"}
-            return Answer(409, _JSON, jsonrpc.dumps(jsonrpc.error(None, error)))
-        return Answer(200, _SSE, channel)
+        return Answer(200, _SSE, held.listen())
 
     async def delete(self, session: str | None, headers: Mapping[str, str]) -> Answer:
         if self._held(session) is None:

@@ -3,7 +3,8 @@ or a connection of its own, held by the replica that opened it. The official mcp
 client gets through the gateway what it gets from the same server behind a Streamable
 HTTP route (every tool, prompt and resource; elicitation, sampling and roots asked of it);
 by hand on the wire: a process per session, DELETE, the process's death and the idle
-bound ending the session with 404, the per-replica cap, one GET stream per session."""
+bound ending the session with 404, the per-replica cap, a new GET stream replacing the
+open one."""
 
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ async def test_each_session_is_a_process_of_its_own_and_ends_with_404_when_it_ex
     assert echoed.status == 200 and echoed.last["result"]["content"][0]["text"] == "back"
 
 
-async def test_sessions_are_capped_per_replica_and_one_get_stream_each(
+async def test_sessions_are_capped_per_replica_and_a_new_get_stream_replaces_the_old(
     make_gateway: Callable[..., Any], tmp_path: Path
 ) -> None:
     gateway: Gateway = await make_gateway(**stdio_route(tmp_path, max_bound_sessions=1))
@@ -103,13 +104,14 @@ async def test_sessions_are_capped_per_replica_and_one_get_stream_each(
     refused = await send(gateway.http, gateway.url, initialize())
     assert refused.status == 503
     assert refused.last["error"]["data"]["reason"] == "legacy.max_bound_sessions"
-    headers = {"Accept": "text/event-stream"}
-    async with gateway.http.get(
-        gateway.url, headers={**headers, "Mcp-Session-Id": session}
-    ) as stream:
-        assert stream.status == 200
-        second = await send(gateway.http, gateway.url, None, session=session, method="GET")
-        assert second.status == 409
+    headers = {"Accept": "text/event-stream", "Mcp-Session-Id": session}
+    async with gateway.http.get(gateway.url, headers=headers) as first:
+        assert first.status == 200
+        async with gateway.http.get(gateway.url, headers=headers) as second:
+            assert second.status == 200  # the client reconnected: its new stream wins
+            async with asyncio.timeout(10):
+                await first.read()  # the old one has ended
+            assert not second.content.at_eof()
     await send(gateway.http, gateway.url, None, session=session, method="DELETE")
     assert (await send(gateway.http, gateway.url, initialize())).status == 200
 

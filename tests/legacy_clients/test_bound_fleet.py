@@ -3,9 +3,12 @@ balancer, sharing a real Redis: each session lives in the replica that opened it
 the others forward its POSTs, the client's answers, its GET stream and its DELETE there
 over the fleet bus. The official mcp 1.x client gets through them what it gets through
 a Streamable HTTP route; the owner killed with SIGKILL ends its sessions with 404, and a
-new session through another replica works."""
+new session through another replica works; a replica relaying the session's GET stream
+killed, the client reconnects its stream through another and the session goes on."""
 
 from __future__ import annotations
+
+import asyncio
 
 import aiohttp
 import pytest
@@ -59,3 +62,34 @@ async def test_the_owner_killed_ends_its_sessions_with_404_and_a_new_one_works(
             echoed = await send(http, url, call("echo", text="again"), session=again)
             assert echoed.status == 200
             assert echoed.last["result"]["content"][0]["text"] == "again"
+
+
+async def test_a_replica_relaying_a_sessions_get_stream_killed_leaves_the_session_going(
+    fleet: Fleet, legacy_client: LegacyClient
+) -> None:
+    name = "relay-killed"
+    mark = len(fleet.balancer.served)
+    opened = await asyncio.to_thread(
+        legacy_client.run, {"op": "open", "session": name, "url": fleet.url("/local")}, 90.0
+    )
+    assert opened["get_stream"]
+    try:
+        served = fleet.balancer.served[mark:]
+        owner = served[0].backend
+        relay = [s for s in served if s.http == "GET"][-1].backend
+        assert relay != owner  # the stream is the owner's, relayed by another replica
+        fleet.replicas[relay].kill9()
+        again = await asyncio.to_thread(
+            legacy_client.run, {"op": "get_streams", "session": name, "count": 2, "timeout": 30}
+        )
+        assert again["statuses"][:2] == [200, 200]  # reconnected, the old stream replaced
+        asks = {
+            "greet": ({}, "Hello, alice!"),
+            "summarize": ({"text": "v"}, "Summary: SAMPLED[Summarize: v]"),
+        }
+        for tool, (arguments, want) in asks.items():
+            command = {"op": "call", "session": name, "name": tool, "arguments": arguments}
+            reply = await asyncio.to_thread(legacy_client.run, command, 90.0)
+            assert reply["result"]["content"][0]["text"] == want, tool
+    finally:
+        await asyncio.to_thread(legacy_client.run, {"op": "close", "session": name}, 90.0)

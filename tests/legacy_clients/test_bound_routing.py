@@ -70,7 +70,6 @@ async def test_with_no_request_waiting_the_get_stream_gets_them_or_the_next_one_
     for n in range(BACKLOG + 3):  # none open: kept, the oldest dropped past BACKLOG
         bound.heard(server_request(f"s{n}", "roots/list"))
     stream = bound.listen()
-    assert stream is not None and bound.listen() is None  # one GET stream at a time
     bound.heard(server_request("live", "sampling/createMessage"))
     bound.lost(UpstreamError("the stdio server exited"))
     seen = []
@@ -78,8 +77,26 @@ async def test_with_no_request_waiting_the_get_stream_gets_them_or_the_next_one_
         async for event in stream:
             seen.append(jsonrpc.loads(event.data)["id"])
     assert seen == [f"s{n}" for n in range(3, BACKLOG + 3)] + ["live"]
-    await stream.aclose()
-    assert bound.listen() is not None  # the closed one no longer holds the place
+
+
+async def test_a_new_get_stream_replaces_the_open_one_with_what_it_had_not_sent() -> None:
+    bound = session()
+    old = bound.listen()
+    bound.heard(server_request("read", "roots/list"))
+    first = await anext(old)
+    assert jsonrpc.loads(first.data)["id"] == "read"
+    bound.heard(server_request("unread", "sampling/createMessage"))
+    new = bound.listen()  # the client reconnected: its old stream's relay may be gone
+    assert await read_all(old) == []  # ended, what it held moved on
+    bound.heard(server_request("later", "roots/list"))
+    await old.aclose()  # its relay closing it late takes nothing from the new one
+    bound.heard(response(1))  # nobody's: dropped
+    bound.lost(UpstreamError("closed"))
+    got = []
+    with pytest.raises(UpstreamError):
+        async for event in new:
+            got.append(jsonrpc.loads(event.data)["id"])
+    assert got == ["unread", "later"]
 
 
 async def test_a_closed_stream_is_skipped_and_a_repeated_id_refused() -> None:
