@@ -23,15 +23,22 @@ from gateway.auth import ClientCredentialsSource
 from gateway.auth.fetcher import AiohttpFetcher
 from gateway.calls.bridge import Bridge
 from gateway.clock import SystemClock
-from gateway.config import LEGACY_TRANSPORTS, STDIO, GatewayConfig, UpstreamConfig
+from gateway.config import (
+    BOUND_TRANSPORTS,
+    STDIO,
+    GatewayConfig,
+    UpstreamConfig,
+)
 from gateway.fleet.changes import ChangeFeed
 from gateway.fleet.ledger import SessionLedger
 from gateway.fleet.redis_bus import RedisBus
 from gateway.http1 import Http1Client
+from gateway.legacy_clients.bound import BoundUpstream
+from gateway.legacy_clients.forwarding import Holder, Remote, is_lane_message
 from gateway.legacy_clients.lane import LaneSettings, LegacyLane
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.streams import Streams
-from gateway.legacy_clients.upstream import HttpPassThrough, LegacyUpstream
+from gateway.legacy_clients.upstream import HttpPassThrough, LegacyUpstream, SessionUpstream
 from gateway.listens import Listens
 from gateway.observability import Metrics
 from gateway.protocol import state
@@ -42,7 +49,12 @@ from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
 from gateway.store.redis_client import RedisClient, connect
 from gateway.tracing import TRACING
-from gateway.upstream.factory import http_endpoint, restart_backoff_s, session_factory
+from gateway.upstream.factory import (
+    http_endpoint,
+    link_factory,
+    restart_backoff_s,
+    session_factory,
+)
 from gateway.upstream.pool import SessionPool
 from gateway.web.front_door import FrontDoor, add_metadata_routes, build_front_doors
 from gateway.web.handlers import FrontStreams, McpEndpoint
@@ -175,8 +187,24 @@ def build_app(config: GatewayConfig) -> web.Application:
     streams = Streams(config.legacy.max_streams, config.legacy.max_streams_per_principal)
     bridge.on_drain.append(streams.end_all)  # their clients reconnect elsewhere
     lanes = _legacy_lanes(
-        config, http, credentials, doors, codec, metrics, streams, owner, clock.wall_ms
+        config, http, credentials, doors, codec, metrics, streams, owner, clock, bus
     )
+    bound = {
+        name: lane.upstream
+        for name, lane in lanes.items()
+        if isinstance(lane.upstream, BoundUpstream)
+    }
+    # Other replicas' requests of the stdio and HTTP+SSE sessions held here come in the
+    # same inbox as their retries of the calls parked here.
+    holder = None
+    if bus is not None and bound:
+        holder = Holder(bus, bound, check_every_s=2 * config.fleet.heartbeat_s, clock=clock)
+
+    async def forwarded(payload: str) -> None:
+        if holder is not None and is_lane_message(payload):
+            await holder.serve(payload)
+        else:
+            await bridge.serve_forwarded(payload)
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         for upstream in config.upstreams:
@@ -209,11 +237,13 @@ def build_app(config: GatewayConfig) -> web.Application:
         if bus is not None:
             bus.on_data_loss = bridge.restore_records
             bus.on_lease_regained = bridge.hand_over_lost
-            bus.start(bridge.serve_forwarded)
+            bus.start(forwarded)
         if ledger is not None:
             ledger.start()
         if changes is not None:
             changes.start()
+        for held in bound.values():
+            held.start()
         log.info(
             "gateway_started",
             replica=owner,  # with its incarnation: a replica restarted holds no session
@@ -239,6 +269,8 @@ def build_app(config: GatewayConfig) -> web.Application:
             await bus.close()
         for each in pools.values():
             await each.close()
+        for held in bound.values():
+            await held.close()
         await store.close()
         await http.close()
         await fetcher.close()
@@ -302,10 +334,12 @@ def _legacy_lanes(
     metrics: Metrics,
     streams: Streams,
     owner: str,
-    wall_ms: Callable[[], int],
+    clock: SystemClock,
+    bus: RedisBus | None,
 ) -> dict[str, LegacyLane]:
     """The legacy lane of every route, by upstream name; none when `legacy.enabled` is off.
-    A Streamable HTTP upstream is passed through; the others are not served yet."""
+    A Streamable HTTP upstream is passed through; a stdio or HTTP+SSE one's sessions are
+    held by the replica that opens them."""
     legacy = config.legacy
     if not legacy.enabled:
         return {}
@@ -321,15 +355,22 @@ def _legacy_lanes(
     hooks = FrontStreams()
     lanes = {}
     for upstream in config.upstreams:
-        passed: LegacyUpstream | None = None
-        if upstream.transport in LEGACY_TRANSPORTS:
-            source = credentials.get(upstream.name)
-            endpoint = http_endpoint(
-                upstream,
-                source.authorization if source else None,
-                source.invalidate if source else None,
-                max_message_bytes=config.limits.max_upstream_message_bytes,
+        passed: LegacyUpstream
+        source = credentials.get(upstream.name)
+        authorization = source.authorization if source else None
+        unauthorized = source.invalidate if source else None
+        most = config.limits.max_upstream_message_bytes
+        if upstream.transport in BOUND_TRANSPORTS:
+            passed = BoundUpstream(
+                upstream.name,
+                link_factory(http, upstream, authorization, unauthorized, max_message_bytes=most),
+                max_sessions=legacy.max_bound_sessions,
+                idle_s=legacy.bound_session_idle_s,
+                monotonic=clock.monotonic,
             )
+            lane_metrics.held(upstream.name, functools.partial(len, passed.sessions))
+        else:
+            endpoint = http_endpoint(upstream, authorization, unauthorized, max_message_bytes=most)
             passed = HttpPassThrough(http, endpoint, wait_s=config.limits.hold_timeout_s)
         lanes[upstream.name] = LegacyLane(
             route=upstream.name,
@@ -340,6 +381,21 @@ def _legacy_lanes(
             streams=streams,
             metrics=lane_metrics,
             hooks=hooks,
-            wall_ms=wall_ms,
+            wall_ms=clock.wall_ms,
+            remote=_remote(bus, upstream.name, config.limits.hold_timeout_s, clock),
         )
     return lanes
+
+
+def _remote(
+    bus: RedisBus | None, route: str, wait_s: float, clock: SystemClock
+) -> Callable[[str], SessionUpstream] | None:
+    """How a route's sessions held by another replica are reached: over the fleet bus."""
+    if bus is None:
+        return None
+    fleet = bus
+
+    def remote(owner: str) -> SessionUpstream:
+        return Remote(fleet, owner, route, wait_s=wait_s, clock=clock)
+
+    return remote

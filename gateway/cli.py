@@ -35,6 +35,7 @@ import structlog
 from gateway import __version__
 from gateway.aio import spawn
 from gateway.config import (
+    BOUND_TRANSPORTS,
     ENV_KEYS,
     ENV_KEYS_FILE,
     ENV_LOG_FORMAT,
@@ -312,14 +313,20 @@ async def _run(config: GatewayConfig, loop_name: str = "asyncio") -> None:
 
 
 def _legacy_line(config: GatewayConfig) -> str:
-    """What `check-config` says of the legacy lane: on or off, and for which upstreams."""
-    if not config.legacy.enabled:
+    """What `check-config` says of the legacy lane: on or off, for which upstreams, and
+    which of them hold their sessions in one replica (stdio, HTTP+SSE), with the bounds."""
+    legacy = config.legacy
+    if not legacy.enabled:
         return "legacy lane: off (legacy.enabled: false): 2025 clients get 404 for initialize"
     served = [u.name for u in config.upstreams if u.transport in LEGACY_TRANSPORTS]
-    others = [u.name for u in config.upstreams if u.transport not in LEGACY_TRANSPORTS]
+    bound = [u.name for u in config.upstreams if u.transport in BOUND_TRANSPORTS]
     line = f"legacy lane: on; 2025 clients served on: {', '.join(served) or 'none'}"
-    if others:
-        line += f"; not yet on: {', '.join(others)} (stdio and HTTP+SSE upstreams)"
+    if bound:
+        line += (
+            f"; sessions held by the replica that opens them: {', '.join(bound)} "
+            f"(at most {legacy.max_bound_sessions} per replica and upstream, "
+            f"ended after {legacy.bound_session_idle_s:g} s without a request)"
+        )
     return line
 
 

@@ -43,15 +43,26 @@ def test_check_config_says_whether_the_legacy_lane_is_on_and_for_which_upstreams
     tmp_path: Path, capsys
 ) -> None:
     config = tmp_path / "two.yaml"
-    config.write_text(
+    upstreams = (
         "upstreams:\n"
         "  - {name: web, url: 'http://127.0.0.1:9000/mcp'}\n"
         "  - {name: local, command: [node, server.js], path: /local}\n"
     )
+    config.write_text(upstreams)
     assert main(["check-config", str(config)]) == 0
     out = capsys.readouterr().out
-    assert "legacy lane: on; 2025 clients served on: web; not yet on: local" in out
-    config.write_text(config.read_text() + "legacy: {enabled: false}\n")
+    assert (
+        "legacy lane: on; 2025 clients served on: web, local; sessions held by the replica "
+        "that opens them: local (at most 64 per replica and upstream, ended after 600 s "
+        "without a request)"
+    ) in out
+    config.write_text(upstreams + "legacy: {max_bound_sessions: 8, bound_session_idle_s: 30}\n")
+    assert main(["check-config", str(config)]) == 0
+    assert "(at most 8 per replica and upstream, ended after 30 s" in capsys.readouterr().out
+    config.write_text(upstreams + "legacy: {max_bound_sessions: 0}\n")
+    assert main(["check-config", str(config)]) == 2
+    assert "legacy.max_bound_sessions: must be greater than 0" in capsys.readouterr().err
+    config.write_text(upstreams + "legacy: {enabled: false}\n")
     assert main(["check-config", str(config)]) == 0
     assert "legacy lane: off" in capsys.readouterr().out
 

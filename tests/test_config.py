@@ -124,6 +124,8 @@ FULL = {
         "session_ttl_s": 3600,
         "max_streams_per_principal": 2,
         "max_streams": 100,
+        "max_bound_sessions": 9,
+        "bound_session_idle_s": 45,
     },
     "logging": {"level": "debug", "format": "json"},
     "allowed_origins": ["https://app.example.com"],
@@ -244,6 +246,14 @@ def test_a_rate_of_zero_is_off_as_leaving_it_out_is(rate: dict) -> None:
             r"^legacy.max_streams_per_principal: 8 is more than legacy.max_streams \(4\)",
         ),
         ({"upstreams": [UP], "legacy": {"ttl": 5}}, r"^legacy.ttl: unknown key"),
+        (
+            {"upstreams": [UP], "legacy": {"max_bound_sessions": 0}},
+            r"^legacy.max_bound_sessions: must be greater than 0",
+        ),
+        (
+            {"upstreams": [UP], "legacy": {"bound_session_idle_s": -1}},
+            r"^legacy.bound_session_idle_s: must be greater than 0",
+        ),
         ({"upstreams": [UP], "listn": {}}, "^listn: unknown key"),
         ({"upstreams": [UP], "limits": {"max_round": 3}}, "^limits.max_round: unknown key"),
         ({"upstreams": [{**UP, "pool": {"max": 1}}]}, r"^upstreams\[0\].pool.max: unknown key"),

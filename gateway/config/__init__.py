@@ -23,6 +23,7 @@ from gateway.config.loader import (
     parse_config,
 )
 from gateway.config.model import (
+    BOUND_TRANSPORTS,
     LEGACY_TRANSPORTS,
     PARK,
     REPLAY,
@@ -50,6 +51,7 @@ __all__ = [
     "ENV_LOG_LEVEL",
     "ENV_REPLICA_ID",
     "ENV_STORE_URL",
+    "BOUND_TRANSPORTS",
     "LEGACY_TRANSPORTS",
     "PARK",
     "REPLAY",

@@ -177,6 +177,13 @@ class LegacyConfig:
     max_streams: int = 1024
     """GET streams a replica holds open in all, each with an upstream connection (503
     beyond)."""
+    max_bound_sessions: int = 64
+    """Sessions of stdio and HTTP+SSE upstreams (a process, a connection each) live in the
+    replica that opened them: at most this many per replica and upstream (`initialize`
+    past it: 503)."""
+    bound_session_idle_s: float = 600.0
+    """How long such a session lives without a request; past it its client gets 404 and
+    starts over."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,9 +203,12 @@ STREAMABLE_HTTP = "streamable-http"
 SSE = "sse"  # HTTP+SSE of protocol 2024-11-05
 STDIO = "stdio"
 TRANSPORTS = (STREAMABLE_HTTP, SSE, STDIO)
-#: The transports whose upstreams the legacy lane serves to 2025 clients (passed through
-#: one session to one session); the others' `initialize` is refused, naming what is served.
-LEGACY_TRANSPORTS = (STREAMABLE_HTTP,)
+#: The transports whose upstreams the legacy lane serves to 2025 clients, one client
+#: session to one upstream session: Streamable HTTP passed through from any replica; stdio
+#: and HTTP+SSE held by the replica that opened the session (the others forward to it).
+LEGACY_TRANSPORTS = (STREAMABLE_HTTP, SSE, STDIO)
+#: Of those, the transports whose sessions live in one replica.
+BOUND_TRANSPORTS = (SSE, STDIO)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

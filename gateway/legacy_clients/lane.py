@@ -23,8 +23,15 @@ caller (authentication, route scopes, the per-principal rate) before it gets her
 - a GET stream counts against the caller's streams (`gateway.legacy_clients.streams`) and
   ends at the session's expiry, the credential's, or when the replica drains.
 
+A session of a stdio or HTTP+SSE upstream is held by the replica that opened it (its
+id names that owner, `gateway.legacy_clients.bound`); a request of it that reaches
+another replica is checked here all the same and then passed to the owner over the
+fleet bus (`remote`, `gateway.legacy_clients.forwarding`). With no bus, or the owner
+gone, its id gets 404 (the client starts over).
+
 One `request_served` line per POST (`era=legacy`, a keyed hash of the session id, never the
-id nor the upstream's), and the lane's metrics. Nothing is kept per session.
+id nor the upstream's), and the lane's metrics. Nothing is kept per session but the
+replica-bound sessions' links, in their owner.
 It must not import the web part (`gateway.web`) nor the call core (`gateway.calls`).
 """
 
@@ -47,7 +54,6 @@ from gateway.config import LegacyConfig, LimitsConfig
 from gateway.errors import (
     HttpError,
     MethodNotAllowed,
-    MethodNotFound,
     NotAcceptable,
     RpcError,
     UpstreamError,
@@ -57,11 +63,16 @@ from gateway.legacy_clients.answers import MaySee, StreamView, checked_body, out
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.relay import ENDED, Relay, StreamHooks
 from gateway.legacy_clients.streams import Streams
-from gateway.legacy_clients.upstream import Answer, EventStream, LegacyUpstream, crossing_headers
+from gateway.legacy_clients.upstream import (
+    Answer,
+    EventStream,
+    LegacyUpstream,
+    SessionUpstream,
+    crossing_headers,
+)
 from gateway.protocol import inbound, jsonrpc, sse
 from gateway.protocol import legacy_session as sessions
 from gateway.protocol.state import StateCodec
-from gateway.protocol.versions import front_supported
 
 log = structlog.get_logger("gateway.legacy")
 
@@ -162,7 +173,7 @@ class LegacyLane:
         self,
         *,
         route: str,
-        upstream: LegacyUpstream | None,
+        upstream: LegacyUpstream,
         door: Door,
         codec: StateCodec,
         settings: LaneSettings,
@@ -170,10 +181,11 @@ class LegacyLane:
         metrics: LaneMetrics,
         hooks: StreamHooks,
         wall_ms: Callable[[], int],
+        remote: Callable[[str], SessionUpstream] | None = None,
     ) -> None:
-        """`route`: the name of the route's upstream. `upstream` None: it is not served
-        to legacy clients yet (stdio, HTTP+SSE); its `initialize` is refused naming what
-        is served."""
+        """`route`: the name of the route's upstream. `remote`:
+        the upstream as another replica (named) holds its sessions, over the fleet bus;
+        None without one (a single replica)."""
         self.route = route
         self.upstream = upstream
         self.door = door
@@ -183,11 +195,7 @@ class LegacyLane:
         self.metrics = metrics
         self.hooks = hooks
         self.wall_ms = wall_ms
-
-    @property
-    def serves(self) -> bool:
-        """Whether 2025 clients can open sessions on this route."""
-        return self.upstream is not None
+        self.remote = remote
 
     # -- POST ------------------------------------------------------------------------
 
@@ -233,7 +241,7 @@ class LegacyLane:
                 message.method if isinstance(message, jsonrpc.Notification) else "response"
             )
         token, claims = self._session(headers, caller, served)
-        upstream = self._upstream()
+        upstream = self._reach(claims, served)
         if isinstance(message, jsonrpc.Request):
             method, params = sessions.scoped(message.method, message.params)
             self.door.check_request(caller, method, params)
@@ -248,12 +256,6 @@ class LegacyLane:
         body: bytes,
         served: Served,
     ) -> web.StreamResponse:
-        if self.upstream is None:
-            raise MethodNotFound(
-                "Method not found: initialize (this upstream is not yet served to "
-                "2025 clients: use protocol 2026-07-28)",
-                {"supported": front_supported()},
-            )
         answer = await self.upstream.initialize(body, crossing_headers(headers))
         token = None
         if answer.status == 200:
@@ -289,7 +291,7 @@ class LegacyLane:
             raise NoGetStreams()
         served = Served(method="GET")
         token, claims = self._session(headers, caller, served)
-        upstream = self._upstream()
+        upstream = self._reach(claims, served)
         head = {**SSE_HEADERS, SESSION_HEADER: token}
         relay = Relay(request, head, self.hooks, keepalive_s=self._keepalive)
         with self.streams.opened(caller.principal, relay.stop):
@@ -320,7 +322,7 @@ class LegacyLane:
         """End the session upstream; its id then leads to the upstream's 404."""
         served = Served(method="DELETE")
         _, claims = self._session(headers, caller, served)
-        answer = await self._upstream().delete(claims.session, crossing_headers(headers))
+        answer = await self._reach(claims, served).delete(claims.session, crossing_headers(headers))
         if not isinstance(answer.body, bytes):
             await answer.body.aclose()
             raise UpstreamError("upstream answered DELETE with a stream")
@@ -346,25 +348,29 @@ class LegacyLane:
             token,
             now_ms=self.wall_ms(),
             principal=sessions.principal_tag(caller.principal),
-            upstream=self.upstream.name if self.upstream is not None else self.route,
+            upstream=self.upstream.name,
             audience=self.settings.audience,
         )
         if isinstance(opened, sessions.Refusal):
             self.metrics.refusals.labels(opened.reason).inc()
             log.info("legacy_session_refused", reason=opened.reason, session=served.session)
             raise SessionNotFound()
-        if opened.owner and opened.owner != self.settings.replica:
-            # A replica-bound session of another replica: forwarded to its owner over the
-            # fleet bus once stdio and HTTP+SSE upstreams are served; until then, unknown.
+        return token, opened
+
+    def _reach(self, claims: sessions.SessionClaims, served: Served) -> SessionUpstream:
+        """Where the session's requests go: its upstream, through the replica holding the
+        session if that is another one.
+
+        Raises:
+            SessionNotFound (404): the session's owner cannot be reached (no fleet bus).
+        """
+        if not claims.owner or claims.owner == self.settings.replica:
+            return self.upstream
+        if self.remote is None:  # a single replica: another incarnation's session
             self.metrics.refusals.labels("owned elsewhere").inc()
             log.info("legacy_session_refused", reason="owned elsewhere", session=served.session)
             raise SessionNotFound()
-        return token, opened
-
-    def _upstream(self) -> LegacyUpstream:
-        if self.upstream is None:  # no session of this route ever opened: none can
-            raise SessionNotFound()
-        return self.upstream
+        return self.remote(claims.owner)
 
     def _log_id(self, token: str) -> str:
         """A session id's stand-in in logs: a keyed hash (the id is a bearer of the session)."""

@@ -3,7 +3,8 @@
 Families of their own, so that the 2026 lane's series stay exactly as they were:
 `mrtr_legacy_requests_total{method,outcome}` and `mrtr_legacy_request_duration_seconds{method}`
 (one per POST, methods from a fixed set, others counted as "other"), the GET streams open
-on this replica, and session ids refused by reason (reasons come from the code).
+on this replica, the stdio and HTTP+SSE sessions it holds per upstream, and session ids
+refused by reason (reasons come from the code).
 """
 
 from __future__ import annotations
@@ -43,3 +44,13 @@ class LaneMetrics:
             "mrtr_legacy_streams", "Legacy GET streams open on this replica", registry=registry
         )
         self.streams.set_function(lambda: float(streams()))
+        self._bound = Gauge(
+            "mrtr_legacy_bound_sessions",
+            "Legacy sessions of stdio and HTTP+SSE upstreams held on this replica",
+            ["upstream"],
+            registry=registry,
+        )
+
+    def held(self, upstream: str, sessions: Callable[[], int]) -> None:
+        """Count the sessions this replica holds of `upstream` (a stdio or HTTP+SSE one)."""
+        self._bound.labels(upstream).set_function(lambda: float(sessions()))

@@ -65,21 +65,11 @@ class Answer:
     session: str | None = None  # `initialize` only: the upstream's session handle
 
 
-class LegacyUpstream(Protocol):
-    """One upstream as the legacy lane uses it. Every method raises `UpstreamError` when
-    the upstream cannot be reached, breaks the protocol or takes longer than its bounds."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def replica_bound(self) -> bool:
-        """Whether a session lives in the replica that opened it (its owner)."""
-        ...
-
-    async def initialize(self, body: bytes, headers: Mapping[str, str]) -> Answer:
-        """Open a session with the client's `initialize` request (`body`)."""
-        ...
+class SessionUpstream(Protocol):
+    """Where an open session's requests go: its upstream, or the replica holding the
+    session (`gateway.legacy_clients.forwarding.Remote`). Every method raises
+    `UpstreamError` when the upstream cannot be reached, breaks the protocol or takes
+    longer than its bounds."""
 
     async def post(self, session: str | None, body: bytes, headers: Mapping[str, str]) -> Answer:
         """Pass a request, notification or response of the client's session on."""
@@ -91,6 +81,22 @@ class LegacyUpstream(Protocol):
 
     async def delete(self, session: str | None, headers: Mapping[str, str]) -> Answer:
         """End the session."""
+        ...
+
+
+class LegacyUpstream(SessionUpstream, Protocol):
+    """One upstream as the legacy lane uses it: sessions opened, then passed on."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def replica_bound(self) -> bool:
+        """Whether a session lives in the replica that opened it (its owner)."""
+        ...
+
+    async def initialize(self, body: bytes, headers: Mapping[str, str]) -> Answer:
+        """Open a session with the client's `initialize` request (`body`)."""
         ...
 
 

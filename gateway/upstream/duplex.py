@@ -13,6 +13,11 @@ fails, the owning call gets a `StreamEnd`, and the session is dead for good: the
 pool opens another. Such a session cannot be adopted by another replica (`id` is
 None), so its call is replayed or lost when its owner dies.
 
+A session can also carry a client that speaks the protocol itself (the legacy
+lane's 2025 clients, `gateway.legacy_clients.bound`): `connect` starts the transport
+without the gateway's own `initialize`, and every message the server sends goes to
+the tap it is given, untouched and unanswered; `send` writes the client's.
+
 Subclasses provide `_connect`, `_write` and `_disconnect`, and feed `_deliver`
 and `_lost` from their reader.
 """
@@ -64,6 +69,7 @@ class DuplexSession:
         self.on_change: Callable[[dict[str, Any]], None] | None = None
         self.on_forgotten: Callable[[], None] | None = None  # never: its stream just ends
         self.on_lost: Callable[[UpstreamError], None] | None = None
+        self._tap: Callable[[dict[str, Any]], None] | None = None
         self._next_id = 0
         self._id_prefix = f"{id(self):x}"[-6:]
 
@@ -95,6 +101,18 @@ class DuplexSession:
         await self._write(jsonrpc.notification("notifications/initialized"))
         self._open = True
         return self.info
+
+    async def connect(self, tap: Callable[[dict[str, Any]], None]) -> None:
+        """Start the transport for a client that speaks the protocol itself: no
+        `initialize` of the gateway's; each message the server sends goes to `tap` as it
+        came (`on_lost` tells when the stream ends).
+
+        Raises:
+            UpstreamError: it could not start.
+        """
+        self._tap = tap
+        await self._connect()
+        self._open = True
 
     async def close(self, *, end: bool = True) -> None:  # never adopted: always ends
         self._open = False
@@ -212,6 +230,9 @@ class DuplexSession:
 
     def _deliver(self, message: dict[str, Any]) -> None:
         """One message from the server, in the order it was sent."""
+        if self._tap is not None:
+            self._tap(message)
+            return
         if not isinstance(message.get("method"), str):
             rid = message.get("id")
             if isinstance(rid, bool) or not isinstance(rid, str | int):

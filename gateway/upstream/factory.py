@@ -2,6 +2,8 @@
 
 Streamable HTTP and HTTP+SSE sessions share the gateway's HTTP/1.1 client
 (`gateway.http1`); a stdio session is a process started from the upstream's command.
+`link_factory` makes the same stdio and HTTP+SSE transports for the legacy lane's
+clients, who speak the protocol themselves.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from gateway.config import SSE, STDIO, UpstreamConfig
 from gateway.http1 import Http1Client
 from gateway.protocol import sse as event_stream
 from gateway.protocol.capabilities import ClientCaps
+from gateway.upstream.duplex import DuplexSession
 from gateway.upstream.http.session import HttpSession
 from gateway.upstream.http.wire import Endpoint
 from gateway.upstream.port import PooledSession, SessionFactory
@@ -34,15 +37,7 @@ def session_factory(
     """Sessions of `upstream`'s transport; `authorization` gives the gateway's own token.
     `max_message_bytes` bounds what an HTTP upstream sends: a JSON body, an SSE event."""
     if upstream.transport == STDIO:
-        command = Command(
-            name=upstream.name,
-            argv=upstream.command,
-            env=dict(upstream.env),
-            cwd=upstream.cwd,
-            timeout_s=upstream.timeout_s,
-            max_message_bytes=upstream.max_message_bytes,
-            client_version=__version__,
-        )
+        command = stdio_command(upstream)
 
         def stdio(caps: ClientCaps) -> PooledSession:
             return StdioSession(command, caps)
@@ -62,6 +57,45 @@ def session_factory(
         return HttpSession(http, endpoint, caps)
 
     return streamable_http
+
+
+def link_factory(
+    http: Http1Client,
+    upstream: UpstreamConfig,
+    authorization: Callable[[], Awaitable[str]] | None = None,
+    unauthorized: Callable[[], None] | None = None,
+    *,
+    max_message_bytes: int = event_stream.MAX_EVENT_BYTES,
+) -> Callable[[], DuplexSession]:
+    """A stdio or HTTP+SSE upstream's transport for a client that speaks the protocol
+    itself (the legacy lane's, `DuplexSession.connect`): a new process or connection
+    each time, declaring nothing of the gateway's own (the client declares its own).
+
+    Raises:
+        ValueError: `upstream` is a Streamable HTTP one (its sessions are passed through).
+    """
+    if upstream.transport == STDIO:
+        command = stdio_command(upstream)
+        return lambda: StdioSession(command, ClientCaps())
+    if upstream.transport == SSE:
+        endpoint = http_endpoint(
+            upstream, authorization, unauthorized, max_message_bytes=max_message_bytes
+        )
+        return lambda: SseSession(http, endpoint, ClientCaps())
+    raise ValueError(f"{upstream.name} is a {upstream.transport} upstream, not a duplex one")
+
+
+def stdio_command(upstream: UpstreamConfig) -> Command:
+    """How to start `upstream`'s server."""
+    return Command(
+        name=upstream.name,
+        argv=upstream.command,
+        env=dict(upstream.env),
+        cwd=upstream.cwd,
+        timeout_s=upstream.timeout_s,
+        max_message_bytes=upstream.max_message_bytes,
+        client_version=__version__,
+    )
 
 
 def http_endpoint(

@@ -190,7 +190,7 @@ class McpEndpoint:
                         info,
                         self.upstream.cache,
                         listens=self.listens.enabled,
-                        legacy=legacy is not None and legacy.serves,
+                        legacy=legacy is not None,
                     )
                 elif message.method == "subscriptions/listen":
                     result = await self._listen(caller, message, channel)

@@ -102,9 +102,17 @@ def test_the_legacy_lane_is_on_by_default_and_its_values_reach_the_config() -> N
         4,
         1024,
     )
-    legacy = {"enabled": False, "sessionTtlSeconds": 600, "maxStreamsPerPrincipal": 0}
+    assert (on.max_bound_sessions, on.bound_session_idle_s) == (64, 600)
+    legacy = {
+        "enabled": False,
+        "sessionTtlSeconds": 600,
+        "maxStreamsPerPrincipal": 0,
+        "maxBoundSessions": 3,
+        "boundSessionIdleSeconds": 30,
+    }
     off = gateway_config(render({"legacy": legacy}), env={}).legacy
     assert (off.enabled, off.session_ttl_s, off.max_streams_per_principal) == (False, 600, 0)
+    assert (off.max_bound_sessions, off.bound_session_idle_s) == (3, 30)
 
 
 def test_a_three_replica_redis_fleet_renders_with_shared_keys_and_a_budget() -> None:
@@ -155,6 +163,8 @@ def test_configurations_that_cannot_work_are_refused_at_render_time(
         {"legacy": {"sessionTtlSeconds": 0}},
         {"legacy": {"maxStreamsPerPrincipal": -1}},
         {"legacy": {"maxStream": 5}},
+        {"legacy": {"maxBoundSessions": 0}},
+        {"legacy": {"boundSessionIdleSeconds": 0}},
         {"config": {"upstreams": [{"name": "x", "url": "http://x/mcp"}], "legacy": {}}},
     ],
 )

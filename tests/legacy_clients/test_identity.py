@@ -2,18 +2,20 @@
 bound by (issuer, subject, client) so a refreshed token keeps its session and another
 principal's token gets 404 for it, per-target scopes read from the body (403 with the
 `insufficient_scope` challenge) and list results leaving out what a caller may not see,
-in a JSON answer and inside a stream."""
+in a JSON answer and inside a stream; the same for a stdio upstream's sessions, held by
+the replica that opened them."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.peers.auth_server import AuthServer
-from tests.peers.tooling import LegacyClient, LegacyServer
+from tests.peers.tooling import LegacyClient, LegacyServer, legacy_stdio_command
 from tests.support.legacy_wire import call, open_session, request, send
 
 pytestmark = pytest.mark.peers
@@ -40,19 +42,32 @@ def json_server() -> Any:
     server.stop()
 
 
-async def guarded(make_gateway: Any, issuer: AuthServer, url: str | None = None) -> Any:
+async def guarded(
+    make_gateway: Any, issuer: AuthServer, url: str | None = None, stdio: Path | None = None
+) -> Any:
+    """A gateway behind `issuer`'s tokens; `stdio`: its upstream the legacy test server as a
+    stdio program (its run counts kept there)."""
     auth = {"public_url": PUBLIC, "oauth": {"issuer": issuer.issuer, "scopes": ["mcp:tools"]}}
-    return await make_gateway(url, auth=auth, upstream=GUARDED)
+    upstream: dict[str, Any] = dict(GUARDED)
+    if stdio is not None:
+        upstream["command"] = legacy_stdio_command(stdio)
+    return await make_gateway(url, auth=auth, upstream=upstream)
 
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+@pytest.mark.parametrize("transport", ["streamable-http", "stdio"])
 async def test_a_refreshed_token_keeps_the_session_and_another_principal_gets_404(
-    make_gateway: Any, issuer: AuthServer, legacy_client: LegacyClient
+    make_gateway: Any,
+    issuer: AuthServer,
+    legacy_client: LegacyClient,
+    transport: str,
+    tmp_path: Path,
 ) -> None:
-    gateway = await guarded(make_gateway, issuer)
+    stdio = tmp_path if transport == "stdio" else None
+    gateway = await guarded(make_gateway, issuer, stdio=stdio)
     name = "refreshed"
     opened = await asyncio.to_thread(
         legacy_client.run,
@@ -92,12 +107,12 @@ async def test_a_refreshed_token_keeps_the_session_and_another_principal_gets_40
         await asyncio.to_thread(legacy_client.run, {"op": "close", "session": name})
 
 
-@pytest.mark.parametrize("answers", ["stream", "json"])
+@pytest.mark.parametrize("answers", ["stream", "json", "stdio"])
 async def test_per_target_scopes_refuse_with_403_and_lists_hide_what_a_caller_may_not_see(
-    make_gateway: Any, issuer: AuthServer, json_server: LegacyServer, answers: str
+    make_gateway: Any, issuer: AuthServer, json_server: LegacyServer, answers: str, tmp_path: Path
 ) -> None:
     url = json_server.url if answers == "json" else None
-    gateway = await guarded(make_gateway, issuer, url)
+    gateway = await guarded(make_gateway, issuer, url, tmp_path if answers == "stdio" else None)
     alice = bearer(issuer.sign())
     session = await open_session(gateway.http, gateway.url, headers=alice)
 
@@ -119,7 +134,7 @@ async def test_per_target_scopes_refuse_with_403_and_lists_hide_what_a_caller_ma
         for method in ("tools/list", "prompts/list", "resources/list")
     }
     for reply in listed.values():
-        kind = "text/event-stream" if answers == "stream" else "application/json"
+        kind = "application/json" if answers == "json" else "text/event-stream"
         assert reply.status == 200 and reply.headers["Content-Type"].startswith(kind)
     tools = {t["name"] for t in listed["tools/list"].last["result"]["tools"]}
     assert "echo" in tools and "increment_counter" not in tools

@@ -54,9 +54,16 @@ def text_of(message: dict[str, Any]) -> str:
     return str(message["result"]["content"][0]["text"])
 
 
+@pytest.mark.parametrize("transport", ["streamable-http", "stdio"])
 async def test_a_session_answers_with_the_gateways_id_and_never_the_upstreams(
-    gateway: Gateway,
+    make_gateway: Any, transport: str, tmp_path: Path
 ) -> None:
+    """Over Streamable HTTP the upstream's session id is sealed in the gateway's; over
+    stdio, the handle of the process this replica holds for the session."""
+    if transport == "stdio":
+        gateway = await make_gateway(upstream={"command": legacy_stdio_command(tmp_path)})
+    else:
+        gateway = await make_gateway()
     with structlog.testing.capture_logs(processors=[log_context.merge_bound]) as logs:
         first = await send(gateway.http, gateway.url, initialize())
         session = first.headers["Mcp-Session-Id"]
@@ -183,16 +190,16 @@ async def test_discover_lists_the_legacy_versions_the_lane_serves(gateway: Gatew
     assert final["result"]["supportedVersions"] == LEGACY_VERSIONS
 
 
-async def test_a_stdio_upstream_is_not_served_to_2025_clients_yet_and_says_so(
+async def test_a_stdio_upstream_is_served_to_2025_clients_and_refuses_a_handle_it_lacks(
     make_gateway: Any, tmp_path: Path
 ) -> None:
     gateway = await make_gateway(upstream={"command": legacy_stdio_command(tmp_path)})
-    reply = await send(gateway.http, gateway.url, initialize())
-    assert reply.status == 404 and reply.last["error"]["code"] == -32601
-    assert reply.last["error"]["data"] == {"supported": ["2026-07-28"]}
-    assert "not yet served to 2025 clients" in reply.last["error"]["message"]
     final = await gateway.final(rpc("server/discover"))
-    assert final["result"]["supportedVersions"] == ["2026-07-28"]
+    assert final["result"]["supportedVersions"] == LEGACY_VERSIONS
+    session = await open_session(gateway.http, gateway.url)
+    echoed = await send(gateway.http, gateway.url, call("echo", text="hi"), session=session)
+    assert echoed.status == 200 and text_of(echoed.last) == "hi"
+    # Sealed right, but naming a session this replica does not hold: the client starts over.
     reply = await send(gateway.http, gateway.url, request("tools/list"), session=forged())
     assert reply.status == 404
 

@@ -4,21 +4,26 @@ third-party one from the npm registry.
 `ensure_node_modules` installs the pinned packages of `tests/peers/node/package.json`
 (lock file committed) into `.peers/node` with `npm ci`, once while the lock is unchanged:
 - `@modelcontextprotocol/sdk` 1.32.2 runs `ts_server.mjs` (stdio; inline elicitation,
-  sampling, roots, progress, a large message, a prompt and a resource);
+  sampling, roots, progress, a large message, a prompt and a resource) and
+  `ts_client.mjs` (a 2025 client over Streamable HTTP answering elicitation, sampling
+  and roots: `run_ts_client`);
 - `@modelcontextprotocol/server-everything` 2026.8.31, the reference server, speaks stdio,
   HTTP+SSE and Streamable HTTP (`EverythingServer`).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from tests.peers.tooling import PEERS_DIR, LoggedProcess, free_port
 
 SOURCE = Path(__file__).resolve().parent / "node"
 HOME = PEERS_DIR / "node"
+SCRIPTS = ("ts_server.mjs", "ts_client.mjs")
 
 
 def node() -> str:
@@ -33,11 +38,12 @@ def ensure_node_modules() -> Path:
     lock = (SOURCE / "package-lock.json").read_text()
     stamp = HOME / ".lock"
     if stamp.exists() and stamp.read_text() == lock and (HOME / "node_modules").is_dir():
-        # ESM resolves packages beside the script, so our server runs from a copy there.
-        shutil.copy(SOURCE / "ts_server.mjs", HOME / "ts_server.mjs")
+        # ESM resolves packages beside the script, so our peers run from a copy there.
+        for name in SCRIPTS:
+            shutil.copy(SOURCE / name, HOME / name)
         return HOME
     HOME.mkdir(parents=True, exist_ok=True)
-    for name in ("package.json", "package-lock.json", "ts_server.mjs"):
+    for name in ("package.json", "package-lock.json", *SCRIPTS):
         shutil.copy(SOURCE / name, HOME / name)
     done = subprocess.run(
         ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
@@ -54,6 +60,21 @@ def ensure_node_modules() -> Path:
 def ts_server_command() -> list[str]:
     """The stdio command line of our TypeScript-SDK server."""
     return [node(), str(ensure_node_modules() / "ts_server.mjs")]
+
+
+def run_ts_client(url: str, steps: list[dict[str, Any]], timeout: float = 100.0) -> Any:
+    """One session of the TypeScript SDK 1.x client (`ts_client.mjs`) at `url` running
+    `steps`, opened and closed (DELETE): its answer (see the script)."""
+    done = subprocess.run(
+        [node(), str(ensure_node_modules() / "ts_client.mjs")],
+        input=json.dumps({"url": url, "steps": steps}),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"ts_client.mjs failed ({done.returncode}):\n{done.stderr}")
+    return json.loads(done.stdout)
 
 
 def everything_entry() -> str:

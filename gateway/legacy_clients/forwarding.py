@@ -1,0 +1,339 @@
+"""A replica-bound legacy session reached through another replica, over the fleet bus.
+
+A stdio or HTTP+SSE session lives in the replica that opened it (its id names that
+owner, `gateway.legacy_clients.bound`). A POST, a client's answer, a GET or a DELETE of
+it that lands on another replica is checked there by the lane as any other (principal,
+scopes, limits, logs) and then passed to the owner through `Remote`, a
+`SessionUpstream` whose every exchange is one message in the owner's inbox. The owner
+(`Holder.serve`) passes it to the session as it would its own client's request and
+sends the answer back on a reply list of the exchange's own: its head (status,
+headers, and a whole body or "a stream follows"), then a stream's events one by one,
+then its end; or a failure (the error and its status) that the receiving replica raises
+as the owner's (`RelayedError`).
+
+An owner whose heartbeat is gone has taken its sessions with it: the exchange is
+answered 404 (the client starts over), and a stream being relayed ends with an error.
+A stream's reader that stops reading (its client went, its replica drains) tells the
+owner (`legacy_stop`), so the session's GET stream is free again; an owner whose reader
+stopped beating stops sending. A message taken up twice by the owner (`RedisBus`: a
+lost reply) is served once.
+
+It moves the lane's exchanges; it decides nothing about them. The bus is
+`gateway.fleet.redis_bus.RedisBus`, seen through `Bus` (this part does not import the
+fleet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import structlog
+
+from gateway import clock as clocks
+from gateway.aio import cancel_and_wait, spawn
+from gateway.clock import Clock
+from gateway.errors import RelayedError, RpcError, StoreError, UpstreamError
+from gateway.legacy_clients.bound import not_found
+from gateway.legacy_clients.upstream import Answer, EventStream, SessionUpstream
+from gateway.protocol import sse
+
+log = structlog.get_logger("gateway.legacy")
+
+EXCHANGE = "legacy_exchange"
+STOP = "legacy_stop"
+#: How long the owner may take to send an exchange's head, beyond the upstream's timeout.
+HEAD_SLACK_S = 5.0
+
+
+class Bus(Protocol):
+    """What forwarding needs of the fleet bus (`RedisBus`). Every method may raise
+    StoreError."""
+
+    replica_id: str
+    reply_ttl_ms: int
+
+    def new_reply_key(self) -> str: ...
+
+    async def alive(self, replica_id: str) -> bool: ...
+
+    async def deliver(self, replica_id: str, payload: str) -> bool: ...
+
+    async def send(self, replica_id: str, payload: str) -> None: ...
+
+    async def reply(self, key: str, payload: str) -> None: ...
+
+    async def receive(self, key: str) -> str | None: ...
+
+
+def is_lane_message(payload: str) -> bool:
+    """Whether a message in this replica's inbox is one of the lane's (else the call core's)."""
+    try:
+        message = json.loads(payload)
+    except ValueError:
+        return False
+    return isinstance(message, dict) and message.get("op") in (EXCHANGE, STOP)
+
+
+def _dumps(message: dict[str, Any]) -> str:
+    return json.dumps(message, separators=(",", ":"))
+
+
+# -- the receiving side ------------------------------------------------------------------
+
+
+class Remote:
+    """`SessionUpstream` of the sessions another replica (`owner`) holds on one route."""
+
+    def __init__(self, bus: Bus, owner: str, route: str, *, wait_s: float, clock: Clock) -> None:
+        self.bus = bus
+        self.owner = owner
+        self.route = route
+        self.wait_s = wait_s
+        self.clock = clock
+
+    async def post(self, session: str | None, body: bytes, headers: Mapping[str, str]) -> Answer:
+        return await self._exchange("POST", session, body, headers)
+
+    async def get(self, session: str | None, headers: Mapping[str, str]) -> Answer:
+        return await self._exchange("GET", session, b"", headers)
+
+    async def delete(self, session: str | None, headers: Mapping[str, str]) -> Answer:
+        return await self._exchange("DELETE", session, b"", headers)
+
+    async def _exchange(
+        self, verb: str, session: str | None, body: bytes, headers: Mapping[str, str]
+    ) -> Answer:
+        """Raises: UpstreamError, RelayedError (the owner's), StoreError."""
+        bus, reply = self.bus, self.bus.new_reply_key()
+        payload = _dumps(
+            {
+                "op": EXCHANGE,
+                "verb": verb,
+                "route": self.route,
+                "session": session,
+                "body": body.decode(),  # JSON: checked UTF-8 at the front door
+                "headers": dict(headers),
+                "reply": reply,
+                "from": bus.replica_id,
+            }
+        )
+        delivered = await bus.deliver(self.owner, payload)
+        if not delivered and await bus.alive(self.owner):  # a Redis that just restarted
+            delivered = await bus.deliver(self.owner, payload)
+        if not delivered:
+            log.info("legacy_owner_gone", owner=self.owner, http=verb)
+            return not_found()
+        events = RemoteEvents(bus, self.owner, reply)
+        try:
+            async with clocks.timeout(self.clock, self.wait_s + HEAD_SLACK_S):
+                head = await events.next_message()
+        except TimeoutError as exc:
+            await events.aclose()
+            raise UpstreamError("the replica holding this session did not answer in time") from exc
+        except BaseException:
+            await events.aclose()
+            raise
+        if head is None:  # the owner died before it answered: so did the session
+            return not_found()
+        kind = head.get("t")
+        if kind == "failure":
+            raise RelayedError(head["error"], int(head["status"]))
+        status, answer_headers = int(head["status"]), dict(head["headers"])
+        if head.get("stream"):
+            return Answer(status, answer_headers, events)
+        events.finished()
+        return Answer(status, answer_headers, str(head["body"]).encode())
+
+
+class RemoteEvents:
+    """`EventStream` of an answer the owner sends on `reply`, event by event."""
+
+    __slots__ = ("bus", "owner", "reply", "_done")
+
+    def __init__(self, bus: Bus, owner: str, reply: str) -> None:
+        self.bus = bus
+        self.owner = owner
+        self.reply = reply
+        self._done = False
+
+    async def next_message(self) -> dict[str, Any] | None:
+        """The owner's next message on the reply list; None once the owner is gone.
+
+        Raises:
+            UpstreamError: the bus failed.
+        """
+        while True:
+            try:
+                payload = await self.bus.receive(self.reply)
+                if payload is None:
+                    if not await self.bus.alive(self.owner):
+                        self._done = True
+                        return None
+                    continue
+            except StoreError as exc:
+                raise UpstreamError("the fleet bus failed while relaying a session") from exc
+            message = json.loads(payload)
+            if not isinstance(message, dict):
+                raise UpstreamError("a fleet reply that is not an object")
+            return message
+
+    def finished(self) -> None:
+        """The owner has sent all it will: nothing to tell it when closed."""
+        self._done = True
+
+    def __aiter__(self) -> RemoteEvents:
+        return self
+
+    async def __anext__(self) -> sse.Event:
+        if self._done:
+            raise StopAsyncIteration
+        message = await self.next_message()
+        if message is None:
+            raise UpstreamError("the replica holding this session stopped")
+        if message.get("t") == "event":
+            return sse.Event(
+                data=str(message["data"]),
+                event=str(message.get("event") or "message"),
+                id=message.get("id"),
+                retry=message.get("retry"),
+            )
+        self._done = True
+        error = message.get("error")
+        if error:
+            raise UpstreamError(str(error))
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        """Stop reading; the owner, if it still sends, is told to stop."""
+        if not self._done:
+            self._done = True
+            stop = _dumps({"op": STOP, "reply": self.reply})
+            spawn(_send_quietly(self.bus, self.owner, stop), name="legacy-forward-stop")
+
+
+async def _send_quietly(bus: Bus, replica: str, payload: str) -> None:
+    try:
+        await bus.send(replica, payload)
+    except StoreError as exc:
+        log.warning("legacy_forward_stop_failed", error=str(exc))
+
+
+# -- the owning side ---------------------------------------------------------------------
+
+
+class Holder:
+    """The owner's side: the exchanges other replicas pass to the sessions held here."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        upstreams: Mapping[str, SessionUpstream],
+        *,
+        check_every_s: float,
+        clock: Clock,
+    ) -> None:
+        """`upstreams`: the replica-bound ones, by route; `check_every_s`: how often a
+        stream being sent looks whether its reader's replica still beats."""
+        self.bus = bus
+        self.upstreams = upstreams
+        self.check_every_s = check_every_s
+        self.clock = clock
+        self._serving: dict[str, asyncio.Task[Any]] = {}
+        self._finished: dict[str, float] = {}  # reply keys served, and when (loop time)
+
+    async def serve(self, payload: str) -> None:
+        """One of the lane's messages another replica pushed into this replica's inbox."""
+        try:
+            message = json.loads(payload)
+            op, reply = message["op"], str(message["reply"])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("fleet_bad_message", error=str(exc))
+            return
+        if op == STOP:
+            task = self._serving.pop(reply, None)
+            if task is not None:
+                task.cancel()  # its reader went: the session's stream is free again
+            return
+        if reply in self._serving or reply in self._finished:
+            return  # the same message again (taken up after a lost reply)
+        current = asyncio.current_task()
+        assert current is not None
+        self._serving[reply] = current
+        watch = spawn(self._watch(str(message.get("from", "")), current), name="legacy-watch")
+        try:
+            await self._exchange(message, reply)
+        except asyncio.CancelledError:
+            log.info("legacy_forward_stopped")
+        except StoreError as exc:
+            log.warning("legacy_forward_reply_failed", error=str(exc))
+        finally:
+            await cancel_and_wait(watch)
+            self._serving.pop(reply, None)
+            self._remember(reply)
+
+    async def _exchange(self, message: dict[str, Any], reply: str) -> None:
+        upstream = self.upstreams.get(str(message.get("route")))
+        session = message.get("session")
+        body = str(message.get("body", "")).encode()
+        headers = {str(k): str(v) for k, v in dict(message.get("headers") or {}).items()}
+        try:
+            if upstream is None or not isinstance(session, str):
+                answer = not_found()
+            elif message.get("verb") == "POST":
+                answer = await upstream.post(session, body, headers)
+            elif message.get("verb") == "GET":
+                answer = await upstream.get(session, headers)
+            else:
+                answer = await upstream.delete(session, headers)
+        except RpcError as exc:
+            failure = {"t": "failure", "error": exc.error_object(), "status": exc.status}
+            await self.bus.reply(reply, _dumps(failure))
+            return
+        head = {"t": "head", "status": answer.status, "headers": dict(answer.headers)}
+        if isinstance(answer.body, bytes):
+            await self.bus.reply(reply, _dumps({**head, "body": answer.body.decode()}))
+            return
+        await self._stream(reply, head, answer.body)
+
+    async def _stream(self, reply: str, head: dict[str, Any], events: EventStream) -> None:
+        error: str | None = None
+        try:
+            await self.bus.reply(reply, _dumps({**head, "stream": True}))
+            try:
+                async for event in events:
+                    shown = {
+                        "t": "event",
+                        "data": event.data,
+                        "event": event.event,
+                        "id": event.id,
+                        "retry": event.retry,
+                    }
+                    await self.bus.reply(reply, _dumps(shown))
+            except UpstreamError as exc:
+                error = str(exc)
+            await self.bus.reply(reply, _dumps({"t": "end", "error": error}))
+        finally:
+            await events.aclose()
+
+    async def _watch(self, reader: str, task: asyncio.Task[Any]) -> None:
+        """Stop sending to a reader whose replica has stopped beating."""
+        try:
+            while True:
+                await clocks.sleep(self.clock, self.check_every_s)
+                if reader and not await self.bus.alive(reader):
+                    log.info("legacy_forward_reader_gone", reader=reader)
+                    task.cancel()
+                    return
+        except StoreError:
+            return  # the bus is down: the reply pushes fail, which ends the exchange
+
+    def _remember(self, reply: str) -> None:
+        """Keep `reply` as served for as long as its reply list lives."""
+        now = self.clock.monotonic()
+        finished, horizon = self._finished, now - self.bus.reply_ttl_ms / 1000
+        while finished and next(iter(finished.values())) < horizon:
+            del finished[next(iter(finished))]
+        finished[reply] = now

@@ -1,0 +1,167 @@
+"""A replica-bound session reached through another replica, as transcripts over the
+in-memory bus (`tests.fakes.fleet`) on a manual clock: the owner's answer comes back as
+it gave it (a whole body, a stream event by event, its failure as its own); a reader
+that stops reading stops the owner's stream; either side's death ends the exchange
+(the owner's: 404, or an error inside a stream); a message taken up twice is served
+once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from gateway.aio import spawn
+from gateway.errors import InvalidRequest, RelayedError, RpcError, UpstreamError
+from gateway.legacy_clients.bound import Channel
+from gateway.legacy_clients.forwarding import EXCHANGE, Holder, Remote, is_lane_message
+from gateway.legacy_clients.upstream import Answer
+from tests.fakes.clock import ManualClock
+from tests.fakes.fleet import Network
+
+SSE = {"Content-Type": "text/event-stream"}
+
+
+class Scripted:
+    """A `SessionUpstream` on the owner answering each exchange with the next of
+    `answers` (an `Answer`, or an error to raise), noting what it was given."""
+
+    def __init__(self, *answers: Answer | RpcError) -> None:
+        self.answers = list(answers)
+        self.seen: list[tuple[str, str | None, bytes, dict[str, str]]] = []
+
+    def _next(self, verb: str, session: str | None, body: bytes, headers: Any) -> Answer:
+        self.seen.append((verb, session, body, dict(headers)))
+        answer = self.answers.pop(0)
+        if isinstance(answer, RpcError):
+            raise answer
+        return answer
+
+    async def post(self, session: str | None, body: bytes, headers: Mapping[str, str]) -> Answer:
+        return self._next("POST", session, body, headers)
+
+    async def get(self, session: str | None, headers: Mapping[str, str]) -> Answer:
+        return self._next("GET", session, b"", headers)
+
+    async def delete(self, session: str | None, headers: Mapping[str, str]) -> Answer:
+        return self._next("DELETE", session, b"", headers)
+
+
+class Pair:
+    """Two replicas: `owner` holds the session (its `Holder` serves `upstream`), `reader`
+    got the client's request and reaches the owner through `remote`."""
+
+    def __init__(self, upstream: Scripted) -> None:
+        self.clock = ManualClock()
+        self.network = Network(self.clock)
+        self.upstream = upstream
+        self.holder = Holder(
+            self.network.bus("owner"), {"local": upstream}, check_every_s=2.0, clock=self.clock
+        )
+        self.network.join("owner", self.holder.serve)
+        self.network.join("reader", self._unexpected)
+        self.remote = Remote(
+            self.network.bus("reader"), "owner", "local", wait_s=30.0, clock=self.clock
+        )
+
+    async def _unexpected(self, payload: str) -> None:
+        raise AssertionError(f"the reader was sent {payload}")
+
+
+async def _next_event(events: Any) -> Any:
+    return await anext(events)
+
+
+def closing_channel() -> tuple[Channel, asyncio.Event]:
+    closed = asyncio.Event()
+    return Channel(lambda channel: closed.set()), closed
+
+
+async def test_a_whole_answer_comes_back_as_the_owner_gave_it() -> None:
+    pair = Pair(Scripted(Answer(202, {"Retry-After": "1"}, b"")))
+    body = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+    answer = await pair.remote.post("h1", body, {"MCP-Protocol-Version": "2025-11-25"})
+    assert (answer.status, dict(answer.headers), answer.body) == (202, {"Retry-After": "1"}, b"")
+    assert pair.upstream.seen == [("POST", "h1", body, {"MCP-Protocol-Version": "2025-11-25"})]
+
+
+async def test_a_stream_comes_back_event_by_event_and_ends_with_the_owners() -> None:
+    channel, closed = closing_channel()
+    pair = Pair(Scripted(Answer(200, SSE, channel)))
+    answer = await pair.remote.get("h1", {})
+    assert answer.status == 200 and dict(answer.headers) == SSE
+    assert not isinstance(answer.body, bytes)
+    channel.put({"jsonrpc": "2.0", "id": "s1", "method": "roots/list"})
+    channel.put({"jsonrpc": "2.0", "method": "notifications/message", "params": {}})
+    channel.end()
+    seen = [json.loads(event.data)["method"] async for event in answer.body]
+    assert seen == ["roots/list", "notifications/message"]
+    async with asyncio.timeout(5):
+        await closed.wait()  # the owner let go of its stream
+
+
+async def test_a_reader_that_stops_reading_stops_the_owners_stream() -> None:
+    channel, closed = closing_channel()
+    pair = Pair(Scripted(Answer(200, SSE, channel)))
+    answer = await pair.remote.get("h1", {})
+    assert not isinstance(answer.body, bytes)
+    await answer.body.aclose()  # its client went, or its replica drains
+    async with asyncio.timeout(5):
+        await closed.wait()
+    assert not channel.open
+
+
+async def test_the_owners_failure_is_raised_as_its_own() -> None:
+    pair = Pair(Scripted(InvalidRequest("a request with id 1 is still in progress")))
+    with pytest.raises(RelayedError) as raised:
+        await pair.remote.post("h1", b'{"jsonrpc":"2.0","id":1,"method":"ping"}', {})
+    assert raised.value.status == 400 and raised.value.error_object()["code"] == -32600
+
+
+async def test_an_owner_gone_is_a_404_at_once_and_mid_stream_an_error() -> None:
+    channel, _ = closing_channel()
+    pair = Pair(Scripted(Answer(200, SSE, channel)))
+    answer = await pair.remote.get("h1", {})
+    assert not isinstance(answer.body, bytes)
+    pair.network.kill("owner")
+    reading = spawn(_next_event(answer.body), name="test-read")
+    with pytest.raises(UpstreamError, match="stopped"):
+        await pair.clock.run_until_done(reading, step=1.0, limit=5.0)
+    gone = await pair.remote.post("h1", b'{"jsonrpc":"2.0","id":2,"method":"ping"}', {})
+    assert gone.status == 404  # nothing sent: the session died with its owner
+    assert len(pair.upstream.seen) == 1
+
+
+async def test_the_owner_stops_sending_to_a_reader_whose_replica_died() -> None:
+    channel, closed = closing_channel()
+    pair = Pair(Scripted(Answer(200, SSE, channel)))
+    answer = await pair.remote.get("h1", {})
+    assert not isinstance(answer.body, bytes)
+    pair.network.kill("reader")
+    waiting = spawn(closed.wait(), name="test-wait")
+    await pair.clock.run_until_done(waiting, step=1.0, limit=5.0)
+    assert not channel.open
+
+
+async def test_a_message_taken_up_twice_is_served_once() -> None:
+    pair = Pair(Scripted(Answer(202, {}, b""), Answer(202, {}, b"")))
+    payload = json.dumps(
+        {
+            "op": EXCHANGE,
+            "verb": "POST",
+            "route": "local",
+            "session": "h1",
+            "body": '{"jsonrpc":"2.0","method":"notifications/initialized"}',
+            "headers": {},
+            "reply": "reply:reader:once",
+            "from": "reader",
+        }
+    )
+    assert is_lane_message(payload) and not is_lane_message('{"op": "resume"}')
+    await pair.holder.serve(payload)
+    await pair.holder.serve(payload)
+    assert len(pair.upstream.seen) == 1
+    assert pair.network.replies["reply:reader:once"].qsize() == 1
