@@ -24,7 +24,9 @@ caller (authentication, route scopes, the per-principal rate) before it gets her
   ends at the session's expiry, the credential's, or when the replica drains.
 
 One `request_served` line per POST (`era=legacy`, a keyed hash of the session id, never the
-id nor the upstream's), and the lane's metrics. Nothing is kept per session.
+id nor the upstream's), and the lane's metrics. Nothing is kept per session but, to serve
+its next requests sooner, what its id opened to (`OpenedSessions`, bounded: the id alone
+is the session).
 It must not import the web part (`gateway.web`) nor the call core (`gateway.calls`).
 """
 
@@ -144,6 +146,10 @@ KNOWN_METHODS = frozenset(
 )
 
 
+#: Session ids kept opened for their later requests, per route (`OpenedSessions`).
+OPENED_SESSIONS = 4096
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LaneSettings:
     """What the lane of one route works with, besides its upstream and its door."""
@@ -183,6 +189,7 @@ class LegacyLane:
         self.metrics = metrics
         self.hooks = hooks
         self.wall_ms = wall_ms
+        self.opened = sessions.OpenedSessions(OPENED_SESSIONS)
 
     @property
     def serves(self) -> bool:
@@ -318,7 +325,8 @@ class LegacyLane:
     ) -> web.StreamResponse:
         """End the session upstream; its id then leads to the upstream's 404."""
         served = Served(method="DELETE")
-        _, claims = self._session(headers, caller, served)
+        token, claims = self._session(headers, caller, served)
+        self.opened.forget(token, caller.principal)
         answer = await self._upstream().delete(claims.session, crossing_headers(headers))
         if not isinstance(answer.body, bytes):
             await answer.body.aclose()
@@ -339,19 +347,26 @@ class LegacyLane:
         token = headers.get(_SESSION_KEY)
         if token is None:
             raise MissingSession()
-        served.session = self._log_id(token)
-        opened = sessions.open_session(
-            self.codec,
-            token,
-            now_ms=self.wall_ms(),
-            principal=sessions.principal_tag(caller.principal),
-            upstream=self.upstream.name if self.upstream is not None else self.route,
-            audience=self.settings.audience,
-        )
-        if isinstance(opened, sessions.Refusal):
-            self.metrics.refusals.labels(opened.reason).inc()
-            log.info("legacy_session_refused", reason=opened.reason, session=served.session)
-            raise SessionNotFound()
+        now_ms = self.wall_ms()
+        known = self.opened.get(token, caller.principal, now_ms)
+        if known is None:
+            served.session = self._log_id(token)
+            claims = sessions.open_session(
+                self.codec,
+                token,
+                now_ms=now_ms,
+                principal=sessions.principal_tag(caller.principal),
+                upstream=self.upstream.name if self.upstream is not None else self.route,
+                audience=self.settings.audience,
+            )
+            if isinstance(claims, sessions.Refusal):
+                self.metrics.refusals.labels(claims.reason).inc()
+                log.info("legacy_session_refused", reason=claims.reason, session=served.session)
+                raise SessionNotFound()
+            known = sessions.Opened(claims, served.session)
+            self.opened.put(token, caller.principal, known)
+        served.session = known.log_id
+        opened = known.claims
         if opened.owner and opened.owner != self.settings.replica:
             # A replica-bound session of another replica: forwarded to its owner over the
             # fleet bus once stdio and HTTP+SSE upstreams are served; until then, unknown.

@@ -142,6 +142,24 @@ async def test_a_session_id_that_does_not_open_here_gets_404(
     assert reply.status == 200 and reply.last["result"]["tools"]
 
 
+async def test_a_session_served_before_is_refused_once_it_has_expired(make_gateway: Any) -> None:
+    """What a session id opened to is kept for its next requests (it is not opened again),
+    never past the id's expiry."""
+    gateway = await make_gateway(legacy={"session_ttl_s": 1.0})
+    session = await open_session(gateway.http, gateway.url)
+    for _ in range(2):  # opened, then served from what the lane kept
+        reply = await send(gateway.http, gateway.url, request("tools/list"), session=session)
+        assert reply.status == 200 and reply.last["result"]["tools"]
+    expires_s = json.loads(SESSIONS.unseal(session))["e"] / 1000
+    await asyncio.sleep(max(0.0, expires_s - time.time()) + 0.01)  # the expiry is the clock's
+    with structlog.testing.capture_logs() as logs:
+        reply = await send(gateway.http, gateway.url, request("tools/list"), session=session)
+    assert reply.status == 404
+    assert [line["reason"] for line in logs if line["event"] == "legacy_session_refused"] == [
+        "expired"
+    ]
+
+
 async def test_a_session_deleted_upstream_is_404_as_the_upstream_says(gateway: Gateway) -> None:
     session = await open_session(gateway.http, gateway.url)
     deleted = await send(gateway.http, gateway.url, None, session=session, method="DELETE")
