@@ -17,7 +17,9 @@ caller (authentication, route scopes, the per-principal rate) before it gets her
   see, in a JSON answer and inside a stream;
 - the upstream's answer passes on: its status and body (JSON as it came), or its stream
   event by event (`gateway.legacy_clients.relay`), with the gateway's session id and
-  never the upstream's. A POST's stream whose upstream fails, or says nothing for
+  never the upstream's. A POST's stream whose first message, within a keepalive's wait,
+  is the response (most are) is sent whole, as a body, the rest of the upstream's stream
+  read in the background. A POST's stream whose upstream fails, or says nothing for
   `limits.hold_timeout_s`, before its response and without an event id to resume from,
   ends with a JSON-RPC error for the request;
 - a GET stream counts against the caller's streams (`gateway.legacy_clients.streams`) and
@@ -57,7 +59,7 @@ from gateway.errors import (
 )
 from gateway.legacy_clients.answers import MaySee, StreamView, checked_body, outcome_of
 from gateway.legacy_clients.metrics import LaneMetrics
-from gateway.legacy_clients.relay import ENDED, Relay, StreamHooks
+from gateway.legacy_clients.relay import ENDED, IDLE, Held, Relay, StreamHooks, drain, hold_head
 from gateway.legacy_clients.streams import Streams
 from gateway.legacy_clients.upstream import Answer, EventStream, LegacyUpstream, crossing_headers
 from gateway.protocol import jsonrpc, sse
@@ -420,19 +422,42 @@ class LegacyLane:
                     body, method=served.method, may_see=may_see, check=check
                 )
             return self._plain(replace(answer, body=body), token)
+        events = answer.body
         headers = dict(SSE_HEADERS)
         if token is not None:
             headers[SESSION_HEADER] = token
-        relay = Relay(request, headers, self.hooks, keepalive_s=self._keepalive)
         view = StreamView(rid=served.rid, method=served.method, may_see=may_see, check=check)
-        await _started(relay, answer.body)
-        try:
-            how = await relay.run(
-                answer.body,
-                view.see,
-                idle_s=self.settings.limits.hold_timeout_s,
-                done=view.has_answer,
+        hold_s = self.settings.limits.hold_timeout_s
+        held = Held(asyncio.get_running_loop().time())
+        if served.rid is not None:
+            # Its head waits for the first message, as long as a keepalive would: a
+            # response that comes first (most answers) is sent whole, no stream relayed.
+            wait_s = min(self._keepalive, hold_s)
+            held = await hold_head(
+                events, view.see, wait_s, gave_up=IDLE if wait_s == hold_s else None
             )
+            if view.has_answer():
+                drain(events)
+                served.outcome = view.outcome
+                body = b"".join(sse.encode_event(event) for event in held.events)
+                return web.Response(status=200, body=body, headers=headers)
+        relay = Relay(request, headers, self.hooks, keepalive_s=self._keepalive)
+        await _started(relay, events)
+        try:
+            try:
+                for event in held.events:
+                    await relay.write(sse.encode_event(event))
+            except BaseException:
+                await events.aclose()
+                raise
+            how = held.how
+            if how is None:
+                how = await relay.run(
+                    events, view.see, idle_s=hold_s, done=view.has_answer, quiet_since=held.heard
+                )
+            else:
+                await events.aclose()
+                relay.error = held.error
             if how != ENDED and served.rid is not None and not view.answered:
                 log.info("legacy_stream_cut", how=how, error=str(relay.error or ""))
                 if not view.resumable:  # the client has no way to get the rest: it is told

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import time
 import uuid
 from pathlib import Path
@@ -212,6 +213,41 @@ async def test_a_stdio_upstream_is_not_served_to_2025_clients_yet_and_says_so(
     assert final["result"]["supportedVersions"] == ["2026-07-28"]
     reply = await send(gateway.http, gateway.url, request("tools/list"), session=forged())
     assert reply.status == 404
+
+
+async def test_a_response_that_comes_first_is_sent_whole_and_a_stream_that_says_more_relayed(
+    make_gateway: Any,
+) -> None:
+    """The upstream's events pass on as they came either way (their ids included); only
+    how they are carried differs: a response that is the stream's first event goes as a
+    body of known length, a stream with anything before its response as a stream."""
+    server = LegacyServer(event_store=True)  # its events carry ids
+    try:
+        gateway = await make_gateway(server.url)
+        session = await open_session(gateway.http, gateway.url)
+        echoed = await send(gateway.http, gateway.url, call("echo", text="hi"), session=session)
+        assert echoed.status == 200 and text_of(echoed.last) == "hi"
+        assert echoed.headers["Content-Type"].startswith("text/event-stream")
+        assert echoed.headers["Mcp-Session-Id"] == session
+        assert "Content-Length" in echoed.headers and "Transfer-Encoding" not in echoed.headers
+        # The server's priming event (an id, no message) and its response, with their ids.
+        assert len(re.findall(rb"^id: \S+$", echoed.raw, re.MULTILINE)) == 2
+        assert len(echoed.messages) == 1
+        token = {"progressToken": "p1"}
+        progressed = await send(
+            gateway.http,
+            gateway.url,
+            request("tools/call", {"name": "slow_progress", "arguments": {}, "_meta": token}),
+            session=session,
+        )
+        assert progressed.status == 200 and "Content-Length" not in progressed.headers
+        assert progressed.headers["Transfer-Encoding"] == "chunked"
+        methods = [m.get("method") for m in progressed.messages]
+        assert methods == ["notifications/progress"] * 3 + [None]
+        assert text_of(progressed.last) == "done after 3 steps"
+        assert len(re.findall(rb"^id: \S+$", progressed.raw, re.MULTILINE)) == 1 + 3 + 1
+    finally:
+        server.stop()
 
 
 async def test_a_quiet_stream_gets_keepalives_and_one_silent_too_long_an_error(
