@@ -40,7 +40,7 @@ import hashlib
 import hmac
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import structlog
@@ -421,7 +421,7 @@ class LegacyLane:
                 body, served.outcome = checked_body(
                     body, method=served.method, may_see=may_see, check=check
                 )
-            return self._plain(replace(answer, body=body), token)
+            return self._plain(answer, token, body)
         events = answer.body
         headers = dict(SSE_HEADERS)
         if token is not None:
@@ -471,12 +471,15 @@ class LegacyLane:
             served.outcome = view.outcome  # also when the client went first
         return await relay.finish()
 
-    def _plain(self, answer: Answer, token: str | None) -> web.Response:
+    def _plain(self, answer: Answer, token: str | None, body: bytes | None = None) -> web.Response:
+        """`answer` whole (its body, or `body` in its place), with the gateway's session id."""
         assert isinstance(answer.body, bytes)
         headers = dict(answer.headers)
         if token is not None:
             headers[SESSION_HEADER] = token
-        return web.Response(status=answer.status, body=answer.body, headers=headers)
+        return web.Response(
+            status=answer.status, body=answer.body if body is None else body, headers=headers
+        )
 
     def _rpc_error(self, exc: RpcError, served: Served) -> web.Response:
         served.status, served.outcome = exc.status, "error"
