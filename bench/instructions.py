@@ -1,6 +1,6 @@
 """Instructions per call, counted by callgrind: a figure that does not drift.
 
-    .venv/bin/python bench/instructions.py [--tree DIR [--python PY] ...] [--op echo|greet]
+    .venv/bin/python bench/instructions.py [--tree DIR [--python PY] ...] [--op echo|greet|...]
         [--calls 400] [--by-function] [--log-level info]
 
 Timings on two shared cores move by the hour; a count of instructions does not
@@ -14,7 +14,8 @@ and shut-down cancelled out. `--python` (one for each `--tree`, paired in order)
 tree's gateway on another interpreter (a virtual environment's with the gateway's
 dependencies), to count what a Python version changes. `--op echo` (the default) is a
 pass-through call, `--op greet` an elicitation round trip: the call, its question parked,
-the retry that answers it.
+the retry that answers it; `--op legacy-echo` a 2025 client's `tools/call echo` on its
+session through the legacy lane (the server answering in SSE; `legacy-echo-json`: in JSON).
 `--by-function` prints the C functions that difference is made of (the interpreter's
 loop, dict lookups, the regular-expression engine, ...), which says what kind of work a
 call is, not which Python line did it.
@@ -43,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import report  # noqa: E402
 from bench.bridge_bench import measure  # noqa: E402
-from bench.report import Gateway, echo_to, greet_at, upstream  # noqa: E402
+from bench.report import OPS, Gateway, upstream  # noqa: E402
 from tests.peers.tooling import LegacyServer  # noqa: E402
 
 #: Calls of each of the 4 clients in both runs (beside the warm-up `measure` makes).
@@ -73,9 +74,6 @@ def totals_by_function(out: Path) -> tuple[int, Counter[str]]:
     return total, by_function
 
 
-OPS = {"echo": echo_to, "greet": greet_at}
-
-
 async def counted_run(
     tree: Path, python: str, legacy: LegacyServer, op: str, calls: int, level: str, folder: Path
 ) -> Path:
@@ -95,7 +93,7 @@ async def counted_run(
     config = {**upstream("legacy", legacy.url, pool={"min_idle": 4}), "logging": {"level": level}}
     gateway = Gateway(config, folder, f"counted-{calls}", env=env, launcher=launcher)
     try:
-        await measure("counted", 4, WARM + calls // 4, OPS[op](gateway.url), quiet=True)
+        await measure("counted", 4, WARM + calls // 4, OPS[op][0](gateway.url), quiet=True)
         gateway.proc.send_signal(signal.SIGTERM)  # an orderly stop writes the counts
         await asyncio.to_thread(gateway.proc.wait, START_S)
     finally:
@@ -109,7 +107,7 @@ async def per_call(
     tree: Path, python: str, name: str, op: str, calls: int, level: str, by_function: bool
 ) -> None:
     folder = Path(tempfile.mkdtemp(prefix="instructions-"))
-    legacy = LegacyServer()
+    legacy = LegacyServer(json_response=OPS[op][1])
     try:
         base = totals_by_function(await counted_run(tree, python, legacy, op, 0, level, folder))
         more = totals_by_function(await counted_run(tree, python, legacy, op, calls, level, folder))

@@ -1,9 +1,12 @@
 """Where the gateway's CPU goes: a sampling profile of one gateway under load.
 
-    .venv/bin/python bench/profile.py [--op echo|greet] [--workers 32] [--requests 150] [--cpu]
+    .venv/bin/python bench/profile.py [--op echo|greet|legacy-echo|legacy-echo-json]
+        [--workers 32] [--requests 150] [--cpu]
 
 Starts the legacy test server and a gateway with the shipped defaults, drives it
-with `--workers` 2026-07-28 clients, and samples the gateway with py-spy (from the
+with `--workers` 2026-07-28 clients (`--op legacy-echo`: 2025 clients, each on a session
+of its own, through the legacy lane; `legacy-echo-json` with the server answering in JSON
+rather than SSE), and samples the gateway with py-spy (from the
 `bench` extra) while they run. Prints the share of samples by package (asyncio,
 aiohttp, structlog, the gateway's own modules, ...) and the functions with the
 most self time; `--out FILE` keeps the collapsed stacks for a flame graph.
@@ -34,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bridge_bench import measure  # noqa: E402
-from bench.report import Gateway, echo_to, greet_at, upstream  # noqa: E402
+from bench.report import OPS, Gateway, upstream  # noqa: E402
 from gateway.config.model import LimitsConfig  # noqa: E402
 from tests.peers.tooling import LegacyServer  # noqa: E402
 
@@ -127,7 +130,7 @@ async def profile_cpu(args: argparse.Namespace, legacy: LegacyServer, tmp: Path)
     launcher = [sys.executable, str(ROOT / "bench" / "cpu_profiled.py"), str(out)]
     config = profiled_config(legacy, args.workers)
     gateway = Gateway(config, tmp, "gw", launcher=launcher)
-    make = echo_to(gateway.url) if args.op == "echo" else greet_at(gateway.url)
+    make = OPS[args.op][0](gateway.url)
     try:
         await measure("warm-up", args.workers, 5, make)
         gateway.proc.send_signal(signal.SIGUSR1)
@@ -141,7 +144,7 @@ async def profile_cpu(args: argparse.Namespace, legacy: LegacyServer, tmp: Path)
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--op", choices=("echo", "greet"), default="echo")
+    parser.add_argument("--op", choices=sorted(OPS), default="echo")
     parser.add_argument("--workers", type=int, default=32)
     parser.add_argument("--requests", type=int, default=150)
     parser.add_argument("--top", type=int, default=25)
@@ -149,7 +152,7 @@ async def main() -> None:
     parser.add_argument("--cpu", action="store_true", help="cProfile on the CPU clock")
     args = parser.parse_args()
     if args.cpu:
-        legacy = LegacyServer()
+        legacy = LegacyServer(json_response=OPS[args.op][1])
         try:
             with tempfile.TemporaryDirectory(prefix="mrtr-profile-") as tmp:
                 await profile_cpu(args, legacy, Path(tmp))
@@ -157,11 +160,11 @@ async def main() -> None:
             legacy.stop()
         return
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    legacy = LegacyServer()
+    legacy = LegacyServer(json_response=OPS[args.op][1])
     with tempfile.TemporaryDirectory(prefix="mrtr-profile-") as tmp:
         out = args.out or Path(tmp) / "stacks.txt"
         gateway = Gateway(profiled_config(legacy, args.workers), Path(tmp), "gw")
-        make = echo_to(gateway.url) if args.op == "echo" else greet_at(gateway.url)
+        make = OPS[args.op][0](gateway.url)
         try:
             await measure("warm-up", args.workers, 5, make)
             sampler = subprocess.Popen(

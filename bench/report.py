@@ -16,6 +16,9 @@ Sections (each starts its own processes and stops them):
                shared (`pool.calls_per_session`); memory per parked call
   fleet        a resume on the owning replica against one forwarded by another
   stdio        the same server behind the gateway over stdio, against HTTP direct
+  legacy       a 2025 client's `tools/call echo` on its session through the legacy lane,
+               against the same server direct, the server answering in JSON and in SSE:
+               32 clients and 1
 """
 
 from __future__ import annotations
@@ -225,6 +228,18 @@ def direct_echo(url: str) -> MakeOp:
     return make
 
 
+def legacy_echo(url: str) -> MakeOp:
+    """`tools/call echo` by a 2025 client on an initialized session of its own at `url`:
+    the legacy server itself, or the gateway's legacy lane in front of it."""
+
+    async def make(http: aiohttp.ClientSession) -> Op:
+        client = LegacyClient(http, url)
+        await client.open()
+        return OnSession(client, client.echo)
+
+    return make
+
+
 def direct_greet(url: str) -> MakeOp:
     async def make(http: aiohttp.ClientSession) -> Op:
         client = LegacyClient(http, url)
@@ -233,6 +248,17 @@ def direct_greet(url: str) -> MakeOp:
         return OnSession(client, client.greet)
 
     return make
+
+
+#: The operations the tools that drive one gateway offer (`--op` of bench/instructions.py
+#: and bench/profile.py): what drives the gateway at its url, and whether the legacy
+#: server answers POSTs in JSON (else in SSE, mcp 1.x's default).
+OPS: dict[str, tuple[Callable[[str], MakeOp], bool]] = {
+    "echo": (echo_to, False),
+    "greet": (greet_at, False),
+    "legacy-echo": (legacy_echo, False),
+    "legacy-echo-json": (legacy_echo, True),
+}
 
 
 @dataclass(frozen=True)
@@ -252,10 +278,12 @@ async def interleaved(
     """Every variant measured in `batches` batches, the order turned each time (A B C,
     B C A, C A B, ...): a shared machine that speeds up or slows down during the run weighs
     on every variant alike, where measuring one after the other would favour whichever ran
-    in the quieter minute. Each result's `cpu_s` lists the CPU seconds of its `pids`."""
+    in the quieter minute. Each result's `cpu_s` lists the CPU seconds of its `pids`, and
+    its `batches` the throughput and p50 of each batch (`spread` compares two variants)."""
     latencies: dict[str, list[float]] = {v.label: [] for v in variants}
     elapsed = dict.fromkeys(latencies, 0.0)
     cpu = {v.label: [0.0] * len(v.pids) for v in variants}
+    each: dict[str, list[tuple[float, float]]] = {v.label: [] for v in variants}
     for batch in range(batches):
         turn = batch % len(variants)
         for v in variants[turn:] + variants[:turn]:
@@ -271,10 +299,27 @@ async def interleaved(
                 cpu[v.label][i] += used
             latencies[v.label] += result["latencies"]
             elapsed[v.label] += result["elapsed"]
+            each[v.label].append((result["per_s"], result["p50_ms"]))
     return [
-        {**summary(v.label, latencies[v.label], elapsed[v.label]), "cpu_s": cpu[v.label]}
+        {
+            **summary(v.label, latencies[v.label], elapsed[v.label]),
+            "cpu_s": cpu[v.label],
+            "batches": each[v.label],
+        }
         for v in variants
     ]
+
+
+def spread(through: dict[str, Any], direct: dict[str, Any]) -> str:
+    """The lowest and highest of the batch-by-batch figures of `through` against `direct`
+    (`interleaved`'s batches, measured side by side): throughput ratio and p50 difference."""
+    pairs = list(zip(through["batches"], direct["batches"], strict=True))
+    ratios = [t[0] / d[0] for t, d in pairs]
+    added = [t[1] - d[1] for t, d in pairs]
+    return (
+        f"batch by batch {min(ratios):.2f}x to {max(ratios):.2f}x throughput, "
+        f"{min(added):+.2f} to {max(added):+.2f} ms p50"
+    )
 
 
 class FloorProxy:
@@ -566,12 +611,69 @@ async def stdio(args: argparse.Namespace, folder: Path) -> None:
     )
 
 
+#: The legacy server's answer forms the legacy section measures: (name, `json_response`).
+LEGACY_FORMS = (("JSON", True), ("SSE", False))
+
+
+async def legacy(args: argparse.Namespace, folder: Path) -> None:
+    print("legacy: a 2025 client's tools/call echo on its session, through the legacy lane")
+    n, seq = (40, 200) if args.quick else (160, 600)
+    for form, json_response in LEGACY_FORMS:
+        server = LegacyServer(json_response=json_response)
+        gw = Gateway(upstream("legacy", server.url), folder, f"legacy-{form}")
+        assert server.proc is not None
+        pid = server.proc.pid
+        try:
+            direct, through = await interleaved(
+                [
+                    Variant(f"direct, 32 clients, {form}", legacy_echo(server.url), (pid,)),
+                    Variant(f"legacy lane, 32 clients, {form}", legacy_echo(gw.url), (gw.pid, pid)),
+                ],
+                32,
+                n,
+            )
+            direct1, through1 = await interleaved(
+                [
+                    Variant(f"direct, 1 client, {form}", legacy_echo(server.url)),
+                    Variant(f"legacy lane, 1 client, {form}", legacy_echo(gw.url)),
+                ],
+                1,
+                seq,
+            )
+        finally:
+            gw.stop()
+            server.stop()
+        gw_per = through["cpu_s"][0] / through["ops"] * 1000
+        server_per = direct["cpu_s"][0] / direct["ops"] * 1000
+        print(
+            f"  {form} answers: at 32 clients {spread(through, direct)}; at 1 client "
+            f"{spread(through1, direct1)}; p99 at 1 client {through1['p99_ms']:.2f} ms "
+            f"through, {direct1['p99_ms']:.2f} direct\n"
+            f"  CPU per call: gateway {gw_per:.3f} ms, legacy server {server_per:.3f} ms "
+            f"direct ({through['cpu_s'][1] / through['ops'] * 1000:.3f} ms behind the gateway)"
+        )
+        goal(
+            f"legacy pass-through throughput, 32 clients, {form} (gateway/direct)",
+            through["per_s"] / direct["per_s"],
+            0.9,
+            True,
+        )
+        goal(
+            f"legacy pass-through p50, 1 client, {form} (gateway - direct)",
+            through1["p50_ms"] - direct1["p50_ms"],
+            0.5,
+            False,
+            "ms",
+        )
+
+
 SECTIONS = {
     "passthrough": passthrough,
     "roundtrip": roundtrip,
     "parking": parking,
     "fleet": fleet,
     "stdio": stdio,
+    "legacy": legacy,
 }
 
 

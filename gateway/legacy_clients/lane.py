@@ -17,7 +17,9 @@ caller (authentication, route scopes, the per-principal rate) before it gets her
   see, in a JSON answer and inside a stream;
 - the upstream's answer passes on: its status and body (JSON as it came), or its stream
   event by event (`gateway.legacy_clients.relay`), with the gateway's session id and
-  never the upstream's. A POST's stream whose upstream fails, or says nothing for
+  never the upstream's. A POST's stream whose first message, within a keepalive's wait,
+  is the response (most are) is sent whole, as a body, the rest of the upstream's stream
+  read in the background. A POST's stream whose upstream fails, or says nothing for
   `limits.hold_timeout_s`, before its response and without an event id to resume from,
   ends with a JSON-RPC error for the request;
 - a GET stream counts against the caller's streams (`gateway.legacy_clients.streams`) and
@@ -31,7 +33,8 @@ gone, its id gets 404 (the client starts over).
 
 One `request_served` line per POST (`era=legacy`, a keyed hash of the session id, never the
 id nor the upstream's), and the lane's metrics. Nothing is kept per session but the
-replica-bound sessions' links, in their owner.
+replica-bound sessions' links, in their owner, and, to serve a session's next requests
+sooner, what its id opened to (`OpenedSessions`, bounded: the id alone is the session).
 It must not import the web part (`gateway.web`) nor the call core (`gateway.calls`).
 """
 
@@ -61,7 +64,7 @@ from gateway.errors import (
 )
 from gateway.legacy_clients.answers import MaySee, StreamView, checked_body, outcome_of
 from gateway.legacy_clients.metrics import LaneMetrics
-from gateway.legacy_clients.relay import ENDED, Relay, StreamHooks
+from gateway.legacy_clients.relay import ENDED, IDLE, Held, Relay, StreamHooks, drain, hold_head
 from gateway.legacy_clients.streams import Streams
 from gateway.legacy_clients.upstream import (
     Answer,
@@ -155,6 +158,10 @@ KNOWN_METHODS = frozenset(
 )
 
 
+#: Session ids kept opened for their later requests, per route (`OpenedSessions`).
+OPENED_SESSIONS = 4096
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LaneSettings:
     """What the lane of one route works with, besides its upstream and its door."""
@@ -196,6 +203,7 @@ class LegacyLane:
         self.hooks = hooks
         self.wall_ms = wall_ms
         self.remote = remote
+        self.opened = sessions.OpenedSessions(OPENED_SESSIONS)
 
     # -- POST ------------------------------------------------------------------------
 
@@ -321,7 +329,8 @@ class LegacyLane:
     ) -> web.StreamResponse:
         """End the session upstream; its id then leads to the upstream's 404."""
         served = Served(method="DELETE")
-        _, claims = self._session(headers, caller, served)
+        token, claims = self._session(headers, caller, served)
+        self.opened.forget(token, caller.principal)
         answer = await self._reach(claims, served).delete(claims.session, crossing_headers(headers))
         if not isinstance(answer.body, bytes):
             await answer.body.aclose()
@@ -342,20 +351,26 @@ class LegacyLane:
         token = headers.get(_SESSION_KEY)
         if token is None:
             raise MissingSession()
-        served.session = self._log_id(token)
-        opened = sessions.open_session(
-            self.codec,
-            token,
-            now_ms=self.wall_ms(),
-            principal=sessions.principal_tag(caller.principal),
-            upstream=self.upstream.name,
-            audience=self.settings.audience,
-        )
-        if isinstance(opened, sessions.Refusal):
-            self.metrics.refusals.labels(opened.reason).inc()
-            log.info("legacy_session_refused", reason=opened.reason, session=served.session)
-            raise SessionNotFound()
-        return token, opened
+        now_ms = self.wall_ms()
+        known = self.opened.get(token, caller.principal, now_ms)
+        if known is None:
+            served.session = self._log_id(token)
+            claims = sessions.open_session(
+                self.codec,
+                token,
+                now_ms=now_ms,
+                principal=sessions.principal_tag(caller.principal),
+                upstream=self.upstream.name,
+                audience=self.settings.audience,
+            )
+            if isinstance(claims, sessions.Refusal):
+                self.metrics.refusals.labels(claims.reason).inc()
+                log.info("legacy_session_refused", reason=claims.reason, session=served.session)
+                raise SessionNotFound()
+            known = sessions.Opened(claims, served.session)
+            self.opened.put(token, caller.principal, known)
+        served.session = known.log_id
+        return token, known.claims
 
     def _reach(self, claims: sessions.SessionClaims, served: Served) -> SessionUpstream:
         """Where the session's requests go: its upstream, through the replica holding the
@@ -411,20 +426,43 @@ class LegacyLane:
                 body, served.outcome = checked_body(
                     body, method=served.method, may_see=may_see, check=check
                 )
-            return self._plain(replace(answer, body=body), token)
+            return self._plain(answer, token, body)
+        events = answer.body
         headers = dict(SSE_HEADERS)
         if token is not None:
             headers[SESSION_HEADER] = token
-        relay = Relay(request, headers, self.hooks, keepalive_s=self._keepalive)
         view = StreamView(rid=served.rid, method=served.method, may_see=may_see, check=check)
-        await _started(relay, answer.body)
-        try:
-            how = await relay.run(
-                answer.body,
-                view.see,
-                idle_s=self.settings.limits.hold_timeout_s,
-                done=view.has_answer,
+        hold_s = self.settings.limits.hold_timeout_s
+        held = Held(asyncio.get_running_loop().time())
+        if served.rid is not None:
+            # Its head waits for the first message, as long as a keepalive would: a
+            # response that comes first (most answers) is sent whole, no stream relayed.
+            wait_s = min(self._keepalive, hold_s)
+            held = await hold_head(
+                events, view.see, wait_s, gave_up=IDLE if wait_s == hold_s else None
             )
+            if view.has_answer():
+                drain(events)
+                served.outcome = view.outcome
+                body = b"".join(sse.encode_event(event) for event in held.events)
+                return web.Response(status=200, body=body, headers=headers)
+        relay = Relay(request, headers, self.hooks, keepalive_s=self._keepalive)
+        await _started(relay, events)
+        try:
+            try:
+                for event in held.events:
+                    await relay.write(sse.encode_event(event))
+            except BaseException:
+                await events.aclose()
+                raise
+            how = held.how
+            if how is None:
+                how = await relay.run(
+                    events, view.see, idle_s=hold_s, done=view.has_answer, quiet_since=held.heard
+                )
+            else:
+                await events.aclose()
+                relay.error = held.error
             if how != ENDED and served.rid is not None and not view.answered:
                 log.info("legacy_stream_cut", how=how, error=str(relay.error or ""))
                 if not view.resumable:  # the client has no way to get the rest: it is told
@@ -438,12 +476,15 @@ class LegacyLane:
             served.outcome = view.outcome  # also when the client went first
         return await relay.finish()
 
-    def _plain(self, answer: Answer, token: str | None) -> web.Response:
+    def _plain(self, answer: Answer, token: str | None, body: bytes | None = None) -> web.Response:
+        """`answer` whole (its body, or `body` in its place), with the gateway's session id."""
         assert isinstance(answer.body, bytes)
         headers = dict(answer.headers)
         if token is not None:
             headers[SESSION_HEADER] = token
-        return web.Response(status=answer.status, body=answer.body, headers=headers)
+        return web.Response(
+            status=answer.status, body=answer.body if body is None else body, headers=headers
+        )
 
     def _rpc_error(self, exc: RpcError, served: Served) -> web.Response:
         served.status, served.outcome = exc.status, "error"

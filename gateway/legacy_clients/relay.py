@@ -7,7 +7,9 @@ comment keepalive every `keepalive_s`, which also finds a client that has gone. 
 ends when the upstream's stream ends, when it fails, when the upstream has been silent
 for `idle_s` (a POST's answer; a GET stream may be quiet for hours), at `end_at` (the
 session's expiry, or the credential's) or when it is stopped (`stop`: the replica
-drains); then the client's stream ends too, cleanly, so a client reconnects.
+drains); then the client's stream ends too, cleanly, so a client reconnects. Before a
+stream's head is sent, `hold_head` reads its events up to its first message, so that the
+lane can send a response that comes first whole instead.
 
 It must not decide what an event means, nor answer anything but the stream it relays.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from aiohttp import web
@@ -103,13 +106,16 @@ class Relay:
         idle_s: float | None = None,
         end_at: float | None = None,
         done: Callable[[], bool] | None = None,
+        quiet_since: float | None = None,
     ) -> str:
         """Relay `events` until they end or the relay does; how it ended (`ENDED`, `FAILED`,
         `IDLE`, `EXPIRED` or the reason given to `stop`). `end_at` is on the loop's clock.
         Once `done()` says the client has all it waits for (a POST's response: the server
         SHOULD end its stream there), the relay ends at once and the rest of the upstream's
         stream is read in the background for at most `DRAIN_S`, so that its connection is
-        used again; `events` is closed whatever happens.
+        used again; `events` is closed whatever happens. `quiet_since`: when the upstream
+        last said something, on the loop's clock, if before the relay began (`idle_s`
+        counts from then).
 
         Raises:
             ConnectionResetError: the client went away.
@@ -117,7 +123,8 @@ class Relay:
         loop = asyncio.get_running_loop()
         draining = False
         try:
-            async with asyncio.timeout_at(_deadline(loop.time(), idle_s, end_at)) as bound:
+            since = loop.time() if quiet_since is None else quiet_since
+            async with asyncio.timeout_at(_deadline(since, idle_s, end_at)) as bound:
                 self._bound = bound
                 if self._stopped is not None:
                     bound.reschedule(loop.time())
@@ -127,7 +134,7 @@ class Relay:
                         await self.write(sse.encode_event(shown))
                     if done is not None and done():
                         draining = True
-                        spawn(_drain(events), name="legacy-stream-drain")
+                        drain(events)
                         return ENDED
                     if idle_s is not None and self._stopped is None:
                         bound.reschedule(_deadline(loop.time(), idle_s, end_at))
@@ -203,8 +210,59 @@ class Relay:
         self._arm(self.keepalive_s)
 
 
+@dataclass(slots=True)
+class Held:
+    """What a stream said before its head was sent (`hold_head`)."""
+
+    heard: float  # when the upstream last said something (or was asked), on the loop's clock
+    events: list[sse.Event] = field(default_factory=list)  # as `see` let them through
+    how: str | None = None  # how the stream ended meanwhile (`ENDED`, `FAILED`, ...), if it did
+    error: UpstreamError | None = None  # `FAILED`: how it failed
+
+
+async def hold_head(
+    events: EventStream,
+    see: Callable[[sse.Event], sse.Event],
+    wait_s: float,
+    *,
+    gave_up: str | None,
+) -> Held:
+    """The events of a stream up to its first message (an event with data; those before it
+    carry none, as a priming event that only gives an id), each through `see`, for at most
+    `wait_s`; a stream that ended, failed or said no message within it says so (`gave_up`:
+    what a wait that ran out means: None, that the relay goes on). `events` is closed when
+    the wait is cancelled, and left open otherwise."""
+    loop = asyncio.get_running_loop()
+    held = Held(loop.time())
+    iterator = aiter(events)
+    try:
+        async with asyncio.timeout(wait_s):
+            while True:
+                event = await anext(iterator)
+                held.heard = loop.time()
+                held.events.append(see(event))
+                if event.data:
+                    return held
+    except TimeoutError:
+        held.how = gave_up
+    except StopAsyncIteration:
+        held.how = ENDED
+    except UpstreamError as exc:
+        held.how, held.error = FAILED, exc
+    except BaseException:
+        await events.aclose()
+        raise
+    return held
+
+
 #: How long the rest of a stream may take to end once the client has what it waits for.
 DRAIN_S = 1.0
+
+
+def drain(events: EventStream) -> None:
+    """Read the rest of `events` in the background, for at most `DRAIN_S`, then close
+    them: what follows a response the client has (normally just the stream's end)."""
+    spawn(_drain(events), name="legacy-stream-drain")
 
 
 async def _drain(events: EventStream) -> None:

@@ -48,7 +48,8 @@ log = structlog.get_logger("gateway.legacy")
 
 
 class EventStream(Protocol):
-    """An upstream's SSE answer, event by event; closed by whoever reads it."""
+    """An upstream's SSE answer, event by event; closed by whoever reads it. A wait for
+    the next event that is cancelled loses none: the next wait returns it."""
 
     def __aiter__(self) -> AsyncIterator[sse.Event]: ...
 

@@ -9,6 +9,7 @@ was made and when it expires, with the requestState key ring under a prefix of i
 id, nor the reverse). So any replica serves any request of the session, and nothing is
 kept per session in memory or in Redis. A tampered, expired, foreign or misrouted id is
 refused with a reason for the log only; the wire answer is 404 (the client starts over).
+An id that opened is kept for its later requests (`OpenedSessions`, bounded, per route).
 
 Beside it, what the lane's policy needs from a legacy body: which method and target a
 message names (for per-tool scopes), and list results (`tools/list`, `prompts/list`,
@@ -23,6 +24,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -146,6 +148,61 @@ def open_session(
     if claims.principal != principal:
         return Refusal("principal mismatch")
     return claims
+
+
+class OpenedSessions:
+    """The session ids opened lately, each with its claims and its log stand-in, so that
+    a session's later requests are not opened again (the AEAD, the JSON, every check).
+
+    An entry is made only for an id that opened (`open_session`) for a principal, and is
+    found only by the same id presented by the same principal: another principal's or a
+    tampered id misses and is opened, and refused, in full. An entry past its expiry is
+    dropped when looked up, never served; the ids are opened on one route (its upstream
+    and audience), so a lane keeps its own. Bounded: past `size` entries the least
+    recently used goes.
+    """
+
+    __slots__ = ("size", "_entries")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple[str, str], Opened] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, token: str, principal: str, now_ms: int) -> Opened | None:
+        """The entry of `token` presented by `principal`; None if there is none or it has
+        expired (then the id is opened in full, and refused as expired)."""
+        key = (token, principal)
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if now_ms >= entry.claims.expires_ms:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return entry
+
+    def put(self, token: str, principal: str, opened: Opened) -> None:
+        """Keep what `token` opened to for `principal` (`open_session` gave `opened.claims`)."""
+        entries = self._entries
+        entries[(token, principal)] = opened
+        entries.move_to_end((token, principal))
+        while len(entries) > self.size:
+            entries.popitem(last=False)
+
+    def forget(self, token: str, principal: str) -> None:
+        """Drop the entry of `token` (its session has been ended)."""
+        self._entries.pop((token, principal), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """A session id that opened: its claims, and its stand-in in logs."""
+
+    claims: SessionClaims
+    log_id: str
 
 
 # -- what policy reads -------------------------------------------------------------------

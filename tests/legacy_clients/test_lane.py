@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import time
 import uuid
 from pathlib import Path
@@ -150,6 +151,24 @@ async def test_a_session_id_that_does_not_open_here_gets_404(
     assert reply.status == 200 and reply.last["result"]["tools"]
 
 
+async def test_a_session_served_before_is_refused_once_it_has_expired(make_gateway: Any) -> None:
+    """What a session id opened to is kept for its next requests (it is not opened again),
+    never past the id's expiry."""
+    gateway = await make_gateway(legacy={"session_ttl_s": 1.0})
+    session = await open_session(gateway.http, gateway.url)
+    for _ in range(2):  # opened, then served from what the lane kept
+        reply = await send(gateway.http, gateway.url, request("tools/list"), session=session)
+        assert reply.status == 200 and reply.last["result"]["tools"]
+    expires_s = json.loads(SESSIONS.unseal(session))["e"] / 1000
+    await asyncio.sleep(max(0.0, expires_s - time.time()) + 0.01)  # the expiry is the clock's
+    with structlog.testing.capture_logs() as logs:
+        reply = await send(gateway.http, gateway.url, request("tools/list"), session=session)
+    assert reply.status == 404
+    assert [line["reason"] for line in logs if line["event"] == "legacy_session_refused"] == [
+        "expired"
+    ]
+
+
 async def test_a_session_deleted_upstream_is_404_as_the_upstream_says(gateway: Gateway) -> None:
     session = await open_session(gateway.http, gateway.url)
     deleted = await send(gateway.http, gateway.url, None, session=session, method="DELETE")
@@ -202,6 +221,41 @@ async def test_a_stdio_upstream_is_served_to_2025_clients_and_refuses_a_handle_i
     # Sealed right, but naming a session this replica does not hold: the client starts over.
     reply = await send(gateway.http, gateway.url, request("tools/list"), session=forged())
     assert reply.status == 404
+
+
+async def test_a_response_that_comes_first_is_sent_whole_and_a_stream_that_says_more_relayed(
+    make_gateway: Any,
+) -> None:
+    """The upstream's events pass on as they came either way (their ids included); only
+    how they are carried differs: a response that is the stream's first event goes as a
+    body of known length, a stream with anything before its response as a stream."""
+    server = LegacyServer(event_store=True)  # its events carry ids
+    try:
+        gateway = await make_gateway(server.url)
+        session = await open_session(gateway.http, gateway.url)
+        echoed = await send(gateway.http, gateway.url, call("echo", text="hi"), session=session)
+        assert echoed.status == 200 and text_of(echoed.last) == "hi"
+        assert echoed.headers["Content-Type"].startswith("text/event-stream")
+        assert echoed.headers["Mcp-Session-Id"] == session
+        assert "Content-Length" in echoed.headers and "Transfer-Encoding" not in echoed.headers
+        # The server's priming event (an id, no message) and its response, with their ids.
+        assert len(re.findall(rb"^id: \S+$", echoed.raw, re.MULTILINE)) == 2
+        assert len(echoed.messages) == 1
+        token = {"progressToken": "p1"}
+        progressed = await send(
+            gateway.http,
+            gateway.url,
+            request("tools/call", {"name": "slow_progress", "arguments": {}, "_meta": token}),
+            session=session,
+        )
+        assert progressed.status == 200 and "Content-Length" not in progressed.headers
+        assert progressed.headers["Transfer-Encoding"] == "chunked"
+        methods = [m.get("method") for m in progressed.messages]
+        assert methods == ["notifications/progress"] * 3 + [None]
+        assert text_of(progressed.last) == "done after 3 steps"
+        assert len(re.findall(rb"^id: \S+$", progressed.raw, re.MULTILINE)) == 1 + 3 + 1
+    finally:
+        server.stop()
 
 
 async def test_a_quiet_stream_gets_keepalives_and_one_silent_too_long_an_error(

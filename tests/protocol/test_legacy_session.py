@@ -220,3 +220,34 @@ def test_a_subscription_is_guarded_as_a_read_of_its_resource() -> None:
 def test_claims_are_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         claims().upstream = "x"  # type: ignore[misc]
+
+
+def test_an_opened_session_is_found_by_the_same_id_and_principal_only() -> None:
+    cache = ls.OpenedSessions(8)
+    entry = ls.Opened(claims(), "s_1")
+    cache.put("lg1.id", "alice", entry)
+    assert cache.get("lg1.id", "alice", NOW + 1) is entry
+    assert cache.get("lg1.id", "mallory", NOW + 1) is None  # another principal: opened in full
+    assert cache.get("lg1.iD", "alice", NOW + 1) is None  # another id, however close
+    cache.forget("lg1.id", "alice")
+    assert cache.get("lg1.id", "alice", NOW + 1) is None
+
+
+def test_an_opened_session_past_its_expiry_is_never_served_and_is_dropped() -> None:
+    cache = ls.OpenedSessions(8)
+    cache.put("lg1.id", "alice", ls.Opened(claims(expires_ms=NOW + 10), "s_1"))
+    assert cache.get("lg1.id", "alice", NOW + 9) is not None
+    assert cache.get("lg1.id", "alice", NOW + 10) is None
+    assert len(cache) == 0
+    assert cache.get("lg1.id", "alice", NOW + 9) is None  # gone: a clock going back finds none
+
+
+def test_opened_sessions_are_bounded_and_the_least_recently_used_goes_first() -> None:
+    cache = ls.OpenedSessions(3)
+    for name in ("a", "b", "c"):
+        cache.put(name, "alice", ls.Opened(claims(), name))
+    assert cache.get("a", "alice", NOW) is not None  # used: now the most recent
+    cache.put("d", "alice", ls.Opened(claims(), "d"))
+    assert len(cache) == 3
+    assert cache.get("b", "alice", NOW) is None
+    assert [cache.get(n, "alice", NOW) is not None for n in ("a", "c", "d")] == [True] * 3
