@@ -41,6 +41,9 @@ from gateway.store.base import SuspendedCallStore, TimedStore
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
 from gateway.store.redis_client import RedisClient, connect
+from gateway.store.tasks import MemoryTaskStore, RedisTaskStore, TaskStore
+from gateway.tasks.service import RECORD_PREFIX as TASK_RECORD_PREFIX
+from gateway.tasks.service import Tasks
 from gateway.tracing import TRACING
 from gateway.upstream.factory import http_endpoint, restart_backoff_s, session_factory
 from gateway.upstream.pool import SessionPool
@@ -158,6 +161,19 @@ def build_app(config: GatewayConfig) -> web.Application:
         listens=listens,
     )
     app[BRIDGE] = bridge
+    task_store: TaskStore = (
+        RedisTaskStore(client, prefix=config.store.key_prefix, clock=clock)
+        if client is not None
+        else MemoryTaskStore(clock)
+    )
+    tasks = Tasks(
+        bridge=bridge,
+        store=task_store,
+        codec=codec.with_prefix(TASK_RECORD_PREFIX),
+        limits=config.limits,
+        owner=owner,
+        alive=bus.alive if bus is not None else None,
+    )
     fetcher = AiohttpFetcher()  # issuers' metadata and keys, upstream token endpoints
 
     def wall_s() -> float:
@@ -229,6 +245,7 @@ def build_app(config: GatewayConfig) -> web.Application:
                 "who reaches the gateway can call every tool with its upstream credentials",
             )
         yield
+        await tasks.close()
         await bridge.close()
         TRACING.shutdown()
         if ledger is not None:
@@ -252,6 +269,7 @@ def build_app(config: GatewayConfig) -> web.Application:
             pools,
             doors[upstream.name],
             listens,
+            tasks,
             lanes.get(upstream.name),
         )
         app.router.add_route("*", upstream.path, endpoint.handle)

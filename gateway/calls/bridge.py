@@ -29,10 +29,11 @@ from gateway.calls.runner import Notify, Runner
 from gateway.calls.suspension import Suspender, Withdraw
 from gateway.clock import Clock, SystemClock
 from gateway.config import GatewayConfig, UpstreamConfig
-from gateway.errors import Draining
+from gateway.errors import Draining, RpcError
 from gateway.listens import Listens
 from gateway.observability import Metrics
 from gateway.protocol import state
+from gateway.protocol.call import Trigger
 from gateway.protocol.inbound import FrontRequest
 from gateway.store.base import SuspendedCallStore
 from gateway.upstream.port import UpstreamPool
@@ -157,6 +158,21 @@ class Bridge:
             known = {key: [answer] for key, answer in responses.items()}
             return await self.runner.start(upstream, front, principal, digest, notify, known=known)
         return await self.retries.handle(upstream, front, token, principal, digest, notify)
+
+    async def abandon(
+        self, upstream: UpstreamConfig, token: str, principal: str, front: FrontRequest
+    ) -> None:
+        """End the call that `token` (a `requestState` of `front`'s, minted for
+        `principal`) names, if it is parked on this replica: its questions released, the
+        call cancelled upstream (a task cancelled while it waits for answers)."""
+        digest = state.RequestDigest(front.method, front.target, front.params.get("arguments"))
+        try:
+            claims = self.admission.open(upstream, token, principal, digest.value)
+        except RpcError:
+            return  # expired meanwhile: its deadline ends it
+        call = self.calls.get(claims.call)
+        if call is not None:
+            await self.lifecycle.end(call, Trigger.CANCEL, "task cancelled")
 
     async def restore_records(self) -> None:
         """The store lost its data: write back the records of the calls parked here."""

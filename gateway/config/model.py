@@ -60,6 +60,13 @@ class LimitsConfig:
     # event. Above any honest tool result (a 48 MB one passes); past it, the call gets 502.
     max_upstream_message_bytes: int = 64 * 1024 * 1024
     rate_per_principal: RateConfig = RateConfig()  # YAML: limits.rate.per_principal
+    # Tasks (the io.modelcontextprotocol/tasks extension) not yet ended, on this replica in
+    # all and per principal (each holds an upstream call and its session); past either a
+    # call that would become a task gets 503. A task's result above `max_task_result_bytes`
+    # ends it `failed` (the result is not kept).
+    max_tasks: int = 256
+    max_tasks_per_principal: int = 16
+    max_task_result_bytes: int = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,6 +150,36 @@ TRANSPORTS = (STREAMABLE_HTTP, SSE, STDIO)
 LEGACY_TRANSPORTS = (STREAMABLE_HTTP,)
 
 
+#: `tools.<name>.task.support`: the tool never runs as a task, may (for a client that
+#: declared the tasks extension), or must (a client without it gets -32021).
+TASK_NONE = "none"
+TASK_OPTIONAL = "optional"
+TASK_REQUIRED = "required"
+TASK_SUPPORT = (TASK_NONE, TASK_OPTIONAL, TASK_REQUIRED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskPolicy:
+    """How a tool's calls become tasks (the io.modelcontextprotocol/tasks extension)."""
+
+    support: str = TASK_NONE
+    # A call still running this long after it started (or after a retry's answers)
+    # becomes a task; a question asked or a result given sooner is answered as usual
+    # (an MRTR round; a `required` tool's result then comes as a task already completed).
+    after_s: float = 0.0
+    # How long a task is kept from its creation (`ttlMs`); past it, it is unknown.
+    ttl_s: float = 3600.0
+    # The poll interval suggested to clients (`pollIntervalMs`).
+    poll_interval_ms: int = 1000
+
+    @property
+    def enabled(self) -> bool:
+        return self.support != TASK_NONE
+
+
+NO_TASKS = TaskPolicy()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TargetConfig:
     """Per tool, prompt or resource settings."""
@@ -156,6 +193,8 @@ class TargetConfig:
     mode: str = PARK
     # scopes: what a caller needs for it beyond auth.oauth.scopes (checked on every round).
     scopes: tuple[str, ...] = ()
+    # task: whether a call of this tool may run as a task (tools only).
+    task: TaskPolicy = NO_TASKS
 
 
 _DEFAULT_TARGET = TargetConfig()
@@ -197,6 +236,12 @@ class UpstreamConfig:
         else:
             return _DEFAULT_TARGET
         return table.get(target or "") or _DEFAULT_TARGET
+
+    @property
+    def has_tasks(self) -> bool:
+        """Whether some tool of this upstream has a task policy (`server/discover` then
+        advertises the tasks extension)."""
+        return any(t.task.enabled for t in self.tools.values())
 
     def rules_for(self, method: str, target: str | None) -> tuple[KeyRule, ...]:
         return self.target(method, target).inputs + self.inputs

@@ -1,0 +1,252 @@
+"""One task on the replica that owns it: its call driven through the bridge.
+
+The run is the task's MRTR client. It sends the call's first round (or the retry that
+became a task), and while the call asks it publishes the questions (`input_required`)
+and waits for `tasks/update` to bring answers; each batch of answers goes back as a
+retry with the round's `requestState`, so the call core resumes the parked call as
+it resumes any. A question still outstanding when a retry answers its siblings stays
+published under its key; answers that arrive while a retry is under way wait for the
+round it leads to. The record is rewritten at every change, before anyone is told.
+
+A cancel stops the round under way (the call core cancels it upstream) or ends the
+parked call (`Bridge.abandon`); the task's TTL does the same, and then forgets it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from gateway import clock as clocks
+from gateway.aio import cancel_and_wait, spawn
+from gateway.calls.bridge import Bridge
+from gateway.config import TaskPolicy, UpstreamConfig
+from gateway.errors import GatewayError, RpcError
+from gateway.protocol import jsonrpc, tasks
+from gateway.protocol.inbound import FrontRequest
+from gateway.protocol.tasks import Task, TaskEnded
+
+log = structlog.get_logger("gateway.tasks")
+
+#: The progress token the run asks the call core to relay under: progress becomes the
+#: task's `statusMessage` (progress itself is not carried on tasks).
+PROGRESS_TOKEN = "task"
+
+#: The members of a tool result the call core adds for the 2026 wire (its type, its cache
+#: hints) that a result inlined in `tasks/get` does not carry.
+_ENVELOPE_MEMBERS = ("resultType", "ttlMs", "cacheScope")
+
+Write = Callable[[Task], Awaitable[None]]
+
+
+class TaskRun:
+    """A task's call on its owner, from the request that started it to its end."""
+
+    def __init__(
+        self,
+        *,
+        bridge: Bridge,
+        upstream: UpstreamConfig,
+        front: FrontRequest,
+        principal: str,
+        policy: TaskPolicy,
+        max_result_bytes: int,
+        write: Write,
+        on_end: Callable[[TaskRun], None],
+    ) -> None:
+        self.bridge = bridge
+        self.upstream = upstream
+        self.principal = principal
+        self.policy = policy
+        self.max_result_bytes = max_result_bytes
+        self.write = write
+        self.on_end = on_end
+        envelope = dataclasses.replace(front.envelope, progress_token=PROGRESS_TOKEN)
+        # Every round is this request again: the first one as the client sent it (its
+        # answers and requestState, if it was a retry), the later ones as retries.
+        self.front = dataclasses.replace(front, envelope=envelope)
+        self.task: Task | None = None
+        self.message: str | None = None  # progress said before the task existed
+        self.answers: dict[str, Any] = {}  # by the call's keys, not yet sent
+        self.answered = asyncio.Event()
+        self.round: asyncio.Task[dict[str, Any]] | None = None
+        self.follower: asyncio.Task[None] | None = None
+        self.cancelled = False
+        self._state: str | None = None  # the parked round's requestState
+
+    @property
+    def clock(self) -> clocks.Clock:
+        return self.bridge.clock
+
+    def now(self) -> int:
+        return self.clock.wall_ms()
+
+    # -- the first round -----------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[dict[str, Any]]:
+        """Send the request's own round; its outcome, unless it becomes a task first."""
+        self.round = spawn(self._round(self.front), name="task-round")
+        return self.round
+
+    async def adopt(self, task: Task) -> None:
+        """The round outlived the policy's wait: it is this task now (its record written
+        by the caller), followed to its end in the background."""
+        self.task = task
+        if self.message is not None:
+            task.working(self.now(), self.message)
+        self.follower = spawn(self._follow(), name=f"task-{task.id}")
+
+    # -- while it runs -------------------------------------------------------------------
+
+    async def give(self, responses: dict[str, Any]) -> None:
+        """`tasks/update`'s answers: those to outstanding questions go to the call (now,
+        or after the round under way); the others are ignored."""
+        task = self.task
+        if task is None:
+            return
+        try:
+            answers = task.take_answers(responses, self.now())
+        except TaskEnded:
+            return
+        if not answers:
+            return
+        self.answers.update(answers)
+        await self.write(task)
+        self.answered.set()
+
+    async def cancel(self) -> None:
+        """`tasks/cancel`: the task is cancelled at once; its call is stopped upstream."""
+        task = self.task
+        if task is None:
+            return
+        try:
+            task.cancelled(self.now())
+        except TaskEnded:
+            return
+        self.cancelled = True
+        await self.write(task)
+        await self._stop()
+
+    async def _stop(self) -> None:
+        state = self._state
+        await cancel_and_wait(self.follower)
+        await cancel_and_wait(self.round)  # the call core cancels it upstream
+        if state is not None:  # parked, waiting for answers
+            await self.bridge.abandon(self.upstream, state, self.principal, self.front)
+
+    async def _notify(self, notification: dict[str, Any]) -> None:
+        if notification.get("method") != "notifications/progress":
+            return  # a task's client gets no notifications; logs stay upstream's
+        message = tasks.progress_message(notification.get("params") or {})
+        if message is None:
+            return
+        if self.task is None:
+            self.message = message
+            return
+        try:
+            self.task.working(self.now(), message)
+        except TaskEnded:
+            return
+        await self.write(self.task)
+
+    async def _round(self, front: FrontRequest) -> dict[str, Any]:
+        return await self.bridge.handle(self.upstream, front, self.principal, self._notify)
+
+    async def _follow(self) -> None:
+        task = self.task
+        assert task is not None and self.round is not None
+        expires = self.clock.monotonic() + max(0.0, (task.expires_ms - self.now()) / 1000)
+        try:
+            async with clocks.deadline(self.clock, expires):
+                await self._drive(task, self.round)
+        except TimeoutError:
+            log.info("task_expired", task=task.id)
+            await cancel_and_wait(self.round)
+            if self._state is not None:
+                await self.bridge.abandon(self.upstream, self._state, self.principal, self.front)
+        except TaskEnded:
+            pass  # cancelled meanwhile: its cancel stops the call
+        except Exception:  # noqa: BLE001 - a defect must not leave the task working for ever
+            log.exception("task_run_failed", task=task.id)
+            await self._end(task, error={"code": -32603, "message": "Internal error"})
+        finally:
+            self.on_end(self)
+
+    async def _drive(self, task: Task, round_: asyncio.Task[dict[str, Any]]) -> None:
+        while True:
+            try:
+                result = await round_
+            except RpcError as exc:
+                await self._end(task, error=exc.error_object())
+                return
+            except GatewayError as exc:
+                await self._end(task, error={"code": -32603, "message": str(exc)})
+                return
+            self._state = None
+            if result.get("resultType") != "input_required":
+                await self._end(task, result=result)
+                return
+            answers = await self._publish(task, result)
+            if not answers:
+                answers = await self._answers()
+            retry = dict(self.front.params)
+            retry["requestState"] = self._state
+            retry["inputResponses"] = answers
+            front = dataclasses.replace(self.front, params=retry)
+            self._state = None
+            round_ = self.round = spawn(self._round(front), name=f"task-round-{task.id}")
+
+    async def _publish(self, task: Task, result: dict[str, Any]) -> dict[str, Any]:
+        """The call asks: its questions published, except those whose answers came while
+        the round ran (returned, to be sent at once)."""
+        requests = result.get("inputRequests") or {}
+        state = result.get("requestState")
+        if not isinstance(requests, dict) or not isinstance(state, str):
+            raise ValueError("an input_required result without inputRequests or requestState")
+        self._state = state
+        ready = {k: v for k, v in self.answers.items() if k in requests}
+        self.answers.clear()
+        waiting = {k: v for k, v in requests.items() if k not in ready}
+        if waiting:
+            task.asked(waiting, state, self.now())
+        else:
+            task.working(self.now())
+        await self.write(task)
+        return ready
+
+    async def _answers(self) -> dict[str, Any]:
+        while not self.answers:
+            self.answered.clear()
+            await self.answered.wait()
+        answers, self.answers = self.answers, {}
+        return answers
+
+    async def _end(
+        self,
+        task: Task,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        try:
+            if result is not None:
+                inlined = {k: v for k, v in result.items() if k not in _ENVELOPE_MEMBERS}
+                size = len(jsonrpc.dumps(inlined))
+                if size > self.max_result_bytes:
+                    error = {
+                        "code": -32603,
+                        "message": f"The tool's result ({size} bytes) is over the "
+                        f"gateway's {self.max_result_bytes}-byte limit for task results",
+                    }
+                else:
+                    task.completed(inlined, self.now())
+            if error is not None:
+                task.failed(error, self.now())
+        except TaskEnded:
+            return  # cancelled meanwhile: that stands
+        log.info("task_ended", task=task.id, status=str(task.status))
+        await self.write(task)
