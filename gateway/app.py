@@ -172,8 +172,9 @@ def build_app(config: GatewayConfig) -> web.Application:
         codec=codec.with_prefix(TASK_RECORD_PREFIX),
         limits=config.limits,
         owner=owner,
-        alive=bus.alive if bus is not None else None,
+        bus=bus,
     )
+    bridge.on_task = tasks.told
     fetcher = AiohttpFetcher()  # issuers' metadata and keys, upstream token endpoints
 
     def wall_s() -> float:

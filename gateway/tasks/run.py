@@ -55,6 +55,7 @@ class TaskRun:
         principal: str,
         policy: TaskPolicy,
         max_result_bytes: int,
+        answer_within_s: float,
         write: Write,
         on_end: Callable[[TaskRun], None],
     ) -> None:
@@ -63,6 +64,7 @@ class TaskRun:
         self.principal = principal
         self.policy = policy
         self.max_result_bytes = max_result_bytes
+        self.answer_within_s = answer_within_s  # as long as a parked call waits
         self.write = write
         self.on_end = on_end
         envelope = dataclasses.replace(front.envelope, progress_token=PROGRESS_TOKEN)
@@ -119,7 +121,7 @@ class TaskRun:
         self.answered.set()
 
     async def cancel(self) -> None:
-        """`tasks/cancel`: the task is cancelled at once; its call is stopped upstream."""
+        """`tasks/cancel`: the task is cancelled at once, and its call stopped."""
         task = self.task
         if task is None:
             return
@@ -132,11 +134,28 @@ class TaskRun:
         await self._stop()
 
     async def _stop(self) -> None:
+        """Stop the call: the round under way cancelled (the call core cancels it
+        upstream), or the parked call ended."""
         state = self._state
         await cancel_and_wait(self.follower)
-        await cancel_and_wait(self.round)  # the call core cancels it upstream
-        if state is not None:  # parked, waiting for answers
+        await cancel_and_wait(self.round)
+        if state is None:
+            state = _parked_by(self.round)  # a round that parked before the run heard of it
+        if state is not None:
             await self.bridge.abandon(self.upstream, state, self.principal, self.front)
+
+    async def shut_down(self) -> None:
+        """The replica stops: the task fails (its call goes with the replica)."""
+        task = self.task
+        if task is None:
+            return
+        try:
+            error = {"code": -32603, "message": "The gateway replica running the task stopped"}
+            task.failed(error, self.now())
+        except TaskEnded:
+            return
+        await self.write(task)
+        await self._stop()
 
     async def _notify(self, notification: dict[str, Any]) -> None:
         if notification.get("method") != "notifications/progress":
@@ -190,9 +209,15 @@ class TaskRun:
             if result.get("resultType") != "input_required":
                 await self._end(task, result=result)
                 return
-            answers = await self._publish(task, result)
-            if not answers:
-                answers = await self._answers()
+            answers = await self._publish(task, result) or await self._answers()
+            if answers is None:
+                message = (
+                    f"The task's questions were not answered within {self.answer_within_s:g} s "
+                    "(limits.suspension_ttl_s); its call was given up"
+                )
+                reason = {"reason": "suspension_ttl_s"}
+                await self._end(task, error={"code": -32603, "message": message, "data": reason})
+                return
             retry = dict(self.front.params)
             retry["requestState"] = self._state
             retry["inputResponses"] = answers
@@ -218,10 +243,16 @@ class TaskRun:
         await self.write(task)
         return ready
 
-    async def _answers(self) -> dict[str, Any]:
-        while not self.answers:
-            self.answered.clear()
-            await self.answered.wait()
+    async def _answers(self) -> dict[str, Any] | None:
+        """The next answers, as soon as any come; None when none came as long as the call
+        can wait parked (`limits.suspension_ttl_s`: its deadline ends it then)."""
+        try:
+            async with clocks.timeout(self.clock, self.answer_within_s):
+                while not self.answers:
+                    self.answered.clear()
+                    await self.answered.wait()
+        except TimeoutError:
+            return None
         answers, self.answers = self.answers, {}
         return answers
 
@@ -250,3 +281,14 @@ class TaskRun:
             return  # cancelled meanwhile: that stands
         log.info("task_ended", task=task.id, status=str(task.status))
         await self.write(task)
+
+
+def _parked_by(round_: asyncio.Task[dict[str, Any]] | None) -> str | None:
+    """The `requestState` of a round that ended parked (answered `input_required`)."""
+    if round_ is None or not round_.done() or round_.cancelled() or round_.exception():
+        return None
+    result = round_.result()
+    state = result.get("requestState")
+    return (
+        state if result.get("resultType") == "input_required" and isinstance(state, str) else None
+    )

@@ -20,17 +20,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait
+from gateway.calls import messages
 from gateway.calls.bridge import Bridge
+from gateway.calls.forwarding import Bus
 from gateway.calls.runner import Notify
 from gateway.config import NO_TASKS, TASK_OPTIONAL, TASK_REQUIRED, LimitsConfig, UpstreamConfig
-from gateway.errors import InvalidRequestState, PrincipalTasksBusy, TasksFull
+from gateway.errors import InvalidRequestState, PrincipalTasksBusy, StoreError, TasksFull
 from gateway.protocol import inputs, jsonrpc, state, tasks
 from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.tasks import ACK, Task
@@ -42,11 +43,6 @@ log = structlog.get_logger("gateway.tasks")
 #: The prefix of a sealed task record: the `requestState` keys, another kind of token.
 RECORD_PREFIX = "tk1."
 
-#: Another replica's run, told of answers or a cancel: True when it was told (alive).
-Tell = Callable[[str, dict[str, Any]], Awaitable[bool]]
-#: Whether a replica is alive (its heartbeat in the store).
-Alive = Callable[[str], Awaitable[bool]]
-
 
 class Tasks:
     def __init__(
@@ -57,16 +53,16 @@ class Tasks:
         codec: state.StateCodec,
         limits: LimitsConfig,
         owner: str,
-        alive: Alive | None = None,
-        tell: Tell | None = None,
+        bus: Bus | None = None,
     ) -> None:
+        """`owner`: this replica, as records name it; `bus`: the other replicas, on a
+        fleet (a task's answers and cancel go to its owner through their inboxes)."""
         self.bridge = bridge
         self.store = store
         self.codec = codec
         self.limits = limits
         self.owner = owner
-        self.alive = alive
-        self.tell = tell
+        self.bus = bus
         self.runs: dict[str, TaskRun] = {}  # the tasks whose calls run here, by id
         self._held = 0  # calls that are, or may become, tasks here
         self._held_by: Counter[str] = Counter()
@@ -102,6 +98,7 @@ class Tasks:
             principal=principal,
             policy=policy,
             max_result_bytes=self.limits.max_task_result_bytes,
+            answer_within_s=self.limits.suspension_ttl_s,
             write=self._write,
             on_end=self._ended,
         )
@@ -183,12 +180,12 @@ class Tasks:
                 if key in task.inputs:
                     inputs.check_shape(key, str(task.inputs[key].get("method")), answer)
             if not task.final:
-                await self._to_owner(task, {"answers": responses})
+                await self._to_owner(task, answers=responses)
             return dict(ACK)
         task = await self.find(task_id, principal)
         if front.method == "tasks/cancel":
             if not task.final:
-                await self._to_owner(task, {"cancel": True})
+                await self._to_owner(task)
             return dict(ACK)
         return task.detailed()
 
@@ -208,33 +205,30 @@ class Tasks:
             await self._check_owner(task)
         return task
 
-    async def _to_owner(self, task: Task, what: dict[str, Any]) -> None:
-        """Answers or a cancel for the task's run: here, or told to its owner."""
+    async def _to_owner(self, task: Task, *, answers: dict[str, Any] | None = None) -> None:
+        """Answers (or, without them, a cancel) for the task's run: here, or pushed into
+        its owner's inbox; an owner without a heartbeat lost the task's call."""
         run = self.runs.get(task.id)
         if run is not None:
-            if "cancel" in what:
-                await run.cancel()
-            else:
-                await run.give(what["answers"])
+            await (run.cancel() if answers is None else run.give(answers))
             return
-        if task.owner == self.owner or self.tell is None:
+        if task.owner == self.owner or self.bus is None:
             return  # its run has ended: the record is being written final
-        told = await self.tell(task.owner, {"task": task.id, **what})
-        if not told:
+        message = messages.ForTask(
+            task=task.id, principal=task.principal, answers=answers or {}, cancel=answers is None
+        )
+        if not await self.bus.deliver(task.owner, messages.encode(message)):
             await self._owner_lost(task)
 
-    async def told(self, message: dict[str, Any]) -> None:
+    async def told(self, message: messages.ForTask) -> None:
         """Another replica's `tasks/update` or `tasks/cancel` for a task run here."""
-        run = self.runs.get(str(message.get("task")))
-        if run is None:
-            return
-        if message.get("cancel") is True:
-            await run.cancel()
-        elif isinstance(message.get("answers"), dict):
-            await run.give(message["answers"])
+        run = self.runs.get(message.task)
+        if run is None or run.principal != message.principal:
+            return  # ended meanwhile (its record says how)
+        await (run.cancel() if message.cancel else run.give(message.answers))
 
     async def _check_owner(self, task: Task) -> None:
-        if self.alive is not None and not await self.alive(task.owner):
+        if self.bus is not None and not await self.bus.alive(task.owner):
             await self._owner_lost(task)
 
     async def _owner_lost(self, task: Task) -> None:
@@ -271,6 +265,9 @@ class Tasks:
             return None
 
     async def close(self) -> None:
-        """Shut down: every task run here is stopped (its call cancelled upstream)."""
+        """Shut down: every task run here fails, its call cancelled upstream."""
         for run in list(self.runs.values()):
-            await cancel_and_wait(run.follower)
+            try:
+                await run.shut_down()
+            except StoreError as exc:
+                log.warning("task_not_failed_at_shutdown", error=str(exc))

@@ -16,7 +16,7 @@ import pytest
 
 from gateway.protocol.tasks import EXTENSION
 from tests.support.inprocess import Gateway
-from tests.support.legacy import await_journal
+from tests.support.legacy import await_journal, body_runs
 from tests.support.wire import ALL_CAPS, rpc
 
 WITH_TASKS = {**ALL_CAPS, "extensions": {EXTENSION: {}}}
@@ -155,7 +155,7 @@ async def test_cancelling_a_task_waiting_for_input_cancels_the_call_upstream(gw:
     assert ack["result"] == {"resultType": "complete"}
     task = (await tasks_rpc(gw, "tasks/get", {"taskId": created["taskId"]}))["result"]
     assert task["status"] == "cancelled"
-    await await_journal(gw.upstream_url, run_id, "cancelled")
+    assert "cancelled" in await await_journal(gw.upstream_url, run_id, "cancelled")
     again = await tasks_rpc(gw, "tasks/cancel", {"taskId": created["taskId"]})
     assert again["result"] == {"resultType": "complete"}
 
@@ -164,11 +164,14 @@ async def test_cancelling_a_working_task_cancels_the_call_upstream(gw: Gateway) 
     run_id = uuid.uuid4().hex
     created = await call(gw, "sleepy", {"seconds": 60, "run_id": run_id}, caps=WITH_TASKS)
     task_id = created["result"]["taskId"]
+    async with asyncio.timeout(20):  # cancelled once the tool runs upstream
+        while await body_runs(gw, "sleepy", run_id) == 0:
+            await asyncio.sleep(0.05)
     await tasks_rpc(gw, "tasks/cancel", {"taskId": task_id})
     assert (await tasks_rpc(gw, "tasks/get", {"taskId": task_id}))["result"]["status"] == (
         "cancelled"
     )
-    await await_journal(gw.upstream_url, run_id, "cancelled")
+    assert "cancelled" in await await_journal(gw.upstream_url, run_id, "cancelled")
 
 
 async def test_progress_shows_as_the_status_message(gw: Gateway) -> None:
