@@ -172,6 +172,7 @@ def build_app(config: GatewayConfig) -> web.Application:
         codec=codec.with_prefix(TASK_RECORD_PREFIX),
         limits=config.limits,
         owner=owner,
+        pools=pools,
         bus=bus,
     )
     bridge.on_task = tasks.told

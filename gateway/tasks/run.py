@@ -265,22 +265,32 @@ class TaskRun:
     ) -> None:
         try:
             if result is not None:
-                inlined = {k: v for k, v in result.items() if k not in _ENVELOPE_MEMBERS}
-                size = len(jsonrpc.dumps(inlined))
-                if size > self.max_result_bytes:
-                    error = {
-                        "code": -32603,
-                        "message": f"The tool's result ({size} bytes) is over the "
-                        f"gateway's {self.max_result_bytes}-byte limit for task results",
-                    }
+                body, problem = inlined(result, self.max_result_bytes)
+                if problem is None:
+                    task.completed(body, self.now())
                 else:
-                    task.completed(inlined, self.now())
+                    error = problem
             if error is not None:
                 task.failed(error, self.now())
         except TaskEnded:
             return  # cancelled meanwhile: that stands
         log.info("task_ended", task=task.id, status=str(task.status))
         await self.write(task)
+
+
+def inlined(result: dict[str, Any], max_bytes: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A tool result as `tasks/get` inlines it (without the 2026 envelope's members), and
+    the error that fails the task instead when it is over `max_bytes`."""
+    body = {k: v for k, v in result.items() if k not in _ENVELOPE_MEMBERS}
+    size = len(jsonrpc.dumps(body))
+    if size <= max_bytes:
+        return body, None
+    return body, {
+        "code": -32603,
+        "message": f"The tool's result ({size} bytes) is over the gateway's {max_bytes}-byte "
+        "limit for task results",
+        "data": {"reason": "max_task_result_bytes"},
+    }
 
 
 def _parked_by(round_: asyncio.Task[dict[str, Any]] | None) -> str | None:

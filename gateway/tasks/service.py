@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -30,13 +31,22 @@ from gateway.calls import messages
 from gateway.calls.bridge import Bridge
 from gateway.calls.forwarding import Bus
 from gateway.calls.runner import Notify
-from gateway.config import NO_TASKS, TASK_OPTIONAL, TASK_REQUIRED, LimitsConfig, UpstreamConfig
+from gateway.config import (
+    NO_TASKS,
+    TASK_OPTIONAL,
+    TASK_REQUIRED,
+    LimitsConfig,
+    TaskPolicy,
+    UpstreamConfig,
+)
 from gateway.errors import InvalidRequestState, PrincipalTasksBusy, StoreError, TasksFull
-from gateway.protocol import inputs, jsonrpc, state, tasks
+from gateway.protocol import inputs, jsonrpc, state, tasks, translate
 from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.tasks import ACK, Task
 from gateway.store.tasks import TaskStore
+from gateway.tasks.legacy import LegacyTaskRun
 from gateway.tasks.run import TaskRun
+from gateway.upstream.port import UpstreamPool
 
 log = structlog.get_logger("gateway.tasks")
 
@@ -53,6 +63,7 @@ class Tasks:
         codec: state.StateCodec,
         limits: LimitsConfig,
         owner: str,
+        pools: Mapping[str, UpstreamPool],
         bus: Bus | None = None,
     ) -> None:
         """`owner`: this replica, as records name it; `bus`: the other replicas, on a
@@ -63,7 +74,8 @@ class Tasks:
         self.limits = limits
         self.owner = owner
         self.bus = bus
-        self.runs: dict[str, TaskRun] = {}  # the tasks whose calls run here, by id
+        self.pools = pools
+        self.runs: dict[str, TaskRun | LegacyTaskRun] = {}  # the tasks run here, by id
         self._held = 0  # calls that are, or may become, tasks here
         self._held_by: Counter[str] = Counter()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -75,9 +87,16 @@ class Tasks:
     # -- tools/call ----------------------------------------------------------------------
 
     async def call(
-        self, upstream: UpstreamConfig, front: FrontRequest, principal: str, notify: Notify
+        self,
+        upstream: UpstreamConfig,
+        front: FrontRequest,
+        principal: str,
+        notify: Notify,
+        legacy_tasks: str | None = None,
     ) -> dict[str, Any]:
-        """A tool call, run as a task where its policy and the client say so.
+        """A tool call, run as a task where its policy and the client say so, or where
+        the upstream runs the tool as a legacy task (`legacy_tasks`: the tool's
+        `execution.taskSupport`).
 
         Raises:
             RpcError: as `Bridge.handle`; -32021 for a `required` tool without the
@@ -85,7 +104,13 @@ class Tasks:
         """
         policy = upstream.target(front.method, front.target).task
         if front.method != "tools/call":
-            policy = NO_TASKS
+            policy, legacy_tasks = NO_TASKS, None
+        if legacy_tasks is not None and await self._serves_legacy_tasks(upstream):
+            if front.envelope.tasks:
+                return await self._legacy(upstream, front, principal, policy)
+            if legacy_tasks == TASK_REQUIRED:
+                raise tasks.extension_required(f"The tool {front.target!r}")
+            return await self.bridge.handle(upstream, front, principal, notify)
         if not policy.enabled or not front.envelope.tasks:
             if policy.support == TASK_REQUIRED:
                 raise tasks.extension_required(f"The tool {front.target!r}")
@@ -140,6 +165,65 @@ class Tasks:
             if not adopted:
                 self._release(principal)
 
+    async def _serves_legacy_tasks(self, upstream: UpstreamConfig) -> bool:
+        info = await self.pools[upstream.name].upstream_info()
+        return tasks.serves_legacy_tasks(info.capabilities)
+
+    async def _legacy(
+        self, upstream: UpstreamConfig, front: FrontRequest, principal: str, policy: TaskPolicy
+    ) -> dict[str, Any]:
+        """A task whose source is the upstream's own legacy task (`gateway.tasks.legacy`)."""
+        self._hold(principal)
+        pool = self.pools[upstream.name]
+        run = LegacyTaskRun(
+            pool=pool,
+            upstream=upstream,
+            front=front,
+            principal=principal,
+            clock=self.clock,
+            ttl_ms=round(policy.ttl_s * 1000),
+            max_result_bytes=self.limits.max_task_result_bytes,
+            write=self._write,
+            on_end=self._ended,
+        )
+        adopted = False
+        try:
+            legacy, result = await run.begin()
+            if legacy is None:  # the server answered at once
+                info = pool.info
+                return translate.decorate_result(
+                    front.method,
+                    result,
+                    server_info=info.server_info if info is not None else None,
+                    cache=upstream.cache,
+                )
+            status = legacy.get("statusMessage")
+            task = Task(
+                id=tasks.new_task_id(),
+                principal=principal,
+                upstream=upstream.name,
+                owner=self.owner,
+                created_ms=self.clock.wall_ms(),
+                # As the server keeps its task: the 2026 task cannot outlive its source.
+                ttl_ms=_ms(legacy.get("ttl"), round(policy.ttl_s * 1000)),
+                poll_ms=_ms(legacy.get("pollInterval"), policy.poll_interval_ms),
+                message=status if isinstance(status, str) else None,
+            )
+            run.task = task
+            try:
+                await self._write(task)
+            except BaseException:
+                await run.cancel_upstream()
+                raise
+            self.runs[task.id] = run
+            adopted = True
+            await run.adopt(task)
+            log.info("task_created", task=task.id, tool=front.target, source="legacy task")
+            return task.created()
+        finally:
+            if not adopted:
+                self._release(principal)
+
     def _hold(self, principal: str) -> None:
         if self._held >= self.limits.max_tasks:
             raise TasksFull()
@@ -154,7 +238,7 @@ class Tasks:
         if self._held_by[principal] <= 0:
             del self._held_by[principal]
 
-    def _ended(self, run: TaskRun) -> None:
+    def _ended(self, run: TaskRun | LegacyTaskRun) -> None:
         if run.task is not None:
             self.runs.pop(run.task.id, None)
             self._locks.pop(run.task.id, None)
@@ -271,3 +355,10 @@ class Tasks:
                 await run.shut_down()
             except StoreError as exc:
                 log.warning("task_not_failed_at_shutdown", error=str(exc))
+
+
+def _ms(value: Any, default: int) -> int:
+    """A legacy task's duration in milliseconds, or `default` when it gives none."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return default

@@ -173,13 +173,15 @@ class McpEndpoint:
         with span:
             try:
                 self.front_door.check_request(caller, message.method, message.params)
+                legacy_tasks = None
                 if message.method == "tools/call":
                     declared = await self.tool_headers.for_tool(message.target)
                     params.check_param_headers(declared, message.params.get("arguments"), headers)
+                    legacy_tasks = self.tool_headers.task_support(message.target)
                 if message.method in inbound.INTERRUPTIBLE:
                     channel.start_keepalive()
                     result = await self.tasks.call(
-                        self.upstream, message, principal, channel.notify
+                        self.upstream, message, principal, channel.notify, legacy_tasks
                     )
                     outcome = result.get("resultType", "complete")
                     self.front_door.check_result(caller, message.method, result)
