@@ -74,6 +74,8 @@ class Tasks:
         self.limits = limits
         self.owner = owner
         self.bus = bus
+        self.metrics = bridge.metrics
+        self.metrics.tasks.set_function(lambda: float(len(self.runs)))
         self.pools = pools
         self.runs: dict[str, TaskRun | LegacyTaskRun] = {}  # the tasks run here, by id
         self._held = 0  # calls that are, or may become, tasks here
@@ -239,9 +241,11 @@ class Tasks:
             del self._held_by[principal]
 
     def _ended(self, run: TaskRun | LegacyTaskRun) -> None:
-        if run.task is not None:
-            self.runs.pop(run.task.id, None)
-            self._locks.pop(run.task.id, None)
+        task = run.task
+        if task is not None:
+            self.runs.pop(task.id, None)
+            self._locks.pop(task.id, None)
+            self.metrics.task_endings.labels(str(task.status) if task.final else "expired").inc()
         self._release(run.principal)
 
     # -- tasks/* -------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from gateway.protocol import inbound, jsonrpc, params, translate
 from gateway.protocol import listen as listen_wire
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.era import Lane, lane_of
+from gateway.protocol.tasks import serves_legacy_tasks
 from gateway.tasks.service import Tasks
 from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool
@@ -194,7 +195,7 @@ class McpEndpoint:
                         self.upstream.cache,
                         listens=self.listens.enabled,
                         legacy=legacy is not None and legacy.serves,
-                        tasks=self.upstream.has_tasks,
+                        tasks=self.upstream.has_tasks or serves_legacy_tasks(info.capabilities),
                     )
                 elif message.method == "subscriptions/listen":
                     result = await self._listen(caller, message, channel)

@@ -41,6 +41,13 @@ async def get(gw: Gateway, task_id: str) -> dict[str, Any]:
     return dict(reply["result"])
 
 
+async def test_discover_advertises_the_extension_for_a_server_that_runs_tasks(
+    gw: Gateway,
+) -> None:
+    found = (await gw.final(rpc("server/discover")))["result"]["capabilities"]
+    assert found["extensions"] == {EXTENSION: {}} and "tasks" not in found
+
+
 async def test_a_legacy_task_tool_needs_the_extension(gw: Gateway) -> None:
     reply = await gw.final(rpc("tools/call", QUERY))
     assert reply["error"]["code"] == -32021

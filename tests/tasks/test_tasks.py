@@ -74,6 +74,11 @@ async def test_a_long_call_becomes_a_task_that_completes_with_its_result(gw: Gat
     done = await until(gw, created["taskId"], "completed")
     assert text_of(done["result"]) == "slept 0.5"
     assert "resultType" not in done["result"]
+    ended = 'mrtr_task_endings_total{status="completed"} 1.0'
+    async with asyncio.timeout(10):  # counted as its run lets go, just after the record
+        while ended not in gw.bridge.metrics.render().decode():
+            await asyncio.sleep(0.01)
+    assert "\nmrtr_tasks 0.0\n" in gw.bridge.metrics.render().decode()
 
 
 async def test_without_the_extension_an_optional_tool_answers_as_before(gw: Gateway) -> None:
