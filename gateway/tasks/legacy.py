@@ -25,7 +25,7 @@ from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError, UpstreamTimeout
-from gateway.protocol import jsonrpc, keys, tasks, translate
+from gateway.protocol import jsonrpc, keys, legacy_tasks, tasks, translate
 from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.outside import answer_outside_call
@@ -94,7 +94,7 @@ class LegacyTaskRun:
                 raise translate.translate_error(reply["error"])
             result = reply.get("result")
             result = result if isinstance(result, dict) else {}
-            task = tasks.legacy_task(result)
+            task = legacy_tasks.legacy_task(result)
             if task is None:  # answered as a plain call
                 self._let_go(reuse=True)
                 return None, result
@@ -150,7 +150,7 @@ class LegacyTaskRun:
         await self.write(task)
         for key, answer in answers.items():
             rid, method = self.pending.pop(key)
-            result = tasks.legacy_answer(method, answer)
+            result = legacy_tasks.legacy_answer(method, answer)
             try:
                 await session.send({"jsonrpc": "2.0", "id": rid, "result": result})
             except UpstreamError as exc:
@@ -262,7 +262,10 @@ class LegacyTaskRun:
         params = item.get("params") if isinstance(item.get("params"), dict) else {}
         assert isinstance(params, dict)
         if "id" in item and isinstance(method, str):
-            if method in translate.INPUT_METHODS and tasks.related_task(params) == self.legacy_id:
+            if (
+                method in translate.INPUT_METHODS
+                and legacy_tasks.related_task(params) == self.legacy_id
+            ):
                 key = keys.assign_key(method, params, self.rules, [*self.pending, *task.used_keys])
                 self.pending[key] = (item["id"], method)
                 asked = {task.call_keys[k]: v for k, v in task.inputs.items()}

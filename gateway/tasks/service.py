@@ -40,7 +40,7 @@ from gateway.config import (
     UpstreamConfig,
 )
 from gateway.errors import InvalidRequestState, PrincipalTasksBusy, StoreError, TasksFull
-from gateway.protocol import inputs, jsonrpc, state, tasks, translate
+from gateway.protocol import inputs, jsonrpc, legacy_tasks, state, tasks, translate
 from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.tasks import ACK, Task
 from gateway.store.tasks import TaskStore
@@ -169,7 +169,7 @@ class Tasks:
 
     async def _serves_legacy_tasks(self, upstream: UpstreamConfig) -> bool:
         info = await self.pools[upstream.name].upstream_info()
-        return tasks.serves_legacy_tasks(info.capabilities)
+        return legacy_tasks.serves_legacy_tasks(info.capabilities)
 
     async def _legacy(
         self, upstream: UpstreamConfig, front: FrontRequest, principal: str, policy: TaskPolicy

@@ -31,7 +31,7 @@ from gateway.protocol import inbound, jsonrpc, params, translate
 from gateway.protocol import listen as listen_wire
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.era import Lane, lane_of
-from gateway.protocol.tasks import serves_legacy_tasks
+from gateway.protocol.legacy_tasks import serves_legacy_tasks
 from gateway.tasks.service import Tasks
 from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool

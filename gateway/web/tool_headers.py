@@ -16,8 +16,8 @@ from typing import Any
 import structlog
 
 from gateway.errors import RpcError
+from gateway.protocol.legacy_tasks import legacy_support
 from gateway.protocol.params import declared_headers
-from gateway.protocol.tasks import legacy_support
 
 log = structlog.get_logger("gateway.web")
 
