@@ -124,8 +124,9 @@ class LegacyTaskRun:
                         raise item.error
                     if item.get("id") == rid and "method" not in item:
                         return item
-                    if item.get("method") == "ping" and "id" in item:
-                        await session.send({"jsonrpc": "2.0", "id": item["id"], "result": {}})
+                    answer = answer_outside_call(item)  # before the task: no client to ask
+                    if answer is not None:
+                        await session.send(answer)
         except TimeoutError:
             raise UpstreamTimeout(
                 f"the upstream did not answer {method} within {self.upstream.timeout_s:g} s"

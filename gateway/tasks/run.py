@@ -24,7 +24,7 @@ import structlog
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.calls.bridge import Bridge
-from gateway.config import TaskPolicy, UpstreamConfig
+from gateway.config import UpstreamConfig
 from gateway.errors import GatewayError, RpcError
 from gateway.protocol import jsonrpc, tasks
 from gateway.protocol.inbound import FrontRequest
@@ -53,7 +53,6 @@ class TaskRun:
         upstream: UpstreamConfig,
         front: FrontRequest,
         principal: str,
-        policy: TaskPolicy,
         max_result_bytes: int,
         answer_within_s: float,
         write: Write,
@@ -62,7 +61,6 @@ class TaskRun:
         self.bridge = bridge
         self.upstream = upstream
         self.principal = principal
-        self.policy = policy
         self.max_result_bytes = max_result_bytes
         self.answer_within_s = answer_within_s  # as long as a parked call waits
         self.write = write
@@ -77,7 +75,6 @@ class TaskRun:
         self.answered = asyncio.Event()
         self.round: asyncio.Task[dict[str, Any]] | None = None
         self.follower: asyncio.Task[None] | None = None
-        self.cancelled = False
         self._state: str | None = None  # the parked round's requestState
 
     @property
@@ -129,7 +126,6 @@ class TaskRun:
             task.cancelled(self.now())
         except TaskEnded:
             return
-        self.cancelled = True
         await self.write(task)
         await self._stop()
 
@@ -166,6 +162,8 @@ class TaskRun:
         if self.task is None:
             self.message = message
             return
+        if message == self.task.message:
+            return  # nothing new to write (a record write per notification otherwise)
         try:
             self.task.working(self.now(), message)
         except TaskEnded:
@@ -217,6 +215,10 @@ class TaskRun:
                 )
                 reason = {"reason": "suspension_ttl_s"}
                 await self._end(task, error={"code": -32603, "message": message, "data": reason})
+                if self._state is not None:  # ended now, not at its own deadline a moment later
+                    await self.bridge.abandon(
+                        self.upstream, self._state, self.principal, self.front
+                    )
                 return
             retry = dict(self.front.params)
             retry["requestState"] = self._state

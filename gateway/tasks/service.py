@@ -39,7 +39,13 @@ from gateway.config import (
     TaskPolicy,
     UpstreamConfig,
 )
-from gateway.errors import InvalidRequestState, PrincipalTasksBusy, StoreError, TasksFull
+from gateway.errors import (
+    Draining,
+    InvalidRequestState,
+    PrincipalTasksBusy,
+    StoreError,
+    TasksFull,
+)
 from gateway.protocol import inputs, jsonrpc, legacy_tasks, state, tasks, translate
 from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.tasks import ACK, Task
@@ -94,11 +100,11 @@ class Tasks:
         front: FrontRequest,
         principal: str,
         notify: Notify,
-        legacy_tasks: str | None = None,
+        task_support: str | None = None,
     ) -> dict[str, Any]:
         """A tool call, run as a task where its policy and the client say so, or where
-        the upstream runs the tool as a legacy task (`legacy_tasks`: the tool's
-        `execution.taskSupport`).
+        the upstream runs the tool as a legacy task (`task_support`: the tool's
+        `execution.taskSupport` in the upstream's listing).
 
         Raises:
             RpcError: as `Bridge.handle`; -32021 for a `required` tool without the
@@ -106,24 +112,25 @@ class Tasks:
         """
         policy = upstream.target(front.method, front.target).task
         if front.method != "tools/call":
-            policy, legacy_tasks = NO_TASKS, None
-        if legacy_tasks is not None and await self._serves_legacy_tasks(upstream):
+            policy, task_support = NO_TASKS, None
+        if task_support is not None and await self._serves_legacy_tasks(upstream):
             if front.envelope.tasks:
                 return await self._legacy(upstream, front, principal, policy)
-            if legacy_tasks == TASK_REQUIRED:
+            if task_support == TASK_REQUIRED:
                 raise tasks.extension_required(f"The tool {front.target!r}")
             return await self.bridge.handle(upstream, front, principal, notify)
         if not policy.enabled or not front.envelope.tasks:
             if policy.support == TASK_REQUIRED:
                 raise tasks.extension_required(f"The tool {front.target!r}")
             return await self.bridge.handle(upstream, front, principal, notify)
+        if self.bridge.draining and "requestState" not in front.params:
+            raise Draining()  # refused now, rather than as a task failed at once
         self._hold(principal)
         run = TaskRun(
             bridge=self.bridge,
             upstream=upstream,
             front=front,
             principal=principal,
-            policy=policy,
             max_result_bytes=self.limits.max_task_result_bytes,
             answer_within_s=self.limits.suspension_ttl_s,
             write=self._write,
@@ -134,14 +141,16 @@ class Tasks:
             round_ = run.start()
             try:
                 async with clocks.timeout(self.clock, policy.after_s):
-                    result = await asyncio.shield(round_)
-                if result.get("resultType") == "input_required" or policy.support == TASK_OPTIONAL:
-                    return result  # an MRTR round, or an optional tool's quick answer
+                    await asyncio.wait({round_})  # its outcome, or its error, is read below
             except TimeoutError:
                 pass
             except asyncio.CancelledError:
                 await cancel_and_wait(round_)  # the client left before it was a task
                 raise
+            if round_.done():
+                result = round_.result()  # raises the round's error: the request's
+                if result.get("resultType") == "input_required" or policy.support == TASK_OPTIONAL:
+                    return result  # an MRTR round, or an optional tool's quick answer
             now = self.clock.wall_ms()
             task = Task(
                 id=tasks.new_task_id(),

@@ -174,15 +174,15 @@ class McpEndpoint:
         with span:
             try:
                 self.front_door.check_request(caller, message.method, message.params)
-                legacy_tasks = None
+                task_support = None
                 if message.method == "tools/call":
                     declared = await self.tool_headers.for_tool(message.target)
                     params.check_param_headers(declared, message.params.get("arguments"), headers)
-                    legacy_tasks = self.tool_headers.task_support(message.target)
+                    task_support = self.tool_headers.task_support(message.target)
                 if message.method in inbound.INTERRUPTIBLE:
                     channel.start_keepalive()
                     result = await self.tasks.call(
-                        self.upstream, message, principal, channel.notify, legacy_tasks
+                        self.upstream, message, principal, channel.notify, task_support
                     )
                     outcome = result.get("resultType", "complete")
                     self.front_door.check_result(caller, message.method, result)

@@ -259,3 +259,17 @@ async def test_discover_advertises_the_extension_only_with_a_task_policy(
     plain: Gateway = await make_gateway()
     found = (await plain.final(rpc("server/discover")))["result"]["capabilities"]
     assert "extensions" not in found and "tasks" not in found
+
+
+async def test_questions_left_unanswered_fail_the_task_and_end_its_call(
+    make_gateway: Callable[..., Any],
+) -> None:
+    gw: Gateway = await make_gateway(
+        upstream={"tools": {"hold": {"task": "optional"}}}, limits={"suspension_ttl_s": 1}
+    )
+    run_id = uuid.uuid4().hex
+    created = (await call(gw, "hold", {"run_id": run_id}, caps=WITH_TASKS))["result"]
+    failed = await until(gw, created["taskId"], "failed", "completed", "cancelled")
+    assert failed["status"] == "failed"
+    assert failed["error"]["data"] == {"reason": "suspension_ttl_s"}
+    assert "cancelled" in await await_journal(gw.upstream_url, run_id, "cancelled")
