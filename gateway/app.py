@@ -162,7 +162,13 @@ def build_app(config: GatewayConfig) -> web.Application:
     )
     app[BRIDGE] = bridge
     task_store: TaskStore = (
-        RedisTaskStore(client, prefix=config.store.key_prefix, clock=clock)
+        RedisTaskStore(
+            client,
+            prefix=config.store.key_prefix,
+            clock=clock,
+            replicas_acked=config.store.replicas_acked,
+            wait_ms=config.store.wait_ms,
+        )
         if client is not None
         else MemoryTaskStore(clock)
     )

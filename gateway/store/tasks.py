@@ -11,8 +11,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
+import structlog
+
 from gateway.clock import Clock, SystemClock
-from gateway.store.redis_client import RIDE_OUT_S, RedisClient, ride_out, text
+from gateway.store.redis_client import RIDE_OUT_S, RedisClient, replicas_with, ride_out, text
+
+log = structlog.get_logger("gateway.store")
 
 T = TypeVar("T")
 
@@ -64,7 +68,9 @@ class MemoryTaskStore:
 
 
 class RedisTaskStore:
-    """One string key per task (`<prefix>task:{<id>}`), expiring with the task (PX)."""
+    """One string key per task (`<prefix>task:{<id>}`), expiring with the task (PX). With
+    `replicas_acked`, a write waits (bounded by `wait_ms`) until that many Redis replicas
+    have it, as a parked call's does: a failover then keeps the task."""
 
     def __init__(
         self,
@@ -73,8 +79,12 @@ class RedisTaskStore:
         prefix: str = "mrtr:",
         clock: Clock | None = None,
         ride_out_s: float = RIDE_OUT_S,
+        replicas_acked: int = 0,
+        wait_ms: int = 200,
     ) -> None:
         self.client = client
+        self.replicas_acked = replicas_acked
+        self.wait_ms = wait_ms
         self.prefix = prefix
         self.clock = clock or SystemClock()
         self.ride_out_s = ride_out_s
@@ -90,7 +100,14 @@ class RedisTaskStore:
         if ttl_ms <= 0:
             await self.delete(task_id)
             return
-        await self._run(lambda: self.client.set(self.key(task_id), sealed, px=ttl_ms))
+        key = self.key(task_id)
+        await self._run(lambda: self.client.set(key, sealed, px=ttl_ms))
+        if self.replicas_acked:
+            acked = await self._run(
+                lambda: replicas_with(self.client, key, self.replicas_acked, self.wait_ms)
+            )
+            if acked < self.replicas_acked:
+                log.warning("task_write_not_replicated", acked=acked, wanted=self.replicas_acked)
 
     async def get(self, task_id: str) -> str | None:
         raw = await self._run(lambda: self.client.get(self.key(task_id)))
