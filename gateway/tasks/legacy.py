@@ -72,7 +72,7 @@ class LegacyTaskRun:
         self.legacy_id = ""
         # The server's open questions: by key, its request id and method.
         self.pending: dict[str, tuple[RequestId, str]] = {}
-        self.stopping = False  # cancelled or shut down: `_stop` ends the session
+        self.stopping = False  # cancelled, shut down or ended elsewhere: `stop` ends the session
 
     def now(self) -> int:
         return self.clock.wall_ms()
@@ -168,7 +168,7 @@ class LegacyTaskRun:
         except TaskEnded:
             return
         await self.write(task)
-        await self._stop("cancelled")
+        await self.stop("cancelled")
 
     async def shut_down(self) -> None:
         """The replica stops: the task fails, its legacy task cancelled upstream."""
@@ -181,9 +181,10 @@ class LegacyTaskRun:
         except TaskEnded:
             return
         await self.write(task)
-        await self._stop("gateway shutting down")
+        await self.stop("gateway shutting down")
 
-    async def _stop(self, reason: str) -> None:
+    async def stop(self, reason: str) -> None:
+        """Stop following the legacy task; cancel it upstream and close its session."""
         self.stopping = True
         await cancel_and_wait(self.follower)
         await self._cancel_upstream(reason)

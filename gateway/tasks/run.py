@@ -76,6 +76,7 @@ class TaskRun:
         self.round: asyncio.Task[dict[str, Any]] | None = None
         self.follower: asyncio.Task[None] | None = None
         self._state: str | None = None  # the parked round's requestState
+        self.stopping = False  # cancelled, shut down, or ended elsewhere
 
     @property
     def clock(self) -> clocks.Clock:
@@ -127,11 +128,13 @@ class TaskRun:
         except TaskEnded:
             return
         await self.write(task)
-        await self._stop()
+        await self.stop("cancelled")
 
-    async def _stop(self) -> None:
+    async def stop(self, reason: str) -> None:
         """Stop the call: the round under way cancelled (the call core cancels it
         upstream), or the parked call ended."""
+        self.stopping = True
+        log.debug("task_run_stopped", reason=reason)
         state = self._state
         await cancel_and_wait(self.follower)
         await cancel_and_wait(self.round)
@@ -151,7 +154,7 @@ class TaskRun:
         except TaskEnded:
             return
         await self.write(task)
-        await self._stop()
+        await self.stop("gateway shutting down")
 
     async def _notify(self, notification: dict[str, Any]) -> None:
         if notification.get("method") != "notifications/progress":

@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 
 from gateway import clock as clocks
-from gateway.aio import cancel_and_wait
+from gateway.aio import cancel_and_wait, spawn
 from gateway.calls import messages
 from gateway.calls.bridge import Bridge
 from gateway.calls.forwarding import Bus
@@ -345,11 +345,16 @@ class Tasks:
 
     async def _write(self, task: Task) -> None:
         """Seal and keep the task's record (one write at a time per task: the last one
-        made holds the newest state)."""
+        made holds the newest state). A record another replica ended (its owner taken
+        for dead) is not written over: the call it ran here is stopped instead."""
         lock = self._locks.setdefault(task.id, asyncio.Lock())
         async with lock:
             sealed = self.codec.seal(jsonrpc.dumps(task.to_record()))
-            await self.store.put(task.id, sealed, task.expires_ms)
+            written = await self.store.put(task.id, sealed, task.expires_ms, final=task.final)
+        run = self.runs.get(task.id)
+        if not written and run is not None and not run.stopping:
+            log.warning("task_ended_elsewhere", task=task.id)
+            spawn(run.stop("ended by another replica"), name=f"task-stop-{task.id}")
 
     async def _read(self, task_id: str) -> Task | None:
         sealed = await self.store.get(task_id)
