@@ -238,17 +238,34 @@ async def test_a_result_over_the_cap_fails_the_task(make_gateway: Callable[..., 
     assert failed["status"] == "failed" and failed["error"]["code"] == -32603
 
 
+@pytest.mark.parametrize(
+    ("limits", "status", "reason"),
+    [
+        ({"max_tasks_per_principal": 1}, 429, "max_tasks_per_principal"),
+        ({"max_tasks": 1}, 503, "max_tasks"),
+    ],
+)
 async def test_the_caps_refuse_a_call_that_would_be_one_task_too_many(
-    make_gateway: Callable[..., Any],
+    make_gateway: Callable[..., Any], limits: dict, status: int, reason: str
 ) -> None:
     gw: Gateway = await make_gateway(
-        upstream={"tools": {"sleepy": {"task": "optional"}}},
-        limits={"max_tasks_per_principal": 1},
+        upstream={"tools": {"sleepy": {"task": "optional"}}}, limits=limits
     )
     first = (await call(gw, "sleepy", {"seconds": 30}, caps=WITH_TASKS))["result"]
-    refused = await call(gw, "sleepy", {"seconds": 30}, caps=WITH_TASKS)
-    assert refused["error"]["data"]["reason"] == "max_tasks_per_principal"
+    body = rpc("tools/call", {"name": "sleepy", "arguments": {"seconds": 30}}, caps=WITH_TASKS)
+    code, refused, _ = await gw.post(body, headers={"Authorization": "Bearer another"})
+    if reason == "max_tasks_per_principal":  # another caller still gets a task
+        assert refused["result"]["resultType"] == "task"
+        second = refused["result"]["taskId"]
+        code, refused, _ = await gw.post(body)
+        await tasks_rpc(gw, "tasks/cancel", {"taskId": second}, auth="Bearer another")
+    assert (code, refused["error"]["data"]["reason"]) == (status, reason)
     await tasks_rpc(gw, "tasks/cancel", {"taskId": first["taskId"]})
+    # Cancelled, the task no longer counts: the next call is a task again.
+    async with asyncio.timeout(10):
+        while "error" in (again := await call(gw, "sleepy", {"seconds": 0}, caps=WITH_TASKS)):
+            await asyncio.sleep(0.05)
+    assert again["result"]["resultType"] == "task"
 
 
 async def test_discover_advertises_the_extension_only_with_a_task_policy(
