@@ -197,9 +197,9 @@ class Runner:
     ) -> dict[str, Any]:
         call.machine.serve(round_context(front))
         hold_s = self.limits.hold_timeout_s
-        policy = call.upstream.target(call.machine.method, call.target).task
-        if policy.enabled and front.envelope.tasks:
-            hold_s = policy.ttl_s  # a task's call (no client holds it): its TTL bounds it
+        if front.envelope.tasks:  # a task's call (no client holds it): its TTL bounds it
+            policy = call.upstream.target(call.machine.method, call.target).task
+            hold_s = policy.ttl_s if policy.enabled else hold_s
         try:
             async with clocks.timeout(self.clock, hold_s):
                 if request is not None:  # within the round's bounds: the head may be slow

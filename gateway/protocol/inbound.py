@@ -53,7 +53,7 @@ INTERRUPTIBLE = frozenset(NAME_FIELD)
 
 #: The tasks extension's methods mirror `params.taskId` into `Mcp-Name`, so that a
 #: balancer can route by it; it is checked as the core's names are.
-TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+TASK_METHODS = tasks.METHODS  # their params are read after the extension's gate
 TASK_NAME_FIELD = "taskId"
 
 #: Every client request method of 2026-07-28 the gateway serves.
