@@ -290,3 +290,15 @@ async def test_questions_left_unanswered_fail_the_task_and_end_its_call(
     assert failed["status"] == "failed"
     assert failed["error"]["data"] == {"reason": "suspension_ttl_s"}
     assert "cancelled" in await await_journal(gw.upstream_url, run_id, "cancelled")
+
+
+async def test_a_malformed_answer_is_refused_and_the_question_stays_asked(gw: Gateway) -> None:
+    created = (await call(gw, "hold", {"run_id": uuid.uuid4().hex}, caps=WITH_TASKS))["result"]
+    asked = await until(gw, created["taskId"], "input_required")
+    (key,) = asked["inputRequests"]
+    bad = {"taskId": created["taskId"], "inputResponses": {key: {"action": "maybe"}}}
+    reply = await tasks_rpc(gw, "tasks/update", bad)
+    assert reply["error"]["code"] == -32602
+    still = (await tasks_rpc(gw, "tasks/get", {"taskId": created["taskId"]}))["result"]
+    assert still["status"] == "input_required" and set(still["inputRequests"]) == {key}
+    await tasks_rpc(gw, "tasks/cancel", {"taskId": created["taskId"]})
