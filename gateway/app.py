@@ -48,6 +48,9 @@ from gateway.store.base import SuspendedCallStore, TimedStore
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
 from gateway.store.redis_client import RedisClient, connect
+from gateway.store.tasks import MemoryTaskStore, RedisTaskStore, TaskStore
+from gateway.tasks.service import RECORD_PREFIX as TASK_RECORD_PREFIX
+from gateway.tasks.service import Tasks
 from gateway.tracing import TRACING
 from gateway.upstream.factory import (
     http_endpoint,
@@ -170,6 +173,27 @@ def build_app(config: GatewayConfig) -> web.Application:
         listens=listens,
     )
     app[BRIDGE] = bridge
+    task_store: TaskStore = (
+        RedisTaskStore(
+            client,
+            prefix=config.store.key_prefix,
+            clock=clock,
+            replicas_acked=config.store.replicas_acked,
+            wait_ms=config.store.wait_ms,
+        )
+        if client is not None
+        else MemoryTaskStore(clock)
+    )
+    tasks = Tasks(
+        bridge=bridge,
+        store=task_store,
+        codec=codec.with_prefix(TASK_RECORD_PREFIX),
+        limits=config.limits,
+        owner=owner,
+        pools=pools,
+        bus=bus,
+    )
+    bridge.on_task = tasks.told
     fetcher = AiohttpFetcher()  # issuers' metadata and keys, upstream token endpoints
 
     def wall_s() -> float:
@@ -259,6 +283,7 @@ def build_app(config: GatewayConfig) -> web.Application:
                 "who reaches the gateway can call every tool with its upstream credentials",
             )
         yield
+        await tasks.close()
         await bridge.close()
         TRACING.shutdown()
         if ledger is not None:
@@ -284,6 +309,7 @@ def build_app(config: GatewayConfig) -> web.Application:
             pools,
             doors[upstream.name],
             listens,
+            tasks,
             lanes.get(upstream.name),
         )
         app.router.add_route("*", upstream.path, endpoint.handle)

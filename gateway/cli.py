@@ -342,6 +342,17 @@ def _print_mistakes(file: str, exc: ConfigError) -> None:
         print(f"  {problem}", file=sys.stderr)
 
 
+def _tasks_line(config: GatewayConfig) -> str:
+    """What `check-config` says of tasks: the tools whose calls may run as tasks."""
+    tools = [
+        f"{u.name}/{name} ({t.task.support}, after {t.task.after_s:g} s, ttl {t.task.ttl_s:g} s)"
+        for u in config.upstreams
+        for name, t in u.tools.items()
+        if t.task.enabled
+    ]
+    return "tasks: " + (", ".join(tools) if tools else "no tool has a task policy")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -370,6 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             print(f"{args.file}: OK; upstreams: {names}")
             print(_legacy_line(config))
+            print(_tasks_line(config))
             if config.sealing.ephemeral:
                 print(
                     "warning: no sealing key configured; "

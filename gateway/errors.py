@@ -41,10 +41,12 @@ names their module); `tests/test_errors.py` holds it to the classes:
     │   │   │   ├── RoundInProgress    503, the retry's round is being resumed already
     │   │   │   ├── TakeoverUnavailable 503, the call's upstream cannot be reached now
     │   │   │   ├── GatewayFull        503, max_parked_calls
+    │   │   │   ├── TasksFull          503, max_tasks
     │   │   │   ├── SessionsBusy       503, every upstream session busy
     │   │   │   ├── ListensFull        503, max_listens (gateway.listens)
     │   │   │   └── StreamsFull        503, legacy.max_streams (gateway.legacy_clients.streams)
     │   │   ├── PrincipalBusy          429, max_parked_per_principal
+    │   │   ├── PrincipalTasksBusy     429, max_tasks_per_principal
     │   │   ├── PrincipalListening     429, max_listens_per_principal (gateway.listens)
     │   │   ├── PrincipalStreaming     429, GET streams (gateway.legacy_clients.streams)
     │   │   ├── TooManyRounds          502, max_rounds
@@ -329,6 +331,19 @@ class GatewayFull(CapacityExceeded):
 class SessionsBusy(CapacityExceeded):
     reason = "upstream_sessions"
     default_message = "Every upstream session is busy; retry later"
+
+
+class TasksFull(CapacityExceeded):
+    reason = "max_tasks"
+    default_message = "Too many tasks are running on this replica; retry later"
+
+
+class PrincipalTasksBusy(LimitExceeded):
+    """This caller has too many tasks running; others are still served."""
+
+    http_status = 429
+    reason = "max_tasks_per_principal"
+    default_message = "Too many tasks of this caller are running"
 
 
 class PrincipalBusy(LimitExceeded):

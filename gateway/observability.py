@@ -253,6 +253,15 @@ class Metrics:
         self.listens = Gauge(
             "mrtr_listens", "subscriptions/listen streams open on this replica", registry=r
         )
+        self.tasks = Gauge(
+            "mrtr_tasks", "Tasks whose calls this replica runs (the tasks extension)", registry=r
+        )
+        self.task_endings = TalliedCounter(
+            "mrtr_task_endings",
+            "Tasks run here that ended, by status (completed, failed, cancelled, expired)",
+            ["status"],
+            registry=r,
+        )
         self.lost = Gauge(
             "mrtr_parked_calls_lost",
             "Parked calls here whose upstream stream is gone: their retries are told so",

@@ -33,6 +33,7 @@ def test_check_config_accepts_the_example_and_names_errors(tmp_path: Path, capsy
     out = capsys.readouterr().out
     assert "OK; upstreams: example (/mcp -> streamable-http http://127.0.0.1:9000/mcp)" in out
     assert "legacy lane: on; 2025 clients served on: example\n" in out
+    assert "tasks: no tool has a task policy\n" in out
     bad = tmp_path / "bad.yaml"
     bad.write_text("upstreams: [{name: x, url: 'ftp://nope'}]\n")
     assert main(["check-config", str(bad)]) == 2
@@ -65,6 +66,26 @@ def test_check_config_says_whether_the_legacy_lane_is_on_and_for_which_upstreams
     config.write_text(upstreams + "legacy: {enabled: false}\n")
     assert main(["check-config", str(config)]) == 0
     assert "legacy lane: off" in capsys.readouterr().out
+
+
+def test_check_config_names_the_tools_that_run_as_tasks(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "tasks.yaml"
+    config.write_text(
+        "upstreams:\n"
+        "  - name: web\n"
+        "    url: 'http://127.0.0.1:9000/mcp'\n"
+        "    tools: {build: {task: optional}, report: {task: {support: required, after_s: 2}}}\n"
+    )
+    assert main(["check-config", str(config)]) == 0
+    assert (
+        "tasks: web/build (optional, after 0 s, ttl 3600 s), "
+        "web/report (required, after 2 s, ttl 3600 s)\n"
+    ) in capsys.readouterr().out
+    config.write_text(config.read_text().replace("optional", "sometimes"))
+    assert main(["check-config", str(config)]) == 2
+    assert "upstreams[0].tools.build.task: must be one of none, optional, required" in (
+        capsys.readouterr().err
+    )
 
 
 _IO_MODULES_AFTER = """

@@ -12,6 +12,7 @@ import pytest
 from gateway.config import (
     GatewayConfig,
     TargetConfig,
+    TaskPolicy,
     UpstreamConfig,
     load_config,
     parse_config,
@@ -105,6 +106,9 @@ FULL = {
         "max_listens_per_principal": 2,
         "max_state_bytes": 2048,
         "max_upstream_message_bytes": 1 << 20,
+        "max_tasks": 8,
+        "max_tasks_per_principal": 2,
+        "max_task_result_bytes": 4096,
         "rate": {"per_principal": {"per_s": 5, "burst": 10}},
     },
     "auth": {
@@ -152,7 +156,15 @@ FULL = {
                     "replay_safe": True,
                     "mode": "replay",
                     "scopes": ["admin"],
-                }
+                },
+                "long": {
+                    "task": {
+                        "support": "required",
+                        "after_s": 2,
+                        "ttl_s": 60,
+                        "poll_interval_ms": 500,
+                    }
+                },
             },
             "oauth_client": {
                 "token_url": "https://login.example.com/token",
@@ -210,6 +222,20 @@ def test_every_field_is_read_from_the_file() -> None:
         ["k"],
     )
     assert config.allowed_hosts == {"mcp.example.com"} and config.upstreams[0].pool.min_idle == 0
+    assert config.upstreams[0].tools["long"].task == TaskPolicy(
+        support="required", after_s=2.0, ttl_s=60.0, poll_interval_ms=500
+    )
+
+
+def test_a_task_policy_is_a_support_level_or_a_mapping_with_defaults() -> None:
+    tools = {"a": {"task": "optional"}, "b": {"task": {"support": "required", "after_s": 0.5}}}
+    upstream = parse_config({"upstreams": [{**UP, "tools": {**tools, "c": {}}}]}).upstreams[0]
+    assert upstream.tools["a"].task == TaskPolicy(support="optional")
+    assert upstream.tools["b"].task == TaskPolicy(support="required", after_s=0.5)
+    assert upstream.tools["c"].task == TaskPolicy(support="none")
+    assert (TaskPolicy().ttl_s, TaskPolicy().poll_interval_ms) == (3600.0, 1000)
+    assert upstream.has_tasks
+    assert not parse_config({"upstreams": [{**UP, "tools": {"c": {}}}]}).upstreams[0].has_tasks
 
 
 @pytest.mark.parametrize(
@@ -351,6 +377,39 @@ def test_a_rate_of_zero_is_off_as_leaving_it_out_is(rate: dict) -> None:
         ),
         ({"upstreams": [UP], "store": {"url": "postgres://x"}}, "store.url"),
         ({"upstreams": [UP], "logging": {"format": "xml"}}, "logging.format"),
+        (
+            {"upstreams": [{**UP, "tools": {"t": {"task": "sometimes"}}}]},
+            r"^upstreams\[0\].tools.t.task: must be one of none, optional, required",
+        ),
+        (
+            {"upstreams": [{**UP, "tools": {"t": {"task": {"support": "maybe"}}}}]},
+            r"^upstreams\[0\].tools.t.task.support: must be one of",
+        ),
+        (
+            {"upstreams": [{**UP, "tools": {"t": {"task": {"ttl_s": 0}}}}]},
+            r"^upstreams\[0\].tools.t.task.ttl_s: must be greater than 0",
+        ),
+        (
+            {"upstreams": [{**UP, "tools": {"t": {"task": {"after_s": 60, "ttl_s": 30}}}}]},
+            r"^upstreams\[0\].tools.t.task.after_s: must be shorter than ttl_s",
+        ),
+        (
+            {"upstreams": [{**UP, "tools": {"t": {"task": {"poll_interval_ms": 5}}}}]},
+            r"^upstreams\[0\].tools.t.task.poll_interval_ms: must be at least 100",
+        ),
+        (
+            {"upstreams": [{**UP, "tools": {"t": {"task": {"suport": "optional"}}}}]},
+            r"^upstreams\[0\].tools.t.task.suport: unknown key",
+        ),
+        (
+            {"upstreams": [{**UP, "prompts": {"p": {"task": "optional"}}}]},
+            r"^upstreams\[0\].prompts.p.task: only a tool runs as a task",
+        ),
+        (
+            {"upstreams": [{**UP, "tools": {"t": {"mode": "replay", "task": "optional"}}}]},
+            r"^upstreams\[0\].tools.t.task: a replay-mode tool cannot run as a task",
+        ),
+        ({"upstreams": [UP], "limits": {"max_tasks": 0}}, r"^limits.max_tasks: must be greater"),
     ],
 )
 def test_bad_configs_name_the_key_and_the_fix(data: dict, message: str) -> None:

@@ -42,6 +42,8 @@ def touched() -> Metrics:
     metrics.resume_seconds.labels("legacy").observe(1.5)
     metrics.forward_seconds.observe(0.07)
     metrics.listens.set(4)
+    metrics.tasks.set(3)
+    metrics.task_endings.labels("completed").inc()
     metrics.rounds_per_call.observe(2)
     metrics.rounds_per_call.observe(0)  # on a bound: in its bucket
     metrics.state_refusals.labels("expired").inc()
@@ -191,6 +193,17 @@ mrtr_live_calls 5.0
 # HELP mrtr_listens subscriptions/listen streams open on this replica
 # TYPE mrtr_listens gauge
 mrtr_listens 4.0
+# HELP mrtr_tasks Tasks whose calls this replica runs (the tasks extension)
+# TYPE mrtr_tasks gauge
+mrtr_tasks 3.0
+# HELP mrtr_task_endings_total Tasks run here that ended, by status (completed, failed, \
+cancelled, expired)
+# TYPE mrtr_task_endings_total counter
+mrtr_task_endings_total{status="completed"} 1.0
+# HELP mrtr_task_endings_created Tasks run here that ended, by status (completed, failed, \
+cancelled, expired)
+# TYPE mrtr_task_endings_created gauge
+mrtr_task_endings_created{status="completed"} <created>
 # HELP mrtr_parked_calls_lost Parked calls here whose upstream stream is gone: their retries are \
 told so
 # TYPE mrtr_parked_calls_lost gauge

@@ -8,12 +8,13 @@ ends is `gateway.calls.lifecycle`'s; where a retry goes, `retries` and `routing`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
 
 from gateway import clock as clocks
+from gateway.calls import messages
 from gateway.calls.admission import (
     CLAIMER_PATIENCE_BEATS,
     MISSING_RECORD_BEATS,
@@ -29,10 +30,11 @@ from gateway.calls.runner import Notify, Runner
 from gateway.calls.suspension import Suspender, Withdraw
 from gateway.clock import Clock, SystemClock
 from gateway.config import GatewayConfig, UpstreamConfig
-from gateway.errors import Draining
+from gateway.errors import Draining, RpcError
 from gateway.listens import Listens
 from gateway.observability import Metrics
 from gateway.protocol import state
+from gateway.protocol.call import Trigger
 from gateway.protocol.inbound import FrontRequest
 from gateway.store.base import SuspendedCallStore
 from gateway.upstream.port import UpstreamPool
@@ -59,6 +61,8 @@ class Bridge:
         self.listens = listens
         # Told when the replica starts draining (what else it serves ends: legacy GET streams).
         self.on_drain: list[Callable[[], None]] = []
+        # Given what another replica forwards for a task run here (`gateway.tasks`).
+        self.on_task: Callable[[messages.ForTask], Awaitable[None]] | None = None
         limits = self.limits = config.limits
         self.metrics = metrics = metrics or Metrics()
         self.clock = clock = clock or SystemClock()
@@ -158,6 +162,21 @@ class Bridge:
             return await self.runner.start(upstream, front, principal, digest, notify, known=known)
         return await self.retries.handle(upstream, front, token, principal, digest, notify)
 
+    async def abandon(
+        self, upstream: UpstreamConfig, token: str, principal: str, front: FrontRequest
+    ) -> None:
+        """End the call that `token` (a `requestState` of `front`'s, minted for
+        `principal`) names, if it is parked on this replica: its questions released, the
+        call cancelled upstream (a task cancelled while it waits for answers)."""
+        digest = state.RequestDigest(front.method, front.target, front.params.get("arguments"))
+        try:
+            claims = self.admission.open(upstream, token, principal, digest.value)
+        except RpcError:
+            return  # expired meanwhile: its deadline ends it
+        call = self.calls.get(claims.call)
+        if call is not None:
+            await self.lifecycle.end(call, Trigger.CANCEL, "task cancelled")
+
     async def restore_records(self) -> None:
         """The store lost its data: write back the records of the calls parked here."""
         await self.lifecycle.restore()
@@ -167,9 +186,20 @@ class Bridge:
         await self.lifecycle.hand_over_lost()
 
     async def serve_forwarded(self, payload: str) -> None:
-        """A message another replica pushed into this replica's inbox."""
-        if self.routing is not None:
-            await self.routing.serve(payload)
+        """A message another replica pushed into this replica's inbox: about a call, or
+        for a task (to `on_task`)."""
+        if self.routing is None:
+            return
+        try:
+            message = messages.decode(payload)
+        except ValueError as exc:
+            log.warning("fleet_bad_message", error=str(exc))
+            return
+        if isinstance(message, messages.ForTask):
+            if self.on_task is not None:
+                await self.on_task(message)
+            return
+        await self.routing.serve_message(message)
 
     async def drain(self, timeout_s: float) -> None:
         """No new calls; retries of the calls held here are served until they end or time is up."""

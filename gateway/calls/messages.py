@@ -1,7 +1,8 @@
 """What replicas say to each other about calls, and the one codec for it.
 
 To a call's owner (its inbox): `Resume` a claimed round with this request,
-`Cancel` the resume its client left. Back on the per-request reply list:
+`Cancel` the resume its client left; to a task's owner, `ForTask`: answers to its
+questions, or its cancel (`gateway.tasks`). Back on the per-request reply list:
 `Notify` (a notification to relay), then `Outcome` (the result) or `Failure`
 (the error and its HTTP status). On the wire each is one JSON object with an
 `op`; `decode` refuses anything else with `ValueError`, so a message from a
@@ -49,6 +50,17 @@ class Cancel:
 
 
 @dataclass(frozen=True, slots=True)
+class ForTask:
+    """`tasks/update` answers (or `tasks/cancel`) another replica received for a task
+    whose call runs on the receiving one."""
+
+    task: str
+    principal: str
+    answers: dict[str, Any] = field(default_factory=dict)
+    cancel: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Notify:
     notification: dict[str, Any]
 
@@ -64,11 +76,12 @@ class Failure:
     status: int
 
 
-Message = Resume | Cancel | Notify | Outcome | Failure
+Message = Resume | Cancel | ForTask | Notify | Outcome | Failure
 
 _OPS: dict[str, type[Message]] = {
     "resume": Resume,
     "cancel": Cancel,
+    "for_task": ForTask,
     "notify": Notify,
     "outcome": Outcome,
     "failure": Failure,

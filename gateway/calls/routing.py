@@ -294,6 +294,10 @@ class Routing:
         except ValueError as exc:
             log.warning("fleet_bad_message", error=str(exc))
             return
+        await self.serve_message(message)
+
+    async def serve_message(self, message: messages.Message) -> None:
+        """Handle one decoded message of this replica's inbox (about a call)."""
         if isinstance(message, messages.Cancel):
             task = self._served.pop(message.reply, None)
             if task is not None:

@@ -7,7 +7,8 @@ notification to the client, answer the server, gather a question's siblings
 (`Pace` says whether to wait `limits.coalesce_ms` for them or only for what is
 already buffered), hand the call to `Suspender` when the round closes, finish it
 when the server answers. Every round is bounded by
-`limits.hold_timeout_s`; a client that goes away cancels its call upstream.
+`limits.hold_timeout_s` (a task's, which no client holds, by the task's TTL); a client
+that goes away cancels its call upstream.
 """
 
 from __future__ import annotations
@@ -195,8 +196,12 @@ class Runner:
         request: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         call.machine.serve(round_context(front))
+        hold_s = self.limits.hold_timeout_s
+        if front.envelope.tasks:  # a task's call (no client holds it): its TTL bounds it
+            policy = call.upstream.target(call.machine.method, call.target).task
+            hold_s = policy.ttl_s if policy.enabled else hold_s
         try:
-            async with clocks.timeout(self.clock, self.limits.hold_timeout_s):
+            async with clocks.timeout(self.clock, hold_s):
                 if request is not None:  # within the round's bounds: the head may be slow
                     call.pump = await call.session.start(
                         request, call.inbox, call.cursor, front.trace
@@ -212,9 +217,7 @@ class Runner:
         except TimeoutError:
             self.metrics.upstream_errors.labels(call.upstream.name, UpstreamTimeout.kind).inc()
             await self.lifecycle.fail(call, "hold timeout")
-            raise UpstreamTimeout(
-                f"the upstream did not answer within {self.limits.hold_timeout_s:g} s"
-            ) from None
+            raise UpstreamTimeout(f"the upstream did not answer within {hold_s:g} s") from None
         except UpstreamError as exc:
             self.metrics.upstream_errors.labels(call.upstream.name, exc.kind).inc()
             await self.lifecycle.fail(call, type(exc).__name__)

@@ -89,6 +89,14 @@ class LimitsConfig:
         default=RateConfig(), metadata={"yaml": "rate.per_principal"}
     )
     """A token bucket per caller."""
+    max_tasks: int = 256
+    """Tasks (the io.modelcontextprotocol/tasks extension) not yet ended on this replica,
+    each holding an upstream call and its session; past it a call that would become a
+    task gets 503."""
+    max_tasks_per_principal: int = 16
+    """Tasks not yet ended of one caller on this replica (503 beyond)."""
+    max_task_result_bytes: int = 1024 * 1024
+    """A task's result above this ends it `failed` (the result is not kept)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,6 +219,39 @@ LEGACY_TRANSPORTS = (STREAMABLE_HTTP, SSE, STDIO)
 BOUND_TRANSPORTS = (SSE, STDIO)
 
 
+#: `tools.<name>.task.support`: the tool never runs as a task, may (for a client that
+#: declared the tasks extension), or must (a client without it gets -32021).
+TASK_NONE = "none"
+TASK_OPTIONAL = "optional"
+TASK_REQUIRED = "required"
+TASK_SUPPORT = (TASK_NONE, TASK_OPTIONAL, TASK_REQUIRED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskPolicy:
+    """How a tool's calls become tasks (the io.modelcontextprotocol/tasks extension)."""
+
+    support: str = TASK_NONE
+    """`none`, `optional` (a task for a client that declared the tasks extension) or
+    `required` (a client without it gets -32021). Written alone, `task: optional` sets
+    only this."""
+    after_s: float = 0.0
+    """A call still running this long after it started (or after a retry's answers)
+    becomes a task; a question asked or a result given sooner is answered as usual (an
+    MRTR round; a `required` tool's result then comes as a task already completed)."""
+    ttl_s: float = 3600.0
+    """How long a task is kept from its creation (`ttlMs`); past it, it is unknown."""
+    poll_interval_ms: int = 1000
+    """The poll interval suggested to clients (`pollIntervalMs`, at least 100)."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.support != TASK_NONE
+
+
+NO_TASKS = TaskPolicy()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TargetConfig:
     """Per tool, prompt or resource settings."""
@@ -226,6 +267,8 @@ class TargetConfig:
     scopes: tuple[str, ...] = ()
     """Scopes a caller needs for it beyond `auth.oauth.scopes`, checked on every round
     (without them a tool is left out of `tools/list`). Needs an `auth` section."""
+    task: TaskPolicy = NO_TASKS
+    """Whether a call of this tool may run as a task (tools only; see `TaskPolicy`)."""
 
 
 _DEFAULT_TARGET = TargetConfig()
@@ -290,6 +333,12 @@ class UpstreamConfig:
         else:
             return _DEFAULT_TARGET
         return table.get(target or "") or _DEFAULT_TARGET
+
+    @property
+    def has_tasks(self) -> bool:
+        """Whether some tool of this upstream has a task policy (`server/discover` then
+        advertises the tasks extension)."""
+        return any(t.task.enabled for t in self.tools.values())
 
     def rules_for(self, method: str, target: str | None) -> tuple[KeyRule, ...]:
         return self.target(method, target).inputs + self.inputs

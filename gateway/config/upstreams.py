@@ -22,9 +22,12 @@ from gateway.config.model import (
     SSE,
     STDIO,
     STREAMABLE_HTTP,
+    TASK_NONE,
+    TASK_SUPPORT,
     TRANSPORTS,
     PoolLimits,
     TargetConfig,
+    TaskPolicy,
     UpstreamConfig,
 )
 from gateway.config.section import Section
@@ -85,9 +88,28 @@ def _key_rules(owner: Section, key: str) -> tuple[KeyRule, ...]:
     return tuple(rules)
 
 
-def _targets(section: Section, *, uri: bool = False) -> dict[str, TargetConfig]:
+def _task_policy(parent: Section, raw: Any, path: str) -> TaskPolicy:
+    """`tools.<name>.task`: a support level (`optional`), or a mapping of the policy's keys."""
+    if raw is None:
+        return TaskPolicy()
+    sec = parent.child({"support": raw} if isinstance(raw, str) else raw, path)
+    policy = TaskPolicy(**sec.scalars(TaskPolicy, zero_ok={"after_s"}))
+    if policy.support not in TASK_SUPPORT:
+        where = sec.at("support") if not isinstance(raw, str) else path
+        raise ConfigError(f"{where}: must be one of {', '.join(TASK_SUPPORT)}")
+    if policy.poll_interval_ms < 100:
+        raise ConfigError(f"{sec.at('poll_interval_ms')}: must be at least 100 milliseconds")
+    if policy.after_s >= policy.ttl_s:
+        raise ConfigError(f"{sec.at('after_s')}: must be shorter than ttl_s ({policy.ttl_s:g})")
+    sec.done()
+    return policy
+
+
+def _targets(
+    section: Section, *, uri: bool = False, tasks: bool = False
+) -> dict[str, TargetConfig]:
     """Tools or prompts by name; resources (`uri`) by `gateway.protocol.uris.normal` of
-    their URI, two spellings of one URI refused."""
+    their URI, two spellings of one URI refused. Only tools (`tasks`) take a task policy."""
     targets = {}
     spelled: dict[str, str] = {}
     for name, body in section.items():
@@ -100,20 +122,33 @@ def _targets(section: Section, *, uri: bool = False) -> dict[str, TargetConfig]:
                     f"(a server reads both as {key!r}); give its settings once"
                 )
             spelled[key] = name
-        config = _attempt(section, functools.partial(_target, section, body, name))
+        config = _attempt(section, functools.partial(_target, section, body, name, tasks))
         if config is not None:
             targets[key] = config
     return targets
 
 
-def _target(section: Section, body: Any, name: str) -> TargetConfig:
+def _target(section: Section, body: Any, name: str, tasks: bool) -> TargetConfig:
     target = section.child(body, section.at(name))
     inputs = _key_rules(target, "inputs")
     scopes = parse_scopes(target.raw("scopes"), target.at("scopes"))
-    config = TargetConfig(inputs=inputs, scopes=scopes, **target.scalars(TargetConfig))
+    task = TaskPolicy()
+    if target.has("task"):
+        if not tasks:
+            raise ConfigError(
+                f"{target.at('task')}: only a tool runs as a task (the tasks extension "
+                "augments tools/call alone)"
+            )
+        task = _task_policy(target, target.raw("task"), target.at("task"))
+    config = TargetConfig(inputs=inputs, scopes=scopes, task=task, **target.scalars(TargetConfig))
     target.done()
     if config.mode not in (PARK, REPLAY):
         raise ConfigError(f"{target.at('mode')}: must be park or replay")
+    if config.mode == REPLAY and task.support != TASK_NONE:
+        raise ConfigError(
+            f"{target.at('task')}: a replay-mode tool cannot run as a task (nothing of "
+            "it is kept between rounds); use mode: park"
+        )
     return config
 
 
@@ -148,7 +183,7 @@ def parse_upstream(sec: Section, env: Mapping[str, str], base: Path) -> Upstream
         "cache": lambda: _cache(sec.section("cache")),
         "oauth_client": lambda: _oauth_client(sec, values, env, base),
         "inputs": lambda: _key_rules(sec, "inputs"),
-        "tools": lambda: _targets(sec.section("tools")),
+        "tools": lambda: _targets(sec.section("tools"), tasks=True),
         "prompts": lambda: _targets(sec.section("prompts")),
         "resources": lambda: _targets(sec.section("resources"), uri=True),
     }

@@ -30,7 +30,7 @@ from gateway.errors import (
     UnsupportedMediaType,
     UnsupportedProtocolVersion,
 )
-from gateway.protocol import jsonrpc
+from gateway.protocol import jsonrpc, tasks
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.versions import FRONT_VERSIONS, Version, front_supported
 
@@ -65,6 +65,11 @@ def logged_target(method: str, params: Any) -> dict[str, str]:
 #: Methods that may answer `input_required` (spec §5.1).
 INTERRUPTIBLE = frozenset(NAME_FIELD)
 
+#: The tasks extension's methods mirror `params.taskId` into `Mcp-Name`, so that a
+#: balancer can route by it; it is checked as the core's names are.
+TASK_METHODS = tasks.METHODS  # their params are read after the extension's gate
+TASK_NAME_FIELD = "taskId"
+
 #: Every client request method of 2026-07-28 the gateway serves.
 FRONT_METHODS = frozenset(
     {
@@ -79,6 +84,7 @@ FRONT_METHODS = frozenset(
         "completion/complete",
         "subscriptions/listen",  # -32601 after all while limits.max_listens is 0
     }
+    | TASK_METHODS  # the tasks extension (refused with -32021 unless declared)
 )
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
@@ -95,6 +101,8 @@ class Envelope:
     capabilities: ClientCaps
     log_level: str | None
     progress_token: str | int | None
+    #: The request declared the tasks extension (`io.modelcontextprotocol/tasks`).
+    tasks: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +353,8 @@ def _check_mirrored_headers(
     if method_header != message.method:
         raise HeaderMismatch("The Mcp-Method header does not match the body's method")
     member = NAME_FIELD.get(message.method)
+    if member is None and message.method in TASK_METHODS:
+        member = TASK_NAME_FIELD
     if member is None:
         return
     raw = headers.get(NAME_HEADER)
@@ -377,6 +387,7 @@ def read_envelope(version: Version, meta: dict[str, Any]) -> Envelope:
         capabilities=caps,
         log_level=level,
         progress_token=token,
+        tasks=tasks.declared(meta[CLIENT_CAPABILITIES_KEY]),
     )
 
 

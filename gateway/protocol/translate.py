@@ -22,6 +22,7 @@ from gateway.errors import (
 )
 from gateway.protocol import listen
 from gateway.protocol.inbound import SERVER_INFO_KEY, TRACE_KEYS, FrontRequest
+from gateway.protocol.tasks import EXTENSION as TASKS_EXTENSION
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version, front_supported
 
 #: Results that must carry `ttlMs` and `cacheScope` (spec §8).
@@ -39,7 +40,9 @@ CACHEABLE = frozenset(
 #: Server requests that become `inputRequests` entries.
 INPUT_METHODS = frozenset({"elicitation/create", "sampling/createMessage", "roots/list"})
 
-_MRTR_PARAMS = ("inputResponses", "requestState")
+#: Members of a 2026 request never sent upstream: MRTR's, and the removed 2025-11-25
+#: `task` augmentation (the tasks extension says to ignore it).
+_MRTR_PARAMS = ("inputResponses", "requestState", "task")
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,12 +203,18 @@ def input_request(method: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def discover_result(
-    info: UpstreamInfo, cache: CachePolicy, *, listens: bool = False, legacy: bool = False
+    info: UpstreamInfo,
+    cache: CachePolicy,
+    *,
+    listens: bool = False,
+    legacy: bool = False,
+    tasks: bool = False,
 ) -> dict[str, Any]:
     """`server/discover` for a legacy server, from its `initialize` result; `listens`:
     whether `subscriptions/listen` is served (`limits.max_listens` above 0); `legacy`:
     whether 2025 clients are served on the route too (the legacy lane), whose revisions
-    are then listed after 2026-07-28's."""
+    are then listed after 2026-07-28's; `tasks`: whether some tool runs as a task (the
+    tasks extension is advertised; a legacy `capabilities.tasks` never is)."""
     capabilities = {
         k: v
         for k, v in info.capabilities.items()
@@ -222,6 +231,8 @@ def discover_result(
     if listens:
         for name, features in listen.advertises(info.capabilities).items():
             capabilities[name] = {**capabilities[name], **features}
+    if tasks:
+        capabilities["extensions"] = {TASKS_EXTENSION: {}}
     result: dict[str, Any] = {
         "supportedVersions": front_supported(legacy=legacy),
         "capabilities": capabilities,

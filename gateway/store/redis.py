@@ -36,6 +36,7 @@ from gateway.store.redis_client import (
     RedisClient,
     close_client,
     from_redis,
+    replicas_with,
     ride_out,
     text,
 )
@@ -219,19 +220,11 @@ class RedisStore:
         fewer is logged, not failed: the call is parked either way."""
         if not self.replicas_acked:
             return
-        if isinstance(self.client, RedisCluster):
-            node = self.client.get_node_from_key(key)
-            acked = await self._run(
-                lambda: self.client.execute_command(
-                    "WAIT", self.replicas_acked, self.wait_ms, target_nodes=node
-                )
-            )
-        else:
-            acked = await self._run(
-                lambda: self.client.execute_command("WAIT", self.replicas_acked, self.wait_ms)
-            )
-        if int(acked) < self.replicas_acked:
-            log.warning("store_write_not_replicated", acked=int(acked), wanted=self.replicas_acked)
+        acked = await self._run(
+            lambda: replicas_with(self.client, key, self.replicas_acked, self.wait_ms)
+        )
+        if acked < self.replicas_acked:
+            log.warning("store_write_not_replicated", acked=acked, wanted=self.replicas_acked)
 
     async def _park_held_once(
         self, record: SuspendedCall, until_ms: int, cap: int, kept: Kept | None

@@ -228,6 +228,19 @@ async def close_client(client: RedisClient, *, bound_s: float = STOP_S) -> None:
         log.warning("redis_close_failed", error=str(exc))
 
 
+async def replicas_with(client: RedisClient, key: str, replicas: int, wait_ms: int) -> int:
+    """Redis `WAIT`: how many replicas have the writes made so far (to `key`'s node on a
+    Cluster), waiting at most `wait_ms` for `replicas` of them.
+
+    Raises: what the client raises (the caller's `ride_out` translates it).
+    """
+    if isinstance(client, RedisCluster):
+        node = client.get_node_from_key(key)
+        return int(await client.execute_command("WAIT", replicas, wait_ms, target_nodes=node))
+    waited = client.execute_command("WAIT", replicas, wait_ms)  # type: ignore[no-untyped-call]
+    return int(await waited)
+
+
 def text(raw: str | bytes) -> str:
     """A reply as text (the client returns bytes); bytes that are not UTF-8 are replaced,
     never raised from a loop that reads what any process may have written."""

@@ -5,7 +5,8 @@ request is classified first (`gateway.protocol.era`): a 2025 client's goes to th
 legacy lane (`gateway.legacy_clients.lane`) once its HTTP layer is checked and its
 caller admitted; a 2026 client's takes the path below, exactly as with the lane off.
 There, interruptible methods go to the bridge after their `Mcp-Param-*` headers are
-checked; `server/discover` is answered from the upstream's `initialize`;
+checked (a tool with a task policy through `gateway.tasks`, which also serves
+`tasks/*`); `server/discover` is answered from the upstream's `initialize`;
 `subscriptions/listen` is served on a session of its own (`gateway.listens`); every
 other method passes straight through.
 """
@@ -36,6 +37,8 @@ from gateway.protocol import inbound, jsonrpc, params, translate
 from gateway.protocol import listen as listen_wire
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.era import Lane, lane_of
+from gateway.protocol.legacy_tasks import serves_legacy_tasks
+from gateway.tasks.service import Tasks
 from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool
 from gateway.web.channel import ResponseChannel
@@ -110,10 +113,13 @@ class McpEndpoint:
         pools: Mapping[str, UpstreamPool],
         front_door: FrontDoor,
         listens: Listens,
+        tasks: Tasks,
         legacy: LegacyLane | None = None,
     ) -> None:
-        """`legacy`: the route's legacy lane, None when it is off (`legacy.enabled`)."""
+        """`legacy`: the route's legacy lane, None when it is off (`legacy.enabled`);
+        `tasks`: the tasks extension's service."""
         self.config = config
+        self.tasks = tasks
         self.listens = listens
         self.legacy = legacy
         self.upstream = upstream
@@ -174,16 +180,20 @@ class McpEndpoint:
         with span:
             try:
                 self.front_door.check_request(caller, message.method, message.params)
+                task_support = None
                 if message.method == "tools/call":
                     declared = await self.tool_headers.for_tool(message.target)
                     params.check_param_headers(declared, message.params.get("arguments"), headers)
+                    task_support = self.tool_headers.task_support(message.target)
                 if message.method in inbound.INTERRUPTIBLE:
                     channel.start_keepalive()
-                    result = await self.bridge.handle(
-                        self.upstream, message, principal, channel.notify
+                    result = await self.tasks.call(
+                        self.upstream, message, principal, channel.notify, task_support
                     )
                     outcome = result.get("resultType", "complete")
                     self.front_door.check_result(caller, message.method, result)
+                elif message.method in inbound.TASK_METHODS:
+                    result = await self.tasks.serve(message, principal)
                 elif message.method == "server/discover":
                     info = await self.pool.upstream_info()
                     result = translate.discover_result(
@@ -191,6 +201,7 @@ class McpEndpoint:
                         self.upstream.cache,
                         listens=self.listens.enabled,
                         legacy=legacy is not None,
+                        tasks=self.upstream.has_tasks or serves_legacy_tasks(info.capabilities),
                     )
                 elif message.method == "subscriptions/listen":
                     result = await self._listen(caller, message, channel)

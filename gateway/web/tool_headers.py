@@ -1,4 +1,6 @@
-"""Which tools of an upstream mirror arguments into `Mcp-Param-*` headers.
+"""What the front needs to know of an upstream's tools: which mirror arguments into
+`Mcp-Param-*` headers, and which the server runs as legacy tasks (2025-11-25
+`execution.taskSupport`, for `gateway.tasks`).
 
 Learnt from the upstream's `tools/list` (fetched on first need and every
 `refresh_s`, and from every listing that passes through). Validation fails open:
@@ -14,6 +16,7 @@ from typing import Any
 import structlog
 
 from gateway.errors import RpcError
+from gateway.protocol.legacy_tasks import legacy_support
 from gateway.protocol.params import declared_headers
 
 log = structlog.get_logger("gateway.web")
@@ -27,6 +30,7 @@ class ToolHeaders:
         self._fetch = fetch
         self._refresh_s = refresh_s
         self._declared: dict[str, dict[str, str]] = {}
+        self._task_support: dict[str, str] = {}
         self._loaded_at: float | None = None
 
     def learn(self, listing: dict[str, Any]) -> None:
@@ -38,12 +42,22 @@ class ToolHeaders:
                     self._declared[tool["name"]] = declared
                 else:
                     self._declared.pop(tool["name"], None)
+                support = legacy_support(tool)
+                if support is not None:
+                    self._task_support[tool["name"]] = support
+                else:
+                    self._task_support.pop(tool["name"], None)
 
     async def for_tool(self, name: str | None) -> dict[str, str]:
         stale = self._loaded_at is None or time.monotonic() - self._loaded_at > self._refresh_s
         if stale:
             await self._reload()
         return self._declared.get(name or "", {})
+
+    def task_support(self, name: str | None) -> str | None:
+        """The tool's `execution.taskSupport` (`required`, `optional`) as last learnt, or
+        None (after `for_tool`, which keeps the listing fresh)."""
+        return self._task_support.get(name or "")
 
     async def _reload(self) -> None:
         """Fetch the whole listing aside and swap it in: validation never sees a half map."""
@@ -61,3 +75,4 @@ class ToolHeaders:
             log.warning("tool_headers_unknown", error=exc.message, detail="Mcp-Param-* unchecked")
             return
         self._declared = fresh._declared
+        self._task_support = fresh._task_support

@@ -115,6 +115,19 @@ def test_the_legacy_lane_is_on_by_default_and_its_values_reach_the_config() -> N
     assert (off.max_bound_sessions, off.bound_session_idle_s) == (3, 30)
 
 
+def test_a_tools_task_policy_reaches_the_config() -> None:
+    task = {"support": "optional", "after_s": 5, "ttl_s": 600, "poll_interval_ms": 2000}
+    upstream = {"name": "x", "url": "http://x/mcp", "tools": {"build": {"task": task}}}
+    config = gateway_config(render({"config": {"upstreams": [upstream]}}), env={})
+    policy = config.upstreams[0].tools["build"].task
+    assert (policy.support, policy.after_s, policy.ttl_s, policy.poll_interval_ms) == (
+        "optional",
+        5,
+        600,
+        2000,
+    )
+
+
 def test_a_three_replica_redis_fleet_renders_with_shared_keys_and_a_budget() -> None:
     m = render(FLEET)
     assert m["Deployment"]["spec"]["replicas"] == 3
@@ -166,6 +179,18 @@ def test_configurations_that_cannot_work_are_refused_at_render_time(
         {"legacy": {"maxBoundSessions": 0}},
         {"legacy": {"boundSessionIdleSeconds": 0}},
         {"config": {"upstreams": [{"name": "x", "url": "http://x/mcp"}], "legacy": {}}},
+        {
+            "config": {
+                "upstreams": [{"name": "x", "url": "http://x", "tools": {"t": {"task": "no"}}}]
+            }
+        },
+        {
+            "config": {
+                "upstreams": [
+                    {"name": "x", "url": "http://x", "tools": {"t": {"task": {"ttl": 5}}}}
+                ]
+            }
+        },
     ],
 )
 def test_the_values_schema_refuses_bad_values(values: dict) -> None:

@@ -21,6 +21,7 @@ from mcp.server.fastmcp.prompts.base import Message, Prompt, UserMessage
 from mcp.shared.exceptions import McpError
 from mcp.types import (
     AudioContent,
+    CallToolRequest,
     Completion,
     EmbeddedResource,
     ErrorData,
@@ -79,6 +80,15 @@ class PromptContext(BaseModel):
 
 class Value(BaseModel):
     value: str = Field(description="A value")
+
+
+class ConfirmDelete(BaseModel):
+    confirm: bool = Field(description="Delete the file?")
+
+
+class NameOrConfirm(BaseModel):
+    name: str = Field(default="", description="A name")
+    confirm: bool = Field(default=False, description="Confirm")
 
 
 def text(value: str) -> TextContent:
@@ -289,6 +299,59 @@ def build() -> FastMCP:
         mcp.add_prompt(dynamic)
         await ctx.session.send_prompt_list_changed()
         return "prompt list changed"
+
+    # -- long jobs (the tasks extension's scenarios; the gateway makes them tasks) -------
+
+    @mcp.tool(description="Greets at once.", structured_output=False)
+    async def greet(name: str) -> list[Any]:
+        return [text(f"Hello, {name}!")]
+
+    @mcp.tool(description="Computes for a while, reporting progress.", structured_output=False)
+    async def slow_compute(ctx: Context, seconds: float = 1.0, label: str = "") -> list[Any]:
+        await ctx.report_progress(0, seconds, f"computing {label}".strip())
+        await asyncio.sleep(seconds)
+        return [text(f"computed {label} in {seconds:g} s".replace("  ", " "))]
+
+    @mcp.tool(description="Fails after a moment (an isError result).", structured_output=False)
+    async def failing_job() -> list[Any]:
+        await asyncio.sleep(0.5)
+        raise RuntimeError("the job failed")
+
+    @mcp.tool(description="Fails after a moment with a JSON-RPC error.", structured_output=False)
+    async def protocol_error_job() -> list[Any]:
+        raise AssertionError("answered by the request handler below")
+
+    @mcp.tool(description="Asks before deleting a file.", structured_output=False)
+    async def confirm_delete(ctx: Context, filename: str) -> list[Any]:
+        answer = await ctx.elicit(f"Delete {filename}?", ConfirmDelete)
+        deleted = answer.action == "accept" and answer.data.confirm
+        return [text(f"{filename}: {'deleted' if deleted else 'kept'}")]
+
+    @mcp.tool(description="Asks two things at once.", structured_output=False)
+    async def multi_input(ctx: Context) -> list[Any]:
+        first, second = await asyncio.gather(
+            ctx.elicit("First input", NameOrConfirm), ctx.elicit("Second input", NameOrConfirm)
+        )
+        return [text(f"inputs: {first.action}, {second.action}")]
+
+    @mcp.tool(description="Asks a name, then works a moment.", structured_output=False)
+    async def test_tool_with_task(ctx: Context) -> list[Any]:
+        answer = await ctx.elicit("What is your name?", Name)
+        await asyncio.sleep(0.2)
+        return [text(f"Hello {answer.data.name}" if answer.action == "accept" else "No name")]
+
+    # An mcp 1.x tool cannot answer a JSON-RPC error (its exceptions become isError
+    # results): the request handler answers for this one.
+    handlers = mcp._mcp_server.request_handlers
+    call_tool = handlers[CallToolRequest]
+
+    async def call_tool_or_fail(request: CallToolRequest) -> Any:
+        if request.params.name == "protocol_error_job":
+            await asyncio.sleep(0.5)
+            raise McpError(ErrorData(code=-32603, message="protocol_error_job failed"))
+        return await call_tool(request)
+
+    handlers[CallToolRequest] = call_tool_or_fail  # type: ignore[assignment]
 
     declared = mcp._mcp_server.get_capabilities
 

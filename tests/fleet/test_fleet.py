@@ -11,124 +11,26 @@ import asyncio
 import json
 import signal
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from functools import partial
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import pytest
 import redis.asyncio as aioredis
-import yaml
-from aiohttp.test_utils import TestServer
 
-from gateway.protocol.state import generate_key
 from gateway.store.base import SuspendedCall
-from tests.peers.balancer import RoundRobin
 from tests.peers.tooling import (
     GatewayProcess,
     LegacyServer,
     RedisServer,
-    legacy_stdio_command,
-    started_together,
 )
 from tests.support.cases import CASE_IDS, CASES, asked, drive, text_of
+from tests.support.fleet import Fleet, until_dead
 from tests.support.legacy import ALICE, await_journal
-from tests.support.outcome import LOG_TAIL, failed
+from tests.support.outcome import LOG_TAIL
 from tests.support.wire import default_headers, parse_sse_messages, rpc
 
 pytestmark = pytest.mark.peers
-
-
-@pytest.fixture(scope="module")
-def resumable() -> Iterator[LegacyServer]:
-    server = LegacyServer(event_store=True)
-    yield server
-    server.stop()
-
-
-class Fleet:
-    def __init__(
-        self, replicas: list[GatewayProcess], balancer: RoundRobin, lb: TestServer, prefix: str
-    ) -> None:
-        self.replicas = replicas
-        self.balancer = balancer
-        self.lb = lb
-        self.prefix = prefix
-        self.http = aiohttp.ClientSession()
-
-    def url(self, path: str = "/mcp") -> str:
-        return str(self.lb.make_url(path))
-
-    async def post(self, url: str, body: dict[str, Any], **headers: str) -> tuple[int, Any]:
-        send = {**default_headers(body), **headers}
-        async with self.http.post(url, json=body, headers=send) as resp:
-            raw = await resp.read()
-            if resp.headers.get("Content-Type", "").startswith("text/event-stream"):
-                return resp.status, parse_sse_messages(raw)[-1]
-            return resp.status, json.loads(raw)
-
-
-@pytest.fixture
-async def fleet(
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    redis_server: RedisServer,
-    legacy: LegacyServer,
-    resumable: LegacyServer,
-) -> AsyncIterator[Fleet]:
-    prefix = f"t{uuid.uuid4().hex[:8]}:"
-    config = {
-        "store": {"url": redis_server.url, "key_prefix": prefix},
-        # Sweeps for dead replicas' sessions run often, so every test that kills one also
-        # shows that a parked call's session is never ended by them. The heartbeat is the
-        # default's: a shorter one would let a loaded machine (a beat late by more than a
-        # beat) lapse a live replica's lease, and hand its calls over mid test.
-        "fleet": {"heartbeat_s": 1.0, "drain_timeout_s": 20, "orphan_sweep_s": 2.0},
-        "sealing": {"audience": "fleet-test"},
-        "upstreams": [
-            {
-                "name": "plain",
-                "url": legacy.url,
-                "path": "/mcp",
-                "tools": {
-                    "register": {"replay_safe": True},
-                    "progress_then_ask": {"mode": "replay"},
-                },
-            },
-            {"name": "resumable", "url": resumable.url, "path": "/resumable"},
-            {  # calls share sessions: a replica's death strands several calls of one
-                "name": "shared",
-                "url": resumable.url,
-                "path": "/shared",
-                "pool": {"calls_per_session": 4},
-            },
-            {  # a stdio server: a process per session, which dies with its replica
-                "name": "local",
-                "command": legacy_stdio_command(tmp_path),
-                "path": "/local",
-                "pool": {"min_idle": 0},
-                "tools": {"register": {"replay_safe": True}},
-            },
-        ],
-    }
-    path = tmp_path / "gateway.yaml"
-    path.write_text(yaml.safe_dump(config))
-    env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key()}
-    replicas = await started_together(
-        *(partial(GatewayProcess, path, env, f"replica-{i}") for i in range(3))
-    )
-    balancer = RoundRobin([r.base for r in replicas])
-    lb = TestServer(balancer.app(), host="127.0.0.1")
-    await lb.start_server()
-    fleet = Fleet(list(replicas), balancer, lb, prefix)
-    yield fleet
-    await fleet.http.close()
-    await lb.close()
-    await asyncio.gather(*(asyncio.to_thread(r.stop) for r in replicas))
-    if failed(request):  # what each replica logged, in the failure's report
-        for replica in replicas:
-            print(f"--- {replica.replica_id} ---\n{replica.logs()[-LOG_TAIL:]}")
 
 
 async def body_runs(
@@ -139,28 +41,6 @@ async def body_runs(
         url, rpc("tools/call", {"name": "runs", "arguments": {"tool": tool, "run_id": run_id}})
     )
     return int(reply["result"]["content"][0]["text"])
-
-
-async def until_dead(fleet: Fleet, redis_url: str, replica: GatewayProcess) -> None:
-    """Wait until the fleet sees the replica gone: Redis expired its heartbeat key (a keyspace
-    notification, listened to before looking, so it cannot be missed), bounded."""
-    client = aioredis.from_url(redis_url)
-    # Its heartbeat is under its name and this start's incarnation: `<name>~<incarnation>`.
-    pattern = f"{fleet.prefix}{{replica:{replica.replica_id}~*}}:beat"
-    found = [k async for k in client.scan_iter(pattern)]
-    key = found[0] if found else b"(already gone)"
-    try:
-        await client.config_set("notify-keyspace-events", "Ex")  # on every (re)started server
-        async with client.pubsub() as pubsub, asyncio.timeout(30):
-            await pubsub.subscribe("__keyevent@0__:expired")
-            async for message in pubsub.listen():
-                if message["type"] == "subscribe":  # confirmed: no expiry can be missed now
-                    if not await client.exists(key):
-                        return
-                elif message["type"] == "message" and message["data"] == key:
-                    return
-    finally:
-        await client.aclose()
 
 
 @pytest.mark.parametrize(("tool", "arguments", "questions", "text"), CASES, ids=CASE_IDS)

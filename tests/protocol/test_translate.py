@@ -46,6 +46,13 @@ def test_the_upstream_request_drops_the_envelope_and_mrtr_members_and_keeps_trac
     assert translate.upstream_params(front({"name": "t"}), None) == {"name": "t"}
 
 
+def test_the_removed_task_augmentation_is_never_sent_upstream() -> None:
+    """The tasks extension ignores a 2026 request's 2025-11-25 `task` member: sent on, a
+    task-capable legacy server would start a legacy task nobody polls."""
+    params = {"name": "t", "arguments": {}, "task": {"ttl": 60000, "pollInterval": 100}}
+    assert translate.upstream_params(front(params), None) == {"name": "t", "arguments": {}}
+
+
 @pytest.mark.parametrize(
     ("legacy", "code", "data"),
     [

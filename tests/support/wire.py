@@ -49,6 +49,8 @@ def default_headers(body: Any) -> dict[str, str]:
             if body["method"] in ("tools/call", "prompts/get")
             else params.get("uri")
         )
+        if body["method"].startswith("tasks/"):
+            name = params.get("taskId")  # the tasks extension's routing name
         if isinstance(name, str) and name.isascii():
             headers["Mcp-Name"] = name
     return headers

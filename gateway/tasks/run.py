@@ -1,0 +1,309 @@
+"""One task on the replica that owns it: its call driven through the bridge.
+
+The run is the task's MRTR client. It sends the call's first round (or the retry that
+became a task), and while the call asks it publishes the questions (`input_required`)
+and waits for `tasks/update` to bring answers; each batch of answers goes back as a
+retry with the round's `requestState`, so the call core resumes the parked call as
+it resumes any. A question still outstanding when a retry answers its siblings stays
+published under its key; answers that arrive while a retry is under way wait for the
+round it leads to. The record is rewritten at every change, before anyone is told.
+
+A cancel stops the round under way (the call core cancels it upstream) or ends the
+parked call (`Bridge.abandon`); the task's TTL does the same, and then forgets it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from gateway import clock as clocks
+from gateway.aio import cancel_and_wait, spawn
+from gateway.calls.bridge import Bridge
+from gateway.config import UpstreamConfig
+from gateway.errors import GatewayError, RpcError
+from gateway.protocol import jsonrpc, tasks
+from gateway.protocol.inbound import FrontRequest
+from gateway.protocol.tasks import Task, TaskEnded
+
+log = structlog.get_logger("gateway.tasks")
+
+#: The progress token the run asks the call core to relay under: progress becomes the
+#: task's `statusMessage` (progress itself is not carried on tasks).
+PROGRESS_TOKEN = "task"
+
+#: The members of a tool result the call core adds for the 2026 wire (its type, its cache
+#: hints) that a result inlined in `tasks/get` does not carry.
+_ENVELOPE_MEMBERS = ("resultType", "ttlMs", "cacheScope")
+
+Write = Callable[[Task], Awaitable[None]]
+
+
+class TaskRun:
+    """A task's call on its owner, from the request that started it to its end."""
+
+    def __init__(
+        self,
+        *,
+        bridge: Bridge,
+        upstream: UpstreamConfig,
+        front: FrontRequest,
+        principal: str,
+        max_result_bytes: int,
+        answer_within_s: float,
+        write: Write,
+        on_end: Callable[[TaskRun], None],
+    ) -> None:
+        self.bridge = bridge
+        self.upstream = upstream
+        self.principal = principal
+        self.max_result_bytes = max_result_bytes
+        self.answer_within_s = answer_within_s  # as long as a parked call waits
+        self.write = write
+        self.on_end = on_end
+        envelope = dataclasses.replace(front.envelope, progress_token=PROGRESS_TOKEN)
+        # Every round is this request again: the first one as the client sent it (its
+        # answers and requestState, if it was a retry), the later ones as retries.
+        self.front = dataclasses.replace(front, envelope=envelope)
+        self.task: Task | None = None
+        self.message: str | None = None  # progress said before the task existed
+        self.answers: dict[str, Any] = {}  # by the call's keys, not yet sent
+        self.answered = asyncio.Event()
+        self.round: asyncio.Task[dict[str, Any]] | None = None
+        self.follower: asyncio.Task[None] | None = None
+        self._state: str | None = None  # the parked round's requestState
+        self.stopping = False  # cancelled, shut down, or ended elsewhere
+
+    @property
+    def clock(self) -> clocks.Clock:
+        return self.bridge.clock
+
+    def now(self) -> int:
+        return self.clock.wall_ms()
+
+    # -- the first round -----------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[dict[str, Any]]:
+        """Send the request's own round; its outcome, unless it becomes a task first."""
+        self.round = spawn(self._round(self.front), name="task-round")
+        return self.round
+
+    async def adopt(self, task: Task) -> None:
+        """The round outlived the policy's wait: it is this task now (its record written
+        by the caller), followed to its end in the background."""
+        self.task = task
+        if self.message is not None:
+            task.working(self.now(), self.message)
+        self.follower = spawn(self._follow(), name=f"task-{task.id}")
+
+    # -- while it runs -------------------------------------------------------------------
+
+    async def give(self, responses: dict[str, Any]) -> None:
+        """`tasks/update`'s answers: those to outstanding questions go to the call (now,
+        or after the round under way); the others are ignored."""
+        task = self.task
+        if task is None:
+            return
+        try:
+            answers = task.take_answers(responses, self.now())
+        except TaskEnded:
+            return
+        if not answers:
+            return
+        self.answers.update(answers)
+        await self.write(task)
+        self.answered.set()
+
+    async def cancel(self) -> None:
+        """`tasks/cancel`: the task is cancelled at once, and its call stopped."""
+        task = self.task
+        if task is None:
+            return
+        try:
+            task.cancelled(self.now())
+        except TaskEnded:
+            return
+        await self.write(task)
+        await self.stop("cancelled")
+
+    async def stop(self, reason: str) -> None:
+        """Stop the call: the round under way cancelled (the call core cancels it
+        upstream), or the parked call ended."""
+        self.stopping = True
+        log.debug("task_run_stopped", reason=reason)
+        state = self._state
+        await cancel_and_wait(self.follower)
+        await cancel_and_wait(self.round)
+        if state is None:
+            state = _parked_by(self.round)  # a round that parked before the run heard of it
+        if state is not None:
+            await self.bridge.abandon(self.upstream, state, self.principal, self.front)
+
+    async def shut_down(self) -> None:
+        """The replica stops: the task fails (its call goes with the replica)."""
+        task = self.task
+        if task is None:
+            return
+        try:
+            error = {"code": -32603, "message": "The gateway replica running the task stopped"}
+            task.failed(error, self.now())
+        except TaskEnded:
+            return
+        await self.write(task)
+        await self.stop("gateway shutting down")
+
+    async def _notify(self, notification: dict[str, Any]) -> None:
+        if notification.get("method") != "notifications/progress":
+            return  # a task's client gets no notifications; logs stay upstream's
+        message = tasks.progress_message(notification.get("params") or {})
+        if message is None:
+            return
+        if self.task is None:
+            self.message = message
+            return
+        if message == self.task.message:
+            return  # nothing new to write (a record write per notification otherwise)
+        try:
+            self.task.working(self.now(), message)
+        except TaskEnded:
+            return
+        await self.write(self.task)
+
+    async def _round(self, front: FrontRequest) -> dict[str, Any]:
+        return await self.bridge.handle(self.upstream, front, self.principal, self._notify)
+
+    async def _follow(self) -> None:
+        task = self.task
+        assert task is not None and self.round is not None
+        expires = self.clock.monotonic() + max(0.0, (task.expires_ms - self.now()) / 1000)
+        try:
+            async with clocks.deadline(self.clock, expires):
+                await self._drive(task, self.round)
+        except TimeoutError:
+            log.info("task_expired", task=task.id)
+            await cancel_and_wait(self.round)
+            if self._state is not None:
+                await self.bridge.abandon(self.upstream, self._state, self.principal, self.front)
+        except TaskEnded:
+            pass  # cancelled meanwhile: its cancel stops the call
+        except Exception:  # noqa: BLE001 - a defect must not leave the task working for ever
+            log.exception("task_run_failed", task=task.id)
+            await self._end(task, error={"code": -32603, "message": "Internal error"})
+        finally:
+            self.on_end(self)
+
+    async def _drive(self, task: Task, round_: asyncio.Task[dict[str, Any]]) -> None:
+        while True:
+            try:
+                result = await round_
+            except RpcError as exc:
+                await self._end(task, error=exc.error_object())
+                return
+            except GatewayError as exc:
+                await self._end(task, error={"code": -32603, "message": str(exc)})
+                return
+            self._state = None
+            if result.get("resultType") != "input_required":
+                await self._end(task, result=result)
+                return
+            answers = await self._publish(task, result) or await self._answers()
+            if answers is None:
+                message = (
+                    f"The task's questions were not answered within {self.answer_within_s:g} s "
+                    "(limits.suspension_ttl_s); its call was given up"
+                )
+                reason = {"reason": "suspension_ttl_s"}
+                await self._end(task, error={"code": -32603, "message": message, "data": reason})
+                if self._state is not None:  # ended now, not at its own deadline a moment later
+                    await self.bridge.abandon(
+                        self.upstream, self._state, self.principal, self.front
+                    )
+                return
+            retry = dict(self.front.params)
+            retry["requestState"] = self._state
+            retry["inputResponses"] = answers
+            front = dataclasses.replace(self.front, params=retry)
+            self._state = None
+            round_ = self.round = spawn(self._round(front), name=f"task-round-{task.id}")
+
+    async def _publish(self, task: Task, result: dict[str, Any]) -> dict[str, Any]:
+        """The call asks: its questions published, except those whose answers came while
+        the round ran (returned, to be sent at once)."""
+        requests = result.get("inputRequests") or {}
+        state = result.get("requestState")
+        if not isinstance(requests, dict) or not isinstance(state, str):
+            raise ValueError("an input_required result without inputRequests or requestState")
+        self._state = state
+        ready = {k: v for k, v in self.answers.items() if k in requests}
+        self.answers.clear()
+        waiting = {k: v for k, v in requests.items() if k not in ready}
+        if waiting:
+            task.asked(waiting, state, self.now())
+        else:
+            task.working(self.now())
+        await self.write(task)
+        return ready
+
+    async def _answers(self) -> dict[str, Any] | None:
+        """The next answers, as soon as any come; None when none came as long as the call
+        can wait parked (`limits.suspension_ttl_s`: its deadline ends it then)."""
+        try:
+            async with clocks.timeout(self.clock, self.answer_within_s):
+                while not self.answers:
+                    self.answered.clear()
+                    await self.answered.wait()
+        except TimeoutError:
+            return None
+        answers, self.answers = self.answers, {}
+        return answers
+
+    async def _end(
+        self,
+        task: Task,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        try:
+            if result is not None:
+                body, problem = inlined(result, self.max_result_bytes)
+                if problem is None:
+                    task.completed(body, self.now())
+                else:
+                    error = problem
+            if error is not None:
+                task.failed(error, self.now())
+        except TaskEnded:
+            return  # cancelled meanwhile: that stands
+        log.info("task_ended", task=task.id, status=str(task.status))
+        await self.write(task)
+
+
+def inlined(result: dict[str, Any], max_bytes: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A tool result as `tasks/get` inlines it (without the 2026 envelope's members), and
+    the error that fails the task instead when it is over `max_bytes`."""
+    body = {k: v for k, v in result.items() if k not in _ENVELOPE_MEMBERS}
+    size = len(jsonrpc.dumps(body))
+    if size <= max_bytes:
+        return body, None
+    return body, {
+        "code": -32603,
+        "message": f"The tool's result ({size} bytes) is over the gateway's {max_bytes}-byte "
+        "limit for task results",
+        "data": {"reason": "max_task_result_bytes"},
+    }
+
+
+def _parked_by(round_: asyncio.Task[dict[str, Any]] | None) -> str | None:
+    """The `requestState` of a round that ended parked (answered `input_required`)."""
+    if round_ is None or not round_.done() or round_.cancelled() or round_.exception():
+        return None
+    result = round_.result()
+    state = result.get("requestState")
+    return (
+        state if result.get("resultType") == "input_required" and isinstance(state, str) else None
+    )

@@ -1,0 +1,382 @@
+"""The tasks extension's front: which `tools/call` becomes a task, and `tasks/*`.
+
+A tool with a task policy (`tools.<name>.task`) called by a client that declared the
+extension in the request starts as any call; if it is still running after the policy's
+`after_s` it becomes a task: its record is written (sealed, as `requestState` is) and
+only then is `CreateTaskResult` answered, so a `tasks/get` on any replica finds it. A
+question asked sooner is an ordinary MRTR round; a result given sooner is the answer
+(for a `required` tool, a task created completed). A client that did not declare the
+extension gets today's behaviour for an `optional` tool, and -32021 for a `required` one.
+
+`tasks/get`, `tasks/update` and `tasks/cancel` are gated on the extension first (-32021),
+then find the task: unknown, expired and another principal's are one error (-32602).
+The owner's run (`gateway.tasks.run`) takes the answers and the cancel; on a fleet,
+another replica's are forwarded to it, and a task whose owner died ends `failed`.
+Caps: running tasks per replica (`limits.max_tasks`) and per principal on it
+(`limits.max_tasks_per_principal`), a result's size (`limits.max_task_result_bytes`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from gateway import clock as clocks
+from gateway.aio import cancel_and_wait, spawn
+from gateway.calls import messages
+from gateway.calls.bridge import Bridge
+from gateway.calls.forwarding import Bus
+from gateway.calls.runner import Notify
+from gateway.config import (
+    NO_TASKS,
+    TASK_OPTIONAL,
+    TASK_REQUIRED,
+    LimitsConfig,
+    TaskPolicy,
+    UpstreamConfig,
+)
+from gateway.errors import (
+    Draining,
+    InvalidRequestState,
+    PrincipalTasksBusy,
+    StoreError,
+    TasksFull,
+)
+from gateway.protocol import inputs, jsonrpc, legacy_tasks, state, tasks, translate
+from gateway.protocol.inbound import FrontRequest
+from gateway.protocol.tasks import ACK, Task
+from gateway.store.tasks import TaskStore
+from gateway.tasks.legacy import LegacyTaskRun
+from gateway.tasks.run import TaskRun
+from gateway.upstream.port import UpstreamPool
+
+log = structlog.get_logger("gateway.tasks")
+
+#: The prefix of a sealed task record: the `requestState` keys, another kind of token.
+RECORD_PREFIX = "tk1."
+
+
+class Tasks:
+    def __init__(
+        self,
+        *,
+        bridge: Bridge,
+        store: TaskStore,
+        codec: state.StateCodec,
+        limits: LimitsConfig,
+        owner: str,
+        pools: Mapping[str, UpstreamPool],
+        bus: Bus | None = None,
+    ) -> None:
+        """`owner`: this replica, as records name it; `bus`: the other replicas, on a
+        fleet (a task's answers and cancel go to its owner through their inboxes)."""
+        self.bridge = bridge
+        self.store = store
+        self.codec = codec
+        self.limits = limits
+        self.owner = owner
+        self.bus = bus
+        self.metrics = bridge.metrics
+        self.metrics.tasks.set_function(lambda: float(len(self.runs)))
+        self.pools = pools
+        self.runs: dict[str, TaskRun | LegacyTaskRun] = {}  # the tasks run here, by id
+        self._held = 0  # calls that are, or may become, tasks here
+        self._held_by: Counter[str] = Counter()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @property
+    def clock(self) -> clocks.Clock:
+        return self.bridge.clock
+
+    # -- tools/call ----------------------------------------------------------------------
+
+    async def call(
+        self,
+        upstream: UpstreamConfig,
+        front: FrontRequest,
+        principal: str,
+        notify: Notify,
+        task_support: str | None = None,
+    ) -> dict[str, Any]:
+        """A tool call, run as a task where its policy and the client say so, or where
+        the upstream runs the tool as a legacy task (`task_support`: the tool's
+        `execution.taskSupport` in the upstream's listing).
+
+        Raises:
+            RpcError: as `Bridge.handle`; -32021 for a `required` tool without the
+            extension; TasksFull, PrincipalTasksBusy at the caps.
+        """
+        policy = upstream.target(front.method, front.target).task
+        if front.method != "tools/call":
+            policy, task_support = NO_TASKS, None
+        if task_support is not None and await self._serves_legacy_tasks(upstream):
+            if front.envelope.tasks:
+                return await self._legacy(upstream, front, principal, policy)
+            if task_support == TASK_REQUIRED:
+                raise tasks.extension_required(f"The tool {front.target!r}")
+            return await self.bridge.handle(upstream, front, principal, notify)
+        if not policy.enabled or not front.envelope.tasks:
+            if policy.support == TASK_REQUIRED:
+                raise tasks.extension_required(f"The tool {front.target!r}")
+            return await self.bridge.handle(upstream, front, principal, notify)
+        if self.bridge.draining and "requestState" not in front.params:
+            raise Draining()  # refused now, rather than as a task failed at once
+        self._hold(principal)
+        run = TaskRun(
+            bridge=self.bridge,
+            upstream=upstream,
+            front=front,
+            principal=principal,
+            max_result_bytes=self.limits.max_task_result_bytes,
+            answer_within_s=self.limits.suspension_ttl_s,
+            write=self._write,
+            on_end=self._ended,
+        )
+        adopted = False
+        try:
+            round_ = run.start()
+            try:
+                async with clocks.timeout(self.clock, policy.after_s):
+                    await asyncio.wait({round_})  # its outcome, or its error, is read below
+            except TimeoutError:
+                pass
+            except asyncio.CancelledError:
+                await cancel_and_wait(round_)  # the client left before it was a task
+                raise
+            if round_.done():
+                result = round_.result()  # raises the round's error: the request's
+                if result.get("resultType") == "input_required" or policy.support == TASK_OPTIONAL:
+                    return result  # an MRTR round, or an optional tool's quick answer
+            now = self.clock.wall_ms()
+            task = Task(
+                id=tasks.new_task_id(),
+                principal=principal,
+                upstream=upstream.name,
+                owner=self.owner,
+                created_ms=now,
+                ttl_ms=round(policy.ttl_s * 1000),
+                poll_ms=policy.poll_interval_ms,
+            )
+            run.task = task
+            try:
+                await self._write(task)  # found by tasks/get before the client hears of it
+            except BaseException:
+                await cancel_and_wait(round_)
+                raise
+            self.runs[task.id] = run
+            adopted = True
+            await run.adopt(task)
+            log.info("task_created", task=task.id, tool=front.target)
+            return task.created()
+        finally:
+            if not adopted:
+                self._release(principal)
+
+    async def _serves_legacy_tasks(self, upstream: UpstreamConfig) -> bool:
+        info = await self.pools[upstream.name].upstream_info()
+        return legacy_tasks.serves_legacy_tasks(info.capabilities)
+
+    async def _legacy(
+        self, upstream: UpstreamConfig, front: FrontRequest, principal: str, policy: TaskPolicy
+    ) -> dict[str, Any]:
+        """A task whose source is the upstream's own legacy task (`gateway.tasks.legacy`)."""
+        self._hold(principal)
+        pool = self.pools[upstream.name]
+        run = LegacyTaskRun(
+            pool=pool,
+            upstream=upstream,
+            front=front,
+            principal=principal,
+            clock=self.clock,
+            ttl_ms=round(policy.ttl_s * 1000),
+            max_result_bytes=self.limits.max_task_result_bytes,
+            write=self._write,
+            on_end=self._ended,
+        )
+        adopted = False
+        try:
+            legacy, result = await run.begin()
+            if legacy is None:  # the server answered at once
+                info = pool.info
+                return translate.decorate_result(
+                    front.method,
+                    result,
+                    server_info=info.server_info if info is not None else None,
+                    cache=upstream.cache,
+                )
+            status = legacy.get("statusMessage")
+            task = Task(
+                id=tasks.new_task_id(),
+                principal=principal,
+                upstream=upstream.name,
+                owner=self.owner,
+                created_ms=self.clock.wall_ms(),
+                # As the server keeps its task: the 2026 task cannot outlive its source.
+                ttl_ms=_ms(legacy.get("ttl"), round(policy.ttl_s * 1000)),
+                poll_ms=_ms(legacy.get("pollInterval"), policy.poll_interval_ms),
+                message=status if isinstance(status, str) else None,
+            )
+            run.task = task
+            try:
+                await self._write(task)
+            except BaseException:
+                await run.cancel_upstream()
+                raise
+            self.runs[task.id] = run
+            adopted = True
+            await run.adopt(task)
+            log.info("task_created", task=task.id, tool=front.target, source="legacy task")
+            return task.created()
+        finally:
+            if not adopted:
+                self._release(principal)
+
+    def _hold(self, principal: str) -> None:
+        if self._held >= self.limits.max_tasks:
+            raise TasksFull()
+        if self._held_by[principal] >= self.limits.max_tasks_per_principal:
+            raise PrincipalTasksBusy()
+        self._held += 1
+        self._held_by[principal] += 1
+
+    def _release(self, principal: str) -> None:
+        self._held -= 1
+        self._held_by[principal] -= 1
+        if self._held_by[principal] <= 0:
+            del self._held_by[principal]
+
+    def _ended(self, run: TaskRun | LegacyTaskRun) -> None:
+        task = run.task
+        if task is not None:
+            self.runs.pop(task.id, None)
+            self._locks.pop(task.id, None)
+            self.metrics.task_endings.labels(str(task.status) if task.final else "expired").inc()
+        self._release(run.principal)
+
+    # -- tasks/* -------------------------------------------------------------------------
+
+    async def serve(self, front: FrontRequest, principal: str) -> dict[str, Any]:
+        """`tasks/get`, `tasks/update` or `tasks/cancel`.
+
+        Raises:
+            MissingClientCapability: the request did not declare the extension.
+            InvalidParams: no such task (unknown, expired, another principal's), or
+                malformed params or answers.
+        """
+        if not front.envelope.tasks:
+            raise tasks.extension_required(front.method)
+        task_id = tasks.read_task_id(front.params)
+        if front.method == "tasks/update":
+            responses = tasks.read_responses(front.params)
+            task = await self.find(task_id, principal)
+            for key, answer in responses.items():
+                if key in task.inputs:
+                    inputs.check_shape(key, str(task.inputs[key].get("method")), answer)
+            if not task.final:
+                await self._to_owner(task, answers=responses)
+            return dict(ACK)
+        task = await self.find(task_id, principal)
+        if front.method == "tasks/cancel":
+            if not task.final:
+                await self._to_owner(task)
+            return dict(ACK)
+        return task.detailed()
+
+    async def find(self, task_id: str, principal: str) -> Task:
+        """The task, as its record says now.
+
+        Raises:
+            InvalidParams: unknown, expired, or another principal's (one error for all).
+        """
+        run = self.runs.get(task_id)
+        task = run.task if run is not None else await self._read(task_id)
+        if task is None or task.principal != principal:
+            raise tasks.unknown_task()
+        if task.expires_ms <= self.clock.wall_ms():
+            raise tasks.unknown_task()
+        if run is None and not task.final and task.owner != self.owner:
+            await self._check_owner(task)
+        return task
+
+    async def _to_owner(self, task: Task, *, answers: dict[str, Any] | None = None) -> None:
+        """Answers (or, without them, a cancel) for the task's run: here, or pushed into
+        its owner's inbox; an owner without a heartbeat lost the task's call."""
+        run = self.runs.get(task.id)
+        if run is not None:
+            await (run.cancel() if answers is None else run.give(answers))
+            return
+        if task.owner == self.owner or self.bus is None:
+            return  # its run has ended: the record is being written final
+        message = messages.ForTask(
+            task=task.id, principal=task.principal, answers=answers or {}, cancel=answers is None
+        )
+        if not await self.bus.deliver(task.owner, messages.encode(message)):
+            await self._owner_lost(task)
+
+    async def told(self, message: messages.ForTask) -> None:
+        """Another replica's `tasks/update` or `tasks/cancel` for a task run here."""
+        run = self.runs.get(message.task)
+        if run is None or run.principal != message.principal:
+            return  # ended meanwhile (its record says how)
+        await (run.cancel() if message.cancel else run.give(message.answers))
+
+    async def _check_owner(self, task: Task) -> None:
+        if self.bus is not None and not await self.bus.alive(task.owner):
+            await self._owner_lost(task)
+
+    async def _owner_lost(self, task: Task) -> None:
+        """The replica running the task's call died: the call is gone with it."""
+        task.failed(
+            {
+                "code": -32603,
+                "message": "The task's call was lost: the gateway replica running it "
+                "stopped; start the call again",
+            },
+            self.clock.wall_ms(),
+        )
+        log.warning("task_owner_lost", task=task.id, owner=task.owner)
+        await self._write(task)
+
+    # -- records -------------------------------------------------------------------------
+
+    async def _write(self, task: Task) -> None:
+        """Seal and keep the task's record (one write at a time per task: the last one
+        made holds the newest state). A record another replica ended (its owner taken
+        for dead) is not written over: the call it ran here is stopped instead."""
+        lock = self._locks.setdefault(task.id, asyncio.Lock())
+        async with lock:
+            sealed = self.codec.seal(jsonrpc.dumps(task.to_record()))
+            written = await self.store.put(task.id, sealed, task.expires_ms, final=task.final)
+        run = self.runs.get(task.id)
+        if not written and run is not None and not run.stopping:
+            log.warning("task_ended_elsewhere", task=task.id)
+            spawn(run.stop("ended by another replica"), name=f"task-stop-{task.id}")
+
+    async def _read(self, task_id: str) -> Task | None:
+        sealed = await self.store.get(task_id)
+        if sealed is None:
+            return None
+        try:
+            return Task.from_record(jsonrpc.loads(self.codec.unseal(sealed)))
+        except (InvalidRequestState, ValueError):
+            log.warning("task_record_unreadable", task=task_id)
+            return None
+
+    async def close(self) -> None:
+        """Shut down: every task run here fails, its call cancelled upstream."""
+        for run in list(self.runs.values()):
+            try:
+                await run.shut_down()
+            except StoreError as exc:
+                log.warning("task_not_failed_at_shutdown", error=str(exc))
+
+
+def _ms(value: Any, default: int) -> int:
+    """A legacy task's duration in milliseconds, or `default` when it gives none."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return default

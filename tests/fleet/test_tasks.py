@@ -1,0 +1,137 @@
+"""Tasks on a fleet: three `mrtr-gateway serve` processes on one Redis behind a
+round-robin balancer (the fleet of `test_fleet`), in front of a real mcp 1.x server.
+
+A task created through one replica is polled, answered and cancelled through the
+others (the `Mcp-Name` header carries its id); its owner killed with SIGKILL, the task
+ends `failed` with a clear error instead of staying `working`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+
+from gateway.protocol.tasks import EXTENSION
+from tests.peers.tooling import LegacyServer, RedisServer
+from tests.support.fleet import Fleet, until_dead
+from tests.support.legacy import await_journal
+from tests.support.wire import ALL_CAPS, rpc
+
+pytestmark = pytest.mark.peers
+
+WITH_TASKS = {**ALL_CAPS, "extensions": {EXTENSION: {}}}
+
+
+async def tasks_rpc(fleet: Fleet, url: str, method: str, params: dict[str, Any]) -> dict:
+    status, reply = await fleet.post(url, rpc(method, params, caps=WITH_TASKS))
+    assert isinstance(reply, dict), (status, reply)
+    return reply
+
+
+async def create(fleet: Fleet, tool: str, arguments: dict[str, Any]) -> tuple[str, int]:
+    """A task of `tool`, created through the balancer: its id and the owner's index."""
+    before = len(fleet.balancer.served)
+    body = rpc("tools/call", {"name": tool, "arguments": arguments}, caps=WITH_TASKS)
+    status, reply = await fleet.post(fleet.url(), body)
+    assert status == 200 and reply["result"]["resultType"] == "task", reply
+    (served,) = [s for s in fleet.balancer.served[before:] if s.method == "tools/call"]
+    return reply["result"]["taskId"], served.backend
+
+
+async def until(fleet: Fleet, url: str, task_id: str, *statuses: str) -> dict[str, Any]:
+    """Poll `tasks/get` through `url` (the balancer: a replica each time) until the task
+    shows one of `statuses`, bounded."""
+    async with asyncio.timeout(30):
+        while True:
+            task = (await tasks_rpc(fleet, url, "tasks/get", {"taskId": task_id}))["result"]
+            if task["status"] in statuses:
+                return task
+            await asyncio.sleep(task["pollIntervalMs"] / 1000)
+
+
+def backends(fleet: Fleet, since: int, method: str) -> set[int]:
+    return {s.backend for s in fleet.balancer.served[since:] if s.method == method}
+
+
+async def test_a_task_is_answered_in_parts_through_replicas_other_than_its_owner(
+    fleet: Fleet,
+) -> None:
+    task_id, owner = await create(fleet, "two_at_once", {"run_id": uuid.uuid4().hex})
+    before = len(fleet.balancer.served)
+    asked = await until(fleet, fleet.url(), task_id, "input_required")
+    while len(asked["inputRequests"]) < 2:  # the second question may come a moment later
+        asked = await until(fleet, fleet.url(), task_id, "input_required")
+    others = [r.base + "/mcp" for i, r in enumerate(fleet.replicas) if i != owner]
+    answers = {}
+    for key, request in asked["inputRequests"].items():
+        field = next(iter(request["params"]["requestedSchema"]["properties"]))
+        answers[key] = {"action": "accept", "content": {field: f"v-{key}"}}
+    first, second = sorted(answers)
+    ack = await tasks_rpc(
+        fleet,
+        others[0],
+        "tasks/update",
+        {"taskId": task_id, "inputResponses": {first: answers[first]}},
+    )
+    assert ack["result"] == {"resultType": "complete"}
+    # Eventually consistent: the owner takes the answer, then only the other is asked.
+    async with asyncio.timeout(30):
+        while set(
+            (await until(fleet, fleet.url(), task_id, "input_required"))["inputRequests"]
+        ) != {second}:
+            await asyncio.sleep(0.2)
+    await tasks_rpc(
+        fleet,
+        others[1],
+        "tasks/update",
+        {"taskId": task_id, "inputResponses": {second: answers[second]}},
+    )
+    done = await until(fleet, fleet.url(), task_id, "completed")
+    text = done["result"]["content"][0]["text"]
+    assert f"v-{first}" in text and f"v-{second}" in text
+    assert len(backends(fleet, before, "tasks/get")) == 3  # polled on every replica
+
+
+async def test_a_task_is_cancelled_through_another_replica_and_its_call_upstream(
+    fleet: Fleet, legacy: LegacyServer
+) -> None:
+    run_id = uuid.uuid4().hex
+    task_id, owner = await create(fleet, "hold", {"run_id": run_id})
+    await until(fleet, fleet.url(), task_id, "input_required")
+    other = fleet.replicas[(owner + 1) % 3].base + "/mcp"
+    ack = await tasks_rpc(fleet, other, "tasks/cancel", {"taskId": task_id})
+    assert ack["result"] == {"resultType": "complete"}
+    cancelled = await until(fleet, fleet.url(), task_id, "cancelled", "failed", "completed")
+    assert cancelled["status"] == "cancelled"
+    assert "cancelled" in await await_journal(legacy.url, run_id, "cancelled")
+
+
+async def test_the_routing_name_must_be_the_task_id_on_every_replica(fleet: Fleet) -> None:
+    task_id, _ = await create(fleet, "sleepy", {"seconds": 30})
+    for _ in range(3):
+        body = rpc("tasks/get", {"taskId": task_id}, caps=WITH_TASKS)
+        status, reply = await fleet.post(fleet.url(), body, **{"Mcp-Name": "task-someone-else"})
+        assert (status, reply["error"]["code"]) == (400, -32020)
+    await tasks_rpc(fleet, fleet.url(), "tasks/cancel", {"taskId": task_id})
+
+
+async def test_a_task_whose_owner_is_killed_ends_failed_never_stuck_working(
+    fleet: Fleet, redis_server: RedisServer
+) -> None:
+    task_id, owner_index = await create(fleet, "sleepy", {"seconds": 120})
+    owner = fleet.replicas[owner_index]
+    survivor = fleet.replicas[(owner_index + 1) % 3].base + "/mcp"
+    working = (await tasks_rpc(fleet, survivor, "tasks/get", {"taskId": task_id}))["result"]
+    assert working["status"] == "working"
+    owner.kill9()
+    await until_dead(fleet, redis_server.url, owner)
+    failed = await until(fleet, survivor, task_id, "failed", "completed", "cancelled")
+    assert failed["status"] == "failed"
+    assert failed["error"]["code"] == -32603 and "replica" in failed["error"]["message"]
+    # Every replica left says the same: the failure is in the record, not one replica's view.
+    other = fleet.replicas[(owner_index + 2) % 3].base + "/mcp"
+    again = (await tasks_rpc(fleet, other, "tasks/get", {"taskId": task_id}))["result"]
+    assert again["status"] == "failed"
