@@ -43,6 +43,7 @@ from gateway.config.model import (
 from gateway.config.section import Section
 from gateway.config.upstreams import parse_upstream
 from gateway.errors import ConfigError
+from gateway.protocol.formats import LEVEL, PREVIOUS
 from gateway.protocol.state import parse_key
 
 ENV_KEYS = "MRTR_GATEWAY_SEALING_KEYS"
@@ -262,7 +263,14 @@ def parse_config(
             f"set sealing.keys_file or {ENV_KEYS} (generate one with: mrtr-gateway keygen)"
         )
     fleet_sec = root.section("fleet")
-    values["fleet"] = fleet = FleetConfig(**fleet_sec.scalars(FleetConfig))
+    values["fleet"] = fleet = FleetConfig(
+        **fleet_sec.scalars(FleetConfig, zero_ok=("format_level", "format_settle_s"))
+    )
+    if fleet.format_level not in (0, *range(PREVIOUS, LEVEL + 1)):
+        raise ConfigError(
+            f"fleet.format_level: 0 (follow the fleet) or a level from {PREVIOUS} "
+            f"to {LEVEL}, got {fleet.format_level}"
+        )
     if fleet.orphan_sweep_s < 2 * fleet.heartbeat_s:
         # Two looks must be further apart than a heartbeat's TTL (two beats): a replica
         # only late with one beat is never taken for dead.

@@ -110,6 +110,12 @@ class FleetConfig:
     # How often each replica looks for replicas that died without ending their upstream
     # sessions, and ends them (`gateway.fleet.ledger`); a death is acted on after two.
     orphan_sweep_s: float = 10.0
+    # Data shared with replicas of another release (`gateway.protocol.formats`): how long
+    # the fleet must be all of this release before it writes this release's formats (a
+    # rollback within that time loses nothing), and the most a replica writes (0: follow
+    # the fleet; 1: the previous release's formats, to keep a rollback possible).
+    format_settle_s: float = 900.0
+    format_level: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

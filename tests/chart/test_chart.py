@@ -65,7 +65,7 @@ def test_default_values_render_a_secure_single_replica() -> None:
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert c["image"] == "ghcr.io/mrtr-gateway/mrtr-gateway:0.1.0"
+    assert c["image"] == "ghcr.io/mrtr-gateway/mrtr-gateway:0.2.0"
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
     assert pod["terminationGracePeriodSeconds"] == 75
     assert (
