@@ -84,11 +84,12 @@ def handle(command: dict[str, Any]) -> dict[str, Any]:
         return asyncio.run(written_back(command))
     if op == "encode":
         data = dict(command["message"])
-        kind = messages._OPS[data.pop("op")]
+        kind = getattr(messages, data.pop("op").capitalize())  # "resume": Resume, ...
         return {"text": messages.encode(kind(**data))}
     if op == "decode":
         message = messages.decode(command["text"])
-        return {"message": {"op": messages._NAMES[type(message)], **dataclasses.asdict(message)}}
+        op = type(message).__name__.lower()
+        return {"message": {"op": op, **dataclasses.asdict(message)}}
     if op == "seal":
         return {"token": state.seal_claims(ring(command["key"]), state.Claims(**command["claims"]))}
     if op == "open":

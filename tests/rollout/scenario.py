@@ -136,16 +136,18 @@ class Fleet:
         self.lb: TestServer | None = None
         self._names = iter(range(1000))
 
-    def release(self, version: str, python: str) -> Release:
+    def release(self, version: str, python: str, **fleet: float) -> Release:
+        """A release's configuration: the same for both but for `fleet` settings this
+        release has and the previous one would refuse (`format_settle_s`)."""
         config: dict[str, Any] = {
             "store": {"url": self.redis.url, "key_prefix": self.prefix},
-            "fleet": {"heartbeat_s": 0.5, "drain_timeout_s": 30},
+            "fleet": {"heartbeat_s": 0.5, "drain_timeout_s": 30, **fleet},
             "sealing": {"audience": "rollout"},
             "limits": {"max_parked_per_principal": 1000},
             "upstreams": [{"name": "plain", "url": self.legacy_url(), "path": "/mcp"}],
         }
         path = self.folder / f"gateway-{version}.yaml"
-        path.write_text(yaml.safe_dump(config))  # the same for both: no key 0.1.0 refuses
+        path.write_text(yaml.safe_dump(config))
         return Release(version, python, path)
 
     def legacy_url(self) -> str:
@@ -336,9 +338,15 @@ async def beat_levels(redis_url: str, prefix: str) -> dict[str, int]:
 
 
 async def run(
-    *, replicas: int = 3, clients: int = 6, sessions: int = 2, calls_per_step: int = 10
+    *,
+    replicas: int = 3,
+    clients: int = 6,
+    sessions: int = 2,
+    calls_per_step: int = 10,
+    settle_s: float | None = None,
 ) -> Report:
-    """Roll a fleet of the previous release to this one and back, under load."""
+    """Roll a fleet of the previous release to this one and back, under load. `settle_s`:
+    this release's `fleet.format_settle_s` (its default when None)."""
     report = Report()
     older = previous()
     old_python = str(await asyncio.to_thread(older.python))
@@ -347,7 +355,11 @@ async def run(
         tasks: list[asyncio.Task[None]] = []
         try:
             old = fleet.release(older.version, old_python)
-            new = fleet.release(__version__, sys.executable)
+            new = fleet.release(
+                __version__,
+                sys.executable,
+                **({} if settle_s is None else {"format_settle_s": settle_s}),
+            )
             watching = asyncio.Event()
             tasks.append(
                 spawn(

@@ -178,7 +178,7 @@ MESSAGES: list[messages.Message] = [
 
 
 def _as_dict(message: messages.Message) -> dict[str, Any]:
-    return {"op": messages._NAMES[type(message)], **dataclasses.asdict(message)}
+    return {"op": type(message).__name__.lower(), **dataclasses.asdict(message)}
 
 
 @pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
