@@ -74,6 +74,13 @@ return 0
 """
 
 
+def roll_call_key(prefix: str) -> str:
+    """`<prefix>ledgers`: every replica with a ledger, which is every replica of the fleet
+    from about a heartbeat after its start (0.1.0's too): the bus reads it to learn whose
+    heartbeats to look at (`RedisBus.look_at_fleet`)."""
+    return f"{prefix}ledgers"
+
+
 def entry_field(upstream: str, session_id: str, version: int) -> str:
     """A ledger entry's field in `version` (1: the previous release's, without a mark)."""
     return json.dumps([upstream, session_id] if version == 1 else [version, upstream, session_id])
@@ -146,7 +153,7 @@ class SessionLedger:
 
     @property
     def index_key(self) -> str:
-        return f"{self.prefix}ledgers"
+        return roll_call_key(self.prefix)
 
     # -- this replica's ledger -----------------------------------------------------------
 

@@ -19,6 +19,7 @@ import pytest
 
 from gateway.calls import messages
 from gateway.clock import SystemClock
+from gateway.fleet.ledger import roll_call_key
 from gateway.fleet.redis_bus import RedisBus
 from gateway.protocol import formats, legacy_session, state
 from gateway.protocol.formats import FleetLevel, Kind
@@ -272,9 +273,14 @@ async def test_the_previous_release_reads_this_ones_heartbeat_and_this_one_its(
 
     await client.set(bus.replica_key("old~1"), f"{NOW} e1", px=60_000)  # as 0.1.0 beats
     assert await bus.written_back("old~1") is True
-    assert await bus.look_at_fleet() == formats.PREVIOUS  # a replica of 0.1.0 lives
+    # The first look scans every heartbeat key: a replica of 0.1.0 lives.
+    assert await bus.look_at_fleet() == formats.PREVIOUS
     await client.delete(bus.replica_key("old~1"))
-    assert await bus.look_at_fleet() == formats.LEVEL  # gone: the fleet moves on
+    assert await bus.look_at_fleet() == formats.LEVEL  # gone: the fleet moves on (settle 0)
+    # The next looks read the roll call, where 0.1.0's ledger names its replica.
+    await client.set(bus.replica_key("old~2"), f"{NOW} e1", px=60_000)
+    await client.sadd(roll_call_key(prefix), "old~2", "gone~1")  # one without a heartbeat
+    assert await bus.look_at_fleet() == formats.PREVIOUS
 
 
 def _old_fields(stored: SuspendedCall) -> dict[str, Any]:
