@@ -13,8 +13,17 @@ The level written rises only after the fleet has been all of this release for a 
 cannot read. It falls at once when a replica of the previous release beats again. An
 operator may pin it (`fleet.format_level`) to keep a rollback possible for longer.
 
-A new kind (a task record, say) gets one line in `VERSIONS`: `None` at the levels that
-do not know it. No I/O here: the bus feeds the heartbeats in, the codecs ask.
+Adding a kind (a task record, say): a `Kind`, its line in `VERSIONS`, and for a JSON
+object its mark in `MARKS`; its writer writes `stamped(kind, data, level.version(kind))`
+and its reader reads `unstamped(kind, data)`. A kind that replicas of the previous level
+would read but do not know is `None` at that level: `written` refuses it while one of them
+lives (`FleetLevel.known`), and its caller holds the feature back until then. A kind they
+never read (they know none of its keys) gets its version at every level.
+
+The heartbeat is versioned apart (`beat_value`, `read_beat`): written the same whatever the
+fleet's level, since the previous release reads this one's.
+
+No I/O here: the bus feeds the heartbeats in, the codecs ask.
 """
 
 from __future__ import annotations
@@ -34,7 +43,6 @@ PREVIOUS = 1
 class Kind(StrEnum):
     RECORD = "record"  # a parked call's record (`gateway.protocol.record`)
     MESSAGE = "message"  # a replica's message to another (`gateway.calls.messages`)
-    BEAT = "beat"  # a heartbeat's value (`gateway.fleet.redis_bus`)
     SESSION_ENTRY = "session entry"  # a ledger entry (`gateway.fleet.ledger`)
     REQUEST_STATE = "requestState"  # a sealed requestState's claims (`gateway.protocol.state`)
     LEGACY_SESSION = "legacy session"  # a sealed legacy session id (`legacy_session`)
@@ -47,7 +55,6 @@ class Kind(StrEnum):
 VERSIONS: dict[Kind, dict[int, int | None]] = {
     Kind.RECORD: {1: 1, 2: 2},
     Kind.MESSAGE: {1: 1, 2: 2},
-    Kind.BEAT: {1: 1, 2: 2},
     Kind.SESSION_ENTRY: {1: 1, 2: 2},
     Kind.REQUEST_STATE: {1: 1, 2: 2},
     Kind.LEGACY_SESSION: {1: 1, 2: 1},
@@ -122,9 +129,10 @@ def unstamped(kind: Kind, data: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 
 # -- the heartbeat's value ---------------------------------------------------------------
 #
-# The previous release writes "<wall ms> <epoch>" and reads only what follows the first
-# space (the epoch). This one writes "<wall ms>/<level> <epoch>": the previous release
-# still reads the epoch, and a beat without a level is the previous release's.
+# The previous release writes "<wall ms> <epoch>" (version 1) and reads only what follows
+# the first space (the epoch). This one writes "<wall ms>/<level> <epoch>" (version 2): the
+# previous release still reads the epoch, and a beat without a level is the previous
+# release's.
 
 
 def beat_value(wall_ms: int, epoch: str, level: int = LEVEL) -> str:
@@ -185,8 +193,16 @@ class FleetLevel:
         return self.level
 
     def version(self, kind: Kind) -> int:
-        """The version of `kind` to write now."""
+        """The version of `kind` to write now.
+
+        Raises:
+            ValueError: `kind` is unknown at the level written now (see `known`).
+        """
         return written(kind, self.level)
+
+    def known(self, kind: Kind) -> bool:
+        """Whether `kind` may be written now: every live replica knows it."""
+        return known(kind, self.level)
 
 
 def single(pin: int = 0) -> FleetLevel:

@@ -159,6 +159,27 @@ async def test_a_record_parked_by_this_release_is_resumed_by_the_previous_one_wh
     assert refused["error"] == "StoreError"
 
 
+async def test_the_store_writes_each_record_in_the_version_the_fleet_reads_as_it_changes(
+    client: RedisClient,
+) -> None:
+    """A finished rollout moves on, a rollback brings the previous version back at once."""
+    prefix = f"t{uuid.uuid4().hex[:8]}:"
+    fleet = FleetLevel(settle_s=5.0)
+    store = RedisStore(client, prefix=prefix, level=fleet)
+
+    async def parked_version(at_s: float, *levels: int) -> int:
+        fleet.observe(levels, at_s)
+        await store.park(record("c"))
+        return int(json.loads(await client.hget(store.key("c"), "json"))["version"])
+
+    assert await parked_version(0.0, formats.PREVIOUS, formats.LEVEL) == 1  # mixed
+    assert await parked_version(1.0, formats.LEVEL) == 1  # the last old one left: settling
+    assert await parked_version(6.0, formats.LEVEL) == 2  # settled: moved on
+    assert await parked_version(7.0, formats.LEVEL, formats.PREVIOUS) == 1  # a rollback
+    claimed = await store.claim("c", 1, "new~1")
+    assert claimed is not None and claimed.version == 1
+
+
 # -- messages between replicas ---------------------------------------------------------
 
 MESSAGES: list[messages.Message] = [
