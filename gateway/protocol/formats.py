@@ -21,7 +21,10 @@ lives (`FleetLevel.known`), and its caller holds the feature back until then. A 
 never read (they know none of its keys) gets its version at every level.
 
 The heartbeat is versioned apart (`beat_value`, `read_beat`): written the same whatever the
-fleet's level, since the previous release reads this one's.
+fleet's level, since the previous release reads this one's. Not versioned, being no form
+of the gateway's own: a resumed round's kept outcome (an MCP result, as its client gets
+it), a principal's parked calls (call ids), the list-change counts (integers), the
+store's epoch, the roll call (replica ids), locks and marks.
 
 No I/O here: the bus feeds the heartbeats in, the codecs ask.
 """
