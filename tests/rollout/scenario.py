@@ -83,6 +83,7 @@ class Report:
     crashes: list[str] = field(default_factory=list)  # an unhandled error in a log
     record_versions: collections.Counter[int] = field(default_factory=collections.Counter)
     beat_levels: dict[str, int] = field(default_factory=dict)  # at the end of the rollout
+    forwards: dict[str, int] = field(default_factory=dict)  # by each step's replacement
     runs: list[tuple[str, str]] = field(default_factory=list)  # (tool, run id) started
     completed: set[tuple[str, str]] = field(default_factory=set)
     counted: asyncio.Condition = field(default_factory=asyncio.Condition, repr=False)
@@ -115,6 +116,7 @@ class Report:
         out += [f"  {n:6d}  {k}" for k, n in sorted(self.outcomes.items(), key=lambda kv: -kv[1])]
         out.append(f"records written, by version: {dict(sorted(self.record_versions.items()))}")
         out.append(f"heartbeat levels after the rollout: {self.beat_levels}")
+        out.append(f"retries forwarded by each new replica in its step: {self.forwards}")
         out.append("checks:")
         for name, problems in self.failures().items():
             out.append(f"  {'ok  ' if not problems else 'FAIL'}  {name}{problems[:5] or ''}")
@@ -169,14 +171,18 @@ class Fleet:
         await self.lb.start_server()
         return str(self.lb.make_url("/mcp"))
 
-    async def replace(self, slot: int, release: Release) -> str:
-        """One step of a rollout: the new replica serves, then the old one drains."""
+    async def replace(self, slot: int, release: Release, held: list[Held]) -> str:
+        """One step of a rollout: the new replica serves, then the old one drains; the
+        `held` calls are retried through the new one once the old one drains."""
         old = self.replicas[slot]
         new = await asyncio.to_thread(self.start, release)
         self.replicas[slot] = new
         assert self.balancer is not None
         self.balancer.backends[slot] = new.base  # its endpoint ready; the old one's gone
         old.send_signal(signal.SIGTERM)
+        for call in held:
+            call.retry_url = new.url()
+            call.draining.set()
         began = time.monotonic()
         code = await asyncio.to_thread(old.wait, 60)
         self.retired.append(old)
@@ -211,19 +217,55 @@ async def post(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> t
             return resp.status, raw[:200].decode(errors="replace")
 
 
-async def one_call(http: aiohttp.ClientSession, url: str, tool: str, report: Report) -> None:
+@dataclass(slots=True)
+class Held:
+    """A call parked on a replica about to be replaced, whose retry waits for its drain."""
+
+    first_url: str  # where its first request goes: the replica about to be replaced
+    parked: asyncio.Event  # set once its first request is answered (parked, or not)
+    draining: asyncio.Event  # set once that replica was told to stop: retry then
+    retry_url: str = ""  # where its retries go: its replacement (of the other release)
+
+
+async def one_call(
+    http: aiohttp.ClientSession, url: str, tool: str, report: Report, held: Held | None = None
+) -> None:
     """One logical call to its end, every round; its outcome counted."""
     run_id = uuid.uuid4().hex
     arguments = {"text": run_id} if tool == "echo" else {"run_id": run_id}
     params: dict[str, Any] = {"name": tool, "arguments": arguments}
     if tool != "echo":
         report.runs.append((tool, run_id))
+    label = tool if held is None else f"{tool} parked on a replica then replaced"
+    try:
+        await _rounds(http, url, tool, report, run_id, params, label, held)
+    finally:
+        if held is not None:  # its first request answered, whatever it was
+            held.parked.set()
+
+
+async def _rounds(
+    http: aiohttp.ClientSession,
+    url: str,
+    tool: str,
+    report: Report,
+    run_id: str,
+    params: dict[str, Any],
+    label: str,
+    held: Held | None,
+) -> None:
     rid = 0
     while True:
         rid += 1
+        if held is not None and rid == 2:  # parked on the replica: retried once it drains
+            held.parked.set()
+            await held.draining.wait()
+        target = url
+        if held is not None:
+            target = held.first_url if rid == 1 else held.retry_url or url
         for send in range(1, SENDS + 1):
             try:
-                status, reply = await post(http, url, rpc("tools/call", params, rid=rid))
+                status, reply = await post(http, target, rpc("tools/call", params, rid=rid))
             except (TimeoutError, aiohttp.ClientError) as exc:
                 status, reply = 0, f"connection: {type(exc).__name__}"
             told_again = status == 503 and isinstance(reply, dict) and "error" in reply
@@ -233,7 +275,7 @@ async def one_call(http: aiohttp.ClientSession, url: str, tool: str, report: Rep
             break
         where = "retry" if "requestState" in params else "first request"
         if not isinstance(reply, dict):
-            await report.tally(f"{tool}: dirty ({where})")
+            await report.tally(f"{label}: dirty ({where})")
             report.dirty.append(f"{tool} {where}: HTTP {status} {reply!r}")
             if where == "retry":
                 report.lost.append(f"{tool} {run_id}: HTTP {status}")
@@ -241,7 +283,7 @@ async def one_call(http: aiohttp.ClientSession, url: str, tool: str, report: Rep
         if "error" in reply:
             error = reply["error"]
             said = str(error.get("message", ""))[:60]
-            kind = f"{tool}: error {error.get('code')} ({status}) on a {where}: {said}"
+            kind = f"{label}: error {error.get('code')} ({status}) on a {where}: {said}"
             await report.tally(kind)
             if where == "retry":  # it had parked: a call the rollout lost
                 report.lost.append(f"{tool} {run_id}: {kind}")
@@ -253,12 +295,12 @@ async def one_call(http: aiohttp.ClientSession, url: str, tool: str, report: Rep
             continue
         text = (result.get("content") or [{}])[0].get("text")
         if text != EXPECTED.get(tool, run_id):
-            await report.tally(f"{tool}: wrong answer")
+            await report.tally(f"{label}: wrong answer")
             report.dirty.append(f"{tool}: wrong answer {text!r}")
             return
         if tool != "echo":
             report.completed.add((tool, run_id))
-        await report.tally(f"{tool}: complete")
+        await report.tally(f"{label}: complete")
         return
 
 
@@ -343,9 +385,11 @@ async def run(
     clients: int = 6,
     sessions: int = 2,
     calls_per_step: int = 10,
+    held: int = 3,
     settle_s: float | None = None,
 ) -> Report:
-    """Roll a fleet of the previous release to this one and back, under load. `settle_s`:
+    """Roll a fleet of the previous release to this one and back, under load; at each step
+    `held` calls parked on the replica replaced are retried while it drains. `settle_s`:
     this release's `fleet.format_settle_s` (its default when None)."""
     report = Report()
     older = previous()
@@ -381,7 +425,7 @@ async def run(
             for target in (new, old):
                 for slot in range(replicas):
                     await report.progressed(calls_per_step)
-                    report.steps.append(await fleet.replace(slot, target))
+                    report.steps.append(await step(fleet, slot, target, url, report, held))
                 if target is new:
                     report.beat_levels = await beat_levels(fleet.redis.url, fleet.prefix)
                     report.steps.append(
@@ -397,6 +441,43 @@ async def run(
             await asyncio.gather(*tasks, return_exceptions=True)
             await fleet.close()
     return report
+
+
+async def step(
+    fleet: Fleet, slot: int, release: Release, url: str, report: Report, held: int
+) -> str:
+    """Replace the replica in `slot`, with `held` calls parked on it (their first request
+    sent to it) retried through its replacement once it drains: each retry is forwarded
+    by a replica of one release to the owner of the other."""
+    draining = asyncio.Event()
+    first_url = fleet.replicas[slot].url()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=90)) as http:
+        calls = [Held(first_url, asyncio.Event(), draining) for _ in range(held)]
+        tasks = [
+            spawn(one_call(http, url, TOOLS[n % 2], report, h), name=f"held-{n}")
+            for n, h in enumerate(calls)
+        ]
+        try:
+            await asyncio.gather(*(h.parked.wait() for h in calls))
+            done = await fleet.replace(slot, release, calls)
+            await asyncio.gather(*tasks)
+            replacement = fleet.replicas[slot]
+            report.forwards[replacement.replica_id] = await forwards(http, replacement)
+        finally:
+            draining.set()  # a replace that failed: the calls end either way
+            await asyncio.gather(*tasks, return_exceptions=True)
+    return done
+
+
+async def forwards(http: aiohttp.ClientSession, replica: GatewayProcess) -> int:
+    """How many retries `replica` has forwarded to their calls' owners (its metrics)."""
+    async with http.get(replica.url("/metrics")) as resp:
+        text = await resp.text()
+    return sum(
+        int(float(line.split()[-1]))
+        for line in text.splitlines()
+        if line.startswith("mrtr_forward_duration_seconds_count")
+    )
 
 
 async def judge(fleet: Fleet, report: Report) -> None:

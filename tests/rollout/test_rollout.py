@@ -15,13 +15,19 @@ pytestmark = pytest.mark.peers
 
 @pytest.mark.timeout(420)
 async def test_a_rollout_and_a_rollback_under_load_lose_nothing() -> None:
-    report = await run(replicas=3, clients=6, sessions=2, calls_per_step=12)
+    report = await run(replicas=3, clients=6, sessions=2, calls_per_step=12, held=3)
     print("\n".join(report.lines()))  # the counts per outcome, in the test's output
     assert report.failures() == {name: [] for name in report.failures()}
     outcomes = report.outcomes
     # Every kind of call went through, parked ones across the replicas of both releases.
     for kind in ("greet", "register", "echo", "legacy session call"):
         assert outcomes[f"{kind}: complete"] > 0, kind
+    # At each of the six steps, three calls parked on the replica replaced were retried
+    # while it drained, through its replacement of the other release (which forwarded
+    # them to it), and completed.
+    held = sum(n for kind, n in outcomes.items() if "then replaced: complete" in kind)
+    assert held == 6 * 3
+    assert len(report.forwards) == 6 and min(report.forwards.values()) >= 3, report.forwards
     # Whatever failed, failed with a JSON-RPC error on a first request (the call had
     # not started: nothing parked), never on a retry (counted as lost above).
     assert all(": complete" in kind or "on a first request" in kind for kind in outcomes)
