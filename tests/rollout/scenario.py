@@ -131,7 +131,7 @@ class Fleet:
         self.redis = RedisServer()
         self.legacy: LegacyServer | None = None
         self.replicas: list[GatewayProcess] = []  # serving now, slot by slot
-        self.retired: list[GatewayProcess] = []  # drained and stopped
+        self.started: list[GatewayProcess] = []  # every replica ever started: stopped at the end
         self.prefix = f"r{uuid.uuid4().hex[:8]}:"
         self.env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key()}
         self.balancer: RoundRobin | None = None
@@ -158,8 +158,11 @@ class Fleet:
         return self.legacy.url
 
     def start(self, release: Release) -> GatewayProcess:
+        """A replica of `release`, serving (one that fails to start has stopped itself)."""
         name = f"{release.version}-{next(self._names)}"
-        return GatewayProcess(release.config, self.env, name, python=release.python)
+        replica = GatewayProcess(release.config, self.env, name, python=release.python)
+        self.started.append(replica)
+        return replica
 
     async def open(self, release: Release) -> str:
         started = await asyncio.gather(
@@ -185,7 +188,6 @@ class Fleet:
             call.draining.set()
         began = time.monotonic()
         code = await asyncio.to_thread(old.wait, 60)
-        self.retired.append(old)
         drained = time.monotonic() - began
         return f"{old.replica_id} -> {new.replica_id} (drained in {drained:.1f} s, exit {code})"
 
@@ -195,7 +197,7 @@ class Fleet:
         await asyncio.to_thread(self._stop)
 
     def _stop(self) -> None:
-        for replica in self.replicas + self.retired:
+        for replica in self.started:
             replica.stop()
         for process in (self.legacy, self.redis):
             if process is not None:
@@ -494,7 +496,7 @@ async def judge(fleet: Fleet, report: Report) -> None:
             if runs == 0 and (tool, run_id) in report.completed:
                 report.never_ran.append(f"{tool} {run_id}")
         await server.close()
-    for replica in fleet.replicas + fleet.retired:
+    for replica in fleet.started:
         for line in replica.logs().splitlines():
             if "unhandled_error" in line or "background_task_failed" in line:
                 report.crashes.append(f"{replica.replica_id}: {line[:400]}")
