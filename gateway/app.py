@@ -41,7 +41,8 @@ from gateway.legacy_clients.streams import Streams
 from gateway.legacy_clients.upstream import HttpPassThrough, LegacyUpstream, SessionUpstream
 from gateway.listens import Listens
 from gateway.observability import Metrics
-from gateway.protocol import state
+from gateway.protocol import formats, state
+from gateway.protocol.formats import FleetLevel
 from gateway.protocol.legacy_session import SESSION_PREFIX
 from gateway.protocol.state import AesGcmKeyRing
 from gateway.store.base import SuspendedCallStore, TimedStore
@@ -110,7 +111,11 @@ def build_app(config: GatewayConfig) -> web.Application:
     bus: RedisBus | None = None
     client: RedisClient | None = None
     store: SuspendedCallStore
+    # Which versions of the data shared with other replicas to write: learnt from the
+    # heartbeats on a fleet (`gateway.protocol.formats`).
+    level = formats.single(config.fleet.format_level)
     if config.store.shared:
+        level = FleetLevel(settle_s=config.fleet.format_settle_s, pin=config.fleet.format_level)
         client = connect(config.store.url)
         store = RedisStore(
             client,
@@ -118,6 +123,7 @@ def build_app(config: GatewayConfig) -> web.Application:
             clock=clock,
             replicas_acked=config.store.replicas_acked,
             wait_ms=config.store.wait_ms,
+            level=level,
         )
         bus = RedisBus(
             client,
@@ -125,6 +131,7 @@ def build_app(config: GatewayConfig) -> web.Application:
             replica_id=owner,
             heartbeat_s=config.fleet.heartbeat_s,
             clock=clock,
+            level=level,
         )
     else:
         store = MemoryStore(clock)
@@ -142,6 +149,7 @@ def build_app(config: GatewayConfig) -> web.Application:
             clock=clock,
             interval_s=config.fleet.heartbeat_s,
             sweep_s=config.fleet.orphan_sweep_s,
+            level=level,
             counted=lambda upstream, outcome: metrics.orphaned_sessions.labels(
                 upstream, outcome
             ).inc(),
@@ -171,6 +179,7 @@ def build_app(config: GatewayConfig) -> web.Application:
         owner=owner,
         withdraw=ledger.withdraw if ledger is not None else None,
         listens=listens,
+        level=level,
     )
     app[BRIDGE] = bridge
     task_store: TaskStore = (

@@ -3,6 +3,13 @@ faults are injected; every outcome is counted by kind and the guarantees are che
 
     .venv/bin/python scripts/chaos.py            # 40 s, 24 clients, every fault
     .venv/bin/python scripts/chaos.py --short    # the CI form: 15 s, 8 clients
+    .venv/bin/python scripts/chaos.py --scenario rollout   # a rolling upgrade and back
+
+`--scenario rollout` runs tests/rollout/scenario.py's long form instead of the faults: a
+fleet of the previous release (tests/rollout/PREVIOUS_RELEASE, built into a venv of its
+own) rolled to this release replica by replica under load and rolled back (`--short`: the
+suite's form; `--settle 0`: this release's `fleet.format_settle_s`, which lets the fleet
+move on to this release's formats before the rollback, to see what that costs).
 
 Three `mrtr-gateway serve` replicas share a real redis-server (persisting nothing, so
 a restart loses every key) and sit behind a round-robin balancer that, like a
@@ -338,7 +345,11 @@ async def main() -> int:
         "cluster: a primary killed, its replica takes over",
     )
     parser.add_argument("--keep-logs", type=Path, help="copy every replica's log here")
+    parser.add_argument("--scenario", choices=("faults", "rollout"), default="faults")
+    parser.add_argument("--settle", type=float, help="rollout: fleet.format_settle_s")
     args = parser.parse_args()
+    if args.scenario == "rollout":
+        return await rollout(args)
     clients = args.clients or (8 if args.short else 24)
     seconds = args.seconds or (15.0 if args.short else 40.0)
     tally, log = Tally(), []
@@ -427,6 +438,22 @@ async def main() -> int:
         print(f"  {'ok  ' if not problems else 'FAIL'}  {name}{detail}")
         failed = failed or bool(problems)
     return 1 if failed else 0
+
+
+async def rollout(args: argparse.Namespace) -> int:
+    """A rolling upgrade from the previous release and a rollback, under load."""
+    from tests.rollout import scenario
+
+    report = await scenario.run(
+        replicas=3,
+        clients=args.clients or (6 if args.short else 24),
+        sessions=2 if args.short else 6,
+        calls_per_step=12 if args.short else 200,
+        held=3 if args.short else 8,
+        settle_s=args.settle,
+    )
+    print("\n".join(report.lines()))
+    return 1 if any(report.failures().values()) else 0
 
 
 if __name__ == "__main__":

@@ -122,7 +122,13 @@ FULL = {
         "replicas_acked": 1,
         "wait_ms": 150,
     },
-    "fleet": {"heartbeat_s": 2, "drain_timeout_s": 5, "orphan_sweep_s": 7},
+    "fleet": {
+        "heartbeat_s": 2,
+        "drain_timeout_s": 5,
+        "orphan_sweep_s": 7,
+        "format_settle_s": 60,
+        "format_level": 1,
+    },
     "legacy": {
         "enabled": False,
         "session_ttl_s": 3600,

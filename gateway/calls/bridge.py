@@ -35,6 +35,7 @@ from gateway.listens import Listens
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.call import Trigger
+from gateway.protocol.formats import FleetLevel
 from gateway.protocol.inbound import FrontRequest
 from gateway.store.base import SuspendedCallStore
 from gateway.upstream.port import UpstreamPool
@@ -56,7 +57,9 @@ class Bridge:
         owner: str | None = None,
         withdraw: Withdraw | None = None,
         listens: Listens | None = None,
+        level: FleetLevel | None = None,
     ) -> None:
+        """`level`: the fleet's format level (which version of a requestState to seal)."""
         self.config = config
         self.listens = listens
         # Told when the replica starts draining (what else it serves ends: legacy GET streams).
@@ -101,6 +104,7 @@ class Bridge:
             limits=limits,
             keeps_outcomes=bus is not None,
             withdraw=withdraw,
+            level=level or (bus.level if bus is not None else None),
         )
         self.runner = runner = Runner(
             lifecycle=lifecycle,

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol
 
 from gateway.calls import messages
+from gateway.protocol.formats import FleetLevel, Kind
 from gateway.protocol.inbound import FrontRequest
 from gateway.store.base import Delivery, SuspendedCall
 from gateway.tracing import TRACING, Begun
@@ -23,6 +24,7 @@ class Bus(Protocol):
 
     replica_id: str
     reply_ttl_ms: int  # how long a reply waits on its key to be read
+    level: FleetLevel  # the fleet's format level: which version of a message to write
 
     def new_reply_key(self) -> str: ...
 
@@ -104,7 +106,7 @@ class Forward:
                 reply=self.reply,
                 trace=self._span.carrier,
             )
-            self._payload = messages.encode(resume)
+            self._payload = messages.encode(resume, self.bus.level.version(Kind.MESSAGE))
         return self._payload
 
     def delivery(self, record: SuspendedCall) -> Delivery | None:

@@ -5,8 +5,10 @@ To a call's owner (its inbox): `Resume` a claimed round with this request,
 questions, or its cancel (`gateway.tasks`). Back on the per-request reply list:
 `Notify` (a notification to relay), then `Outcome` (the result) or `Failure`
 (the error and its HTTP status). On the wire each is one JSON object with an
-`op`; `decode` refuses anything else with `ValueError`, so a message from a
-replica of another version is refused, never half-read.
+`op` and, from version 2 on, its version `v` (`gateway.protocol.formats`: a message goes in
+the version every live replica reads, as the bus's fleet level says). `decode` reads the
+versions this release reads and refuses anything else with `ValueError`, so a message
+from a replica of another release is refused, never half-read.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from gateway.errors import CallLost
+from gateway.protocol import formats
+from gateway.protocol.formats import Kind
 from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.versions import Version
@@ -89,15 +93,23 @@ _OPS: dict[str, type[Message]] = {
 _NAMES = {kind: op for op, kind in _OPS.items()}
 
 
-def encode(message: Message) -> str:
-    return json.dumps({"op": _NAMES[type(message)], **asdict(message)}, separators=(",", ":"))
+#: The version this release writes once the whole fleet reads it.
+MESSAGE_VERSION = formats.written(Kind.MESSAGE, formats.LEVEL)
+
+
+def encode(message: Message, version: int = MESSAGE_VERSION) -> str:
+    """`message` in `version` (versions 1 and 2 differ only in 2 saying it is 2)."""
+    data = formats.stamped(Kind.MESSAGE, {"op": _NAMES[type(message)], **asdict(message)}, version)
+    return json.dumps(data, separators=(",", ":"))
 
 
 def decode(text: str | bytes) -> Message:
-    """Raises: ValueError when the text is not one message of a known kind and shape."""
+    """Raises: ValueError when the text is not one message of a known kind, shape and
+    version."""
     data = json.loads(text)
     if not isinstance(data, dict):
         raise ValueError("a fleet message must be a JSON object")
+    _, data = formats.unstamped(Kind.MESSAGE, data)
     kind = _OPS.get(data.pop("op", None))
     if kind is None:
         raise ValueError("unknown fleet message")
@@ -113,10 +125,12 @@ def decode(text: str | bytes) -> Message:
         raise ValueError(str(exc)) from exc
 
 
-def outcome_reply(key: str, ttl_ms: int) -> Callable[[dict[str, Any]], Reply]:
+def outcome_reply(
+    key: str, ttl_ms: int, version: int = MESSAGE_VERSION
+) -> Callable[[dict[str, Any]], Reply]:
     """How a forwarded round's result goes back: its `Outcome`, pushed on `key`."""
 
     def reply(result: dict[str, Any]) -> Reply:
-        return Reply(key, encode(Outcome(result)), ttl_ms)
+        return Reply(key, encode(Outcome(result), version), ttl_ms)
 
     return reply

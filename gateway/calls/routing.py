@@ -46,6 +46,7 @@ from gateway.errors import (
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.call import CallMachine
+from gateway.protocol.formats import Kind
 from gateway.protocol.inbound import FrontRequest
 from gateway.store.base import SuspendedCall, SuspendedCallStore
 from gateway.tracing import TRACING
@@ -272,7 +273,7 @@ class Routing:
 
     async def _send_quietly(self, owner: str, message: messages.Message) -> None:
         try:
-            await self.bus.send(owner, messages.encode(message))
+            await self.bus.send(owner, messages.encode(message, self._version()))
         except StoreError as exc:
             log.warning("fleet_cancel_failed", error=str(exc))
 
@@ -316,7 +317,9 @@ class Routing:
             with TRACING.span("mcp serve forwarded", parent=message.trace, kind="server"):
                 result, replied = await self._serve_resume(message)
             if not replied:  # else it went with the write that forgot the call
-                await self.bus.reply(reply, messages.encode(messages.Outcome(result)))
+                await self.bus.reply(
+                    reply, messages.encode(messages.Outcome(result), self._version())
+                )
         except RpcError as exc:
             failure = messages.Failure(exc.error_object(), exc.status)
             await self._reply_quietly(reply, failure)
@@ -346,17 +349,23 @@ class Routing:
         reply = message.reply
 
         async def notify(notification: dict[str, Any]) -> None:
-            await self.bus.reply(reply, messages.encode(messages.Notify(notification)))
+            await self.bus.reply(
+                reply, messages.encode(messages.Notify(notification), self._version())
+            )
 
-        call.reply_with = messages.outcome_reply(reply, self.bus.reply_ttl_ms)
+        call.reply_with = messages.outcome_reply(reply, self.bus.reply_ttl_ms, self._version())
         call.replied = False
         try:
             return await self.runner.resume(call, front, notify, message.round), call.replied
         finally:
             call.reply_with = None
 
+    def _version(self) -> int:
+        """The version of a message every live replica reads."""
+        return self.bus.level.version(Kind.MESSAGE)
+
     async def _reply_quietly(self, reply: str, message: messages.Message) -> None:
         try:
-            await self.bus.reply(reply, messages.encode(message))
+            await self.bus.reply(reply, messages.encode(message, self._version()))
         except StoreError as exc:
             log.warning("fleet_reply_failed", error=str(exc))

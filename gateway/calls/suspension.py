@@ -31,8 +31,9 @@ from gateway.errors import (
     StoreError,
     TooManyRounds,
 )
-from gateway.protocol import keys, state
+from gateway.protocol import formats, keys, state
 from gateway.protocol.call import Trigger
+from gateway.protocol.formats import FleetLevel, Kind
 from gateway.protocol.inbound import SERVER_INFO_KEY
 from gateway.store.base import SuspendedCallStore
 
@@ -53,8 +54,11 @@ class Suspender:
         limits: LimitsConfig,
         keeps_outcomes: bool = False,
         withdraw: Withdraw | None = None,
+        level: FleetLevel | None = None,
     ) -> None:
         self.lifecycle = lifecycle
+        # Which version of a requestState's claims every live replica opens.
+        self.level = level or formats.single()
         self.store = store
         self.codec = codec
         self.audience = audience  # what every state minted for an upstream is bound to
@@ -131,7 +135,8 @@ class Suspender:
             journal=list(call.machine.journal) if mode == REPLAY else [],
             owner=self.lifecycle.owner if mode == PARK else "",
         )
-        return state.seal_claims(self.codec, claims), issued, deadline
+        version = self.level.version(Kind.REQUEST_STATE)
+        return state.seal_claims(self.codec, claims, version), issued, deadline
 
     async def _park(self, call: LiveCall) -> dict[str, Any]:
         machine = call.machine

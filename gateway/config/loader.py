@@ -45,6 +45,7 @@ from gateway.config.model import (
 from gateway.config.section import Problems, Section
 from gateway.config.upstreams import no_scopes_without_auth, parse_upstream, unique
 from gateway.errors import ConfigError
+from gateway.protocol.formats import LEVEL, PREVIOUS
 from gateway.protocol.state import parse_key
 
 ENV_KEYS = "MRTR_GATEWAY_SEALING_KEYS"
@@ -302,8 +303,13 @@ def _limits(lim: Section) -> LimitsConfig:
 
 
 def _fleet(sec: Section) -> FleetConfig:
-    fleet = FleetConfig(**sec.scalars(FleetConfig))
+    fleet = FleetConfig(**sec.scalars(FleetConfig, zero_ok={"format_level", "format_settle_s"}))
     sec.done()
+    if fleet.format_level not in (0, *range(PREVIOUS, LEVEL + 1)):
+        raise ConfigError(
+            f"fleet.format_level: 0 (follow the fleet) or a level from {PREVIOUS} "
+            f"to {LEVEL}, got {fleet.format_level}"
+        )
     if fleet.orphan_sweep_s < 2 * fleet.heartbeat_s:
         # Two looks must be further apart than a heartbeat's TTL (two beats): a replica
         # only late with one beat is never taken for dead.

@@ -167,6 +167,13 @@ class FleetConfig:
     orphan_sweep_s: float = 10.0
     """How often a replica looks for dead replicas' idle upstream sessions and ends
     them (acted on after two looks; at least twice `heartbeat_s`)."""
+    format_settle_s: float = 900.0
+    """Upgrades (data shared with replicas of another release): how long the fleet must
+    be all of this release before it writes this release's formats (a rollback within
+    that time loses nothing)."""
+    format_level: int = 0
+    """The most a replica writes: `0` follows the fleet; `1` keeps the previous
+    release's formats, so that a rollback stays possible."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,7 +5,9 @@ OOM killer, a lost node) cannot, and a legacy server keeps them until its own ex
 (mcp 1.x: 30 minutes of no request), each holding the server's memory and, where the
 server caps its sessions, a place. So each replica keeps in Redis the sessions it holds
 and no call does (`<prefix>{replica:<owner>}:sessions`, a hash of `[upstream, session
-id]` to the negotiated version; looked at every heartbeat, written when it changed), and
+id]` (version 1) or `[2, upstream, session id]` (version 2; `entry_field`, in the version
+the fleet reads) to the negotiated version; looked at every heartbeat, written when it
+changed), and
 names itself in `<prefix>ledgers`. Every replica sweeps: a ledger whose owner's heartbeat
 is gone on two passes in a row (a Redis restart loses every heartbeat for a moment) is
 taken by one survivor (a lock key); each entry is claimed (taken off, only while the
@@ -34,6 +36,7 @@ from gateway import clock as clocks
 from gateway.aio import spawn
 from gateway.clock import Clock
 from gateway.errors import UpstreamError
+from gateway.protocol.formats import FleetLevel, Kind, readable, single
 from gateway.protocol.versions import Version
 from gateway.store.redis_client import (
     RedisClient,
@@ -71,6 +74,36 @@ return 0
 """
 
 
+def roll_call_key(prefix: str) -> str:
+    """`<prefix>ledgers`: every replica with a ledger, which is every replica of the fleet
+    from about a heartbeat after its start (0.1.0's too): the bus reads it to learn whose
+    heartbeats to look at (`RedisBus.look_at_fleet`)."""
+    return f"{prefix}ledgers"
+
+
+def entry_field(upstream: str, session_id: str, version: int) -> str:
+    """A ledger entry's field in `version` (1: the previous release's, without a mark)."""
+    return json.dumps([upstream, session_id] if version == 1 else [version, upstream, session_id])
+
+
+def read_entry(field: str) -> tuple[str, str]:
+    """The upstream and session id of a ledger entry's field, of any version read here.
+
+    Raises:
+        ValueError: not an entry of a version read here.
+    """
+    entry = json.loads(field)
+    if not isinstance(entry, list):
+        raise ValueError("a ledger entry is a JSON array")
+    version = 1 if len(entry) == 2 else entry[0] if len(entry) == 3 else None
+    if version not in readable(Kind.SESSION_ENTRY) or version == 1 and len(entry) != 2:
+        raise ValueError("a ledger entry of a version not read here")
+    upstream, session_id = entry[-2:]
+    if not isinstance(upstream, str) or not isinstance(session_id, str):
+        raise ValueError("a ledger entry names an upstream and a session id")
+    return upstream, session_id
+
+
 class Pool(Protocol):
     def idle_ids(self) -> dict[str, str]: ...
 
@@ -93,7 +126,10 @@ class SessionLedger:
         interval_s: float,
         sweep_s: float,
         counted: Outcome | None = None,
+        level: FleetLevel | None = None,
     ) -> None:
+        """`level`: the fleet's format level (which version of an entry to write)."""
+        self.level = level or single()
         self.client = client
         self.prefix = prefix
         self.replica_id = replica_id
@@ -117,13 +153,14 @@ class SessionLedger:
 
     @property
     def index_key(self) -> str:
-        return f"{self.prefix}ledgers"
+        return roll_call_key(self.prefix)
 
     # -- this replica's ledger -----------------------------------------------------------
 
     def snapshot(self) -> dict[str, str]:
+        entry = self.level.version(Kind.SESSION_ENTRY)
         return {
-            json.dumps([name, session_id]): version
+            entry_field(name, session_id, entry): version
             for name, pool in self.pools.items()
             for session_id, version in pool.idle_ids().items()
         }
@@ -159,11 +196,14 @@ class SessionLedger:
         """
         if session_id is None:
             return
-        field = json.dumps([upstream, session_id])
+        # In either version: the level may have moved since the entry was written.
+        fields = [
+            entry_field(upstream, session_id, v) for v in sorted(readable(Kind.SESSION_ENTRY))
+        ]
         key = self.key(self.replica_id)
         async with self._lock:  # after a write that listed it, never before
-            await ride_out(self.clock, lambda: self.client.hdel(key, field))
-            self._published = {k: v for k, v in self._published.items() if k != field}
+            await ride_out(self.clock, lambda: self.client.hdel(key, *fields))
+            self._published = {k: v for k, v in self._published.items() if k not in fields}
 
     # -- the dead's ledgers --------------------------------------------------------------
 
@@ -220,9 +260,9 @@ class SessionLedger:
         `refused`, `failed` (tried again next pass) or `unknown` (no such upstream here,
         or an entry that does not read)."""
         try:
-            upstream, session_id = json.loads(field)
+            upstream, session_id = read_entry(field)
             pool = self.pools.get(upstream)
-            if pool is None or not isinstance(session_id, str) or not _SESSION_ID.match(session_id):
+            if pool is None or not _SESSION_ID.match(session_id):
                 raise ValueError(field)  # the spec's session ids are visible ASCII
             status = await pool.end_other(session_id, Version(version))
         except (ValueError, TypeError):

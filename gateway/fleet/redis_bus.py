@@ -13,6 +13,12 @@ heartbeat too (both keys share a cluster slot).
 The owner answers on a per-request reply list that the receiving replica reads. Every
 wait is bounded; reply lists expire.
 
+The beat's value also carries the replica's format level (`gateway.protocol.formats`, read
+by the previous release as it always was): at each beat a replica looks at the heartbeats
+of the replicas on the fleet's roll call (`gateway.fleet.ledger.roll_call_key`), and now
+and then at every heartbeat key, and so learns which versions of the fleet's data to write
+(`level`).
+
 This module moves opaque payloads; what they mean is `gateway.calls`' business
 (`gateway.calls.messages`). It implements `gateway.calls.forwarding.Bus`.
 """
@@ -32,6 +38,9 @@ from gateway import clock as clocks
 from gateway.aio import spawn
 from gateway.clock import Clock
 from gateway.errors import StoreError
+from gateway.fleet.ledger import roll_call_key
+from gateway.protocol import formats
+from gateway.protocol.formats import FleetLevel
 from gateway.store.base import Delivery
 from gateway.store.redis_client import (
     RedisClient,
@@ -71,6 +80,9 @@ return redis.call('EXISTS', KEYS[2])
 _RETRACTED_TTL_MS = 60_000
 #: How often, in heartbeats, the inbox loop looks for messages taken and never handled.
 TAKE_UP_BEATS = 2.0
+#: How often, in looks at the fleet (one a heartbeat), a look scans the whole keyspace for
+#: heartbeats rather than reading the roll call (100,000 keys: about 160 ms of Redis).
+SCAN_LOOKS = 30
 
 
 class RedisBus:
@@ -82,7 +94,11 @@ class RedisBus:
         replica_id: str,
         heartbeat_s: float,
         clock: Clock,
+        level: FleetLevel | None = None,
     ) -> None:
+        """`level`: the fleet's format level, kept up to date from the heartbeats (a
+        replica alone writes its own by default)."""
+        self.level = level or FleetLevel(settle_s=0.0)
         self.client = client
         self.clock = clock
         self.prefix = prefix
@@ -108,6 +124,7 @@ class RedisBus:
         # (`alive`), so it stops strictly before anyone can take a call over.
         self._lease_until = 0.0
         self._term = 0
+        self._looks = 0  # looks at the fleet's heartbeats (`look_at_fleet`)
 
     def holds_lease(self) -> bool:
         """Whether this replica's last heartbeat is recent enough to serve its calls."""
@@ -166,6 +183,7 @@ class RedisBus:
                 if not self.healthy:
                     log.info("fleet_joined", replica=self.replica_id)
                 self.healthy = True
+                await self._look_quietly()
             except Exception as exc:
                 if not from_redis(exc):
                     raise
@@ -177,10 +195,55 @@ class RedisBus:
             await clocks.sleep(self.clock, self.heartbeat_s)
 
     def _beat_value(self) -> str:
-        """The heartbeat's value: when it was written, and the epoch whose records this
-        replica has all written (empty before its first beat)."""
+        """The heartbeat's value: when it was written, this release's format level, and
+        the epoch whose records this replica has all written (empty before its first beat)."""
         written = text(self._written) if self._written is not None else ""
-        return f"{self.clock.wall_ms()} {written}"
+        return formats.beat_value(self.clock.wall_ms(), written)
+
+    def _beat_pattern(self) -> str:
+        """A SCAN pattern for every replica's heartbeat key."""
+        prefix = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix)
+        return f"{prefix}{{replica:*}}:beat"
+
+    async def _look_quietly(self) -> None:
+        """`look_at_fleet`, its failure logged: the level stays as it was until a look
+        works (a lease is not lost for it)."""
+        try:
+            await self.look_at_fleet()
+        except Exception as exc:
+            if not from_redis(exc):
+                raise
+            stop_if_cancelled(exc)
+            log.info("fleet_look_failed", error=str(exc))
+
+    async def look_at_fleet(self) -> int:
+        """Read the level of every live heartbeat; the level to write from now on.
+
+        Whose: the replicas on the fleet's roll call (`roll_call_key`, one set), and once
+        every `SCAN_LOOKS` looks (the first among them) every heartbeat key there is (a
+        SCAN of the whole keyspace: a replica started a moment ago, before its ledger
+        named it, or a roll call lost with the store's data).
+
+        Raises: RedisError.
+        """
+        if self._looks % SCAN_LOOKS == 0:
+            keys = [k async for k in self.client.scan_iter(match=self._beat_pattern(), count=1000)]
+        else:
+            members = await self.client.smembers(roll_call_key(self.prefix))
+            keys = [self.replica_key(text(m)) for m in members]
+        self._looks += 1
+        levels = [formats.LEVEL]  # this replica's own, whether its beat landed or not
+        if keys:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.get(key)
+                values = await pipe.execute()
+            levels += [formats.read_beat(text(v)).level for v in values if v is not None]
+        before = self.level.level
+        after = self.level.observe(levels, self.clock.monotonic())
+        if after != before:
+            log.info("fleet_format_level", writes=after, oldest=self.level.oldest)
+        return after
 
     async def _beat(self, ttl_ms: int) -> bool:
         """Renew the heartbeat; True when the store has lost its data since the last one."""
@@ -313,7 +376,7 @@ class RedisBus:
         epoch, beat = await ride_out(self.clock, look)
         if beat is None:
             return None
-        written = text(beat).partition(" ")[2]
+        written = formats.read_beat(text(beat)).epoch
         return epoch is not None and written == text(epoch)
 
     async def send(self, replica_id: str, payload: str) -> None:

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import InvalidRequestState
-from gateway.protocol import jsonrpc
+from gateway.protocol import formats, jsonrpc
+from gateway.protocol.formats import Kind
 from gateway.protocol.state import StateCodec
 
 #: The prefix of the gateway's session ids (requestState's is ``gw1.``).
@@ -38,7 +39,10 @@ SESSION_PREFIX = "lg1."
 #: The longest upstream session id the gateway seals (visible ASCII, as the spec has it).
 MAX_UPSTREAM_SESSION_CHARS = 1024
 _VISIBLE = re.compile(r"[\x21-\x7e]+")
-_CLAIMS_VERSION = 1
+#: The version of a session id's claims (`"v"`). The same at every format level known
+#: (`gateway.protocol.formats`), so the lane writes it whatever the fleet's level; a release
+#: that changes it writes by the fleet's level, as requestState's sealing does.
+CLAIMS_VERSION = formats.written(Kind.LEGACY_SESSION, formats.PREVIOUS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,7 +89,7 @@ def seal_session(codec: StateCodec, claims: SessionClaims) -> str:
     return codec.seal(
         jsonrpc.dumps(
             {
-                "v": _CLAIMS_VERSION,
+                "v": CLAIMS_VERSION,
                 "u": claims.upstream,
                 "s": claims.session,
                 "p": claims.principal,
@@ -128,9 +132,13 @@ def open_session(
         data = jsonrpc.loads(payload)
     except (ValueError, RecursionError):
         return Refusal("payload not JSON")
-    if not isinstance(data, dict) or data.get("v") != _CLAIMS_VERSION:
+    if not isinstance(data, dict):
         return Refusal("payload shape")
-    if set(data) != {"v", *_FIELDS}:
+    try:
+        _, data = formats.unstamped(Kind.LEGACY_SESSION, data)
+    except ValueError:
+        return Refusal("payload version")
+    if set(data) != set(_FIELDS):
         return Refusal("payload shape")
     values: dict[str, Any] = {}
     for key, (kind, name) in _FIELDS.items():

@@ -3,7 +3,8 @@ follows.
 
 A record names one parked legacy call: who owns its upstream stream, which round it waits
 in, what it asked, and the bindings a retry must match. It is versioned JSON, so replicas
-of different versions can share a store; a reader refuses a version it does not know.
+of different releases can share a store: a reader takes the versions `gateway.protocol.formats`
+says it reads and refuses any other; a writer writes the version the fleet reads.
 
 Its life, one row per event (`TABLE`; drawn in docs/operations.md):
 
@@ -38,8 +39,11 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.errors import StoreError
+from gateway.protocol import formats
+from gateway.protocol.formats import Kind
 
-RECORD_VERSION = 1
+#: The version this release writes once the whole fleet reads it (`formats.VERSIONS`).
+RECORD_VERSION = formats.written(Kind.RECORD, formats.LEVEL)
 
 PARKED = "parked"
 RESUMING = "resuming"
@@ -76,21 +80,28 @@ class SuspendedCall:
     # later claim of the same replica. Never written into the record's json.
     attempt: str = field(default="", compare=False)
 
-    def to_json(self) -> str:
+    def to_json(self, version: int | None = None) -> str:
+        """The record as stored, in `version` (by default the one it was read in or made
+        with). Versions 1 and 2 hold the same fields: 2 tells a reader it is 2."""
         data = asdict(self)
         del data["attempt"]
-        return json.dumps(data, separators=(",", ":"))
+        stored = formats.stamped(Kind.RECORD, data, version or self.version)
+        return json.dumps(stored, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> SuspendedCall:
-        """Raises: StoreError when the record is unreadable or of an unknown version."""
+        """Raises: StoreError when the record is unreadable or of a version not read here."""
         try:
             data = json.loads(text)
-            if data.get("version") != RECORD_VERSION:
+            if not isinstance(data, dict):
+                raise ValueError("a record is a JSON object")
+            try:
+                version, fields_ = formats.unstamped(Kind.RECORD, data)
+            except ValueError as exc:
                 raise StoreError(
                     f"suspended-call record version {data.get('version')!r} is unknown"
-                )
-            return cls(**data)
+                ) from exc
+            return cls(**fields_, version=version)
         except (ValueError, TypeError, AttributeError) as exc:
             raise StoreError("unreadable suspended-call record") from exc
 

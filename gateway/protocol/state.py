@@ -13,6 +13,10 @@ opens (rotation). Keys are stretched with HKDF-SHA256. The same keys seal other
 tokens under prefixes of their own (`AesGcmKeyRing.with_prefix`: the legacy lane's
 session ids, ``lg1.``): the prefix is in the associated data, so a token of one kind
 never opens as another, even with its prefix rewritten.
+
+The prefix is the token's version; the sealed claims carry their own (`"v"`, from version 2
+on; `gateway.protocol.formats`): a replica seals in the version every live replica opens
+and opens the versions this release reads.
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from gateway.errors import ConfigError, InvalidRequestState
-from gateway.protocol import jsonrpc
+from gateway.protocol import formats, jsonrpc
+from gateway.protocol.formats import Kind
 
 PREFIX = "gw1."
 MAX_TOKEN_CHARS = 64 * 1024
@@ -186,6 +191,10 @@ def _check_prefix(prefix: str) -> None:
         raise ValueError(f"a token prefix is a short lower-case tag and a dot, not {prefix!r}")
 
 
+#: The version of the claims this release seals once the whole fleet opens it.
+CLAIMS_VERSION = formats.written(Kind.REQUEST_STATE, formats.LEVEL)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Claims:
     """What a sealed `requestState` asserts."""
@@ -203,11 +212,11 @@ class Claims:
     # absent from states minted before it was claimed, and from replay-mode ones.
     owner: str = ""
 
-    def to_bytes(self) -> bytes:
-        """Compact JSON of every claim (what `open_claims` reads back)."""
+    def to_bytes(self, version: int = CLAIMS_VERSION) -> bytes:
+        """Compact JSON of every claim, in `version` (what `open_claims` reads back)."""
         claims = {name: getattr(self, name) for name in _CLAIM_TYPES}
         claims.update((name, v) for name in _OPTIONAL_CLAIMS if (v := getattr(self, name)))
-        return jsonrpc.dumps(claims)
+        return jsonrpc.dumps(formats.stamped(Kind.REQUEST_STATE, claims, version))
 
 
 _CLAIM_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -225,8 +234,8 @@ _CLAIM_TYPES: dict[str, type | tuple[type, ...]] = {
 _OPTIONAL_CLAIMS: dict[str, type] = {"owner": str}
 
 
-def seal_claims(codec: StateCodec, claims: Claims) -> str:
-    return codec.seal(claims.to_bytes())
+def seal_claims(codec: StateCodec, claims: Claims, version: int = CLAIMS_VERSION) -> str:
+    return codec.seal(claims.to_bytes(version))
 
 
 def open_claims(
@@ -248,7 +257,13 @@ def open_claims(
         data = jsonrpc.loads(payload)
     except (ValueError, RecursionError) as exc:
         raise InvalidRequestState("payload not JSON") from exc
-    if not isinstance(data, dict) or not set(_CLAIM_TYPES) <= set(data):
+    if not isinstance(data, dict):
+        raise InvalidRequestState("payload shape")
+    try:
+        _, data = formats.unstamped(Kind.REQUEST_STATE, data)
+    except ValueError as exc:
+        raise InvalidRequestState("payload version") from exc
+    if not set(_CLAIM_TYPES) <= set(data):
         raise InvalidRequestState("payload shape")
     if not set(data) - set(_CLAIM_TYPES) <= set(_OPTIONAL_CLAIMS):
         raise InvalidRequestState("payload shape")

@@ -5,6 +5,9 @@ cluster slot. A record lives until `GRACE_MS` after its deadline (PX). The claim
 is one Lua script: it moves a record parked at the given round to resuming and
 returns it, or returns nothing; two replicas can never both resume a round.
 
+A record is written in the version every live replica reads (`level`, from the fleet's
+heartbeats); any version this release reads is read.
+
 The client and its URLs are `gateway.store.redis_client`'s; every redis-py error
 becomes `StoreError` (`ride_out`).
 """
@@ -21,6 +24,8 @@ import structlog
 from redis.asyncio.cluster import RedisCluster
 
 from gateway.clock import Clock, SystemClock
+from gateway.protocol import formats
+from gateway.protocol.formats import FleetLevel, Kind
 from gateway.store import redis_scripts as lua
 from gateway.store.base import (
     GRACE_MS,
@@ -57,7 +62,11 @@ class RedisStore:
         ride_out_s: float = RIDE_OUT_S,
         replicas_acked: int = 0,
         wait_ms: int = 200,
+        level: FleetLevel | None = None,
     ) -> None:
+        """`level`: the fleet's format level, which says the version records are written
+        in (`gateway.protocol.formats`); None: this release's own."""
+        self.level = level or formats.single()
         self.replicas_acked = replicas_acked
         self.wait_ms = wait_ms
         self.client = client
@@ -75,6 +84,10 @@ class RedisStore:
         # A cluster keeps a principal's set and a call's record in different slots,
         # which one script may not touch: there, holding and parking are two trips.
         self._one_trip = not isinstance(client, RedisCluster)
+
+    def _json(self, record: SuspendedCall) -> str:
+        """`record` as every live replica reads it."""
+        return record.to_json(self.level.version(Kind.RECORD))
 
     def key(self, call_id: str) -> str:
         return f"{self.prefix}{{{call_id}}}:rec"
@@ -96,7 +109,7 @@ class RedisStore:
                 pipe.hset(
                     key,
                     mapping={
-                        "json": record.to_json(),
+                        "json": self._json(record),
                         "round": record.round,
                         "status": record.status,
                     },
@@ -246,7 +259,7 @@ class RedisStore:
             cap,
             max(1, until_ms - now + GRACE_MS),
         ]
-        args += [record.to_json(), record.round, record.status, ttl_ms]
+        args += [self._json(record), record.round, record.status, ttl_ms]
         if kept is not None:
             args += [kept.outcome, max(1, kept.ttl_ms)]
         held = await self._run(lambda: self._park_held(keys=keys, args=args))
@@ -259,13 +272,13 @@ class RedisStore:
     async def give_back(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
         args = _claim_args(claim) + [PARKED]
         if untake:  # the json as parked, naming its owner before the takeover
-            args.append(replace(claim, status=PARKED, claimer="").to_json())
+            args.append(self._json(replace(claim, status=PARKED, claimer="")))
         keys = [self.key(claim.call_id)]
         return bool(await self._run(lambda: self._give_back(keys=keys, args=args)))
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
         # The json keeps the status it was parked with; the hash field says claimed.
-        taken = replace(record, owner=owner, status=PARKED).to_json()
+        taken = self._json(replace(record, owner=owner, status=PARKED))
         keys = [self.key(record.call_id)]
         args = _claim_args(record) + [taken]
         return bool(await self._run(lambda: self._take(keys=keys, args=args)))
@@ -284,7 +297,7 @@ class RedisStore:
             return True
         keys = [self.held_key(record.principal), key]
         args: list[str | int] = [record.call_id, until_ms, max(1, until_ms - now + GRACE_MS)]
-        args += [record.to_json(), record.round, record.status, ttl_ms]
+        args += [self._json(record), record.round, record.status, ttl_ms]
         return bool(await self._run(lambda: self._restore(keys=keys, args=args)))
 
     async def unhold(self, principal: str, call_id: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from gateway.config import parse_config
+from gateway.protocol import formats
 from gateway.protocol.state import generate_key
 
 helm = pytest.importorskip("helm_python", reason="pip install helm-python-sdk (the chart extra)")
@@ -65,7 +66,7 @@ def test_default_values_render_a_secure_single_replica() -> None:
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert c["image"] == "ghcr.io/mrtr-gateway/mrtr-gateway:0.1.0"
+    assert c["image"] == "ghcr.io/mrtr-gateway/mrtr-gateway:0.2.0"
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
     assert pod["terminationGracePeriodSeconds"] == 75
     assert (
@@ -148,6 +149,33 @@ def test_a_three_replica_redis_fleet_renders_with_shared_keys_and_a_budget() -> 
         },
     )
     assert config.store.shared and not config.sealing.ephemeral
+
+
+def test_a_rolling_upgrade_keeps_two_releases_at_most_and_never_kills_a_draining_pod() -> None:
+    """docs/operations.md, "Releases and upgrades": the rollout settings its promise needs."""
+    m = render({**FLEET, "drainTimeoutSeconds": 300})
+    strategy = m["Deployment"]["spec"]["strategy"]
+    assert strategy == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    pod = m["Deployment"]["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 300 + 15  # the drain, and time to exit
+    assert m["PodDisruptionBudget"]["spec"]["minAvailable"] == 1
+    fleet = gateway_config(m, env={}).fleet
+    assert (fleet.drain_timeout_s, fleet.format_settle_s, fleet.format_level) == (300, 900, 0)
+
+    pinned = {**FLEET, "upgrade": {"formatSettleSeconds": 3600, "formatLevel": 1}}
+    fleet = gateway_config(render(pinned), env={}).fleet
+    assert (fleet.format_settle_s, fleet.format_level) == (3600, 1)
+
+
+def test_the_charts_format_levels_are_the_gateways() -> None:
+    schema = json.loads((Path(CHART) / "values.schema.json").read_text())
+    levels = schema["properties"]["upgrade"]["properties"]["formatLevel"]["enum"]
+    assert levels == [0, *range(formats.PREVIOUS, formats.LEVEL + 1)]
+    with pytest.raises(helm.HelmValuesError):
+        helm.Chart.load(CHART).validate_schema({"upgrade": {"formatLevel": formats.LEVEL + 1}})
 
 
 @pytest.mark.parametrize(

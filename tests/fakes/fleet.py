@@ -19,6 +19,7 @@ from gateway import clock as clocks
 from gateway.aio import spawn
 from gateway.calls import messages
 from gateway.clock import Clock
+from gateway.protocol import formats
 from gateway.store.base import Delivery, SuspendedCall
 from gateway.store.memory import MemoryStore
 
@@ -85,6 +86,7 @@ class MemoryBus:
         self.network = network
         self.replica_id = replica_id
         self.reply_ttl_ms = 120_000
+        self.level = formats.single()  # one release: its own formats
 
     def new_reply_key(self) -> str:
         return f"reply:{self.replica_id}:{next(self.network._keys)}"

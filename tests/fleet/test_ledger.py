@@ -20,7 +20,7 @@ from gateway.aio import spawn
 from gateway.clock import SystemClock
 from gateway.errors import StoreError, UpstreamError
 from gateway.fleet import ledger as ledger_module
-from gateway.fleet.ledger import SessionLedger
+from gateway.fleet.ledger import SessionLedger, read_entry
 from gateway.protocol.versions import Version
 from gateway.store.redis_client import RedisClient, connect
 from tests.peers.tooling import RedisServer, free_port
@@ -82,7 +82,7 @@ def ledger(
 
 async def listed(client: RedisClient, prefix: str, owner: str) -> dict[tuple[str, str], str]:
     raw = await client.hgetall(f"{prefix}{{replica:{owner}}}:sessions")
-    return {tuple(json.loads(k)): v.decode() for k, v in raw.items()}
+    return {read_entry(k.decode()): v.decode() for k, v in raw.items()}
 
 
 async def beat(client: RedisClient, prefix: str, owner: str) -> None:

@@ -67,6 +67,42 @@ def ensure_venv(kind: str) -> Path:
     return python
 
 
+def ensure_release(version: str, commit: str) -> Path:
+    """The python of a venv holding the gateway as released at `commit` (`version`), built
+    from the repository's own history (`git archive`) under the peers directory, reused
+    while the commit is the same: a rolling upgrade's previous release, beside this one.
+    """
+    home = PEERS_DIR / f"release-{version}"
+    python = home / "bin" / "python"
+    stamp = home / ".commit"
+    if python.exists() and stamp.exists() and stamp.read_text() == commit:
+        return python
+    venv.EnvBuilder(with_pip=True, clear=True).create(home)
+    source = home / "src"
+    source.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+    done = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"installing release {version} failed:\n{done.stdout}\n{done.stderr}")
+    stamp.write_text(commit)
+    return python
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -545,9 +581,14 @@ class GatewayProcess(LoggedProcess):
         *,
         argv: Sequence[str] = (),
         ready_timeout: float = 30.0,
+        python: Path | str = sys.executable,
     ) -> None:
+        """`python`: whose gateway runs (another release's venv, `ensure_release`)."""
         self.port = quiet_port()  # restarted on it
-        args = [sys.executable, "-m", "gateway", "serve"]
+        # Another release's python must not find this checkout's `gateway` in the working
+        # directory (`-P`: nothing is put before its own site-packages).
+        safe = [] if str(python) == sys.executable else ["-P"]
+        args = [str(python), *safe, "-m", "gateway", "serve"]
         if config_file is not None:
             args += ["--config", str(config_file)]
         args += [*argv, "--port", str(self.port)]
