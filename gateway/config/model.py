@@ -274,7 +274,9 @@ class TargetConfig:
     scopes: tuple[str, ...] = ()
     """Scopes a caller needs for it beyond `auth.oauth.scopes`, checked on every round
     (without them a tool is left out of `tools/list`). Needs an `auth` section."""
-    task: TaskPolicy = NO_TASKS
+    task: TaskPolicy = field(
+        default=NO_TASKS, metadata={"kind": "section, or a string: its support"}
+    )
     """Whether a call of this tool may run as a task (tools only; see `TaskPolicy`)."""
 
 

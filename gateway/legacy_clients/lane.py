@@ -46,7 +46,7 @@ import hashlib
 import hmac
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import structlog
