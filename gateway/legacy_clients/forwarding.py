@@ -138,8 +138,8 @@ class Remote:
             raise
         if head is None:  # the owner died before it answered: so did the session
             return not_found()
-        kind = head.get("t")
-        if kind == "failure":
+        if head.get("t") == "failure":
+            events.finished()
             raise RelayedError(head["error"], int(head["status"]))
         status, answer_headers = int(head["status"]), dict(head["headers"])
         if head.get("stream"):
