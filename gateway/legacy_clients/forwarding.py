@@ -256,6 +256,8 @@ class Holder:
             task = self._serving.pop(reply, None)
             if task is not None:
                 task.cancel()  # its reader went: the session's stream is free again
+            else:
+                self._remember(reply)  # come before its exchange: that is not served
             return
         if reply in self._serving or reply in self._finished:
             return  # the same message again (taken up after a lost reply)
