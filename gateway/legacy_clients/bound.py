@@ -47,6 +47,9 @@ log = structlog.get_logger("gateway.legacy")
 
 #: Server messages kept for a GET stream while none is open (the oldest dropped first).
 BACKLOG = 64
+#: Server messages one client stream may hold unsent (its client not reading): past it
+#: the stream ends with an error, rather than the replica's memory growing.
+MAX_PENDING = 1024
 #: How often idle sessions are looked for, at most (a tenth of the idle time, if less).
 SWEEP_S = 5.0
 _JSON = {"Content-Type": "application/json"}
@@ -78,6 +81,11 @@ class Channel:
         self.on_close = on_close
 
     def put(self, message: dict[str, Any]) -> None:
+        if not self.open:
+            return  # its client has gone, or it has ended: nobody would read it
+        if len(self._items) >= MAX_PENDING:
+            self.end(UpstreamError("the client did not keep up with its stream"))
+            return
         self._items.append(message)
         self._wake()
 

@@ -138,8 +138,8 @@ class Remote:
             raise
         if head is None:  # the owner died before it answered: so did the session
             return not_found()
-        kind = head.get("t")
-        if kind == "failure":
+        if head.get("t") == "failure":
+            events.finished()
             raise RelayedError(head["error"], int(head["status"]))
         status, answer_headers = int(head["status"]), dict(head["headers"])
         if head.get("stream"):
@@ -256,6 +256,8 @@ class Holder:
             task = self._serving.pop(reply, None)
             if task is not None:
                 task.cancel()  # its reader went: the session's stream is free again
+            else:
+                self._remember(reply)  # come before its exchange: that is not served
             return
         if reply in self._serving or reply in self._finished:
             return  # the same message again (taken up after a lost reply)

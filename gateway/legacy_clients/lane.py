@@ -55,6 +55,7 @@ from aiohttp import web
 from gateway.auth import Identity
 from gateway.config import LegacyConfig, LimitsConfig
 from gateway.errors import (
+    Draining,
     HttpError,
     MethodNotAllowed,
     NotAcceptable,
@@ -264,6 +265,9 @@ class LegacyLane:
         body: bytes,
         served: Served,
     ) -> web.StreamResponse:
+        if self.upstream.replica_bound and self.streams.draining:
+            # Its process or connection would end with this replica in a moment.
+            raise Draining("This replica is draining; send initialize again")
         answer = await self.upstream.initialize(body, crossing_headers(headers))
         token = None
         if answer.status == 200:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from gateway.legacy_clients.bound import BoundUpstream
+from gateway.legacy_clients.lane import LegacyLane
 from gateway.web.handlers import McpEndpoint
 from tests.legacy_clients.test_sdk_client import STEPS, run_script
 from tests.peers.tooling import LegacyClient, LegacyServer, legacy_stdio_command
@@ -33,16 +34,21 @@ def stdio_route(tmp_path: Path, **legacy: Any) -> dict[str, Any]:
     return {**route, "legacy": legacy} if legacy else route
 
 
-def held(gateway: Gateway) -> BoundUpstream:
-    """The route's table of sessions held here."""
+def lane(gateway: Gateway) -> LegacyLane:
+    """The legacy lane of the gateway's route."""
     for resource in gateway.app.router.resources():
         for route in resource:
             endpoint = getattr(route.handler, "__self__", None)
             if isinstance(endpoint, McpEndpoint) and endpoint.legacy is not None:
-                upstream = endpoint.legacy.upstream
-                assert isinstance(upstream, BoundUpstream)
-                return upstream
+                return endpoint.legacy
     raise AssertionError("no legacy lane")
+
+
+def held(gateway: Gateway) -> BoundUpstream:
+    """The route's table of sessions held here."""
+    upstream = lane(gateway).upstream
+    assert isinstance(upstream, BoundUpstream)
+    return upstream
 
 
 async def test_the_mcp_1_client_gets_from_a_stdio_or_sse_upstream_what_it_gets_over_http(
@@ -114,6 +120,18 @@ async def test_sessions_are_capped_per_replica_and_a_new_get_stream_replaces_the
             assert not second.content.at_eof()
     await send(gateway.http, gateway.url, None, session=session, method="DELETE")
     assert (await send(gateway.http, gateway.url, initialize())).status == 200
+
+
+async def test_a_draining_replica_opens_no_session_that_would_end_with_it(
+    make_gateway: Callable[..., Any], tmp_path: Path
+) -> None:
+    gateway: Gateway = await make_gateway(**stdio_route(tmp_path))
+    session = await open_session(gateway.http, gateway.url)
+    lane(gateway).streams.end_all()  # what a drain does first
+    refused = await send(gateway.http, gateway.url, initialize())
+    assert refused.status == 503 and refused.last["error"]["data"]["reason"] == "draining"
+    echoed = await send(gateway.http, gateway.url, call("echo", text="on"), session=session)
+    assert echoed.status == 200  # its own sessions are served until it stops
 
 
 async def test_a_session_unused_for_the_idle_bound_is_ended(

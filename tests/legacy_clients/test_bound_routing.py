@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gateway.errors import InvalidRequest, UpstreamError
-from gateway.legacy_clients.bound import BACKLOG, BoundSession, Channel
+from gateway.legacy_clients.bound import BACKLOG, MAX_PENDING, BoundSession, Channel
 from gateway.protocol import jsonrpc
 from gateway.protocol.capabilities import ClientCaps
 from gateway.upstream.stdio.session import Command, StdioSession
@@ -112,3 +112,16 @@ async def test_a_closed_stream_is_skipped_and_a_repeated_id_refused() -> None:
         bound.expect(request(3))
     bound.heard(response(99))  # nobody's: dropped
     assert list(bound.waiting) == [3]
+
+
+async def test_a_stream_whose_client_does_not_read_ends_rather_than_grow() -> None:
+    bound = session()
+    stream = bound.listen()
+    for n in range(MAX_PENDING + 5):
+        bound.heard(server_request(f"s{n}", "roots/list"))
+    got = []
+    with pytest.raises(UpstreamError, match="keep up"):
+        async for event in stream:
+            got.append(jsonrpc.loads(event.data)["id"])
+    assert got == [f"s{n}" for n in range(MAX_PENDING)]
+    assert bound.listen().open  # the client reconnects: a new stream

@@ -17,7 +17,7 @@ import pytest
 from gateway.aio import spawn
 from gateway.errors import InvalidRequest, RelayedError, RpcError, UpstreamError
 from gateway.legacy_clients.bound import Channel
-from gateway.legacy_clients.forwarding import EXCHANGE, Holder, Remote, is_lane_message
+from gateway.legacy_clients.forwarding import EXCHANGE, STOP, Holder, Remote, is_lane_message
 from gateway.legacy_clients.upstream import Answer
 from tests.fakes.clock import ManualClock
 from tests.fakes.fleet import Network
@@ -146,9 +146,9 @@ async def test_the_owner_stops_sending_to_a_reader_whose_replica_died() -> None:
     assert not channel.open
 
 
-async def test_a_message_taken_up_twice_is_served_once() -> None:
-    pair = Pair(Scripted(Answer(202, {}, b""), Answer(202, {}, b"")))
-    payload = json.dumps(
+def exchange(reply: str) -> str:
+    """An exchange as a reader sends it: a notification posted to session h1."""
+    return json.dumps(
         {
             "op": EXCHANGE,
             "verb": "POST",
@@ -156,12 +156,24 @@ async def test_a_message_taken_up_twice_is_served_once() -> None:
             "session": "h1",
             "body": '{"jsonrpc":"2.0","method":"notifications/initialized"}',
             "headers": {},
-            "reply": "reply:reader:once",
+            "reply": reply,
             "from": "reader",
         }
     )
+
+
+async def test_a_message_taken_up_twice_is_served_once() -> None:
+    pair = Pair(Scripted(Answer(202, {}, b""), Answer(202, {}, b"")))
+    payload = exchange("reply:reader:once")
     assert is_lane_message(payload) and not is_lane_message('{"op": "resume"}')
     await pair.holder.serve(payload)
     await pair.holder.serve(payload)
     assert len(pair.upstream.seen) == 1
     assert pair.network.replies["reply:reader:once"].qsize() == 1
+
+
+async def test_an_exchange_whose_stop_came_first_is_not_served() -> None:
+    pair = Pair(Scripted(Answer(202, {}, b"")))
+    await pair.holder.serve(json.dumps({"op": STOP, "reply": "reply:reader:late"}))
+    await pair.holder.serve(exchange("reply:reader:late"))
+    assert pair.upstream.seen == []
