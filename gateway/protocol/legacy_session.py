@@ -6,10 +6,11 @@ upstream's own session handle (its `Mcp-Session-Id`, or none), a digest of the c
 principal, the replica that owns the session (empty when any replica serves it), when it
 was made and when it expires, with the requestState key ring under a prefix of its own
 (``lg1.``, bound into the AEAD's associated data: a requestState never opens as a session
-id, nor the reverse). So any replica serves any request of the session, and nothing is
-kept per session in memory or in Redis. A tampered, expired, foreign or misrouted id is
-refused with a reason for the log only; the wire answer is 404 (the client starts over).
-An id that opened is kept for its later requests (`OpenedSessions`, bounded, per route).
+id, nor the reverse). So any replica serves any request of the session, and no replica
+nor Redis needs to hold anything for it (a replica keeps what the ids it opened lately
+opened to only to spare itself opening them again: `OpenedSessions`, bounded). A
+tampered, expired, foreign or misrouted id is refused with a reason for the log only; the
+wire answer is 404 (the client starts over).
 
 Beside it, what the lane's policy needs from a legacy body: which method and target a
 message names (for per-tool scopes), and list results (`tools/list`, `prompts/list`,

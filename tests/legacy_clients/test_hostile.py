@@ -86,3 +86,37 @@ async def test_a_stream_broken_before_its_response_ends_with_an_error_for_it(
         assert first.status == 200 and first.messages[0]["method"] == "notifications/progress"
     finally:
         await upstream.stop()
+
+
+@pytest.mark.parametrize("before", ["its head only", "a priming event"])
+async def test_a_stream_broken_before_its_first_message_ends_as_one_broken_later(
+    start_gateway: Callable[..., Awaitable[Gateway]], quiet: Any, before: str
+) -> None:
+    """The head of a POST's stream waits for its first message; a stream that breaks
+    first still reaches the client as a stream: with an error for the request when it gave
+    no event id, and with the events it gave (a priming event's id, to resume from) when
+    it did."""
+
+    async def broken(writer: asyncio.StreamWriter, rid: Any) -> object:
+        writer.write(SSE_HEAD)
+        if before == "a priming event":
+            writer.write(chunk(b"id: stream-1:0\nevent: message\ndata: \n\n"))
+        await writer.drain()
+        writer.close()
+        return None
+
+    upstream = await legacy(broken)
+    try:
+        gateway = await start_gateway(upstream.url)
+        session = await open_session(gateway.http, gateway.url)
+        first = await send(gateway.http, gateway.url, call("t", rid=1), session=session)
+        assert first.status == 200
+        assert first.headers["Content-Type"].startswith("text/event-stream")
+        if before == "its head only":
+            assert first.last["id"] == 1 and first.last["error"]["code"] == -32603
+        else:  # the client resumes it (GET with Last-Event-ID): no error is made up
+            assert first.raw.startswith(b"id: stream-1:0\n") and first.messages == []
+        then = await send(gateway.http, gateway.url, call("t", rid=2), session=session)
+        assert then.status == 200 and then.last["result"]["content"][0]["text"] == "real"
+    finally:
+        await upstream.stop()

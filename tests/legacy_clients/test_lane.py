@@ -1,9 +1,11 @@
 """The legacy lane on the wire, by hand, in front of a real mcp 1.x server: session ids
 refused as a legacy server refuses them (400 without one; 404 tampered, expired, another
 principal's or route's, a requestState), statuses and headers as a legacy server answers,
-the gateway's session id and never the upstream's, streams kept alive and bounded, GET
-streams capped and ended on drain, one `request_served` line per POST, and the lane off
-or not serving an upstream answering as before."""
+the gateway's session id and never the upstream's, a response that comes first sent whole
+and a stream that says more relayed, a session id served from what it opened to but never
+past its expiry, streams kept alive and bounded, GET streams capped and ended on drain,
+one `request_served` line per POST, and the lane off or not serving an upstream answering
+as before."""
 
 from __future__ import annotations
 
