@@ -25,7 +25,7 @@ from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.calls.bridge import Bridge
 from gateway.config import UpstreamConfig
-from gateway.errors import GatewayError, RpcError
+from gateway.errors import GatewayError, InvalidRequestState, RpcError
 from gateway.protocol import jsonrpc, tasks
 from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.tasks import Task, TaskEnded
@@ -213,6 +213,12 @@ class TaskRun:
             else:
                 try:
                     result = await round_
+                except InvalidRequestState:
+                    # The round's state no longer opens a parked call (it expired, or a
+                    # replica that died had resumed it): said as what it means for the task.
+                    lost = "The task's call was lost: its round can no longer be resumed"
+                    await self._end(task, error={"code": -32603, "message": lost})
+                    return
                 except RpcError as exc:
                     await self._end(task, error=exc.error_object())
                     return
