@@ -146,6 +146,9 @@ class Task:
     error: dict[str, Any] | None = None
     # The call's `requestState` while it waits for answers (none for a legacy task's).
     state: str | None = None
+    # The request that started it (`id`, `method`, `params`): another replica carries the
+    # call on with it, as a retry, if the owner dies while the call waits for answers.
+    request: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.updated_ms = self.updated_ms or self.created_ms
@@ -157,6 +160,16 @@ class Task:
     @property
     def final(self) -> bool:
         return self.status in FINAL
+
+    @property
+    def resumable(self) -> bool:
+        """Whether another replica can carry the call on: it waits for answers, with the
+        round's `requestState` and the request that started it at hand."""
+        return (
+            self.status is Status.INPUT_REQUIRED
+            and self.state is not None
+            and self.request is not None
+        )
 
     def fire(self, event: Event, now_ms: int) -> None:
         """Move to the status `event` leads to.
@@ -295,6 +308,7 @@ class Task:
         }
         optional = {"message": self.message, "result": self.result, "error": self.error}
         optional["state"] = self.state
+        optional["request"] = self.request
         record.update((k, v) for k, v in optional.items() if v is not None)
         return record
 
@@ -321,6 +335,7 @@ class Task:
                 result=data.get("result"),
                 error=data.get("error"),
                 state=data.get("state"),
+                request=data.get("request"),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"task record: {exc}") from exc

@@ -2,7 +2,8 @@
 
     service.py  the front of it: which `tools/call` becomes a task (the tool's policy,
                 the client's declaration), `tasks/get`, `tasks/update`, `tasks/cancel`
-                on any replica, the caps, the records sealed at rest
+                on any replica, the caps, the records sealed at rest, a dead owner's
+                tasks ended or carried on
     run.py      one task on the replica that owns it: its call driven through the
                 bridge as an MRTR client would drive it (a round, its questions
                 published, the answers sent back as a retry), its record rewritten at

@@ -25,7 +25,7 @@ from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.calls.bridge import Bridge
 from gateway.config import UpstreamConfig
-from gateway.errors import GatewayError, RpcError
+from gateway.errors import GatewayError, InvalidRequestState, RpcError
 from gateway.protocol import jsonrpc, tasks
 from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.tasks import Task, TaskEnded
@@ -98,6 +98,14 @@ class TaskRun:
         self.task = task
         if self.message is not None:
             task.working(self.now(), self.message)
+        self.follower = spawn(self._follow(), name=f"task-{task.id}")
+
+    def carry_on(self, task: Task) -> None:
+        """The task's owner died while its call waited for answers: this replica now runs
+        it from its record (the round's `requestState`), its retries going wherever the
+        call can go on (`gateway.calls.routing`: takeover, replay, or lost)."""
+        self.task = task
+        self._state = task.state
         self.follower = spawn(self._follow(), name=f"task-{task.id}")
 
     # -- while it runs -------------------------------------------------------------------
@@ -178,7 +186,7 @@ class TaskRun:
 
     async def _follow(self) -> None:
         task = self.task
-        assert task is not None and self.round is not None
+        assert task is not None
         expires = self.clock.monotonic() + max(0.0, (task.expires_ms - self.now()) / 1000)
         try:
             async with clocks.deadline(self.clock, expires):
@@ -196,21 +204,32 @@ class TaskRun:
         finally:
             self.on_end(self)
 
-    async def _drive(self, task: Task, round_: asyncio.Task[dict[str, Any]]) -> None:
+    async def _drive(self, task: Task, round_: asyncio.Task[dict[str, Any]] | None) -> None:
+        """Follow the call's rounds to its end; with no round under way (`carry_on`), from
+        its parked round, whose questions are published already."""
         while True:
-            try:
-                result = await round_
-            except RpcError as exc:
-                await self._end(task, error=exc.error_object())
-                return
-            except GatewayError as exc:
-                await self._end(task, error={"code": -32603, "message": str(exc)})
-                return
-            self._state = None
-            if result.get("resultType") != "input_required":
-                await self._end(task, result=result)
-                return
-            answers = await self._publish(task, result) or await self._answers()
+            if round_ is None:
+                answers = await self._answers()
+            else:
+                try:
+                    result = await round_
+                except InvalidRequestState:
+                    # The round's state no longer opens a parked call (it expired, or a
+                    # replica that died had resumed it): said as what it means for the task.
+                    lost = "The task's call was lost: its round can no longer be resumed"
+                    await self._end(task, error={"code": -32603, "message": lost})
+                    return
+                except RpcError as exc:
+                    await self._end(task, error=exc.error_object())
+                    return
+                except GatewayError as exc:
+                    await self._end(task, error={"code": -32603, "message": str(exc)})
+                    return
+                self._state = None
+                if result.get("resultType") != "input_required":
+                    await self._end(task, result=result)
+                    return
+                answers = await self._publish(task, result) or await self._answers()
             if answers is None:
                 message = (
                     f"The task's questions were not answered within {self.answer_within_s:g} s "

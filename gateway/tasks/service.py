@@ -11,7 +11,10 @@ extension gets today's behaviour for an `optional` tool, and -32021 for a `requi
 `tasks/get`, `tasks/update` and `tasks/cancel` are gated on the extension first (-32021),
 then find the task: unknown, expired and another principal's are one error (-32602).
 The owner's run (`gateway.tasks.run`) takes the answers and the cancel; on a fleet,
-another replica's are forwarded to it, and a task whose owner died ends `failed`.
+another replica's are forwarded to it. When the owner dies, a task whose call was
+running ends `failed`; one whose call waits for answers is carried on by the replica
+its answers reach (from the round's `requestState` in the record), once: the store's
+`take` decides who.
 Caps: running tasks per replica (`limits.max_tasks`) and per principal on it
 (`limits.max_tasks_per_principal`), a result's size (`limits.max_task_result_bytes`).
 """
@@ -47,8 +50,9 @@ from gateway.errors import (
     TasksFull,
 )
 from gateway.protocol import inputs, jsonrpc, legacy_tasks, state, tasks, translate
-from gateway.protocol.inbound import FrontRequest
+from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope
 from gateway.protocol.tasks import ACK, Task
+from gateway.protocol.versions import Version
 from gateway.store.tasks import TaskStore
 from gateway.tasks.legacy import LegacyTaskRun
 from gateway.tasks.run import TaskRun
@@ -83,6 +87,7 @@ class Tasks:
         self.metrics = bridge.metrics
         self.metrics.tasks.set_function(lambda: float(len(self.runs)))
         self.pools = pools
+        self.upstreams = {u.name: u for u in bridge.config.upstreams}
         self.runs: dict[str, TaskRun | LegacyTaskRun] = {}  # the tasks run here, by id
         self._held = 0  # calls that are, or may become, tasks here
         self._held_by: Counter[str] = Counter()
@@ -160,6 +165,7 @@ class Tasks:
                 created_ms=now,
                 ttl_ms=round(policy.ttl_s * 1000),
                 poll_ms=policy.poll_interval_ms,
+                request=_request_of(front),
             )
             run.task = task
             try:
@@ -236,10 +242,14 @@ class Tasks:
                 self._release(principal)
 
     def _hold(self, principal: str) -> None:
+        """Count one more task of `principal` here. Raises: TasksFull, PrincipalTasksBusy."""
         if self._held >= self.limits.max_tasks:
             raise TasksFull()
         if self._held_by[principal] >= self.limits.max_tasks_per_principal:
             raise PrincipalTasksBusy()
+        self._count(principal)
+
+    def _count(self, principal: str) -> None:
         self._held += 1
         self._held_by[principal] += 1
 
@@ -298,24 +308,38 @@ class Tasks:
             raise tasks.unknown_task()
         if task.expires_ms <= self.clock.wall_ms():
             raise tasks.unknown_task()
-        if run is None and not task.final and task.owner != self.owner:
-            await self._check_owner(task)
+        if run is None and not task.final and task.owner != self.owner and self.bus is not None:
+            if not task.resumable and not await self.bus.alive(task.owner):
+                task = await self._owner_lost(task)
         return task
 
     async def _to_owner(self, task: Task, *, answers: dict[str, Any] | None = None) -> None:
         """Answers (or, without them, a cancel) for the task's run: here, or pushed into
-        its owner's inbox; an owner without a heartbeat lost the task's call."""
-        run = self.runs.get(task.id)
-        if run is not None:
-            await (run.cancel() if answers is None else run.give(answers))
-            return
-        if task.owner == self.owner or self.bus is None:
-            return  # its run has ended: the record is being written final
-        message = messages.ForTask(
-            task=task.id, principal=task.principal, answers=answers or {}, cancel=answers is None
-        )
-        if not await self.bus.deliver(task.owner, messages.encode(message)):
-            await self._owner_lost(task)
+        its owner's inbox. An owner without a heartbeat lost the task's call, unless the
+        call waits for answers: then this replica carries it on."""
+        for _ in range(2):  # a second look once another replica carried it on first
+            run = self.runs.get(task.id)
+            if run is not None:
+                await (run.cancel() if answers is None else run.give(answers))
+                return
+            if task.owner == self.owner or self.bus is None:
+                return  # its run has ended: the record is being written final
+            message = messages.ForTask(
+                task=task.id,
+                principal=task.principal,
+                answers=answers or {},
+                cancel=answers is None,
+            )
+            if await self.bus.deliver(task.owner, messages.encode(message)):
+                return
+            if not task.resumable:
+                await self._owner_lost(task)
+                return
+            if not await self._carry_on(task):
+                fresh = await self._read(task.id)
+                if fresh is None or fresh.final:
+                    return
+                task = fresh
 
     async def told(self, message: messages.ForTask) -> None:
         """Another replica's `tasks/update` or `tasks/cancel` for a task run here."""
@@ -324,12 +348,43 @@ class Tasks:
             return  # ended meanwhile (its record says how)
         await (run.cancel() if message.cancel else run.give(message.answers))
 
-    async def _check_owner(self, task: Task) -> None:
-        if self.bus is not None and not await self.bus.alive(task.owner):
+    async def _carry_on(self, task: Task) -> bool:
+        """Run here the call of a task whose owner died while it waited for answers; False
+        when another replica took it first (or it ended)."""
+        upstream = self.upstreams.get(task.upstream)
+        try:
+            front = _front_of(task.request or {})
+        except ValueError:
+            upstream = None
+        if upstream is None:  # a record this configuration cannot carry on
             await self._owner_lost(task)
+            return True
+        if not await self.store.take(task.id, task.owner, self.owner):
+            return False
+        dead, task.owner = task.owner, self.owner
+        run = TaskRun(
+            bridge=self.bridge,
+            upstream=upstream,
+            front=front,
+            principal=task.principal,
+            max_result_bytes=self.limits.max_task_result_bytes,
+            answer_within_s=self.limits.suspension_ttl_s,
+            write=self._write,
+            on_end=self._ended,
+        )
+        self._count(task.principal)  # over the caps, rather than lose the call
+        self.runs[task.id] = run
+        run.carry_on(task)
+        await self._write(task)
+        log.warning("task_carried_on", task=task.id, dead_owner=dead)
+        return True
 
-    async def _owner_lost(self, task: Task) -> None:
-        """The replica running the task's call died: the call is gone with it."""
+    async def _owner_lost(self, task: Task) -> Task:
+        """The replica running the task's call died with the call: the task fails, by
+        this replica's hand (unless another replica decided first: then as it did)."""
+        if not await self.store.take(task.id, task.owner, self.owner):
+            return await self._read(task.id) or task
+        task.owner = self.owner
         task.failed(
             {
                 "code": -32603,
@@ -338,8 +393,9 @@ class Tasks:
             },
             self.clock.wall_ms(),
         )
-        log.warning("task_owner_lost", task=task.id, owner=task.owner)
+        log.warning("task_owner_lost", task=task.id)
         await self._write(task)
+        return task
 
     # -- records -------------------------------------------------------------------------
 
@@ -350,7 +406,9 @@ class Tasks:
         lock = self._locks.setdefault(task.id, asyncio.Lock())
         async with lock:
             sealed = self.codec.seal(jsonrpc.dumps(task.to_record()))
-            written = await self.store.put(task.id, sealed, task.expires_ms, final=task.final)
+            written = await self.store.put(
+                task.id, sealed, task.expires_ms, final=task.final, owner=task.owner
+            )
         run = self.runs.get(task.id)
         if not written and run is not None and not run.stopping:
             log.warning("task_ended_elsewhere", task=task.id)
@@ -380,3 +438,25 @@ def _ms(value: Any, default: int) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     return default
+
+
+def _request_of(front: FrontRequest) -> dict[str, Any]:
+    """What of the request that started a task its record keeps (for `_front_of`): its
+    MRTR members left out, a retry of it carries its own."""
+    params = {k: v for k, v in front.params.items() if k not in ("requestState", "inputResponses")}
+    return {"id": front.id, "method": front.method, "params": params}
+
+
+def _front_of(request: dict[str, Any]) -> FrontRequest:
+    """The request a task's record keeps, as the front read it (validated then).
+
+    Raises:
+        ValueError: a record of another shape.
+    """
+    params = request.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    version = Version.parse(meta.get(PROTOCOL_VERSION_KEY)) if isinstance(meta, dict) else None
+    if version is None or not isinstance(params, dict) or not isinstance(meta, dict):
+        raise ValueError("a task's request without its protocol version")
+    envelope = read_envelope(version, meta)
+    return FrontRequest(request.get("id", 0), str(request.get("method")), params, envelope)

@@ -64,7 +64,12 @@ async def fleet(
                     "hold": {"task": "optional"},
                 },
             },
-            {"name": "resumable", "url": resumable.url, "path": "/resumable"},
+            {
+                "name": "resumable",
+                "url": resumable.url,
+                "path": "/resumable",
+                "tools": {"greet": {"task": "optional"}},  # tests/fleet/test_tasks.py
+            },
             {  # calls share sessions: a replica's death strands several calls of one
                 "name": "shared",
                 "url": resumable.url,

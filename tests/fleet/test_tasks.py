@@ -2,8 +2,10 @@
 round-robin balancer (the fleet of `test_fleet`), in front of a real mcp 1.x server.
 
 A task created through one replica is polled, answered and cancelled through the
-others (the `Mcp-Name` header carries its id); its owner killed with SIGKILL, the task
-ends `failed` with a clear error instead of staying `working`.
+others (the `Mcp-Name` header carries its id). Its owner killed with SIGKILL: a task
+whose call was running ends `failed` with a clear error instead of staying `working`;
+one whose call waited for answers is carried on by the replica the answers reach,
+as far as the call allows (taken over where the upstream resumes its stream).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 from gateway.protocol.tasks import EXTENSION
 from tests.peers.tooling import LegacyServer, RedisServer
 from tests.support.fleet import Fleet, until_dead
-from tests.support.legacy import await_journal
+from tests.support.legacy import await_journal, legacy_tool
 from tests.support.wire import ALL_CAPS, rpc
 
 pytestmark = pytest.mark.peers
@@ -135,3 +137,57 @@ async def test_a_task_whose_owner_is_killed_ends_failed_never_stuck_working(
     other = fleet.replicas[(owner_index + 2) % 3].base + "/mcp"
     again = (await tasks_rpc(fleet, other, "tasks/get", {"taskId": task_id}))["result"]
     assert again["status"] == "failed"
+
+
+async def test_a_task_waiting_for_answers_is_carried_on_after_its_owner_is_killed(
+    fleet: Fleet, redis_server: RedisServer, resumable: LegacyServer
+) -> None:
+    """The upstream resumes its streams (an event store): the call is taken over where
+    it waits, and its body runs once."""
+    run_id = uuid.uuid4().hex
+    body = rpc("tools/call", {"name": "greet", "arguments": {"run_id": run_id}}, caps=WITH_TASKS)
+    owner, survivor = fleet.replicas[0], fleet.replicas[1].base + "/resumable"
+    status, reply = await fleet.post(owner.base + "/resumable", body)
+    task_id = reply["result"]["taskId"]
+    asked = await until(fleet, survivor, task_id, "input_required")
+    owner.kill9()
+    await until_dead(fleet, redis_server.url, owner)
+    # Still waiting for its answer on every replica left: nothing of it was lost.
+    assert (await tasks_rpc(fleet, survivor, "tasks/get", {"taskId": task_id}))["result"][
+        "status"
+    ] == "input_required"
+    (key,) = asked["inputRequests"]
+    answer = {"action": "accept", "content": {"username": "alice"}}
+    update = {"taskId": task_id, "inputResponses": {key: answer}}
+    ack = await tasks_rpc(fleet, survivor, "tasks/update", update)
+    assert ack["result"] == {"resultType": "complete"}
+    done = await until(fleet, fleet.replicas[2].base + "/resumable", task_id, "completed", "failed")
+    assert done["status"] == "completed", done
+    assert done["result"]["content"][0]["text"] == "Hello, alice!"
+    runs = await legacy_tool(resumable.url, "runs", {"tool": "greet", "run_id": run_id})
+    assert runs == "1"
+    await fleet.replicas[1].await_line('"event":"task_carried_on"', timeout=30)
+    await fleet.replicas[1].await_line('"event":"call_taken_over"', timeout=30)
+
+
+async def test_a_task_whose_waiting_call_cannot_go_on_fails_when_answered(
+    fleet: Fleet, redis_server: RedisServer, legacy: LegacyServer
+) -> None:
+    """No event store, not replay-safe: the call died with its owner; the answer that
+    would resume it learns so, and the task fails saying it was lost."""
+    run_id = uuid.uuid4().hex
+    body = rpc("tools/call", {"name": "hold", "arguments": {"run_id": run_id}}, caps=WITH_TASKS)
+    owner, survivor = fleet.replicas[0], fleet.replicas[1].base + "/mcp"
+    status, reply = await fleet.post(owner.base + "/mcp", body)
+    task_id = reply["result"]["taskId"]
+    asked = await until(fleet, survivor, task_id, "input_required")
+    owner.kill9()
+    await until_dead(fleet, redis_server.url, owner)
+    (key,) = asked["inputRequests"]
+    answer = {"action": "accept", "content": {"confirm": True}}
+    update = {"taskId": task_id, "inputResponses": {key: answer}}
+    await tasks_rpc(fleet, survivor, "tasks/update", update)
+    failed = await until(fleet, survivor, task_id, "failed", "completed")
+    assert failed["status"] == "failed" and failed["error"]["code"] == -32603
+    assert "lost" in failed["error"]["message"]
+    assert await legacy_tool(legacy.url, "runs", {"tool": "hold", "run_id": run_id}) == "1"
