@@ -125,6 +125,7 @@ class RedisBus:
         self._lease_until = 0.0
         self._term = 0
         self._looks = 0  # looks at the fleet's heartbeats (`look_at_fleet`)
+        self._watched: set[str] = set()  # heartbeat keys found beating at the last look
 
     def holds_lease(self) -> bool:
         """Whether this replica's last heartbeat is recent enough to serve its calls."""
@@ -165,6 +166,8 @@ class RedisBus:
             try:
                 sent, first = self.clock.monotonic(), self._epoch is None
                 lost_data = await self._beat(ttl_ms)
+                if lost_data:  # the roll call went with the data: the next look scans
+                    self._looks = 0
                 # Held if the lease had not run out by the time the beat came back: a beat
                 # slower than what was left of the lease may have reached Redis after the
                 # key expired, and another replica may have judged this one dead meanwhile.
@@ -219,26 +222,34 @@ class RedisBus:
     async def look_at_fleet(self) -> int:
         """Read the level of every live heartbeat; the level to write from now on.
 
-        Whose: the replicas on the fleet's roll call (`roll_call_key`, one set), and once
-        every `SCAN_LOOKS` looks (the first among them) every heartbeat key there is (a
-        SCAN of the whole keyspace: a replica started a moment ago, before its ledger
+        Whose: the replicas on the fleet's roll call (`roll_call_key`, one set) and those
+        found beating at the last look; once every `SCAN_LOOKS` looks (the first among
+        them, and the first after the store lost its data), every heartbeat key there is
+        (a SCAN of the whole keyspace: a replica started a moment ago, before its ledger
         named it, or a roll call lost with the store's data).
 
         Raises: RedisError.
         """
         if self._looks % SCAN_LOOKS == 0:
-            keys = [k async for k in self.client.scan_iter(match=self._beat_pattern(), count=1000)]
+            pattern = self._beat_pattern()
+            keys = {text(k) async for k in self.client.scan_iter(match=pattern, count=1000)}
         else:
             members = await self.client.smembers(roll_call_key(self.prefix))
-            keys = [self.replica_key(text(m)) for m in members]
+            keys = {self.replica_key(text(m)) for m in members} | self._watched
         self._looks += 1
         levels = [formats.LEVEL]  # this replica's own, whether its beat landed or not
+        beating: set[str] = set()
         if keys:
             async with self.client.pipeline(transaction=False) as pipe:
                 for key in keys:
                     pipe.get(key)
                 values = await pipe.execute()
-            levels += [formats.read_beat(text(v)).level for v in values if v is not None]
+            for key, value in zip(keys, values, strict=True):
+                if value is not None:
+                    beating.add(key)
+                    levels.append(formats.read_beat(text(value)).level)
+        # Every heartbeat found is looked at again until it lapses, on the roll call or not.
+        self._watched = beating
         before = self.level.level
         after = self.level.observe(levels, self.clock.monotonic())
         if after != before:

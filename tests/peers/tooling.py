@@ -80,9 +80,9 @@ def ensure_release(version: str, commit: str) -> Path:
     venv.EnvBuilder(with_pip=True, clear=True).create(home)
     source = home / "src"
     source.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True
-    )
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True)
+    if archive.returncode != 0:  # a shallow clone lacks it: fetch the history
+        raise RuntimeError(f"git archive {commit} failed: {archive.stderr.decode()[:500]}")
     subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
     done = subprocess.run(
         [
