@@ -149,15 +149,21 @@ class Remote:
 
 
 class RemoteEvents:
-    """`EventStream` of an answer the owner sends on `reply`, event by event."""
+    """`EventStream` of an answer the owner sends on `reply`, event by event.
 
-    __slots__ = ("bus", "owner", "reply", "_done")
+    A wait for the next event that is cancelled loses nothing (the lane holds a stream's
+    head only so long, `relay.hold_head`): the read of the reply list goes on in a task of
+    its own, shielded, and the next wait takes up what it read. A blocking pop cut short
+    could otherwise have taken a message off the list that nobody then reads."""
+
+    __slots__ = ("bus", "owner", "reply", "_done", "_pending")
 
     def __init__(self, bus: Bus, owner: str, reply: str) -> None:
         self.bus = bus
         self.owner = owner
         self.reply = reply
         self._done = False
+        self._pending: asyncio.Task[dict[str, Any] | None] | None = None
 
     async def next_message(self) -> dict[str, Any] | None:
         """The owner's next message on the reply list; None once the owner is gone.
@@ -190,7 +196,19 @@ class RemoteEvents:
     async def __anext__(self) -> sse.Event:
         if self._done:
             raise StopAsyncIteration
-        message = await self.next_message()
+        pending = self._pending
+        if pending is None:
+            pending = self._pending = spawn(self.next_message(), name="legacy-forward-read")
+        try:
+            message = await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            if pending.cancelled():  # closed under it
+                self._pending = None
+            raise  # a wait cut short: the read goes on for the next one
+        except BaseException:
+            self._pending = None
+            raise
+        self._pending = None
         if message is None:
             raise UpstreamError("the replica holding this session stopped")
         if message.get("t") == "event":
@@ -208,6 +226,9 @@ class RemoteEvents:
 
     async def aclose(self) -> None:
         """Stop reading; the owner, if it still sends, is told to stop."""
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
         if not self._done:
             self._done = True
             stop = _dumps({"op": STOP, "reply": self.reply})

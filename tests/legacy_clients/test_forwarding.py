@@ -103,6 +103,52 @@ async def test_a_stream_comes_back_event_by_event_and_ends_with_the_owners() -> 
         await closed.wait()  # the owner let go of its stream
 
 
+class InFlight:
+    """The reader's bus whose pop, once it has taken a reply off the list, waits for
+    `arrived` before returning it: a Redis BLPOP whose answer is on the wire. Cut short
+    there, the reply is off the list and only the read in flight still has it."""
+
+    def __init__(self, bus: Any) -> None:
+        self.bus = bus
+        self.taken = asyncio.Event()
+        self.arrived = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.bus, name)
+
+    async def receive(self, key: str) -> str | None:
+        payload = await self.bus.receive(key)
+        if payload is not None and '"t":"event"' in payload.replace(" ", ""):
+            self.taken.set()
+            await self.arrived.wait()
+        return payload
+
+
+async def test_a_wait_for_the_next_event_cut_short_loses_no_event() -> None:
+    # The lane holds a stream's head for its first message only so long, then relays the
+    # stream as it comes: an event whose read was under way when the wait was cut short is
+    # the next one read.
+    channel, _ = closing_channel()
+    pair = Pair(Scripted(Answer(200, SSE, channel)))
+    in_flight = InFlight(pair.network.bus("reader"))
+    remote = Remote(in_flight, "owner", "local", wait_s=30.0, clock=pair.clock)  # type: ignore[arg-type]
+    answer = await remote.get("h1", {})
+    assert not isinstance(answer.body, bytes)
+    events = aiter(answer.body)
+    waiting = spawn(_next_event(events), name="test-read")
+    channel.put({"jsonrpc": "2.0", "id": "s1", "method": "roots/list"})
+    async with asyncio.timeout(5):
+        await in_flight.taken.wait()  # off the reply list, on its way to the reader
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    in_flight.arrived.set()
+    async with asyncio.timeout(5):
+        event = await _next_event(events)
+    assert json.loads(event.data)["method"] == "roots/list"
+    await answer.body.aclose()
+
+
 async def test_a_reader_that_stops_reading_stops_the_owners_stream() -> None:
     channel, closed = closing_channel()
     pair = Pair(Scripted(Answer(200, SSE, channel)))
