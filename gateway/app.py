@@ -201,6 +201,7 @@ def build_app(config: GatewayConfig) -> web.Application:
         owner=owner,
         pools=pools,
         bus=bus,
+        level=level,
     )
     bridge.on_task = tasks.told
     fetcher = AiohttpFetcher()  # issuers' metadata and keys, upstream token endpoints

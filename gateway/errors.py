@@ -38,13 +38,15 @@ names their module); `tests/test_errors.py` holds it to the classes:
     │   ├── LimitExceeded              -32603, data.reason names the bound
     │   │   ├── CapacityExceeded       503 + Retry-After, busy now: retry later
     │   │   │   ├── Draining           503, this replica is shutting down
+    │   │   │   ├── TasksHeldBack      503, a task-only tool while the fleet is upgrading
     │   │   │   ├── RoundInProgress    503, the retry's round is being resumed already
     │   │   │   ├── TakeoverUnavailable 503, the call's upstream cannot be reached now
     │   │   │   ├── GatewayFull        503, max_parked_calls
     │   │   │   ├── TasksFull          503, max_tasks
     │   │   │   ├── SessionsBusy       503, every upstream session busy
     │   │   │   ├── ListensFull        503, max_listens (gateway.listens)
-    │   │   │   └── StreamsFull        503, legacy.max_streams (gateway.legacy_clients.streams)
+    │   │   │   ├── StreamsFull        503, legacy.max_streams (gateway.legacy_clients.streams)
+    │   │   │   └── BoundSessionsFull  503, legacy.max_bound_sessions (gateway.legacy_clients.bound)
     │   │   ├── PrincipalBusy          429, max_parked_per_principal
     │   │   ├── PrincipalTasksBusy     429, max_tasks_per_principal
     │   │   ├── PrincipalListening     429, max_listens_per_principal (gateway.listens)
@@ -303,6 +305,17 @@ class CapacityExceeded(LimitExceeded):
 class Draining(CapacityExceeded):
     reason = "draining"
     default_message = "This replica is draining; send the request again"
+
+
+class TasksHeldBack(CapacityExceeded):
+    """A tool that runs only as a task, called while replicas of the previous release
+    (which know no tasks) are still in the fleet: a rolling upgrade under way."""
+
+    reason = "upgrading"
+    default_message = (
+        "Tasks are served once every replica runs this release (an upgrade is under way); "
+        "send the request again later"
+    )
 
 
 class RoundInProgress(CapacityExceeded):

@@ -49,6 +49,7 @@ class Kind(StrEnum):
     SESSION_ENTRY = "session entry"  # a ledger entry (`gateway.fleet.ledger`)
     REQUEST_STATE = "requestState"  # a sealed requestState's claims (`gateway.protocol.state`)
     LEGACY_SESSION = "legacy session"  # a sealed legacy session id (`legacy_session`)
+    TASK = "task"  # a task's sealed record (`gateway.tasks`, `gateway.protocol.tasks`)
 
 
 #: The version of each kind written at each level; None: that level does not know the kind.
@@ -61,6 +62,9 @@ VERSIONS: dict[Kind, dict[int, int | None]] = {
     Kind.SESSION_ENTRY: {1: 1, 2: 2},
     Kind.REQUEST_STATE: {1: 1, 2: 2},
     Kind.LEGACY_SESSION: {1: 1, 2: 1},
+    # Tasks came with level 2. A replica of level 1 answers `tasks/*` with -32601: while one
+    # lives, no call becomes a task (`gateway.tasks` holds the feature back).
+    Kind.TASK: {1: None, 2: 1},
 }
 
 
@@ -98,6 +102,7 @@ MARKS: dict[Kind, tuple[str, int]] = {
     Kind.MESSAGE: ("v", 2),
     Kind.REQUEST_STATE: ("v", 2),
     Kind.LEGACY_SESSION: ("v", 1),
+    Kind.TASK: ("v", 1),
 }
 
 

@@ -292,7 +292,6 @@ class Task:
 
     def to_record(self) -> dict[str, Any]:
         record: dict[str, Any] = {
-            "v": 1,
             "id": self.id,
             "principal": self.principal,
             "upstream": self.upstream,
@@ -314,8 +313,11 @@ class Task:
 
     @classmethod
     def from_record(cls, data: Any) -> Task:
-        """Raises: ValueError, for a record not of this shape."""
-        if not isinstance(data, dict) or data.get("v") != 1:
+        """`data`: a record's fields, its format version taken off
+        (`gateway.protocol.formats`, `Kind.TASK`).
+
+        Raises: ValueError, for a record not of this shape."""
+        if not isinstance(data, dict):
             raise ValueError("not a task record")
         try:
             return cls(

@@ -48,8 +48,10 @@ from gateway.errors import (
     PrincipalTasksBusy,
     StoreError,
     TasksFull,
+    TasksHeldBack,
 )
-from gateway.protocol import inputs, jsonrpc, legacy_tasks, state, tasks, translate
+from gateway.protocol import formats, inputs, jsonrpc, legacy_tasks, state, tasks, translate
+from gateway.protocol.formats import FleetLevel, Kind
 from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope
 from gateway.protocol.tasks import ACK, Task
 from gateway.protocol.versions import Version
@@ -75,15 +77,19 @@ class Tasks:
         owner: str,
         pools: Mapping[str, UpstreamPool],
         bus: Bus | None = None,
+        level: FleetLevel | None = None,
     ) -> None:
         """`owner`: this replica, as records name it; `bus`: the other replicas, on a
-        fleet (a task's answers and cancel go to its owner through their inboxes)."""
+        fleet (a task's answers and cancel go to its owner through their inboxes);
+        `level`: the fleet's format level (no task while a replica of the previous
+        release, which knows none, still lives)."""
         self.bridge = bridge
         self.store = store
         self.codec = codec
         self.limits = limits
         self.owner = owner
         self.bus = bus
+        self.level = level or formats.single()
         self.metrics = bridge.metrics
         self.metrics.tasks.set_function(lambda: float(len(self.runs)))
         self.pools = pools
@@ -119,14 +125,20 @@ class Tasks:
         if front.method != "tools/call":
             policy, task_support = NO_TASKS, None
         if task_support is not None and await self._serves_legacy_tasks(upstream):
-            if front.envelope.tasks:
+            if front.envelope.tasks and self.level.known(Kind.TASK):
                 return await self._legacy(upstream, front, principal, policy)
             if task_support == TASK_REQUIRED:
+                if front.envelope.tasks:
+                    raise TasksHeldBack()
                 raise tasks.extension_required(f"The tool {front.target!r}")
             return await self.bridge.handle(upstream, front, principal, notify)
         if not policy.enabled or not front.envelope.tasks:
             if policy.support == TASK_REQUIRED:
                 raise tasks.extension_required(f"The tool {front.target!r}")
+            return await self.bridge.handle(upstream, front, principal, notify)
+        if not self.level.known(Kind.TASK):  # a replica of the previous release still lives
+            if policy.support == TASK_REQUIRED:
+                raise TasksHeldBack()
             return await self.bridge.handle(upstream, front, principal, notify)
         if self.bridge.draining and "requestState" not in front.params:
             raise Draining()  # refused now, rather than as a task failed at once
@@ -405,7 +417,12 @@ class Tasks:
         for dead) is not written over: the call it ran here is stopped instead."""
         lock = self._locks.setdefault(task.id, asyncio.Lock())
         async with lock:
-            sealed = self.codec.seal(jsonrpc.dumps(task.to_record()))
+            # Replicas that know no tasks never read a task's record: one made before a
+            # rollback began is still written in the version its readers know.
+            level = self.level.level if self.level.known(Kind.TASK) else formats.LEVEL
+            version = formats.written(Kind.TASK, level)
+            record = formats.stamped(Kind.TASK, task.to_record(), version)
+            sealed = self.codec.seal(jsonrpc.dumps(record))
             written = await self.store.put(
                 task.id, sealed, task.expires_ms, final=task.final, owner=task.owner
             )
@@ -419,7 +436,11 @@ class Tasks:
         if sealed is None:
             return None
         try:
-            return Task.from_record(jsonrpc.loads(self.codec.unseal(sealed)))
+            record = jsonrpc.loads(self.codec.unseal(sealed))
+            if not isinstance(record, dict):
+                raise ValueError("a task record that is not an object")
+            _, fields = formats.unstamped(Kind.TASK, record)
+            return Task.from_record(fields)
         except (InvalidRequestState, ValueError):
             log.warning("task_record_unreadable", task=task_id)
             return None

@@ -302,3 +302,22 @@ async def test_a_malformed_answer_is_refused_and_the_question_stays_asked(gw: Ga
     still = (await tasks_rpc(gw, "tasks/get", {"taskId": created["taskId"]}))["result"]
     assert still["status"] == "input_required" and set(still["inputRequests"]) == {key}
     await tasks_rpc(gw, "tasks/cancel", {"taskId": created["taskId"]})
+
+
+async def test_while_the_fleet_writes_the_previous_releases_formats_no_call_becomes_a_task(
+    make_gateway: Callable[..., Any],
+) -> None:
+    """Replicas of the previous release know no tasks (their `tasks/get` is -32601): while
+    the fleet writes that release's formats (here pinned, as an operator keeps a rollback
+    possible; in a mixed fleet, while one of them beats) an optional tool answers as it
+    would without a policy, and a required one is refused for now (503, `upgrading`)."""
+    gw: Gateway = await make_gateway(upstream={"tools": TOOLS}, fleet={"format_level": 1})
+    reply = await call(gw, "sleepy", {"seconds": 0.2}, caps=WITH_TASKS)
+    assert reply["result"]["resultType"] == "complete" and "taskId" not in reply["result"]
+    assert text_of(reply["result"]) == "slept 0.2"
+    status, refused, response = await gw.post(
+        rpc("tools/call", {"name": "greet", "arguments": {}}, caps=WITH_TASKS)
+    )
+    assert status == 503 and response.headers.get("Retry-After")
+    assert refused["error"]["code"] == -32603
+    assert refused["error"]["data"]["reason"] == "upgrading"
