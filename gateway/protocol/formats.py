@@ -212,6 +212,13 @@ class FleetLevel:
         """Whether `kind` may be written now: every live replica knows it."""
         return known(kind, self.level)
 
+    def served(self, kind: Kind) -> bool:
+        """Whether every live replica knows `kind` (the oldest level at the last look):
+        a feature that comes with it (tasks) may be offered. Unlike writing a datum the
+        previous release also reads, this waits for no settling: after a rollback the
+        feature is gone whatever was written."""
+        return known(kind, self.oldest)
+
 
 def single(pin: int = 0) -> FleetLevel:
     """The level of a replica alone (no shared store): nobody else reads what it writes."""

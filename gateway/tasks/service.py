@@ -125,7 +125,7 @@ class Tasks:
         if front.method != "tools/call":
             policy, task_support = NO_TASKS, None
         if task_support is not None and await self._serves_legacy_tasks(upstream):
-            if front.envelope.tasks and self.level.known(Kind.TASK):
+            if front.envelope.tasks and self.level.served(Kind.TASK):
                 return await self._legacy(upstream, front, principal, policy)
             if task_support == TASK_REQUIRED:
                 if front.envelope.tasks:
@@ -136,7 +136,7 @@ class Tasks:
             if policy.support == TASK_REQUIRED:
                 raise tasks.extension_required(f"The tool {front.target!r}")
             return await self.bridge.handle(upstream, front, principal, notify)
-        if not self.level.known(Kind.TASK):  # a replica of the previous release still lives
+        if not self.level.served(Kind.TASK):  # a replica of the previous release still lives
             if policy.support == TASK_REQUIRED:
                 raise TasksHeldBack()
             return await self.bridge.handle(upstream, front, principal, notify)

@@ -191,9 +191,10 @@ def test_a_task_is_unknown_to_the_previous_release_and_versioned_in_this_one() -
         formats.written(Kind.TASK, PREVIOUS)
     level = formats.FleetLevel(settle_s=60.0)
     level.observe([PREVIOUS, LEVEL], 0.0)  # a replica of the previous release beats
-    assert not level.known(Kind.TASK)
-    level.observe([LEVEL, LEVEL], 1.0)
-    level.observe([LEVEL, LEVEL], 61.0)  # all of this release, and settled
+    assert not level.known(Kind.TASK) and not level.served(Kind.TASK)
+    level.observe([LEVEL, LEVEL], 1.0)  # all of this release: tasks are served at once,
+    assert level.served(Kind.TASK) and not level.known(Kind.TASK)  # written once settled
+    level.observe([LEVEL, LEVEL], 61.0)
     assert level.known(Kind.TASK)
     record = formats.stamped(Kind.TASK, {"id": "t1"}, level.version(Kind.TASK))
     assert record == {"id": "t1", "v": 1}

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gateway.protocol.formats import LEVEL, PREVIOUS
 from gateway.protocol.tasks import EXTENSION
 from tests.support.inprocess import Gateway
 from tests.support.legacy import await_journal, body_runs
@@ -304,14 +305,16 @@ async def test_a_malformed_answer_is_refused_and_the_question_stays_asked(gw: Ga
     await tasks_rpc(gw, "tasks/cancel", {"taskId": created["taskId"]})
 
 
-async def test_while_the_fleet_writes_the_previous_releases_formats_no_call_becomes_a_task(
+async def test_while_a_replica_of_the_previous_release_lives_no_call_becomes_a_task(
     make_gateway: Callable[..., Any],
 ) -> None:
     """Replicas of the previous release know no tasks (their `tasks/get` is -32601): while
-    the fleet writes that release's formats (here pinned, as an operator keeps a rollback
-    possible; in a mixed fleet, while one of them beats) an optional tool answers as it
-    would without a policy, and a required one is refused for now (503, `upgrading`)."""
-    gw: Gateway = await make_gateway(upstream={"tools": TOOLS}, fleet={"format_level": 1})
+    one of them beats (as this replica's fleet level saw at its last look), an optional
+    tool answers as it would without a policy, and a required one is refused for now
+    (503, `upgrading`); once none is left, calls become tasks again."""
+    gw: Gateway = await make_gateway(upstream={"tools": TOOLS})
+    level = gw.bridge.suspender.level
+    level.observe([PREVIOUS, LEVEL], 0.0)  # a replica of the previous release beats
     reply = await call(gw, "sleepy", {"seconds": 0.2}, caps=WITH_TASKS)
     assert reply["result"]["resultType"] == "complete" and "taskId" not in reply["result"]
     assert text_of(reply["result"]) == "slept 0.2"
@@ -321,3 +324,7 @@ async def test_while_the_fleet_writes_the_previous_releases_formats_no_call_beco
     assert status == 503 and response.headers.get("Retry-After")
     assert refused["error"]["code"] == -32603
     assert refused["error"]["data"]["reason"] == "upgrading"
+    level.observe([LEVEL], 1.0)  # it is gone
+    created = (await call(gw, "sleepy", {"seconds": 0.2}, caps=WITH_TASKS))["result"]
+    assert created["resultType"] == "task"
+    assert text_of((await until(gw, created["taskId"], "completed"))["result"]) == "slept 0.2"
