@@ -456,7 +456,7 @@ async def rollout(args: argparse.Namespace) -> int:
         replicas=3,
         clients=args.clients or (6 if args.short else 24),
         sessions=2 if args.short else 6,
-        calls_per_step=12 if args.short else 200,
+        calls_per_step=12 if args.short else 600,
         held=3 if args.short else 8,
         settle_s=args.settle,
         moved_on=args.moved_on,
