@@ -9,7 +9,9 @@ faults are injected; every outcome is counted by kind and the guarantees are che
 fleet of the previous release (tests/rollout/PREVIOUS_RELEASE, built into a venv of its
 own) rolled to this release replica by replica under load and rolled back (`--short`: the
 suite's form; `--settle 0`: this release's `fleet.format_settle_s`, which lets the fleet
-move on to this release's formats before the rollback, to see what that costs).
+move on to this release's formats before the rollback, to see what that costs;
+`--moved-on`: the fleet moves on, and the rollback is made as docs/operations.md says:
+pinned to the previous formats first, then a suspension's lifetime later).
 
 Three `mrtr-gateway serve` replicas share a real redis-server (persisting nothing, so
 a restart loses every key) and sit behind a round-robin balancer that, like a
@@ -347,6 +349,12 @@ async def main() -> int:
     parser.add_argument("--keep-logs", type=Path, help="copy every replica's log here")
     parser.add_argument("--scenario", choices=("faults", "rollout"), default="faults")
     parser.add_argument("--settle", type=float, help="rollout: fleet.format_settle_s")
+    parser.add_argument(
+        "--moved-on",
+        action="store_true",
+        help="rollout: the fleet moves on to this release's formats, and the rollback "
+        "follows docs/operations.md (pin, wait, roll back)",
+    )
     args = parser.parse_args()
     if args.scenario == "rollout":
         return await rollout(args)
@@ -448,9 +456,10 @@ async def rollout(args: argparse.Namespace) -> int:
         replicas=3,
         clients=args.clients or (6 if args.short else 24),
         sessions=2 if args.short else 6,
-        calls_per_step=12 if args.short else 200,
+        calls_per_step=12 if args.short else 600,
         held=3 if args.short else 8,
         settle_s=args.settle,
+        moved_on=args.moved_on,
     )
     print("\n".join(report.lines()))
     return 1 if any(report.failures().values()) else 0

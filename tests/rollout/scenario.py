@@ -59,6 +59,8 @@ EXPECTED = {
     "register": "Registered alice (age 30) with favourite color green",
 }
 TOOLS = ["greet", "register", "echo"]
+#: How long a parked call waits for its retry (the clients answer at once).
+SUSPENSION_TTL_S = 15.0
 #: A request told to come again (503: draining, busy) or cut off with its replica is sent
 #: again, up to this many times, backing off: as a client of the spec does.
 SENDS = 8
@@ -81,7 +83,11 @@ class Report:
     ran_twice: list[str] = field(default_factory=list)
     never_ran: list[str] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)  # an unhandled error in a log
-    record_versions: collections.Counter[int] = field(default_factory=collections.Counter)
+    phase: str = "rollout"  # what the fleet is doing now (records are counted by it)
+    # The versions of the records written, by the phase they were written in.
+    record_versions: dict[str, collections.Counter[int]] = field(
+        default_factory=lambda: collections.defaultdict(collections.Counter)
+    )
     beat_levels: dict[str, int] = field(default_factory=dict)  # at the end of the rollout
     forwards: dict[str, int] = field(default_factory=dict)  # by each step's replacement
     runs: list[tuple[str, str]] = field(default_factory=list)  # (tool, run id) started
@@ -93,6 +99,17 @@ class Report:
         self.outcomes[kind] += 1
         async with self.counted:
             self.counted.notify_all()
+
+    async def noted(self, phase: str, version: int) -> None:
+        """Count a record written, and wake whoever waits for one of its version."""
+        self.record_versions[phase][version] += 1
+        async with self.counted:
+            self.counted.notify_all()
+
+    async def written(self, version: int) -> None:
+        """Wait until a record of `version` is written (in this phase)."""
+        async with self.counted:
+            await self.counted.wait_for(lambda: self.record_versions[self.phase][version] > 0)
 
     async def progressed(self, calls: int) -> None:
         """Wait until `calls` more calls have ended (the fleet is under load)."""
@@ -114,7 +131,8 @@ class Report:
         out = ["steps:", *(f"  {s}" for s in self.steps)]
         out.append(f"outcomes ({sum(self.outcomes.values())}):")
         out += [f"  {n:6d}  {k}" for k, n in sorted(self.outcomes.items(), key=lambda kv: -kv[1])]
-        out.append(f"records written, by version: {dict(sorted(self.record_versions.items()))}")
+        for phase, versions in self.record_versions.items():
+            out.append(f"records written {phase}, by version: {dict(sorted(versions.items()))}")
         out.append(f"heartbeat levels after the rollout: {self.beat_levels}")
         out.append(f"retries forwarded by each new replica in its step: {self.forwards}")
         out.append("checks:")
@@ -137,6 +155,7 @@ class Fleet:
         self.balancer: RoundRobin | None = None
         self.lb: TestServer | None = None
         self._names = iter(range(1000))
+        self._configs = iter(range(1000))
 
     def release(self, version: str, python: str, **fleet: float) -> Release:
         """A release's configuration: the same for both but for `fleet` settings this
@@ -145,10 +164,10 @@ class Fleet:
             "store": {"url": self.redis.url, "key_prefix": self.prefix},
             "fleet": {"heartbeat_s": 0.5, "drain_timeout_s": 30, **fleet},
             "sealing": {"audience": "rollout"},
-            "limits": {"max_parked_per_principal": 1000},
+            "limits": {"max_parked_per_principal": 1000, "suspension_ttl_s": SUSPENSION_TTL_S},
             "upstreams": [{"name": "plain", "url": self.legacy_url(), "path": "/mcp"}],
         }
-        path = self.folder / f"gateway-{version}.yaml"
+        path = self.folder / f"gateway-{next(self._configs)}-{version}.yaml"
         path.write_text(yaml.safe_dump(config))
         return Release(version, python, path)
 
@@ -360,7 +379,7 @@ async def watch_records(redis_url: str, prefix: str, report: Report, ready: asyn
                 key = message["channel"].decode().split(":", 1)[1]
                 raw = await client.hget(key, "json")
                 if raw is not None:  # gone already (the call ended): its version unseen
-                    report.record_versions[json.loads(raw)["version"]] += 1
+                    await report.noted(report.phase, json.loads(raw)["version"])
     finally:
         await client.aclose()
 
@@ -389,10 +408,17 @@ async def run(
     calls_per_step: int = 10,
     held: int = 3,
     settle_s: float | None = None,
+    moved_on: bool = False,
 ) -> Report:
     """Roll a fleet of the previous release to this one and back, under load; at each step
     `held` calls parked on the replica replaced are retried while it drains. `settle_s`:
-    this release's `fleet.format_settle_s` (its default when None)."""
+    this release's `fleet.format_settle_s` (its default when None). `moved_on`: the fleet
+    moves on to this release's formats after the rollout (a settle of a second), and the
+    rollback follows docs/operations.md: first the fleet is pinned to the previous
+    formats (rolled again, `fleet.format_level: 1`), then `limits.suspension_ttl_s`
+    passes, then the rollback."""
+    if moved_on:
+        settle_s = 1.0
     report = Report()
     older = previous()
     old_python = str(await asyncio.to_thread(older.python))
@@ -401,11 +427,9 @@ async def run(
         tasks: list[asyncio.Task[None]] = []
         try:
             old = fleet.release(older.version, old_python)
-            new = fleet.release(
-                __version__,
-                sys.executable,
-                **({} if settle_s is None else {"format_settle_s": settle_s}),
-            )
+            settle = {} if settle_s is None else {"format_settle_s": settle_s}
+            new = fleet.release(__version__, sys.executable, **settle)
+            pinned = fleet.release(__version__, sys.executable, **settle, format_level=1)
             watching = asyncio.Event()
             tasks.append(
                 spawn(
@@ -424,15 +448,28 @@ async def run(
                 spawn(legacy_session(url, stop, report, n), name=f"session-{n}")
                 for n in range(sessions)
             ]
-            for target in (new, old):
+            for slot in range(replicas):
+                await report.progressed(calls_per_step)
+                report.steps.append(await step(fleet, slot, new, url, report, held))
+            report.beat_levels = await beat_levels(fleet.redis.url, fleet.prefix)
+            report.phase = "after the rollout"
+            report.steps.append(f"rolled out to {new.version}")
+            if moved_on:
+                async with asyncio.timeout(60):  # a second's settle, and a beat or two
+                    await report.written(2)
+                report.steps.append("the fleet moved on: a record of version 2 written")
                 for slot in range(replicas):
                     await report.progressed(calls_per_step)
-                    report.steps.append(await step(fleet, slot, target, url, report, held))
-                if target is new:
-                    report.beat_levels = await beat_levels(fleet.redis.url, fleet.prefix)
-                    report.steps.append(
-                        f"rolled out to {new.version}; rolling back to {old.version}"
-                    )
+                    report.steps.append(await step(fleet, slot, pinned, url, report, held))
+                # The operator's wait (docs/operations.md): a time, not an event. Every
+                # call parked in this release's formats has ended by then.
+                await asyncio.sleep(SUSPENSION_TTL_S)
+                report.steps.append(f"pinned to format level 1; {SUSPENSION_TTL_S:g} s passed")
+            report.phase = "in the rollback"
+            report.steps.append(f"rolling back to {old.version}")
+            for slot in range(replicas):
+                await report.progressed(calls_per_step)
+                report.steps.append(await step(fleet, slot, old, url, report, held))
             await report.progressed(calls_per_step)
             stop.set()
             await asyncio.gather(*tasks[1:])
