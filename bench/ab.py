@@ -27,11 +27,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import uvloop
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.lifetime import run  # noqa: E402
 from bench.report import (  # noqa: E402
     LEGACY_FORMS,
     Gateway,
@@ -172,4 +171,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    uvloop.run(main())
+    run(main(), fast=True)

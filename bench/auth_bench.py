@@ -14,7 +14,6 @@ own per-request CPU (about 0.5 ms for a pass-through call, see bridge_bench).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml  # noqa: E402
 
+from bench.lifetime import run  # noqa: E402
 from gateway.auth import (  # noqa: E402
     IssuerSettings,
     RouteAuthSettings,
@@ -93,4 +93,4 @@ async def main(n: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=5000)
-    asyncio.run(main(parser.parse_args().n))
+    run(main(parser.parse_args().n))

@@ -32,6 +32,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.lifetime import run  # noqa: E402
 from tests.peers.tooling import LegacyServer, NativeServer, free_port, wait_for_port  # noqa: E402
 from tests.support import legacy as legacy_support  # noqa: E402
 
@@ -324,4 +325,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main())

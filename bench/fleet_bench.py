@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bridge_bench import modern_request, read_reply  # noqa: E402
+from bench.lifetime import run  # noqa: E402
 from gateway.protocol.state import generate_key  # noqa: E402
 from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer  # noqa: E402
 
@@ -124,4 +125,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main())

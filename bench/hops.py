@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bridge_bench import greet_round_trip  # noqa: E402
+from bench.lifetime import run  # noqa: E402
 from bench.report import Gateway, modern_echo, upstream  # noqa: E402
 from tests.peers.tooling import LegacyServer  # noqa: E402
 
@@ -167,4 +168,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main())

@@ -37,13 +37,12 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-import uvloop
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import report  # noqa: E402
 from bench.bridge_bench import measure  # noqa: E402
+from bench.lifetime import run  # noqa: E402
 from bench.report import OPS, Gateway, upstream  # noqa: E402
 from tests.peers.tooling import LegacyServer  # noqa: E402
 
@@ -142,4 +141,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    uvloop.run(main())
+    run(main(), fast=True)

@@ -22,7 +22,6 @@ compare shares, not absolute times; `--out FILE` keeps the pstats file.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import pstats
 import shutil
@@ -37,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bridge_bench import measure  # noqa: E402
+from bench.lifetime import run  # noqa: E402
 from bench.report import OPS, Gateway, upstream  # noqa: E402
 from gateway.config.model import LimitsConfig  # noqa: E402
 from tests.peers.tooling import LegacyServer  # noqa: E402
@@ -196,4 +196,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main())

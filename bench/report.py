@@ -53,6 +53,7 @@ from bench.bridge_bench import (  # noqa: E402
     read_reply,
     summary,
 )
+from bench.lifetime import run  # noqa: E402
 from gateway.protocol.state import generate_key  # noqa: E402
 from tests.peers.tooling import (  # noqa: E402
     LegacyServer,
@@ -716,4 +717,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main())

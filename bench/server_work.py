@@ -21,7 +21,6 @@ The server runs under bench/profiled_legacy.py, unprofiled but for the counting 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import os
 import pstats
@@ -38,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bridge_bench import measure  # noqa: E402
+from bench.lifetime import run  # noqa: E402
 from bench.report import TICK, FloorProxy, Gateway, MakeOp, direct_echo, echo_to, upstream  # noqa: E402
 from tests.peers.tooling import PEER_READY, LoggedProcess, ensure_venv  # noqa: E402
 
@@ -251,4 +251,4 @@ def report(tallies: dict[str, Tally], strace: bool) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main())

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bridge_bench import ACCEPT, LegacyClient  # noqa: E402
+from bench.lifetime import run  # noqa: E402
 from bench.report import cpu_s  # noqa: E402
 from tests.peers.tooling import LegacyServer  # noqa: E402
 
@@ -113,4 +114,4 @@ if __name__ == "__main__":
     parser.add_argument("--count", type=int, default=300)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
-    asyncio.run(main(parser.parse_args()))
+    run(main(parser.parse_args()))

@@ -12,7 +12,6 @@ result; absolute figures compare only within a run (everything shares the cores)
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import tempfile
@@ -25,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bridge_bench import greet_round_trip, measure, modern_echo, start  # noqa: E402
+from bench.lifetime import run  # noqa: E402
 from tests.peers.tooling import LegacyServer, free_port, legacy_stdio_command  # noqa: E402
 
 
@@ -82,4 +82,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main())
