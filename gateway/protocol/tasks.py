@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.errors import InvalidParams, MissingClientCapability
+from gateway.protocol import jsonrpc
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 #: The methods of the extension; `tasks/result` and `tasks/list` (2025-11-25) are gone.
@@ -250,6 +251,30 @@ class Task:
         """Raises: TaskEnded."""
         self.fire(Event.CANCEL, now_ms)
 
+    def ended(
+        self,
+        now_ms: int,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        max_result_bytes: int,
+    ) -> bool:
+        """The call ended with `result` (completed, or failed when it is over
+        `max_result_bytes`) or `error` (failed); False when the task had ended already
+        (cancelled meanwhile: that stands)."""
+        try:
+            if result is not None:
+                body, problem = inlined(result, max_result_bytes)
+                if problem is None:
+                    self.completed(body, now_ms)
+                    return True
+                error = problem
+            if error is not None:
+                self.failed(error, now_ms)
+        except TaskEnded:
+            return False
+        return True
+
     def _new_key(self, call_key: str) -> str:
         key, n = call_key, 1
         while key in self.used_keys:
@@ -369,3 +394,23 @@ def progress_message(params: dict[str, Any]) -> str | None:
     if isinstance(progress, int | float) and not isinstance(progress, bool):
         return f"{progress:g}/{total:g}" if isinstance(total, int | float) else f"{progress:g}"
     return None
+
+
+#: The members of a tool result the call core adds for the 2026 wire (its type, its cache
+#: hints) that a result inlined in `tasks/get` does not carry.
+_ENVELOPE_MEMBERS = ("resultType", "ttlMs", "cacheScope")
+
+
+def inlined(result: dict[str, Any], max_bytes: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A tool result as `tasks/get` inlines it (without the 2026 envelope's members), and
+    the error that fails the task instead when it is over `max_bytes`."""
+    body = {k: v for k, v in result.items() if k not in _ENVELOPE_MEMBERS}
+    size = len(jsonrpc.dumps(body))
+    if size <= max_bytes:
+        return body, None
+    return body, {
+        "code": -32603,
+        "message": f"The tool's result ({size} bytes) is over the gateway's {max_bytes}-byte "
+        "limit for task results",
+        "data": {"reason": "max_task_result_bytes"},
+    }

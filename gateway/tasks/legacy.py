@@ -30,7 +30,7 @@ from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.outside import answer_outside_call
 from gateway.protocol.tasks import Task, TaskEnded
-from gateway.tasks.run import Write, inlined
+from gateway.tasks.run import Write
 from gateway.upstream.port import Inbox, StreamCursor, StreamEnd, UpstreamPool, UpstreamSession
 
 log = structlog.get_logger("gateway.tasks")
@@ -297,16 +297,9 @@ class LegacyTaskRun:
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
     ) -> None:
-        try:
-            if result is not None:
-                body, problem = inlined(result, self.max_result_bytes)
-                if problem is None:
-                    task.completed(body, self.now())
-                else:
-                    error = problem
-            if error is not None:
-                task.failed(error, self.now())
-        except TaskEnded:
-            return
+        if not task.ended(
+            self.now(), result=result, error=error, max_result_bytes=self.max_result_bytes
+        ):
+            return  # cancelled meanwhile: that stands
         log.info("task_ended", task=task.id, status=str(task.status), source="legacy task")
         await self.write(task)

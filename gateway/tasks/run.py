@@ -26,7 +26,7 @@ from gateway.aio import cancel_and_wait, spawn
 from gateway.calls.bridge import Bridge
 from gateway.config import UpstreamConfig
 from gateway.errors import GatewayError, InvalidRequestState, RpcError
-from gateway.protocol import jsonrpc, tasks
+from gateway.protocol import tasks
 from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.tasks import Task, TaskEnded
 
@@ -36,9 +36,6 @@ log = structlog.get_logger("gateway.tasks")
 #: task's `statusMessage` (progress itself is not carried on tasks).
 PROGRESS_TOKEN = "task"
 
-#: The members of a tool result the call core adds for the 2026 wire (its type, its cache
-#: hints) that a result inlined in `tasks/get` does not carry.
-_ENVELOPE_MEMBERS = ("resultType", "ttlMs", "cacheScope")
 
 Write = Callable[[Task], Awaitable[None]]
 
@@ -287,34 +284,12 @@ class TaskRun:
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
     ) -> None:
-        try:
-            if result is not None:
-                body, problem = inlined(result, self.max_result_bytes)
-                if problem is None:
-                    task.completed(body, self.now())
-                else:
-                    error = problem
-            if error is not None:
-                task.failed(error, self.now())
-        except TaskEnded:
+        if not task.ended(
+            self.now(), result=result, error=error, max_result_bytes=self.max_result_bytes
+        ):
             return  # cancelled meanwhile: that stands
         log.info("task_ended", task=task.id, status=str(task.status))
         await self.write(task)
-
-
-def inlined(result: dict[str, Any], max_bytes: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """A tool result as `tasks/get` inlines it (without the 2026 envelope's members), and
-    the error that fails the task instead when it is over `max_bytes`."""
-    body = {k: v for k, v in result.items() if k not in _ENVELOPE_MEMBERS}
-    size = len(jsonrpc.dumps(body))
-    if size <= max_bytes:
-        return body, None
-    return body, {
-        "code": -32603,
-        "message": f"The tool's result ({size} bytes) is over the gateway's {max_bytes}-byte "
-        "limit for task results",
-        "data": {"reason": "max_task_result_bytes"},
-    }
 
 
 def _parked_by(round_: asyncio.Task[dict[str, Any]] | None) -> str | None:

@@ -133,3 +133,22 @@ def test_task_ids_are_unguessable_and_header_safe() -> None:
     ids = {tasks.new_task_id() for _ in range(100)}
     assert len(ids) == 100
     assert all(i.isascii() and len(i) > 30 for i in ids)
+
+
+def test_a_call_ends_its_task_completed_failed_over_the_cap_or_not_once_cancelled() -> None:
+    result = {"content": [{"type": "text", "text": "done"}], "resultType": "complete"}
+    task = new_task()
+    assert task.ended(2_000, result=result, max_result_bytes=1_000)
+    assert task.status is Status.COMPLETED
+    assert task.result == {"content": [{"type": "text", "text": "done"}]}  # no envelope
+    task = new_task()
+    assert task.ended(2_000, result=result, max_result_bytes=10)
+    assert task.status is Status.FAILED and task.result is None
+    assert task.error is not None and task.error["data"]["reason"] == "max_task_result_bytes"
+    task = new_task()
+    assert task.ended(2_000, error={"code": -32603, "message": "lost"}, max_result_bytes=10)
+    assert task.status is Status.FAILED and task.error == {"code": -32603, "message": "lost"}
+    task = new_task()
+    task.cancelled(2_000)
+    assert not task.ended(3_000, result=result, max_result_bytes=1_000)
+    assert task.status is Status.CANCELLED and task.result is None
