@@ -30,7 +30,7 @@ from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.outside import answer_outside_call
 from gateway.protocol.tasks import Task, TaskEnded
-from gateway.tasks.run import Write
+from gateway.tasks.run import TaskEnds, Write
 from gateway.upstream.port import Inbox, StreamCursor, StreamEnd, UpstreamPool, UpstreamSession
 
 log = structlog.get_logger("gateway.tasks")
@@ -39,8 +39,10 @@ log = structlog.get_logger("gateway.tasks")
 LEGACY_STATUS = "notifications/tasks/status"
 
 
-class LegacyTaskRun:
+class LegacyTaskRun(TaskEnds):
     """One legacy task of an upstream, run as the source of one 2026 task."""
+
+    source = "legacy task"
 
     def __init__(
         self,
@@ -157,32 +159,6 @@ class LegacyTaskRun:
             except UpstreamError as exc:
                 log.info("legacy_task_answer_failed", task=task.id, error=str(exc))
 
-    async def cancel(self) -> None:
-        """`tasks/cancel`: the task is cancelled at once; the legacy task is cancelled
-        upstream and its session closed."""
-        task = self.task
-        if task is None:
-            return
-        try:
-            task.cancelled(self.now())
-        except TaskEnded:
-            return
-        await self.write(task)
-        await self.stop("cancelled")
-
-    async def shut_down(self) -> None:
-        """The replica stops: the task fails, its legacy task cancelled upstream."""
-        task = self.task
-        if task is None:
-            return
-        try:
-            error = {"code": -32603, "message": "The gateway replica running the task stopped"}
-            task.failed(error, self.now())
-        except TaskEnded:
-            return
-        await self.write(task)
-        await self.stop("gateway shutting down")
-
     async def stop(self, reason: str) -> None:
         """Stop following the legacy task; cancel it upstream and close its session."""
         self.stopping = True
@@ -289,17 +265,3 @@ class LegacyTaskRun:
         if message is not None:
             task.working(self.now(), message)
             await self.write(task)
-
-    async def _end(
-        self,
-        task: Task,
-        *,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-    ) -> None:
-        if not task.ended(
-            self.now(), result=result, error=error, max_result_bytes=self.max_result_bytes
-        ):
-            return  # cancelled meanwhile: that stands
-        log.info("task_ended", task=task.id, status=str(task.status), source="legacy task")
-        await self.write(task)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import structlog
 
@@ -40,8 +40,68 @@ PROGRESS_TOKEN = "task"
 Write = Callable[[Task], Awaitable[None]]
 
 
-class TaskRun:
+class TaskEnds:
+    """How a run of a task (the gateway's call, `TaskRun`; a legacy server's own task,
+    `gateway.tasks.legacy.LegacyTaskRun`) ends it: cancelled by its client, failed when the
+    replica stops, or as its call ended. Each run says how it stops its call (`stop`)."""
+
+    task: Task | None
+    write: Write
+    max_result_bytes: int
+    #: What the run follows, as `task_ended` lines say.
+    source: ClassVar[str]
+
+    def now(self) -> int:
+        raise NotImplementedError
+
+    async def stop(self, reason: str) -> None:
+        raise NotImplementedError
+
+    async def cancel(self) -> None:
+        """`tasks/cancel`: the task is cancelled at once, and its call stopped."""
+        task = self.task
+        if task is None:
+            return
+        try:
+            task.cancelled(self.now())
+        except TaskEnded:
+            return
+        await self.write(task)
+        await self.stop("cancelled")
+
+    async def shut_down(self) -> None:
+        """The replica stops: the task fails, and its call is stopped with it."""
+        task = self.task
+        if task is None or not task.ended(
+            self.now(), error=REPLICA_STOPPED, max_result_bytes=self.max_result_bytes
+        ):
+            return
+        await self.write(task)
+        await self.stop("gateway shutting down")
+
+    async def _end(
+        self,
+        task: Task,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        if not task.ended(
+            self.now(), result=result, error=error, max_result_bytes=self.max_result_bytes
+        ):
+            return  # cancelled meanwhile: that stands
+        log.info("task_ended", task=task.id, status=str(task.status), source=self.source)
+        await self.write(task)
+
+
+#: A task whose replica stops fails with this.
+REPLICA_STOPPED = {"code": -32603, "message": "The gateway replica running the task stopped"}
+
+
+class TaskRun(TaskEnds):
     """A task's call on its owner, from the request that started it to its end."""
+
+    source = "call"
 
     def __init__(
         self,
@@ -123,18 +183,6 @@ class TaskRun:
         await self.write(task)
         self.answered.set()
 
-    async def cancel(self) -> None:
-        """`tasks/cancel`: the task is cancelled at once, and its call stopped."""
-        task = self.task
-        if task is None:
-            return
-        try:
-            task.cancelled(self.now())
-        except TaskEnded:
-            return
-        await self.write(task)
-        await self.stop("cancelled")
-
     async def stop(self, reason: str) -> None:
         """Stop the call: the round under way cancelled (the call core cancels it
         upstream), or the parked call ended."""
@@ -147,19 +195,6 @@ class TaskRun:
             state = _parked_by(self.round)  # a round that parked before the run heard of it
         if state is not None:
             await self.bridge.abandon(self.upstream, state, self.principal, self.front)
-
-    async def shut_down(self) -> None:
-        """The replica stops: the task fails (its call goes with the replica)."""
-        task = self.task
-        if task is None:
-            return
-        try:
-            error = {"code": -32603, "message": "The gateway replica running the task stopped"}
-            task.failed(error, self.now())
-        except TaskEnded:
-            return
-        await self.write(task)
-        await self.stop("gateway shutting down")
 
     async def _notify(self, notification: dict[str, Any]) -> None:
         if notification.get("method") != "notifications/progress":
@@ -276,20 +311,6 @@ class TaskRun:
             return None
         answers, self.answers = self.answers, {}
         return answers
-
-    async def _end(
-        self,
-        task: Task,
-        *,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-    ) -> None:
-        if not task.ended(
-            self.now(), result=result, error=error, max_result_bytes=self.max_result_bytes
-        ):
-            return  # cancelled meanwhile: that stands
-        log.info("task_ended", task=task.id, status=str(task.status))
-        await self.write(task)
 
 
 def _parked_by(round_: asyncio.Task[dict[str, Any]] | None) -> str | None:
