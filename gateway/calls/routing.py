@@ -48,6 +48,7 @@ from gateway.protocol import state
 from gateway.protocol.call import CallMachine
 from gateway.protocol.formats import Kind
 from gateway.protocol.inbound import FrontRequest
+from gateway.protocol.served import ServedReplies
 from gateway.store.base import SuspendedCall, SuspendedCallStore
 from gateway.tracing import TRACING
 from gateway.upstream.port import SessionExpired, UpstreamPool
@@ -85,7 +86,7 @@ class Routing:
         self._served: dict[str, asyncio.Task[Any]] = {}
         # The reply keys of forwards served to their end, and when: a message taken up
         # again (`RedisBus`: its removal from the taken list failed) is not served twice.
-        self._finished: dict[str, float] = {}
+        self._finished = ServedReplies(bus.reply_ttl_ms / 1000)
         self.outcomes = outcomes
         self.takeover = Takeover(
             lifecycle=lifecycle,
@@ -331,11 +332,7 @@ class Routing:
 
     def _remember(self, reply: str) -> None:
         """Keep `reply` as served for as long as its reply list lives."""
-        now = self.clock.monotonic()
-        finished, horizon = self._finished, now - self.bus.reply_ttl_ms / 1000
-        while finished and next(iter(finished.values())) < horizon:
-            del finished[next(iter(finished))]
-        finished[reply] = now
+        self._finished.add(reply, self.clock.monotonic())
 
     async def _serve_resume(self, message: messages.Resume) -> tuple[dict[str, Any], bool]:
         """The forwarded round's outcome, and whether its reply has been pushed already."""

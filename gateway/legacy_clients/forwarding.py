@@ -39,6 +39,7 @@ from gateway.errors import RelayedError, RpcError, StoreError, UpstreamError
 from gateway.legacy_clients.bound import not_found
 from gateway.legacy_clients.upstream import Answer, EventStream, SessionUpstream
 from gateway.protocol import sse
+from gateway.protocol.served import ServedReplies
 
 log = structlog.get_logger("gateway.legacy")
 
@@ -263,7 +264,7 @@ class Holder:
         self.check_every_s = check_every_s
         self.clock = clock
         self._serving: dict[str, asyncio.Task[Any]] = {}
-        self._finished: dict[str, float] = {}  # reply keys served, and when (loop time)
+        self._finished = ServedReplies(bus.reply_ttl_ms / 1000)  # reply keys served
 
     async def serve(self, payload: str) -> None:
         """One of the lane's messages another replica pushed into this replica's inbox."""
@@ -355,8 +356,4 @@ class Holder:
 
     def _remember(self, reply: str) -> None:
         """Keep `reply` as served for as long as its reply list lives."""
-        now = self.clock.monotonic()
-        finished, horizon = self._finished, now - self.bus.reply_ttl_ms / 1000
-        while finished and next(iter(finished.values())) < horizon:
-            del finished[next(iter(finished))]
-        finished[reply] = now
+        self._finished.add(reply, self.clock.monotonic())
