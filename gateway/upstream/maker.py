@@ -1,9 +1,9 @@
 """One upstream's sessions, one at a time: made with the transport's factory, opened
 (at most `max_opening` at once, the rest in turn; a failed start backs the next off),
 closed in tasks of their own that the pool's close awaits. And what opening them tells
-of the upstream: whether it is reachable, what it said in `initialize`, and when its lists may have changed (a server that
-forgot a session, or says something else in `initialize`, was restarted or
-redeployed): the pool's listeners are told.
+of the upstream: whether it is reachable, what it said in `initialize`, and when its
+lists may have changed (a server that forgot a session, or says something else in
+`initialize`, was restarted or redeployed): the pool's listeners are told.
 
 It holds no session: which sessions to keep, for whom and how many, is the pool's
 (`gateway.upstream.pool`), which this module must not know of.
