@@ -34,7 +34,7 @@ import structlog
 from gateway.aio import spawn
 from gateway.errors import UpstreamError
 from gateway.protocol import jsonrpc, listen
-from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.outside import answer_outside_call
 from gateway.protocol.translate import UpstreamInfo, upstream_info
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
@@ -49,6 +49,9 @@ from gateway.upstream.port import (
 )
 
 log = structlog.get_logger("gateway.upstream")
+
+#: How long a new session's first ping is waited for (see `DuplexSession._settle`).
+SETTLE_S = 5.0
 
 
 class DuplexSession:
@@ -104,7 +107,26 @@ class DuplexSession:
         self.version = Version(self.info.protocol_version)
         await self._write(jsonrpc.notification("notifications/initialized"))
         self._open = True
+        if self.caps.key != NO_CAPABILITIES.key:
+            await self._settle()
         return self.info
+
+    async def _settle(self) -> None:
+        """Let in what the server asks as soon as it is initialised (the filesystem server
+        asks for roots then), so that the session's first call asks it of its caller:
+        a ping, answered after whatever the server sent before it (one stream, in order),
+        waited for at most `SETTLE_S`. A server that never answers pings is not failed."""
+        rid = self.next_id()
+        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiters[rid] = waiter
+        try:
+            await self._write(jsonrpc.request(rid, "ping", None))
+            async with asyncio.timeout(min(SETTLE_S, self.timeout_s)):
+                await waiter
+        except TimeoutError:
+            log.info("upstream_ping_unanswered", upstream=self.name, waited_s=SETTLE_S)
+        finally:
+            self._waiters.pop(rid, None)
 
     async def connect(self, tap: Callable[[dict[str, Any]], None]) -> None:
         """Start the transport for a client that speaks the protocol itself: no

@@ -66,8 +66,16 @@ class Unasked:
             detail="no call of the session's caller came to ask it: answered as outside "
             "any call, and the session retired",
         )
-        spawn(self.answer(session, questions), name=f"upstream-unasked-{self.name}")
-        self.retire(session)
+        spawn(self._answer_and_retire(session, questions), name=f"upstream-unasked-{self.name}")
+
+    async def _answer_and_retire(
+        self, session: PooledSession, questions: list[dict[str, Any]]
+    ) -> None:
+        """The answers written before the session is closed (the server reads them first)."""
+        try:
+            await self.answer(session, questions)
+        finally:
+            self.retire(session)
 
     async def answer(self, session: PooledSession, questions: list[dict[str, Any]]) -> None:
         """Answer `questions` as outside any call, on the session that asked them."""

@@ -9,11 +9,12 @@ are answered by the SDK's callback table (`dispatch_input_request`):
 - elicitation: `answers[key]` if the command gives one, else accept with content
   synthesised from the requested schema (strings "alice", integers 30, ...);
 - sampling: an assistant message "SAMPLED[<prompt text>]" from "fake-model";
-- roots: two file:// roots.
+- roots: two file:// roots, or the command's `roots` ([{"uri", "name"}]).
 
 Command: {"op": "call_tool"|"get_prompt"|"read_resource"|"list_tools"|"discover",
           "url", "name"|"uri", "arguments", "answers", "caps": ["elicitation","sampling","roots"],
-          "progress": bool, "log_level": str|null, "max_rounds": int, "token": str|null}
+          "progress": bool, "log_level": str|null, "max_rounds": int, "token": str|null,
+          "roots": [{"uri", "name"}]}
 
 or {"op": "listen", "url", "filter": {Client.listen's keywords}, "then": [{"name",
 "arguments"}, ...], "events": n}: opens `Client.listen(...)`, calls each tool of `then` on
@@ -95,9 +96,11 @@ async def run(command: dict[str, Any]) -> dict[str, Any]:
             stop_reason="endTurn",
         )
 
+    roots = [types.Root(**root) for root in command["roots"]] if "roots" in command else ROOTS
+
     async def on_roots(ctx: ClientRequestContext) -> Any:
         seen["roots"] += 1
-        return types.ListRootsResult(roots=ROOTS)
+        return types.ListRootsResult(roots=roots)
 
     progress: list[dict[str, Any]] = []
     logs: list[dict[str, Any]] = []

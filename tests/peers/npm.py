@@ -8,7 +8,10 @@ third-party one from the npm registry.
   `ts_client.mjs` (a 2025 client over Streamable HTTP answering elicitation, sampling
   and roots: `run_ts_client`);
 - `@modelcontextprotocol/server-everything` 2026.8.31, the reference server, speaks stdio,
-  HTTP+SSE and Streamable HTTP (`EverythingServer`).
+  HTTP+SSE and Streamable HTTP (`EverythingServer`);
+- `@modelcontextprotocol/server-filesystem` 2026.8.31, the most used MCP server: it asks
+  the client for its roots right after `initialized` and works in them
+  (`filesystem_command`).
 """
 
 from __future__ import annotations
@@ -55,6 +58,13 @@ def ensure_node_modules() -> Path:
         raise RuntimeError(f"npm ci for the Node peers failed:\n{done.stdout}\n{done.stderr}")
     stamp.write_text(lock)
     return HOME
+
+
+def filesystem_command(*directories: Path) -> list[str]:
+    """The stdio command line of the official filesystem server, allowed `directories`
+    until a client's roots say otherwise."""
+    entry = ensure_node_modules() / "node_modules/@modelcontextprotocol/server-filesystem"
+    return [node(), str(entry / "dist/index.js"), *map(str, directories)]
 
 
 def ts_server_command() -> list[str]:

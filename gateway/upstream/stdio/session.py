@@ -197,4 +197,4 @@ class StdioSession(DuplexSession):
                 if count > _STDERR_LINES_PER_S:
                     dropped += 1
                     continue
-                log.info("upstream_stderr", upstream=self.name, line=text)
+                log.info("upstream_stderr", upstream=self.name, pid=self.proc.pid, line=text)
