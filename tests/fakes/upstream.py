@@ -49,10 +49,15 @@ class ScriptedServer:
         self.adoptable = True  # False: a session is a process or a connection (stdio, SSE)
         self.adopt_gate: asyncio.Event | None = None  # set: adopt() waits for it
         self.adopt_waiting = asyncio.Event()  # an adopt() is waiting at the gate
+        # What the next session made asked as it opened, before any call (held by it).
+        self.asks_at_start: list[dict[str, Any]] = []
         self._ids = itertools.count(1)
 
     def new_session(self, caps: ClientCaps, session_id: str | None = None) -> ScriptedSession:
         session = ScriptedSession(self, caps, session_id or f"s{next(self._ids)}")
+        for question in self.asks_at_start:
+            session.held.hold(question)
+        self.asks_at_start = []
         if not self.adoptable:
             session.id = None
         self.sessions.append(session)

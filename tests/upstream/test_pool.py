@@ -35,6 +35,7 @@ class FakeSession:
         self.id: str | None = f"s{len(factory.made)}"
         self.principal: str | None = None
         self.held = HeldQuestions()
+        self.sent: list[dict[str, Any]] = []
         self.requests = 0
         self.last_used = 0.0
         self.closed = asyncio.Event()
@@ -83,7 +84,7 @@ class FakeSession:
         raise AssertionError("not used")
 
     async def send(self, message: dict[str, Any]) -> None:
-        pass
+        self.sent.append(message)
 
     async def request(
         self, method: str, params: Any, headers: Mapping[str, str] | None = None
@@ -587,3 +588,157 @@ async def test_a_session_the_server_forgot_tells_of_changed_lists_once_until_one
     assert len(heard) == 3
     (await sessions.acquire(ClientCaps(), "alice")).on_forgotten()  # a restart after that one
     assert len(heard) == 6
+
+
+# -- a session serves one caller -------------------------------------------------------
+
+
+async def test_a_session_serves_one_caller_and_one_opened_ahead_is_bound_at_first_use() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory, min_idle=1)
+    alices = await sessions.acquire(ClientCaps(), "alice")
+    await asyncio.gather(*list(sessions._openers))  # one opened ahead, for nobody yet
+    (ahead,) = [s for s in factory.made if s is not alices]
+    assert (alices.principal, ahead.principal) == ("alice", None)
+    sessions.release(alices, reuse=True)
+    bobs = await sessions.acquire(ClientCaps(), "bob")
+    assert bobs is ahead and bobs.principal == "bob"  # his from now on
+    sessions.release(bobs, reuse=True)
+    assert await sessions.acquire(ClientCaps(), "alice") is alices
+    assert await sessions.acquire(ClientCaps(), "bob") is bobs
+    assert sessions.sessions_per_caller() == {"alice": 1, "bob": 1}
+
+
+async def test_without_isolation_every_caller_shares_the_sessions() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory, isolation="none")
+    first = await sessions.acquire(ClientCaps(), "alice")
+    sessions.release(first, reuse=True)
+    assert await sessions.acquire(ClientCaps(), "bob") is first
+    assert first.principal is None and sessions.sessions_per_caller() == {}
+
+
+async def test_a_callers_idle_sessions_are_bounded_the_least_recently_used_closed() -> None:
+    clock, factory = ManualClock(), Factory()
+    factory.gate.set()
+    limits = PoolLimits(min_idle=0, max_idle_per_caller=2)
+    sessions = SessionPool("fake", factory, limits, clock=clock)
+    held = [await sessions.acquire(ClientCaps(), "alice") for _ in range(3)]
+    bobs = await sessions.acquire(ClientCaps(), "bob")
+    for session in held:
+        clock.advance(1.0)
+        sessions.release(session, reuse=True)
+    sessions.release(bobs, reuse=True)
+    await until(lambda: held[0].closed.is_set())  # the least recently used of alice's
+    assert not any(s.closed.is_set() for s in (held[1], held[2], bobs))
+    assert sessions.sessions_per_caller() == {"alice": 2, "bob": 1}
+
+
+async def test_a_full_pool_closes_another_callers_least_recently_used_idle_session() -> None:
+    clock, factory = ManualClock(), Factory()
+    factory.gate.set()
+    sessions = SessionPool("fake", factory, PoolLimits(min_idle=0, max_sessions=2), clock=clock)
+    alices, bobs = (
+        await sessions.acquire(ClientCaps(), "alice"),
+        await sessions.acquire(ClientCaps(), "bob"),
+    )
+    sessions.release(alices, reuse=True)
+    clock.advance(1.0)
+    sessions.release(bobs, reuse=True)
+    carols = await sessions.acquire(ClientCaps(), "carol")  # no slot left: room is made
+    await until(lambda: alices.closed.is_set())
+    assert not bobs.closed.is_set()
+    assert carols not in (alices, bobs) and carols.principal == "carol"
+
+
+async def test_calls_of_two_callers_never_share_a_session() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory, calls_per_session=4)
+    alices = [await sessions.acquire(ClientCaps(), "alice") for _ in range(2)]
+    bobs = await sessions.acquire(ClientCaps(), "bob")
+    assert alices[0] is alices[1] and bobs is not alices[0]
+    assert (alices[0].principal, bobs.principal) == ("alice", "bob")
+
+
+async def test_a_burst_of_new_callers_opens_at_most_max_opening_sessions_at_once() -> None:
+    factory = Factory()  # the gate is shut: sessions open when the test lets them
+    sessions = pool(factory, max_opening=2, max_sessions=16, acquire_timeout_s=30)
+    acquiring = [
+        spawn(sessions.acquire(ClientCaps(), f"caller-{i}"), name=f"acquire-{i}") for i in range(6)
+    ]
+    for _ in range(2):
+        await factory.opening.get()
+    await until(lambda: sessions.maker.starting == 6)  # four wait their turn
+    assert len(factory.made) == 2
+    factory.gate.set()
+    got = await asyncio.gather(*acquiring)
+    assert len({id(s) for s in got}) == 6
+    assert [s.principal for s in got] == [f"caller-{i}" for i in range(6)]
+
+
+async def test_a_plain_request_rides_on_an_idle_session_of_its_caller() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory)
+    alices = await sessions.acquire(ClientCaps(), "alice")
+    sessions.release(alices, reuse=True)
+    reply = await sessions.request(ClientCaps(), "alice", "tools/list", None)
+    assert reply["result"] == {"method": "tools/list"} and alices.requests == 1
+    await sessions.request(ClientCaps(), "bob", "tools/list", None)  # bob has none: his own
+    assert len(factory.made) == 2 and sessions.sessions_per_caller() == {"alice": 1, "bob": 1}
+
+
+# -- questions asked outside any call --------------------------------------------------
+
+ROOTS_ASKED = {"jsonrpc": "2.0", "id": 5, "method": "roots/list"}
+
+
+async def test_a_question_no_call_asks_in_time_is_answered_and_its_session_retired() -> None:
+    clock, factory = ManualClock(), Factory()
+    factory.gate.set()
+    limits = PoolLimits(min_idle=0, outside_question_s=30)
+    sessions = SessionPool("fake", factory, limits, clock=clock)
+    session = await sessions.acquire(ClientCaps(roots=True), "alice")
+    sessions.release(session, reuse=True)
+    session.held.hold(ROOTS_ASKED)  # asked between calls
+    await clock.armed(30.0)
+    clock.advance(30.0)
+    await until(lambda: session.closed.is_set())
+    assert session.sent == [
+        {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "error": {
+                "code": -32601,
+                "message": "roots/list is not available outside a client request",
+            },
+        }
+    ]
+    assert await sessions.acquire(ClientCaps(roots=True), "alice") is not session
+
+
+async def test_a_question_a_call_took_is_not_answered_when_the_bound_passes() -> None:
+    clock, factory = ManualClock(), Factory()
+    factory.gate.set()
+    sessions = SessionPool("fake", factory, PoolLimits(min_idle=0), clock=clock)
+    session = await sessions.acquire(ClientCaps(roots=True), "alice")
+    session.held.hold(ROOTS_ASKED)
+    assert session.held.take() == [ROOTS_ASKED]  # the next call asks it of its caller
+    await clock.armed(clock.now + sessions.limits.outside_question_s)
+    clock.advance(sessions.limits.outside_question_s)
+    sessions.release(session, reuse=True)
+    assert session.sent == [] and await sessions.acquire(ClientCaps(roots=True), "alice") is session
+
+
+async def test_a_session_that_closes_answers_what_it_holds_first() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory)
+    session = await sessions.acquire(ClientCaps(roots=True), "alice")
+    session.held.hold(ROOTS_ASKED)
+    sessions.release(session, reuse=False)
+    await until(lambda: session.closed.is_set())
+    assert [m["id"] for m in session.sent] == [5]
