@@ -193,6 +193,8 @@ class Sized(Protocol):
     @property
     def size(self) -> int: ...
 
+    def sessions_per_caller(self) -> Mapping[str, int]: ...
+
 
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _SLOW = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 600.0)
@@ -288,6 +290,19 @@ class Metrics:
         self.upstream_sessions = Gauge(
             "mrtr_upstream_sessions", "Open upstream sessions", ["upstream"], registry=r
         )
+        self.upstream_callers = Gauge(
+            "mrtr_upstream_callers",
+            "Callers holding upstream sessions (a session serves one caller: sessions grow "
+            "with the callers active at once)",
+            ["upstream"],
+            registry=r,
+        )
+        self.upstream_caller_sessions = Gauge(
+            "mrtr_upstream_caller_sessions_max",
+            "The most upstream sessions one caller holds, idle or in use",
+            ["upstream"],
+            registry=r,
+        )
         self.upstream_errors = TalliedCounter(
             "mrtr_upstream_errors",
             "Upstream failures by kind: open (a session could not be opened), and during a "
@@ -350,6 +365,10 @@ class Metrics:
         self.lost.set_function(lambda: float(lost()))
         for name in list(pools):
             self.upstream_sessions.labels(name).set_function(_size_of(pools, name))
+            self.upstream_callers.labels(name).set_function(_callers_of(pools, name, len))
+            self.upstream_caller_sessions.labels(name).set_function(
+                _callers_of(pools, name, lambda held: max(held.values(), default=0))
+            )
 
     def timed_store(self, op: str) -> StoreTimer:
         """Time a store operation (and count its failures), in a span when tracing."""
@@ -361,6 +380,12 @@ class Metrics:
 
 def _size_of(pools: Mapping[str, Sized], name: str) -> Callable[[], float]:
     return lambda: float(pools[name].size) if name in pools else 0.0
+
+
+def _callers_of(
+    pools: Mapping[str, Sized], name: str, read: Callable[[Mapping[str, int]], int]
+) -> Callable[[], float]:
+    return lambda: float(read(pools[name].sessions_per_caller())) if name in pools else 0.0
 
 
 class StoreTimer:

@@ -21,6 +21,9 @@ CREATED = re.compile(r"^(\w+_created(?:\{[^}]*\})?) (\S+)$", re.MULTILINE)
 class Pool:
     size = 3
 
+    def sessions_per_caller(self) -> dict[str, int]:
+        return {"key:ci-bot": 2, "key:ops": 1}
+
 
 def touched() -> Metrics:
     """A gateway's metrics with every one of them moved (two series for one counter)."""
@@ -240,6 +243,12 @@ mrtr_call_endings_created{phase="done"} <created>
 # HELP mrtr_upstream_sessions Open upstream sessions
 # TYPE mrtr_upstream_sessions gauge
 mrtr_upstream_sessions{upstream="legacy"} 3.0
+# HELP mrtr_upstream_callers Callers holding upstream sessions (a session serves one caller: sessions grow with the callers active at once)
+# TYPE mrtr_upstream_callers gauge
+mrtr_upstream_callers{upstream="legacy"} 2.0
+# HELP mrtr_upstream_caller_sessions_max The most upstream sessions one caller holds, idle or in use
+# TYPE mrtr_upstream_caller_sessions_max gauge
+mrtr_upstream_caller_sessions_max{upstream="legacy"} 2.0
 # HELP mrtr_upstream_errors_total Upstream failures by kind: open (a session could not \
 be opened), and during a request: failed (unreachable, or broke the protocol), timeout, \
 exited (a stdio server), session_lost, credentials (the upstream's token endpoint)

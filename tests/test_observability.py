@@ -51,6 +51,8 @@ async def test_metrics_follow_a_real_mrtr_call(gateway: Gateway) -> None:
     assert after['mrtr_requests_total{method="tools/call",outcome="complete"}'] >= 1
     assert after['mrtr_store_duration_seconds_count{op="claim"}'] >= 1
     assert after['mrtr_upstream_sessions{upstream="legacy"}'] >= 1
+    assert after['mrtr_upstream_callers{upstream="legacy"}'] == 1  # the anonymous caller
+    assert after['mrtr_upstream_caller_sessions_max{upstream="legacy"}'] >= 1
     status, again, _ = await gateway.post(greet(run_id, rid=3, state=state, answers=ALICE))
     refused = await scrape(gateway)
     reason = "no live call (finished, expired or never parked)"
