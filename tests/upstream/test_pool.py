@@ -316,11 +316,11 @@ async def test_a_caller_waiting_on_a_full_pool_gets_a_session_given_back_or_its_
     first = await sessions.acquire(ClientCaps(), "alice")
     waiting = spawn(sessions.acquire(ClientCaps(), "alice"), name="waiting")
     await asyncio.sleep(0)  # it is waiting on the full pool now
-    assert sessions._waiting == 1
+    assert sessions._slots.waiting == 1
     sessions.release(first, reuse=True)  # given back clean: the waiter takes it
     async with asyncio.timeout(5):  # without a wake-up it would wait the full 30 s
         assert await waiting is first
-    assert sessions._waiting == 0
+    assert sessions._slots.waiting == 0
     waiting = spawn(sessions.acquire(ClientCaps(), "alice"), name="waiting-again")
     await asyncio.sleep(0)
     sessions.release(first, reuse=False)  # closed: its slot is free for a new session
@@ -500,7 +500,7 @@ async def test_a_call_waiting_for_a_slot_gets_the_room_a_session_opened_with() -
         spawn(sessions.acquire(ClientCaps(), "alice"), name=f"acquire-{i}") for i in range(5)
     ]
     await factory.opening.get()
-    await until(lambda: sessions._waiting == 1)  # four count on the opening session
+    await until(lambda: sessions._slots.waiting == 1)  # four count on the opening session
     acquiring[1].cancel()  # a place on the opening session is free again; the fifth waits
     with contextlib.suppress(asyncio.CancelledError):
         await acquiring[1]
