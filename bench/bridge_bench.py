@@ -211,10 +211,14 @@ async def measure(
     return {**summary(label, latencies, elapsed, quiet=quiet), "cpu_s": cpu}
 
 
-def start(args: list[str], port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """The gateway, its logs to /dev/null as before: not `GatewayProcess`, whose log reader
-    would run in this (measuring) process and could slow the gateway on a full pipe."""
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+def start(
+    args: list[str], port: int, env: dict[str, str] | None = None, *, out: Any = None
+) -> subprocess.Popen[bytes]:
+    """The gateway, its logs to /dev/null (or to the file `out`): not `GatewayProcess`,
+    whose log reader would run in this (measuring) process and could slow the gateway on
+    a full pipe."""
+    sink = out if out is not None else subprocess.DEVNULL
+    proc = subprocess.Popen(args, stdout=sink, stderr=sink, env=env)
     wait_for_port(port, proc)
     return proc
 
