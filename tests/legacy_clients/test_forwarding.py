@@ -16,8 +16,9 @@ import pytest
 
 from gateway.aio import spawn
 from gateway.errors import InvalidRequest, RelayedError, RpcError, UpstreamError
+from gateway.fleet import messages
 from gateway.legacy_clients.bound import Channel
-from gateway.legacy_clients.forwarding import EXCHANGE, STOP, Holder, Remote, is_lane_message
+from gateway.legacy_clients.forwarding import Holder, Remote
 from gateway.legacy_clients.upstream import Answer
 from tests.fakes.clock import ManualClock
 from tests.fakes.fleet import Network
@@ -67,8 +68,8 @@ class Pair:
             self.network.bus("reader"), "owner", "local", wait_s=30.0, clock=self.clock
         )
 
-    async def _unexpected(self, payload: str) -> None:
-        raise AssertionError(f"the reader was sent {payload}")
+    async def _unexpected(self, message: messages.Message) -> None:
+        raise AssertionError(f"the reader was sent {message}")
 
 
 async def _next_event(events: Any) -> Any:
@@ -118,7 +119,7 @@ class InFlight:
 
     async def receive(self, key: str) -> str | None:
         payload = await self.bus.receive(key)
-        if payload is not None and '"t":"event"' in payload.replace(" ", ""):
+        if payload is not None and isinstance(messages.decode(payload), messages.StreamEvent):
             self.taken.set()
             await self.arrived.wait()
         return payload
@@ -192,34 +193,30 @@ async def test_the_owner_stops_sending_to_a_reader_whose_replica_died() -> None:
     assert not channel.open
 
 
-def exchange(reply: str) -> str:
+def exchange(reply: str) -> messages.Exchange:
     """An exchange as a reader sends it: a notification posted to session h1."""
-    return json.dumps(
-        {
-            "op": EXCHANGE,
-            "verb": "POST",
-            "route": "local",
-            "session": "h1",
-            "body": '{"jsonrpc":"2.0","method":"notifications/initialized"}',
-            "headers": {},
-            "reply": reply,
-            "from": "reader",
-        }
+    return messages.Exchange(
+        verb="POST",
+        route="local",
+        session="h1",
+        body='{"jsonrpc":"2.0","method":"notifications/initialized"}',
+        headers={},
+        reply=reply,
+        reader="reader",
     )
 
 
 async def test_a_message_taken_up_twice_is_served_once() -> None:
     pair = Pair(Scripted(Answer(202, {}, b""), Answer(202, {}, b"")))
-    payload = exchange("reply:reader:once")
-    assert is_lane_message(payload) and not is_lane_message('{"op": "resume"}')
-    await pair.holder.serve(payload)
-    await pair.holder.serve(payload)
+    message = exchange("reply:reader:once")
+    await pair.holder.serve(message)
+    await pair.holder.serve(message)
     assert len(pair.upstream.seen) == 1
     assert pair.network.replies["reply:reader:once"].qsize() == 1
 
 
 async def test_an_exchange_whose_stop_came_first_is_not_served() -> None:
     pair = Pair(Scripted(Answer(202, {}, b"")))
-    await pair.holder.serve(json.dumps({"op": STOP, "reply": "reply:reader:late"}))
+    await pair.holder.serve(messages.Stop("reply:reader:late"))
     await pair.holder.serve(exchange("reply:reader:late"))
     assert pair.upstream.seen == []

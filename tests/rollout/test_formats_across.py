@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from gateway.calls import messages
 from gateway.clock import SystemClock
+from gateway.fleet import messages
 from gateway.fleet.ledger import roll_call_key
 from gateway.fleet.redis_bus import RedisBus
 from gateway.protocol import formats, legacy_session, state
