@@ -220,3 +220,34 @@ async def test_an_exchange_whose_stop_came_first_is_not_served() -> None:
     await pair.holder.serve(messages.Stop("reply:reader:late"))
     await pair.holder.serve(exchange("reply:reader:late"))
     assert pair.upstream.seen == []
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        '{"op":"legacy_head","status":200,"headers":{},"v":2}',  # a newer release's version
+        '{"op":"legacy_head","status":"200","headers":{},"v":1}',  # a field of another type
+        '{"op":"outcome","result":{},"v":2}',  # a message of another exchange's kind
+    ],
+)
+async def test_a_reply_the_reader_does_not_read_fails_the_exchange_whole(head: str) -> None:
+    """The reader decodes each reply once: one it does not read (or not where it stands)
+    is an upstream error, never half-read, and the owner is told to stop sending."""
+    clock = ManualClock()
+    network = Network(clock)
+    owner = network.bus("owner")
+    told: asyncio.Queue[messages.Message] = asyncio.Queue()
+
+    async def answering(message: messages.Message) -> None:
+        told.put_nowait(message)
+        if isinstance(message, messages.Exchange):
+            await owner.reply(message.reply, head)
+
+    network.join("owner", answering)
+    remote = Remote(network.bus("reader"), "owner", "local", wait_s=30.0, clock=clock)
+    with pytest.raises(UpstreamError):
+        await remote.post("h1", b'{"jsonrpc":"2.0","id":1,"method":"ping"}', {})
+    async with asyncio.timeout(5):
+        exchange = await told.get()
+        assert isinstance(exchange, messages.Exchange) and exchange.reader == "reader"
+        assert await told.get() == messages.Stop(exchange.reply)  # it may still be sending
