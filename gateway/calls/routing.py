@@ -237,7 +237,10 @@ class Routing:
                     if self.clock.monotonic() > give_up:
                         raise UpstreamError("the replica holding this call did not answer in time")
                     continue
-                event = messages.decode(payload)
+                try:
+                    event = messages.decode(payload)
+                except ValueError as exc:  # none this release reads: never half-read
+                    raise UpstreamError(f"a fleet reply not read here: {exc}") from exc
                 if isinstance(event, messages.Notify):
                     await notify(event.notification)
                 elif isinstance(event, messages.Outcome):

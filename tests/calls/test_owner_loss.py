@@ -264,6 +264,27 @@ async def test_an_owner_that_never_answers_a_forward_is_given_up_after_the_hold_
     assert failed.value.status == 502
 
 
+async def test_a_reply_the_receiving_replica_does_not_read_fails_the_retry_whole(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    """A reply decoded once, and refused whole when it is none this release reads (a
+    newer release's version): the retry fails as from the owner, nothing half-read."""
+    a, b = two_replicas(clock, server, network)
+    first, _ = await ask_username(a, server, clock)
+    owner = network.bus("a")
+
+    async def newer(message: messages.Message) -> None:
+        assert isinstance(message, messages.Resume)
+        await owner.reply(message.reply, '{"op":"outcome","result":{},"v":3}')
+
+    network.handlers["a"] = newer
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    with pytest.raises(UpstreamError) as failed:
+        await retry
+    assert failed.value.status == 502  # not a ValueError: nothing half-read
+    assert server.nothing_sent()  # the owner's session was never touched
+
+
 async def test_an_owner_asked_for_a_round_it_no_longer_holds_answers_call_lost(
     clock: ManualClock, server: ScriptedServer, network: Network
 ) -> None:
