@@ -29,12 +29,13 @@ from gateway.config import (
     GatewayConfig,
     UpstreamConfig,
 )
+from gateway.fleet import messages
 from gateway.fleet.changes import ChangeFeed
 from gateway.fleet.ledger import SessionLedger
 from gateway.fleet.redis_bus import RedisBus
 from gateway.http1 import Http1Client
 from gateway.legacy_clients.bound import BoundUpstream
-from gateway.legacy_clients.forwarding import Holder, Remote, is_lane_message
+from gateway.legacy_clients.forwarding import Holder, Remote
 from gateway.legacy_clients.lane import LaneSettings, LegacyLane
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.streams import Streams
@@ -229,16 +230,17 @@ def build_app(config: GatewayConfig) -> web.Application:
         if isinstance(lane.upstream, BoundUpstream)
     }
     # Other replicas' requests of the stdio and HTTP+SSE sessions held here come in the
-    # same inbox as their retries of the calls parked here.
+    # same inbox as their retries of the calls parked here: decoded once by the bus, each
+    # goes where its type says.
     holder = None
     if bus is not None and bound:
         holder = Holder(bus, bound, check_every_s=2 * config.fleet.heartbeat_s, clock=clock)
 
-    async def forwarded(payload: str) -> None:
-        if holder is not None and is_lane_message(payload):
-            await holder.serve(payload)
+    async def forwarded(message: messages.Message) -> None:
+        if holder is not None and isinstance(message, messages.Exchange | messages.Stop):
+            await holder.serve(message)
         else:
-            await bridge.serve_forwarded(payload)
+            await bridge.serve_forwarded(message)
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         for upstream in config.upstreams:

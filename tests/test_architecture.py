@@ -126,15 +126,34 @@ def test_the_call_core_depends_on_ports_not_on_transports() -> None:
         "gateway.http1",
     }
     forbidden |= {"gateway.store.redis", "gateway.store.redis_client", "gateway.store.memory"}
-    forbidden |= {"gateway.fleet", "gateway.web", "gateway.legacy_clients"}
+    forbidden |= FLEET_TRANSPORTS | {"gateway.web", "gateway.legacy_clients"}
     forbidden |= {"gateway.app", "gateway.cli"}
     assert offenders("gateway.calls", forbidden) == set()
 
 
+#: The fleet's modules but its port and its messages (`FLEET_PORT`): how replicas reach
+#: each other on Redis, which the call core and the legacy lane are handed, never import.
+FLEET_PORT = {"gateway.fleet.port", "gateway.fleet.messages"}
+FLEET_TRANSPORTS = {
+    name for name in MODULES if name.startswith("gateway.fleet.") and name not in FLEET_PORT
+}
+
+
+def test_the_fleets_port_and_messages_do_no_io() -> None:
+    """What the call core and the legacy lane may import of the fleet: sans-IO."""
+    assert FLEET_TRANSPORTS >= {"gateway.fleet.redis_bus", "gateway.fleet.ledger"}
+    forbidden = {"aiohttp", "asyncio", "redis", "socket", "gateway.upstream", "gateway.web"}
+    forbidden |= {"gateway.calls", "gateway.legacy_clients", "gateway.tasks", "gateway.config"}
+    forbidden |= FLEET_TRANSPORTS | {"gateway.store.redis", "gateway.store.redis_client"}
+    for name in FLEET_PORT:
+        assert offenders(name, forbidden) == set()
+
+
 def test_the_legacy_lane_uses_web_independent_parts_only() -> None:
     """The legacy lane (2025 clients) is handed what it needs of the web part (the front
-    door, stream hooks); it knows neither it, nor the call core, nor the fleet."""
-    forbidden = {"gateway.web", "gateway.calls", "gateway.fleet", "gateway.store"}
+    door, stream hooks) and of the fleet (its bus, through the port); it knows neither
+    the web part, nor the call core, nor the fleet's transport."""
+    forbidden = {"gateway.web", "gateway.calls", "gateway.store"} | FLEET_TRANSPORTS
     forbidden |= {"gateway.app", "gateway.cli", "gateway.listens"}
     assert offenders("gateway.legacy_clients", forbidden) == set()
 

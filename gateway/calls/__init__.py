@@ -13,16 +13,16 @@
     suspension.py mint a round: park, replay-mode rounds, URL rounds; one round cap
     routing.py    retries whose call another replica owns: forward, takeover, replay, lost;
                   and the owning side of a forward
-    forwarding.py the bus between replicas, and a retry on its way to its call's owner
-                  (made before the claim, which can carry it)
+    forwarding.py a retry on its way to its call's owner (made before the claim, which
+                  can carry it)
     takeover.py   continue a gone replica's call on its adopted session, or cancel it
     outcomes.py   a resumed round's outcome kept for a retry sent again
-    messages.py   what replicas say to each other, as frozen dataclasses with one codec
     pace.py       how long a round waits for a question's siblings, learnt per tool
 
 The sans-IO cores are `gateway.protocol.call` (a call's phases and what each ending
 requires) and `gateway.protocol.record` (the stored record's transition table). The
 package depends on ports, not on transports: `gateway.upstream.port` for legacy
-sessions, `forwarding.Bus` for other replicas, `gateway.store.base.SuspendedCallStore`,
-and `gateway.clock.Clock`.
+sessions, `gateway.fleet.port.Bus` for other replicas (in the messages of
+`gateway.fleet.messages`), `gateway.store.base.SuspendedCallStore`, and
+`gateway.clock.Clock`.
 """

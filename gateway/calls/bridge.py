@@ -14,14 +14,12 @@ from typing import Any
 import structlog
 
 from gateway import clock as clocks
-from gateway.calls import messages
 from gateway.calls.admission import (
     CLAIMER_PATIENCE_BEATS,
     MISSING_RECORD_BEATS,
     WRITE_BACK_BEATS,
     Admission,
 )
-from gateway.calls.forwarding import Bus
 from gateway.calls.lifecycle import Lifecycle, Registry
 from gateway.calls.outcomes import Outcomes
 from gateway.calls.retries import Retries
@@ -31,6 +29,8 @@ from gateway.calls.suspension import Suspender, Withdraw
 from gateway.clock import Clock, SystemClock
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import Draining, RpcError
+from gateway.fleet import messages
+from gateway.fleet.port import Bus
 from gateway.listens import Listens
 from gateway.observability import Metrics
 from gateway.protocol import state
@@ -189,15 +189,10 @@ class Bridge:
         """The lease is back after a time without it: let go of calls taken over meanwhile."""
         await self.lifecycle.hand_over_lost()
 
-    async def serve_forwarded(self, payload: str) -> None:
-        """A message another replica pushed into this replica's inbox: about a call, or
-        for a task (to `on_task`)."""
+    async def serve_forwarded(self, message: messages.Message) -> None:
+        """A message another replica pushed into this replica's inbox (decoded by the
+        bus): about a call, or for a task (to `on_task`); any other is logged."""
         if self.routing is None:
-            return
-        try:
-            message = messages.decode(payload)
-        except ValueError as exc:
-            log.warning("fleet_bad_message", error=str(exc))
             return
         if isinstance(message, messages.ForTask):
             if self.on_task is not None:

@@ -1,5 +1,5 @@
-"""How a retry reaches the replica holding its call: the `Bus` between replicas, and a
-`Forward`, the retry's message on its way.
+"""How a retry reaches the replica holding its call: a `Forward`, the retry's message on
+its way over the bus between replicas (`gateway.fleet.port.Bus`).
 
 A retry whose call another replica holds is forwarded to that owner's inbox. The
 message is made before the round is claimed, so that a store able to do both in one
@@ -10,65 +10,13 @@ where there were two. Otherwise `gateway.calls.routing` delivers it after the cl
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from typing import Protocol
 
-from gateway.calls import messages
-from gateway.protocol.formats import FleetLevel, Kind
+from gateway.fleet import messages
+from gateway.fleet.port import Bus
+from gateway.protocol.formats import Kind
 from gateway.protocol.inbound import FrontRequest
 from gateway.store.base import Delivery, SuspendedCall
 from gateway.tracing import TRACING, Begun
-
-
-class Bus(Protocol):
-    """How replicas reach each other. Every method may raise StoreError."""
-
-    replica_id: str
-    reply_ttl_ms: int  # how long a reply waits on its key to be read
-    level: FleetLevel  # the fleet's format level: which version of a message to write
-
-    def new_reply_key(self) -> str: ...
-
-    async def alive(self, replica_id: str) -> bool: ...
-
-    async def written_back(self, replica_id: str) -> bool | None:
-        """Whether `replica_id`'s records are all in the store as it is now: True once it
-        has written them back since the store last lost its data (or never had to),
-        False while it is still at it or has not yet noticed the loss, None while it has
-        no heartbeat (gone, or not yet beaten since the loss)."""
-        ...
-
-    async def send(self, replica_id: str, payload: str) -> None:
-        """Into `replica_id`'s inbox."""
-        ...
-
-    async def deliver(self, replica_id: str, payload: str) -> bool:
-        """Into `replica_id`'s inbox if it is alive now; False, and nothing sent, if not."""
-        ...
-
-    def delivery(self, replica_id: str, payload: str) -> Delivery:
-        """`deliver`'s push, for a store to make in the step that claims the round
-        (`SuspendedCallStore.claim_delivering`)."""
-        ...
-
-    async def retract(self, replica_id: str, payload: str) -> bool:
-        """Take back a message `replica_id` has not read; False once it has."""
-        ...
-
-    def holds_lease(self) -> bool:
-        """Whether this replica's heartbeat is surely in the store: it may serve its calls."""
-        ...
-
-    def lease_term(self) -> int | None:
-        """While this replica holds its lease, which unbroken stretch of it this is (a new
-        one each time the lease is regained after a lapse); None without it. Within one
-        term no other replica can have judged this one dead and taken a call over."""
-        ...
-
-    async def reply(self, key: str, payload: str) -> None: ...
-
-    async def receive(self, key: str) -> str | None:
-        """The next reply on `key`, or None after a short wait."""
-        ...
 
 
 class Forward:

@@ -15,13 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.calls.admission import Admission
-from gateway.calls.forwarding import Bus, Forward
+from gateway.calls.forwarding import Forward
 from gateway.calls.lifecycle import Lifecycle
 from gateway.calls.outcomes import Outcomes
 from gateway.calls.routing import Routing
 from gateway.calls.runner import Notify, Runner
 from gateway.config import REPLAY, UpstreamConfig
 from gateway.errors import CallLost, InvalidRequestState, LeaseLost, RoundInProgress
+from gateway.fleet.port import Bus
 from gateway.protocol import state
 from gateway.protocol.call import CallMachine
 from gateway.protocol.inbound import FrontRequest

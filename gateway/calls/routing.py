@@ -10,9 +10,9 @@ Receiving side (`elsewhere`), in this order:
 4. otherwise: a clear error that the call was lost and may be started again.
 A tool that is not replay-safe never runs a second time.
 
-Owning side (`serve`): what other replicas push into this replica's inbox. The
-replicas talk through a `Bus` (`gateway.calls.forwarding`; Redis lists in production,
-`gateway.fleet`).
+Owning side (`serve_message`): what other replicas push into this replica's inbox about
+its calls. The replicas talk through a `Bus` (`gateway.fleet.port`; Redis lists in
+production, `gateway.fleet.redis_bus`), in the messages of `gateway.fleet.messages`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ import structlog
 
 from gateway import logging as log_context
 from gateway.aio import spawn
-from gateway.calls import messages
-from gateway.calls.forwarding import Bus, Forward
+from gateway.calls.forwarding import Forward
 from gateway.calls.lifecycle import Lifecycle
 from gateway.calls.outcomes import Outcomes
 from gateway.calls.runner import Notify, Runner
@@ -43,13 +42,15 @@ from gateway.errors import (
     StoreError,
     UpstreamError,
 )
+from gateway.fleet import messages
+from gateway.fleet.port import Bus
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.call import CallMachine
 from gateway.protocol.formats import Kind
 from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.served import ServedReplies
-from gateway.store.base import SuspendedCall, SuspendedCallStore
+from gateway.store.base import Reply, SuspendedCall, SuspendedCallStore
 from gateway.tracing import TRACING
 from gateway.upstream.port import SessionExpired, UpstreamPool
 
@@ -236,7 +237,10 @@ class Routing:
                     if self.clock.monotonic() > give_up:
                         raise UpstreamError("the replica holding this call did not answer in time")
                     continue
-                event = messages.decode(payload)
+                try:
+                    event = messages.decode(payload)
+                except ValueError as exc:  # none this release reads: never half-read
+                    raise UpstreamError(f"a fleet reply not read here: {exc}") from exc
                 if isinstance(event, messages.Notify):
                     await notify(event.notification)
                 elif isinstance(event, messages.Outcome):
@@ -288,15 +292,6 @@ class Routing:
             log.warning("store_delete_failed", error=str(exc))
 
     # -- owning side -------------------------------------------------------------------
-
-    async def serve(self, payload: str) -> None:
-        """Handle one message another replica pushed into this replica's inbox."""
-        try:
-            message = messages.decode(payload)
-        except ValueError as exc:
-            log.warning("fleet_bad_message", error=str(exc))
-            return
-        await self.serve_message(message)
 
     async def serve_message(self, message: messages.Message) -> None:
         """Handle one decoded message of this replica's inbox (about a call)."""
@@ -350,7 +345,13 @@ class Routing:
                 reply, messages.encode(messages.Notify(notification), self._version())
             )
 
-        call.reply_with = messages.outcome_reply(reply, self.bus.reply_ttl_ms, self._version())
+        version, ttl_ms = self._version(), self.bus.reply_ttl_ms
+
+        def outcome(result: dict[str, Any]) -> Reply:
+            """The round's result, pushed on the reply list with the write that ends it."""
+            return Reply(reply, messages.encode(messages.Outcome(result), version), ttl_ms)
+
+        call.reply_with = outcome
         call.replied = False
         try:
             return await self.runner.resume(call, front, notify, message.round), call.replied

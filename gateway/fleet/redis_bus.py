@@ -19,8 +19,11 @@ of the replicas on the fleet's roll call (`gateway.fleet.ledger.roll_call_key`),
 and then at every heartbeat key, and so learns which versions of the fleet's data to write
 (`level`).
 
-This module moves opaque payloads; what they mean is `gateway.calls`' business
-(`gateway.calls.messages`). It implements `gateway.calls.forwarding.Bus`.
+This module moves payloads (`gateway.fleet.messages`, encoded by their senders) and
+decodes each message of its inbox once, handing it over as its type (a malformed one is
+logged and dropped, `fleet_bad_message`); what they mean is the business of those it
+hands them to (`gateway.calls`, `gateway.tasks`, `gateway.legacy_clients.forwarding`).
+It implements `gateway.fleet.port.Bus`.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from gateway import clock as clocks
 from gateway.aio import spawn
 from gateway.clock import Clock
 from gateway.errors import StoreError
+from gateway.fleet import messages
 from gateway.fleet.ledger import roll_call_key
 from gateway.protocol import formats
 from gateway.protocol.formats import FleetLevel
@@ -54,7 +58,8 @@ from gateway.store.redis_client import (
 
 log = structlog.get_logger("gateway.fleet")
 
-Handler = Callable[[str], Coroutine[Any, Any, None]]
+#: What serves this replica's inbox: each message, decoded.
+Handler = Callable[[messages.Message], Coroutine[Any, Any, None]]
 _REPLY_TTL_MS = 120_000
 _POLL_S = 1.0
 
@@ -329,7 +334,9 @@ class RedisBus:
     async def _handled(self, handler: Handler, payload: str) -> None:
         taken = self.taken_key()
         try:
-            await handler(payload)
+            message = _decoded(payload)
+            if message is not None:
+                await handler(message)
         finally:
             try:  # one copy: another still being handled has its own removal to come
                 await ride_out(self.clock, lambda: self.client.lrem(taken, 1, payload))
@@ -440,3 +447,13 @@ class RedisBus:
         """The next reply event on `key`, or None after a second. Raises: StoreError."""
         popped = await ride_out(self.clock, lambda: self.client.blpop([key], timeout=_POLL_S))
         return None if popped is None else text(popped[1])
+
+
+def _decoded(payload: str) -> messages.Message | None:
+    """An inbox message, decoded once; None, logged, when nobody here could read it (a
+    newer release's, or garbage)."""
+    try:
+        return messages.decode(payload)
+    except ValueError as exc:
+        log.warning("fleet_bad_message", error=str(exc))
+        return None

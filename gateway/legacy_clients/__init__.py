@@ -17,5 +17,5 @@ any replica serves any request of a Streamable HTTP upstream's session; a stdio 
 HTTP+SSE one's is served by its owner, whichever replica the client reaches. This part
 may use the gateway's web-independent parts (protocol, upstream client, front door); the
 call core (`gateway.calls`) never imports it, and it reaches the fleet only through what
-it is handed (`forwarding.Bus`).
+it is handed (`gateway.fleet.port.Bus`), in the messages of `gateway.fleet.messages`.
 """

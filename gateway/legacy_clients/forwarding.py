@@ -4,31 +4,32 @@ A stdio or HTTP+SSE session lives in the replica that opened it (its id names th
 owner, `gateway.legacy_clients.bound`). A POST, a client's answer, a GET or a DELETE of
 it that lands on another replica is checked there by the lane as any other (principal,
 scopes, limits, logs) and then passed to the owner through `Remote`, a
-`SessionUpstream` whose every exchange is one message in the owner's inbox. The owner
-(`Holder.serve`) passes it to the session as it would its own client's request and
-sends the answer back on a reply list of the exchange's own: its head (status,
-headers, and a whole body or "a stream follows"), then a stream's events one by one,
-then its end; or a failure (the error and its status) that the receiving replica raises
-as the owner's (`RelayedError`).
+`SessionUpstream` whose every exchange is one message in the owner's inbox (`Exchange`).
+The owner (`Holder.serve`) passes it to the session as it would its own client's request
+and sends the answer back on a reply list of the exchange's own: its `Head` (status,
+headers, and a whole body or "a stream follows"), then a stream's events one by one
+(`StreamEvent`), then its `StreamEnd`; or `ExchangeFailed` (the error and its status),
+which the receiving replica raises as the owner's (`RelayedError`).
 
 An owner whose heartbeat is gone has taken its sessions with it: the exchange is
 answered 404 (the client starts over), and a stream being relayed ends with an error.
 A stream's reader that stops reading (its client went, its replica drains) tells the
-owner (`legacy_stop`), so the session's GET stream is free again; an owner whose reader
+owner (`Stop`), so the session's GET stream is free again; an owner whose reader
 stopped beating stops sending. A message taken up twice by the owner (`RedisBus`: a
 lost reply) is served once.
 
-It moves the lane's exchanges; it decides nothing about them. The bus is
-`gateway.fleet.redis_bus.RedisBus`, seen through `Bus` (this part does not import the
-fleet).
+Those messages are the lane's kind in the catalogue of what replicas say
+(`gateway.fleet.messages`, `formats.Kind.LANE_MESSAGE`), written in the version every live
+replica reads. It moves the lane's exchanges; it decides nothing about them. The bus is
+`gateway.fleet.redis_bus.RedisBus`, seen through its port (`gateway.fleet.port.Bus`),
+which hands the owner each message of its inbox decoded.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -36,50 +37,23 @@ from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.clock import Clock
 from gateway.errors import RelayedError, RpcError, StoreError, UpstreamError
+from gateway.fleet import messages
+from gateway.fleet.port import Bus
 from gateway.legacy_clients.bound import not_found
 from gateway.legacy_clients.upstream import Answer, EventStream, SessionUpstream
 from gateway.protocol import sse
+from gateway.protocol.formats import Kind
 from gateway.protocol.served import ServedReplies
 
 log = structlog.get_logger("gateway.legacy")
 
-EXCHANGE = "legacy_exchange"
-STOP = "legacy_stop"
 #: How long the owner may take to send an exchange's head, beyond the upstream's timeout.
 HEAD_SLACK_S = 5.0
 
 
-class Bus(Protocol):
-    """What forwarding needs of the fleet bus (`RedisBus`). Every method may raise
-    StoreError."""
-
-    replica_id: str
-    reply_ttl_ms: int
-
-    def new_reply_key(self) -> str: ...
-
-    async def alive(self, replica_id: str) -> bool: ...
-
-    async def deliver(self, replica_id: str, payload: str) -> bool: ...
-
-    async def send(self, replica_id: str, payload: str) -> None: ...
-
-    async def reply(self, key: str, payload: str) -> None: ...
-
-    async def receive(self, key: str) -> str | None: ...
-
-
-def is_lane_message(payload: str) -> bool:
-    """Whether a message in this replica's inbox is one of the lane's (else the call core's)."""
-    try:
-        message = json.loads(payload)
-    except ValueError:
-        return False
-    return isinstance(message, dict) and message.get("op") in (EXCHANGE, STOP)
-
-
-def _dumps(message: dict[str, Any]) -> str:
-    return json.dumps(message, separators=(",", ":"))
+def _encoded(bus: Bus, message: messages.LaneMessage) -> str:
+    """`message` in the version of the lane's messages every live replica reads."""
+    return messages.encode(message, bus.level.version(Kind.LANE_MESSAGE))
 
 
 # -- the receiving side ------------------------------------------------------------------
@@ -109,18 +83,16 @@ class Remote:
     ) -> Answer:
         """Raises: UpstreamError, RelayedError (the owner's), StoreError."""
         bus, reply = self.bus, self.bus.new_reply_key()
-        payload = _dumps(
-            {
-                "op": EXCHANGE,
-                "verb": verb,
-                "route": self.route,
-                "session": session,
-                "body": body.decode(),  # JSON: checked UTF-8 at the front door
-                "headers": dict(headers),
-                "reply": reply,
-                "from": bus.replica_id,
-            }
+        exchange = messages.Exchange(
+            verb=verb,
+            route=self.route,
+            session=session,
+            body=body.decode(),  # JSON: checked UTF-8 at the front door
+            headers=dict(headers),
+            reply=reply,
+            reader=bus.replica_id,
         )
+        payload = _encoded(bus, exchange)
         delivered = await bus.deliver(self.owner, payload)
         if not delivered and await bus.alive(self.owner):  # a Redis that just restarted
             delivered = await bus.deliver(self.owner, payload)
@@ -139,14 +111,16 @@ class Remote:
             raise
         if head is None:  # the owner died before it answered: so did the session
             return not_found()
-        if head.get("t") == "failure":
+        if isinstance(head, messages.ExchangeFailed):
             events.finished()
-            raise RelayedError(head["error"], int(head["status"]))
-        status, answer_headers = int(head["status"]), dict(head["headers"])
-        if head.get("stream"):
-            return Answer(status, answer_headers, events)
+            raise RelayedError(head.error, head.status)
+        if not isinstance(head, messages.Head):
+            await events.aclose()
+            raise UpstreamError(f"unexpected fleet reply {type(head).__name__}")
+        if head.stream:
+            return Answer(head.status, head.headers, events)
         events.finished()
-        return Answer(status, answer_headers, str(head["body"]).encode())
+        return Answer(head.status, head.headers, head.body.encode())
 
 
 class RemoteEvents:
@@ -164,13 +138,13 @@ class RemoteEvents:
         self.owner = owner
         self.reply = reply
         self._done = False
-        self._pending: asyncio.Task[dict[str, Any] | None] | None = None
+        self._pending: asyncio.Task[messages.Message | None] | None = None
 
-    async def next_message(self) -> dict[str, Any] | None:
+    async def next_message(self) -> messages.Message | None:
         """The owner's next message on the reply list; None once the owner is gone.
 
         Raises:
-            UpstreamError: the bus failed.
+            UpstreamError: the bus failed, or the message is none this release reads.
         """
         while True:
             try:
@@ -182,10 +156,10 @@ class RemoteEvents:
                     continue
             except StoreError as exc:
                 raise UpstreamError("the fleet bus failed while relaying a session") from exc
-            message = json.loads(payload)
-            if not isinstance(message, dict):
-                raise UpstreamError("a fleet reply that is not an object")
-            return message
+            try:
+                return messages.decode(payload)
+            except ValueError as exc:
+                raise UpstreamError(f"a fleet reply not read here: {exc}") from exc
 
     def finished(self) -> None:
         """The owner has sent all it will: nothing to tell it when closed."""
@@ -212,17 +186,13 @@ class RemoteEvents:
         self._pending = None
         if message is None:
             raise UpstreamError("the replica holding this session stopped")
-        if message.get("t") == "event":
-            return sse.Event(
-                data=str(message["data"]),
-                event=str(message.get("event") or "message"),
-                id=message.get("id"),
-                retry=message.get("retry"),
-            )
+        if isinstance(message, messages.StreamEvent):
+            return sse.Event(message.data, message.event, message.id, message.retry)
         self._done = True
-        error = message.get("error")
-        if error:
-            raise UpstreamError(str(error))
+        if not isinstance(message, messages.StreamEnd):
+            raise UpstreamError(f"unexpected fleet reply {type(message).__name__}")
+        if message.error:
+            raise UpstreamError(message.error)
         raise StopAsyncIteration
 
     async def aclose(self) -> None:
@@ -232,7 +202,7 @@ class RemoteEvents:
             self._pending = None
         if not self._done:
             self._done = True
-            stop = _dumps({"op": STOP, "reply": self.reply})
+            stop = _encoded(self.bus, messages.Stop(reply=self.reply))
             spawn(_send_quietly(self.bus, self.owner, stop), name="legacy-forward-stop")
 
 
@@ -266,15 +236,10 @@ class Holder:
         self._serving: dict[str, asyncio.Task[Any]] = {}
         self._finished = ServedReplies(bus.reply_ttl_ms / 1000)  # reply keys served
 
-    async def serve(self, payload: str) -> None:
+    async def serve(self, message: messages.Exchange | messages.Stop) -> None:
         """One of the lane's messages another replica pushed into this replica's inbox."""
-        try:
-            message = json.loads(payload)
-            op, reply = message["op"], str(message["reply"])
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("fleet_bad_message", error=str(exc))
-            return
-        if op == STOP:
+        reply = message.reply
+        if isinstance(message, messages.Stop):
             task = self._serving.pop(reply, None)
             if task is not None:
                 task.cancel()  # its reader went: the session's stream is free again
@@ -286,9 +251,9 @@ class Holder:
         current = asyncio.current_task()
         assert current is not None
         self._serving[reply] = current
-        watch = spawn(self._watch(str(message.get("from", "")), current), name="legacy-watch")
+        watch = spawn(self._watch(message.reader, current), name="legacy-watch")
         try:
-            await self._exchange(message, reply)
+            await self._exchange(message)
         except asyncio.CancelledError:
             log.info("legacy_forward_stopped")
         except StoreError as exc:
@@ -298,47 +263,41 @@ class Holder:
             self._serving.pop(reply, None)
             self._remember(reply)
 
-    async def _exchange(self, message: dict[str, Any], reply: str) -> None:
-        upstream = self.upstreams.get(str(message.get("route")))
-        session = message.get("session")
-        body = str(message.get("body", "")).encode()
-        headers = {str(k): str(v) for k, v in dict(message.get("headers") or {}).items()}
+    async def _exchange(self, message: messages.Exchange) -> None:
+        upstream = self.upstreams.get(message.route)
+        session, body, headers = message.session, message.body.encode(), message.headers
+        reply = message.reply
         try:
-            if upstream is None or not isinstance(session, str):
+            if upstream is None or session is None:
                 answer = not_found()
-            elif message.get("verb") == "POST":
+            elif message.verb == "POST":
                 answer = await upstream.post(session, body, headers)
-            elif message.get("verb") == "GET":
+            elif message.verb == "GET":
                 answer = await upstream.get(session, headers)
             else:
                 answer = await upstream.delete(session, headers)
         except RpcError as exc:
-            failure = {"t": "failure", "error": exc.error_object(), "status": exc.status}
-            await self.bus.reply(reply, _dumps(failure))
+            failure = messages.ExchangeFailed(exc.error_object(), exc.status)
+            await self.bus.reply(reply, _encoded(self.bus, failure))
             return
-        head = {"t": "head", "status": answer.status, "headers": dict(answer.headers)}
         if isinstance(answer.body, bytes):
-            await self.bus.reply(reply, _dumps({**head, "body": answer.body.decode()}))
+            head = messages.Head(answer.status, dict(answer.headers), body=answer.body.decode())
+            await self.bus.reply(reply, _encoded(self.bus, head))
             return
+        head = messages.Head(answer.status, dict(answer.headers), stream=True)
         await self._stream(reply, head, answer.body)
 
-    async def _stream(self, reply: str, head: dict[str, Any], events: EventStream) -> None:
+    async def _stream(self, reply: str, head: messages.Head, events: EventStream) -> None:
         error: str | None = None
         try:
-            await self.bus.reply(reply, _dumps({**head, "stream": True}))
+            await self.bus.reply(reply, _encoded(self.bus, head))
             try:
                 async for event in events:
-                    shown = {
-                        "t": "event",
-                        "data": event.data,
-                        "event": event.event,
-                        "id": event.id,
-                        "retry": event.retry,
-                    }
-                    await self.bus.reply(reply, _dumps(shown))
+                    shown = messages.StreamEvent(event.data, event.event, event.id, event.retry)
+                    await self.bus.reply(reply, _encoded(self.bus, shown))
             except UpstreamError as exc:
                 error = str(exc)
-            await self.bus.reply(reply, _dumps({"t": "end", "error": error}))
+            await self.bus.reply(reply, _encoded(self.bus, messages.StreamEnd(error)))
         finally:
             await events.aclose()
 

@@ -45,7 +45,8 @@ PREVIOUS = 1
 
 class Kind(StrEnum):
     RECORD = "record"  # a parked call's record (`gateway.protocol.record`)
-    MESSAGE = "message"  # a replica's message to another (`gateway.calls.messages`)
+    MESSAGE = "message"  # a message about a call or a task (`gateway.fleet.messages`)
+    LANE_MESSAGE = "lane message"  # one about a replica-bound legacy session (same module)
     SESSION_ENTRY = "session entry"  # a ledger entry (`gateway.fleet.ledger`)
     REQUEST_STATE = "requestState"  # a sealed requestState's claims (`gateway.protocol.state`)
     LEGACY_SESSION = "legacy session"  # a sealed legacy session id (`legacy_session`)
@@ -65,6 +66,11 @@ VERSIONS: dict[Kind, dict[int, int | None]] = {
     # Tasks came with level 2. A replica of level 1 answers `tasks/*` with -32601: while one
     # lives, no call becomes a task (`gateway.tasks` holds the feature back).
     Kind.TASK: {1: None, 2: 1},
+    # The legacy lane's forwarding came with level 2, and is sent to no replica of level 1:
+    # it goes only to a replica-bound session's owner, and level 1 never held one (it
+    # served no stdio or HTTP+SSE session to 2025 clients, and refused, 404, a session id
+    # naming another replica). A kind they never read: its version at every level.
+    Kind.LANE_MESSAGE: {1: 1, 2: 1},
 }
 
 
@@ -89,7 +95,8 @@ def readable(kind: Kind) -> frozenset[int]:
 
 
 def known(kind: Kind, level: int) -> bool:
-    """Whether replicas of `level` know `kind` at all."""
+    """Whether `kind` may be written while replicas of `level` live: they know it, or
+    never read it (see `VERSIONS`)."""
     return VERSIONS[kind].get(level) is not None
 
 
@@ -103,6 +110,7 @@ MARKS: dict[Kind, tuple[str, int]] = {
     Kind.REQUEST_STATE: ("v", 2),
     Kind.LEGACY_SESSION: ("v", 1),
     Kind.TASK: ("v", 1),
+    Kind.LANE_MESSAGE: ("v", 1),
 }
 
 

@@ -30,9 +30,7 @@ import structlog
 
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
-from gateway.calls import messages
 from gateway.calls.bridge import Bridge
-from gateway.calls.forwarding import Bus
 from gateway.calls.runner import Notify
 from gateway.config import (
     NO_TASKS,
@@ -50,6 +48,8 @@ from gateway.errors import (
     TasksFull,
     TasksHeldBack,
 )
+from gateway.fleet import messages
+from gateway.fleet.port import Bus
 from gateway.protocol import formats, inputs, jsonrpc, legacy_tasks, state, tasks, translate
 from gateway.protocol.formats import FleetLevel, Kind
 from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope

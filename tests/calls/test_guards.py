@@ -10,7 +10,6 @@ import contextlib
 import pytest
 
 from gateway.aio import spawn
-from gateway.calls import messages
 from gateway.config import parse_config
 from gateway.errors import (
     CallLost,
@@ -18,6 +17,7 @@ from gateway.errors import (
     RpcError,
     StateTooLarge,
 )
+from gateway.fleet import messages
 from gateway.protocol.call import Phase, Trigger
 from gateway.protocol.inbound import FrontRequest, read_envelope
 from gateway.protocol.versions import Version

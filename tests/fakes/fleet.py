@@ -1,7 +1,8 @@
-"""Replicas in one process: an in-memory bus (implements `gateway.calls.forwarding.Bus`).
+"""Replicas in one process: an in-memory bus (implements `gateway.fleet.port.Bus`).
 
-`Network` knows which replicas are alive and delivers each inbox message to the
-owning replica's `serve_forwarded` in a task of its own, as the Redis bus does;
+`Network` knows which replicas are alive and hands each inbox message, decoded once, to
+the owning replica's handler (`serve_forwarded`, a `Holder`'s `serve`) in a task of its
+own, as the Redis bus does (one that does not decode is dropped, as there);
 `OneTripStore` pushes a forward with the claim of its round, as the Redis store does.
 A replica that is `kill`ed stops beating and receives nothing more; its calls
 stay where they were, as after `kill -9`.
@@ -17,15 +18,15 @@ from typing import Any
 
 from gateway import clock as clocks
 from gateway.aio import spawn
-from gateway.calls import messages
 from gateway.clock import Clock
+from gateway.fleet import messages
 from gateway.protocol import formats
 from gateway.store.base import Delivery, SuspendedCall
 from gateway.store.memory import MemoryStore
 
 POLL_S = 1.0
 
-Handler = Callable[[str], Coroutine[Any, Any, None]]
+Handler = Callable[[messages.Message], Coroutine[Any, Any, None]]
 
 
 class Network:
@@ -39,6 +40,7 @@ class Network:
         self.held: defaultdict[str, list[str]] = defaultdict(list)
         self.replies: defaultdict[str, asyncio.Queue[str]] = defaultdict(asyncio.Queue)
         self.delivered: list[tuple[str, messages.Message]] = []
+        self.undecoded: list[tuple[str, str]] = []  # dropped: no replica reads them
         self.polls: asyncio.Queue[str] = asyncio.Queue()  # reply keys a receiver found empty
         self.bus_deliveries: list[str] = []  # replicas a bus `deliver` was asked to reach
         # Replicas still writing back their records after the store lost its data.
@@ -72,13 +74,15 @@ class Network:
         """Into a replica's inbox: read at once in a task of its own, held while it is
         stalled, dropped once it is dead (as nobody reads a dead replica's inbox)."""
         try:
-            self.delivered.append((replica_id, messages.decode(payload)))
+            message = messages.decode(payload)
         except ValueError:
-            pass  # not the call core's: the legacy lane's (`gateway.legacy_clients.forwarding`)
+            self.undecoded.append((replica_id, payload))
+            return
+        self.delivered.append((replica_id, message))
         if replica_id in self.stalled:  # alive, but not reading its inbox yet
             self.held[replica_id].append(payload)
         elif replica_id in self.alive:
-            spawn(self.handlers[replica_id](payload), name=f"inbox-{replica_id}")
+            spawn(self.handlers[replica_id](message), name=f"inbox-{replica_id}")
 
 
 class MemoryBus:

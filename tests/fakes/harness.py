@@ -7,9 +7,9 @@ from typing import Any
 
 from gateway.aio import spawn
 from gateway.calls.bridge import Bridge
-from gateway.calls.forwarding import Bus
 from gateway.calls.suspension import Withdraw
 from gateway.config import GatewayConfig, parse_config
+from gateway.fleet.port import Bus
 from gateway.protocol.inbound import FrontRequest, read_envelope
 from gateway.protocol.state import AesGcmKeyRing, generate_key, parse_key
 from gateway.protocol.versions import Version

@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 
 from gateway.aio import spawn
 from gateway.clock import Clock, SystemClock
+from gateway.fleet import messages
 from gateway.fleet.changes import ChangeFeed
 from gateway.fleet.ledger import SessionLedger
 from gateway.fleet.redis_bus import RedisBus
@@ -43,7 +44,7 @@ async def ends(work: Awaitable[Any] | asyncio.Task[Any], what: str) -> None:
         task.result()  # its failure, if any
 
 
-async def ignore(_payload: str) -> None:
+async def ignore(_message: messages.Message) -> None:
     return None
 
 

@@ -16,8 +16,9 @@ import pytest
 
 from gateway.aio import spawn
 from gateway.errors import InvalidRequest, RelayedError, RpcError, UpstreamError
+from gateway.fleet import messages
 from gateway.legacy_clients.bound import Channel
-from gateway.legacy_clients.forwarding import EXCHANGE, STOP, Holder, Remote, is_lane_message
+from gateway.legacy_clients.forwarding import Holder, Remote
 from gateway.legacy_clients.upstream import Answer
 from tests.fakes.clock import ManualClock
 from tests.fakes.fleet import Network
@@ -67,8 +68,8 @@ class Pair:
             self.network.bus("reader"), "owner", "local", wait_s=30.0, clock=self.clock
         )
 
-    async def _unexpected(self, payload: str) -> None:
-        raise AssertionError(f"the reader was sent {payload}")
+    async def _unexpected(self, message: messages.Message) -> None:
+        raise AssertionError(f"the reader was sent {message}")
 
 
 async def _next_event(events: Any) -> Any:
@@ -118,7 +119,7 @@ class InFlight:
 
     async def receive(self, key: str) -> str | None:
         payload = await self.bus.receive(key)
-        if payload is not None and '"t":"event"' in payload.replace(" ", ""):
+        if payload is not None and isinstance(messages.decode(payload), messages.StreamEvent):
             self.taken.set()
             await self.arrived.wait()
         return payload
@@ -192,34 +193,61 @@ async def test_the_owner_stops_sending_to_a_reader_whose_replica_died() -> None:
     assert not channel.open
 
 
-def exchange(reply: str) -> str:
+def exchange(reply: str) -> messages.Exchange:
     """An exchange as a reader sends it: a notification posted to session h1."""
-    return json.dumps(
-        {
-            "op": EXCHANGE,
-            "verb": "POST",
-            "route": "local",
-            "session": "h1",
-            "body": '{"jsonrpc":"2.0","method":"notifications/initialized"}',
-            "headers": {},
-            "reply": reply,
-            "from": "reader",
-        }
+    return messages.Exchange(
+        verb="POST",
+        route="local",
+        session="h1",
+        body='{"jsonrpc":"2.0","method":"notifications/initialized"}',
+        headers={},
+        reply=reply,
+        reader="reader",
     )
 
 
 async def test_a_message_taken_up_twice_is_served_once() -> None:
     pair = Pair(Scripted(Answer(202, {}, b""), Answer(202, {}, b"")))
-    payload = exchange("reply:reader:once")
-    assert is_lane_message(payload) and not is_lane_message('{"op": "resume"}')
-    await pair.holder.serve(payload)
-    await pair.holder.serve(payload)
+    message = exchange("reply:reader:once")
+    await pair.holder.serve(message)
+    await pair.holder.serve(message)
     assert len(pair.upstream.seen) == 1
     assert pair.network.replies["reply:reader:once"].qsize() == 1
 
 
 async def test_an_exchange_whose_stop_came_first_is_not_served() -> None:
     pair = Pair(Scripted(Answer(202, {}, b"")))
-    await pair.holder.serve(json.dumps({"op": STOP, "reply": "reply:reader:late"}))
+    await pair.holder.serve(messages.Stop("reply:reader:late"))
     await pair.holder.serve(exchange("reply:reader:late"))
     assert pair.upstream.seen == []
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        '{"op":"legacy_head","status":200,"headers":{},"v":2}',  # a newer release's version
+        '{"op":"legacy_head","status":"200","headers":{},"v":1}',  # a field of another type
+        '{"op":"outcome","result":{},"v":2}',  # a message of another exchange's kind
+    ],
+)
+async def test_a_reply_the_reader_does_not_read_fails_the_exchange_whole(head: str) -> None:
+    """The reader decodes each reply once: one it does not read (or not where it stands)
+    is an upstream error, never half-read, and the owner is told to stop sending."""
+    clock = ManualClock()
+    network = Network(clock)
+    owner = network.bus("owner")
+    told: asyncio.Queue[messages.Message] = asyncio.Queue()
+
+    async def answering(message: messages.Message) -> None:
+        told.put_nowait(message)
+        if isinstance(message, messages.Exchange):
+            await owner.reply(message.reply, head)
+
+    network.join("owner", answering)
+    remote = Remote(network.bus("reader"), "owner", "local", wait_s=30.0, clock=clock)
+    with pytest.raises(UpstreamError):
+        await remote.post("h1", b'{"jsonrpc":"2.0","id":1,"method":"ping"}', {})
+    async with asyncio.timeout(5):
+        exchange = await told.get()
+        assert isinstance(exchange, messages.Exchange) and exchange.reader == "reader"
+        assert await told.get() == messages.Stop(exchange.reply)  # it may still be sending

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gateway.calls import messages
 from gateway.errors import StoreError
+from gateway.fleet import messages
 from gateway.fleet.ledger import entry_field, read_entry
 from gateway.protocol import formats
 from gateway.protocol.formats import LEVEL, PREVIOUS, FleetLevel, Kind

@@ -11,6 +11,7 @@ release does with a datum it shares with the fleet:
                                                 -> {"json": the claimed record, or null}
   {"op": "encode", "message": {"op", ...}}     -> {"text": messages.encode(...)}
   {"op": "decode", "text"}                     -> {"message": {"op", ...}}
+  {"op": "message_ops"}                        -> {"ops": every op its decode knows}
   {"op": "seal", "key", "claims"}              -> {"token": a requestState}
   {"op": "open", "key", "token", "now_ms", "principal", "digest", "audience"}
                                                 -> {"claims": {...}}
@@ -86,6 +87,8 @@ def handle(command: dict[str, Any]) -> dict[str, Any]:
         data = dict(command["message"])
         kind = getattr(messages, data.pop("op").capitalize())  # "resume": Resume, ...
         return {"text": messages.encode(kind(**data))}
+    if op == "message_ops":
+        return {"ops": sorted(messages._OPS)}
     if op == "decode":
         message = messages.decode(command["text"])
         op = type(message).__name__.lower()

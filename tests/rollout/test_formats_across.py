@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from gateway.calls import messages
 from gateway.clock import SystemClock
+from gateway.fleet import messages
 from gateway.fleet.ledger import roll_call_key
 from gateway.fleet.redis_bus import RedisBus
 from gateway.protocol import formats, legacy_session, state
@@ -217,6 +217,49 @@ def test_every_message_goes_both_ways_between_the_releases(
     moved_on = messages.encode(message, MOVED_ON.version(Kind.MESSAGE))
     assert messages.decode(moved_on) == message
     assert old.run({"op": "decode", "text": moved_on})["error"] == "ValueError"
+
+
+#: This release's messages the previous release never knew, one of each: a task's
+#: (tasks are held back while a replica of it beats) and the legacy lane's (sent only to
+#: a replica-bound session's owner, and it held none).
+UNKNOWN_TO_PREVIOUS: list[messages.Message] = [
+    messages.ForTask(task="t1", principal="alice", answers={"name": {}}, cancel=False),
+    messages.Exchange(
+        verb="POST",
+        route="local",
+        session="h1",
+        body='{"jsonrpc":"2.0","id":1,"method":"ping"}',
+        headers={"MCP-Protocol-Version": "2025-11-25"},
+        reply="mrtr:reply:r2",
+        reader="new~2",
+    ),
+    messages.Stop(reply="mrtr:reply:r2"),
+    messages.Head(status=200, headers={"Content-Type": "text/event-stream"}, stream=True),
+    messages.StreamEvent(data='{"jsonrpc":"2.0"}', id="e1"),
+    messages.StreamEnd(error=None),
+    messages.ExchangeFailed(error={"code": -32600, "message": "x"}, status=400),
+]
+
+
+def _op(message: messages.Message) -> str:
+    return str(json.loads(messages.encode(message))["op"])
+
+
+def test_every_message_the_previous_release_knew_goes_both_ways_and_no_other_is_misread(
+    old: PreviousRelease,
+) -> None:
+    """The catalogue, checked against the previous release's own decoder: each message it
+    knew has its transcript both ways (above), and each it did not know, in every version
+    this release writes, it refuses whole (a replica of it never half-reads one)."""
+    known = set(old.run({"op": "message_ops"})["ops"])
+    assert known == {_op(m) for m in MESSAGES}
+    assert set(messages.CATALOGUE) == known | {_op(m) for m in UNKNOWN_TO_PREVIOUS}
+    for message in UNKNOWN_TO_PREVIOUS:
+        kind = messages.kind_of(message)
+        for level in (MIXED, MOVED_ON):
+            text = messages.encode(message, level.version(kind))
+            assert messages.decode(text) == message
+            assert old.run({"op": "decode", "text": text})["error"] == "ValueError", text
 
 
 # -- sealed requestState and legacy session ids ----------------------------------------

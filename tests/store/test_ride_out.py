@@ -13,9 +13,11 @@ import pytest
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from structlog.testing import capture_logs
 
 from gateway.clock import SystemClock
 from gateway.errors import StoreError
+from gateway.fleet import messages
 from gateway.fleet.redis_bus import RedisBus
 from gateway.store.redis_client import connect, from_redis, raised_by_client, ride_out
 from tests.fakes.lost_replies import LosingFirstReply
@@ -116,7 +118,7 @@ async def test_the_heartbeat_outlives_its_client_failing_inside(redis_server: Re
 
     bus.client.pipeline = pipeline  # type: ignore[method-assign]
 
-    async def ignore(_payload: str) -> None:
+    async def ignore(_message: messages.Message) -> None:
         return None
 
     bus.start(ignore)
@@ -138,7 +140,7 @@ async def test_a_lease_regained_after_a_lapse_is_a_new_term(redis_server: RedisS
         connect(redis_server.url), prefix="terms:", replica_id="r1", heartbeat_s=1.0, clock=clock
     )
 
-    async def ignore(_payload: str) -> None:
+    async def ignore(_message: messages.Message) -> None:
         return None
 
     bus.start(ignore)
@@ -188,7 +190,7 @@ async def test_a_beat_that_comes_back_after_the_lease_ran_out_starts_a_new_term(
     )
     bus.on_lease_regained = hand_over
 
-    async def ignore(_payload: str) -> None:
+    async def ignore(_message: messages.Message) -> None:
         return None
 
     bus.start(ignore)
@@ -211,7 +213,9 @@ async def test_a_beat_that_comes_back_after_the_lease_ran_out_starts_a_new_term(
 
 def reader(
     redis_server: RedisServer, prefix: str, *, replica_id: str = "a", heartbeat_s: float = 1.0
-) -> tuple[RedisBus, asyncio.Queue[str], Callable[[str], Awaitable[None]]]:
+) -> tuple[
+    RedisBus, asyncio.Queue[messages.Message], Callable[[messages.Message], Awaitable[None]]
+]:
     """A replica's bus on a real Redis, and a handler that queues what its inbox hands over."""
     bus = RedisBus(
         connect(redis_server.url),
@@ -220,12 +224,46 @@ def reader(
         heartbeat_s=heartbeat_s,
         clock=SystemClock(),
     )
-    handled: asyncio.Queue[str] = asyncio.Queue()
+    handled: asyncio.Queue[messages.Message] = asyncio.Queue()
 
-    async def handler(payload: str) -> None:
-        handled.put_nowait(payload)
+    async def handler(message: messages.Message) -> None:
+        handled.put_nowait(message)
 
     return bus, handled, handler
+
+
+CANCEL_1, CANCEL_2 = messages.Cancel("c1", "r1"), messages.Cancel("c2", "r2")
+
+
+async def test_a_message_no_replica_reads_is_dropped_from_the_inbox_and_the_inbox_goes_on(
+    redis_server: RedisServer,
+) -> None:
+    """Each message of the inbox is decoded once, by the bus: one that does not decode
+    (a newer release's version, garbage) is handed to nobody, logged, and cleared from the
+    taken list like any other; the handler gets the next one, decoded."""
+    bus, handled, handler = reader(redis_server, "undecoded:")
+    clear, cleared = bus.client.lrem, asyncio.Queue[int]()
+
+    async def counted_clear(*args: Any) -> Any:
+        removed = await clear(*args)
+        cleared.put_nowait(removed)
+        return removed
+
+    bus.client.lrem = counted_clear  # type: ignore[method-assign]
+    bus.start(handler)
+    try:
+        with capture_logs() as logs:
+            await bus.send("a", '{"op":"cancel","call":"c0","reply":"r0","v":3}')
+            await bus.send("a", messages.encode(CANCEL_1))
+            async with asyncio.timeout(10):
+                assert await handled.get() == CANCEL_1
+                assert [await cleared.get(), await cleared.get()] == [1, 1]  # both cleared
+        assert [e for e in logs if e["event"] == "fleet_bad_message"] != []
+        assert await bus.client.llen(bus.taken_key()) == 0
+        assert handled.empty()  # the undecoded one was handed to nobody
+    finally:
+        await bus.close()
+        await bus.client.aclose()
 
 
 async def test_a_retraction_run_again_after_its_reply_was_lost_still_took_the_forward_back(
@@ -274,13 +312,13 @@ async def test_a_forward_whose_move_out_of_the_inbox_lost_its_reply_is_still_han
     bus.client.lrem = counted_clear  # type: ignore[method-assign]
     bus.start(handler)
     try:
-        await bus.send("a", '{"op":"resume","reply":"r1"}')
+        await bus.send("a", messages.encode(CANCEL_1))
         async with asyncio.timeout(10):
-            assert await handled.get() == '{"op":"resume","reply":"r1"}'
+            assert await handled.get() == CANCEL_1
         assert lost.is_set()
-        await bus.send("a", '{"op":"resume","reply":"r2"}')  # and the inbox goes on
+        await bus.send("a", messages.encode(CANCEL_2))  # and the inbox goes on
         async with asyncio.timeout(10):
-            assert await handled.get() == '{"op":"resume","reply":"r2"}'
+            assert await handled.get() == CANCEL_2
         async with asyncio.timeout(10):
             for _ in range(2):  # each cleared from the taken list once handled
                 await cleared.get()
@@ -310,9 +348,9 @@ async def test_a_move_the_client_sent_again_itself_leaves_nothing_stranded(
     bus.client.blmove = sent_again_after_its_reply_was_lost  # type: ignore[method-assign]
     bus.start(handler)
     try:
-        await bus.send("a", '{"op":"resume","reply":"r1"}')
+        await bus.send("a", messages.encode(CANCEL_1))
         async with asyncio.timeout(10):
-            assert await handled.get() == '{"op":"resume","reply":"r1"}'
+            assert await handled.get() == CANCEL_1
         assert resent.is_set()
     finally:
         await bus.close()
