@@ -292,8 +292,7 @@ class Metrics:
         )
         self.upstream_callers = Gauge(
             "mrtr_upstream_callers",
-            "Callers holding upstream sessions (a session serves one caller: sessions grow "
-            "with the callers active at once)",
+            "Callers holding upstream sessions (a session serves one caller)",
             ["upstream"],
             registry=r,
         )

@@ -243,7 +243,7 @@ mrtr_call_endings_created{phase="done"} <created>
 # HELP mrtr_upstream_sessions Open upstream sessions
 # TYPE mrtr_upstream_sessions gauge
 mrtr_upstream_sessions{upstream="legacy"} 3.0
-# HELP mrtr_upstream_callers Callers holding upstream sessions (a session serves one caller: sessions grow with the callers active at once)
+# HELP mrtr_upstream_callers Callers holding upstream sessions (a session serves one caller)
 # TYPE mrtr_upstream_callers gauge
 mrtr_upstream_callers{upstream="legacy"} 2.0
 # HELP mrtr_upstream_caller_sessions_max The most upstream sessions one caller holds, idle or in use
