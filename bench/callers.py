@@ -102,11 +102,17 @@ class Gateway:
         self.proc.wait(30)
 
 
+class Busy(Exception):
+    """503: the gateway had no session for the caller in time (a client retries)."""
+
+
 async def echo(http: aiohttp.ClientSession, url: str, who: str, rid: int) -> None:
     body, headers = modern_request(rid, "echo", {"text": "hi"})
     headers["Authorization"] = f"Bearer {who}"
     async with http.post(url, json=body, headers=headers) as resp:
         reply = await read_reply(resp)
+    if reply.get("error", {}).get("data", {}).get("reason") == "upstream_sessions":
+        raise Busy()
     assert reply.get("result", {}).get("content", [{}])[0].get("text") == "hi", reply
 
 
@@ -161,10 +167,18 @@ async def burst(gateway: Gateway, callers: int, seconds: float) -> dict[str, Any
     peak = 0.0
     started = time.perf_counter()
 
+    busy = 0
+
     async def caller(http: aiohttp.ClientSession, who: str) -> None:
+        nonlocal busy
         i = 0
         while (now := time.perf_counter()) - started < seconds:
-            await echo(http, gateway.url, who, i)
+            try:
+                await echo(http, gateway.url, who, i)
+            except Busy:  # as a client does on 503 with Retry-After: 1, a little sooner
+                busy += 1
+                await asyncio.sleep(0.5)
+                continue
             done.append((time.perf_counter() - started, time.perf_counter() - now))
             i += 2
 
@@ -189,6 +203,7 @@ async def burst(gateway: Gateway, callers: int, seconds: float) -> dict[str, Any
         "p99_ms": latencies[max(int(len(latencies) * 0.99) - 1, 0)] * 1000,
         "peak_mb": peak,
         "processes": gateway.processes_started(),
+        "busy": busy,
     }
 
 
@@ -197,6 +212,10 @@ async def main() -> None:
     parser.add_argument("--callers", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--quick", action="store_true", help="fewer calls, a shorter burst")
+    parser.add_argument("--sections", default="123", help="which of 1, 2, 3 to run")
+    parser.add_argument(
+        "--max-opening", type=int, default=None, help="the burst's pool.max_opening"
+    )
     args = parser.parse_args()
     n, calls, rounds = args.callers, (100 if args.quick else 300), (30 if args.quick else 100)
     seconds = 10.0 if args.quick else args.seconds
@@ -210,6 +229,26 @@ async def main() -> None:
 
     try:
         print(f"callers={n}  cores={os.cpu_count()}  (everything shares the cores)")
+        if "1" in args.sections:
+            await same_minutes(gateway, legacy, n, calls, rounds)
+        if "2" in args.sections:
+            await one_more(gateway, legacy, folder, n, started)
+        if "3" in args.sections:
+            await cold_burst(gateway, folder, n, seconds, calls, args.max_opening)
+    finally:
+        for each in started:
+            each.stop()
+        legacy.stop()
+
+
+async def same_minutes(
+    gateway: Callable[[str, dict[str, Any]], Gateway],
+    legacy: LegacyServer,
+    n: int,
+    calls: int,
+    rounds: int,
+) -> None:
+    if True:
         print("1. Streamable HTTP: isolated (a session per caller) / shared (isolation: none)")
         isolated = gateway("isolated", {"url": legacy.url})
         shared = gateway("shared", {"url": legacy.url, "pool": {"isolation": "none"}})
@@ -224,6 +263,16 @@ async def main() -> None:
                     f"{a['p50_ms'] - b['p50_ms']:+.2f} ms",
                     flush=True,
                 )
+
+
+async def one_more(
+    gateway: Callable[[str, dict[str, Any]], Gateway],
+    legacy: LegacyServer,
+    folder: Path,
+    n: int,
+    started: list[Gateway],
+) -> None:
+    if True:
         print("2. what one more caller costs")
         for name, upstream in (
             ("http", {"url": legacy.url, "pool": {"min_idle": 0}}),
@@ -242,8 +291,20 @@ async def main() -> None:
             )
             each.stop()
             started.remove(each)
-        print(f"3. a cold burst of {n} new callers on a stdio upstream, {seconds:g} s")
-        cold = gateway("cold", {"command": legacy_stdio_command(folder)})
+
+
+async def cold_burst(
+    gateway: Callable[[str, dict[str, Any]], Gateway],
+    folder: Path,
+    n: int,
+    seconds: float,
+    calls: int,
+    max_opening: int | None,
+) -> None:
+    if True:
+        pool = {} if max_opening is None else {"max_opening": max_opening}
+        print(f"3. a cold burst of {n} new callers on a stdio upstream, {seconds:g} s ({pool})")
+        cold = gateway("cold", {"command": legacy_stdio_command(folder), "pool": pool})
         result = await burst(cold, n, seconds)
         warm = await timed(cold.url, echo, n, calls // 3, warm=False)
         half = warm["per_s"] / 2
@@ -254,14 +315,11 @@ async def main() -> None:
             f"  warm: {warm['per_s']:.0f}/s; half of it first reached in second "
             f"{reached if reached is not None else 'never'}; the first 10 s served "
             f"{first10} calls ({first10 / 10 / warm['per_s']:.2f}x warm); p99 "
-            f"{result['p99_ms']:.0f} ms; {result['processes']} processes started; "
+            f"{result['p99_ms']:.0f} ms; {result['busy']} answered 503 (retried); "
+            f"{result['processes']} processes started; "
             f"peak {result['peak_mb']:.0f} MB (gateway and servers)",
             flush=True,
         )
-    finally:
-        for each in started:
-            each.stop()
-        legacy.stop()
 
 
 if __name__ == "__main__":
