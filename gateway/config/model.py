@@ -160,9 +160,9 @@ class PoolLimits:
     reaches another caller. `none`: any caller's calls share sessions; only for servers
     known to keep no per-session state (see operations.md)."""
     max_idle_per_caller: int = 2
-    """Idle sessions kept for one caller (its least recently used closed beyond); all
-    callers' together are bounded by `max_sessions`, the least recently used closed
-    first when room is needed."""
+    """Idle sessions kept for one caller beyond the ones it has in use at the time (its
+    least recently used closed beyond); all callers' together are bounded by
+    `max_sessions`, the least recently used closed first when room is needed."""
     max_opening: int = 4
     """Sessions being opened at once (a stdio server's process starting counts): a burst
     of new callers opens sessions at this pace instead of all at once."""

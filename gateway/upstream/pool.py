@@ -4,10 +4,10 @@
 A legacy server keeps state per session (a login, a scratchpad, the client's roots) and
 trusts that one session is one client, so a session serves the calls of one caller
 (principal) from its first call to its end: idle sessions are kept per caller and
-capability set (`gateway.upstream.idle`), at most `max_idle_per_caller` of a caller's,
-the least recently used closed first; a session opened ahead belongs to nobody until
-a caller takes it. `isolation: none` shares sessions between callers instead, for
-servers known to keep nothing per session.
+capability set (`gateway.upstream.idle`), at most `max_idle_per_caller` of a caller's
+beyond the ones it has in use (its least recently used closed first); a session opened
+ahead belongs to nobody until a caller takes it. `isolation: none` shares sessions
+between callers instead, for servers known to keep nothing per session.
 
 Interruptible calls (`tools/call`, `prompts/get`, `resources/read`) own a session
 exclusively while in flight, so every server request on it belongs to that call; with
@@ -128,11 +128,19 @@ class SessionPool(SessionSupply):
             self._idle.put(session)
             self.demand.returned(now)
             owner = session.principal
-            if owner is not None and self._idle.held_by(owner) > self.limits.max_idle_per_caller:
+            while owner is not None and self._idle_beyond_bound(owner):
                 self._forget(cast(PooledSession, self._idle.oldest(owner)))
             self._slots.wake()
             return
         self._forget(session, end=end)
+
+    def _idle_beyond_bound(self, owner: str) -> bool:
+        """Whether `owner` keeps more idle sessions than `max_idle_per_caller` beyond the
+        ones it has in use now: a caller busy with many calls at once keeps as many
+        sessions between them, and its idle ones fall to the bound as its calls end."""
+        idle = self._idle.held_by(owner)
+        in_use = self._bound[owner] - idle
+        return idle > self.limits.max_idle_per_caller + in_use
 
     def discard(self, given: UpstreamSession) -> None:
         session = cast(PooledSession, given)

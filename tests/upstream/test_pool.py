@@ -742,3 +742,18 @@ async def test_a_session_that_closes_answers_what_it_holds_first() -> None:
     sessions.release(session, reuse=False)
     await until(lambda: session.closed.is_set())
     assert [m["id"] for m in session.sent] == [5]
+
+
+async def test_a_caller_busy_with_many_calls_keeps_its_sessions_between_them() -> None:
+    factory = Factory()
+    factory.gate.set()
+    sessions = pool(factory, max_idle_per_caller=2)
+    held = [await sessions.acquire(ClientCaps(), "alice") for _ in range(8)]
+    for session in held[:4]:  # four calls end while four go on: none closed
+        sessions.release(session, reuse=True)
+    again = [await sessions.acquire(ClientCaps(), "alice") for _ in range(4)]
+    assert {id(s) for s in again} == {id(s) for s in held[:4]} and len(factory.made) == 8
+    for session in held[4:] + again:  # all end: down to the bound
+        sessions.release(session, reuse=True)
+    await until(lambda: sum(s.closed.is_set() for s in held) == 6)
+    assert sessions.sessions_per_caller() == {"alice": 2}
