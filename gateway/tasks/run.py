@@ -8,6 +8,13 @@ it resumes any. A question still outstanding when a retry answers its siblings s
 published under its key; answers that arrive while a retry is under way wait for the
 round it leads to. The record is rewritten at every change, before anyone is told.
 
+Every question the call has open is shown, on every replica: a question that comes
+after its round closed (a sibling later than `limits.coalesce_ms`, on a busy server)
+finds the call parked, where nobody reads its stream; the run is told as it comes and
+sends a retry without answers at once, whose round gathers it with those still open
+(`limits.coalesce_ms` more), and the record shows them all. A client waiting to see
+every question before it answers is never left waiting for one it is not shown.
+
 A cancel stops the round under way (the call core cancels it upstream) or ends the
 parked call (`Bridge.abandon`); the task's TTL does the same, and then forgets it.
 """
@@ -26,9 +33,11 @@ from gateway.aio import cancel_and_wait, spawn
 from gateway.calls.bridge import Bridge
 from gateway.config import UpstreamConfig
 from gateway.errors import GatewayError, InvalidRequestState, RpcError
-from gateway.protocol import tasks
+from gateway.protocol import tasks, translate
 from gateway.protocol.inbound import FrontRequest
+from gateway.protocol.state import RequestDigest
 from gateway.protocol.tasks import Task, TaskEnded
+from gateway.upstream.port import Inbox
 
 log = structlog.get_logger("gateway.tasks")
 
@@ -129,7 +138,7 @@ class TaskRun(TaskEnds):
         self.task: Task | None = None
         self.message: str | None = None  # progress said before the task existed
         self.answers: dict[str, Any] = {}  # by the call's keys, not yet sent
-        self.answered = asyncio.Event()
+        self.stirred = asyncio.Event()  # answers came, or the parked call asked more
         self.round: asyncio.Task[dict[str, Any]] | None = None
         self.follower: asyncio.Task[None] | None = None
         self._state: str | None = None  # the parked round's requestState
@@ -181,7 +190,7 @@ class TaskRun(TaskEnds):
             return
         self.answers.update(answers)
         await self.write(task)
-        self.answered.set()
+        self.stirred.set()
 
     async def stop(self, reason: str) -> None:
         """Stop the call: the round under way cancelled (the call core cancels it
@@ -300,17 +309,55 @@ class TaskRun(TaskEnds):
         return ready
 
     async def _answers(self) -> dict[str, Any] | None:
-        """The next answers, as soon as any come; None when none came as long as the call
-        can wait parked (`limits.suspension_ttl_s`: its deadline ends it then)."""
+        """The next answers, as soon as any come; as soon as the parked call asks more
+        (a question that came after its round closed), those that came, maybe none: the
+        retry that carries them gathers the new question into a round the task shows.
+        None when nothing came as long as the call can wait parked
+        (`limits.suspension_ttl_s`: its deadline ends it then)."""
+        inbox = self._parked_inbox()
+        if inbox is not None:
+            inbox.on_request = self._asked_more
         try:
             async with clocks.timeout(self.clock, self.answer_within_s):
-                while not self.answers:
-                    self.answered.clear()
-                    await self.answered.wait()
+                while not self.answers and not (inbox is not None and _asks(inbox)):
+                    self.stirred.clear()
+                    await self.stirred.wait()
         except TimeoutError:
             return None
+        finally:
+            if inbox is not None and inbox.on_request == self._asked_more:
+                inbox.on_request = None
         answers, self.answers = self.answers, {}
         return answers
+
+    def _asked_more(self, request: dict[str, Any]) -> None:
+        """A server request reached the parked call (`Inbox.on_request`): a question,
+        or not (a ping: `_asks` tells)."""
+        self.stirred.set()
+
+    def _parked_inbox(self) -> Inbox | None:
+        """The inbox of the call the round under `_state` parked, if it is parked here
+        (a task carried on after its owner died has its call elsewhere until a retry)."""
+        if self._state is None:
+            return None
+        front = self.front
+        digest = RequestDigest(front.method, front.target, front.params.get("arguments"))
+        try:
+            claims = self.bridge.admission.open(
+                self.upstream, self._state, self.principal, digest.value
+            )
+        except RpcError:
+            return None  # expired meanwhile: its deadline ends it
+        call = self.bridge.calls.get(claims.call)
+        return call.inbox if call is not None else None
+
+
+def _asks(inbox: Inbox) -> bool:
+    """Whether a question of the server's waits in a parked call's inbox, unread."""
+    return any(
+        isinstance(item, dict) and "id" in item and item.get("method") in translate.INPUT_METHODS
+        for item in inbox.waiting()
+    )
 
 
 def _parked_by(round_: asyncio.Task[dict[str, Any]] | None) -> str | None:

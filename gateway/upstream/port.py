@@ -69,21 +69,27 @@ class Inbox:
     the reader waits, a future. Thousands of parked calls hold one each.
     """
 
-    __slots__ = ("_items", "_waiter", "on_end")
+    __slots__ = ("_items", "_waiter", "on_end", "on_request")
 
     def __init__(self) -> None:
         self._items: list[InboxItem] = []
         self._waiter: asyncio.Future[None] | None = None
         # Told of a `StreamEnd` as it is put, while nobody may be reading (a parked call).
         self.on_end: Callable[[UpstreamError], None] | None = None
+        # Told of a server request as it is put, while nobody may be reading (a question
+        # that comes after its call parked: a task shows it, `gateway.tasks.run`).
+        self.on_request: Callable[[dict[str, Any]], None] | None = None
 
     def put_nowait(self, item: InboxItem) -> None:
         self._items.append(item)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
-        if self.on_end is not None and isinstance(item, StreamEnd):
-            self.on_end(item.error)
+        if isinstance(item, StreamEnd):
+            if self.on_end is not None:
+                self.on_end(item.error)
+        elif self.on_request is not None and "method" in item and "id" in item:
+            self.on_request(item)
 
     def ended(self) -> UpstreamError | None:
         """The error of a `StreamEnd` waiting in it, if one does."""

@@ -51,14 +51,21 @@ async def tasks_rpc(
     return reply
 
 
-async def until(gw: Gateway, task_id: str, *statuses: str, timeout: float = 20.0) -> dict:
-    """Poll `tasks/get` (at the task's own interval) until it shows one of `statuses`."""
+async def until_shown(
+    gw: Gateway, task_id: str, shown: Callable[[dict[str, Any]], bool], timeout: float = 20.0
+) -> dict[str, Any]:
+    """Poll `tasks/get` (at the task's own interval) until what it shows is `shown`."""
     async with asyncio.timeout(timeout):
         while True:
             task = (await tasks_rpc(gw, "tasks/get", {"taskId": task_id}))["result"]
-            if task["status"] in statuses:
+            if shown(task):
                 return task
             await asyncio.sleep(task["pollIntervalMs"] / 1000)
+
+
+async def until(gw: Gateway, task_id: str, *statuses: str, timeout: float = 20.0) -> dict:
+    """Poll until the task shows one of `statuses` (`until_shown`)."""
+    return await until_shown(gw, task_id, lambda task: task["status"] in statuses, timeout)
 
 
 def text_of(result: dict[str, Any]) -> str:
@@ -122,9 +129,12 @@ async def test_an_early_question_is_an_mrtr_round_and_its_answer_a_task(gw: Gate
 async def test_partial_answers_reach_the_call_as_they_arrive(gw: Gateway) -> None:
     created = (await call(gw, "two_at_once", {}, caps=WITH_TASKS))["result"]
     task_id = created["taskId"]
-    asked = await until(gw, task_id, "input_required")
-    while len(asked["inputRequests"]) < 2:  # the second question may come a moment later
-        asked = await until(gw, task_id, "input_required")
+    # Both questions shown, however late the second comes (tests/tasks/test_late_questions.py).
+    asked = await until_shown(
+        gw,
+        task_id,
+        lambda task: task["status"] == "input_required" and len(task["inputRequests"]) == 2,
+    )
     first, second = sorted(asked["inputRequests"])
     schema = asked["inputRequests"][first]["params"]["requestedSchema"]
     field = next(iter(schema["properties"]))
