@@ -4,7 +4,8 @@ Everything that reads the time or waits for it asks a `Clock`: wall time in
 milliseconds (what `requestState` and store records carry), a monotonic reading
 (durations, deadlines) and timers on the monotonic line. `SystemClock` is the
 event loop's; tests give the same code a manual clock and move time by hand, so
-expiry, coalescing windows and heartbeats are tested without sleeping.
+expiry, coalescing windows and heartbeats are tested without sleeping. Beside it, the
+one rule for waiting longer after each failure in a row (`Backoff`).
 
 It must not know about calls, stores or the network.
 """
@@ -15,6 +16,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.aio import cancel_and_wait, spawn
@@ -49,6 +51,20 @@ class SystemClock:
 
     def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
         return asyncio.get_running_loop().call_at(when, callback)
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff: `base` after the first failure in a row, twice as long after
+    each further one, never more than `cap`."""
+
+    base: float
+    cap: float
+
+    def delay(self, failures: int) -> float:
+        """The wait after `failures` failures in a row (1: the first)."""
+        # The exponent is bounded: a long outage must not overflow the float.
+        return min(self.cap, self.base * 2.0 ** min(max(failures - 1, 0), 64))
 
 
 async def sleep_until(clock: Clock, when: float) -> None:

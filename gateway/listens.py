@@ -26,7 +26,6 @@ standalone stream dropped) or its client stopped reading.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -39,6 +38,7 @@ from gateway.protocol import listen as wire
 from gateway.protocol.capabilities import NO_CAPABILITIES
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.outside import answer_outside_call
+from gateway.quota import Quota
 from gateway.upstream.port import Inbox, InboxItem, PooledSession, StreamEnd, UpstreamPool
 
 log = structlog.get_logger("gateway.listens")
@@ -94,11 +94,9 @@ class Listens:
     """The open listens of this replica, by upstream."""
 
     def __init__(self, max_listens: int, per_principal: int, gauge: Gauge | None = None) -> None:
-        self.max_listens = max_listens
-        self.per_principal = per_principal
+        self.quota = Quota(max_listens, per_principal, full=ListensFull, busy=PrincipalListening)
         self.gauge = gauge
         self._open: dict[str, set[Inbox]] = {}
-        self._principals: Counter[str] = Counter()
         self._draining = False
         # On a fleet, told of each list change heard here (`ChangeFeed.heard`).
         self.fleet: Callable[[str, str], None] | None = None
@@ -108,7 +106,7 @@ class Listens:
 
     @property
     def enabled(self) -> bool:
-        return self.max_listens > 0
+        return self.quota.total > 0
 
     @contextmanager
     def opened(self, upstream: str, principal: str) -> Iterator[Inbox]:
@@ -121,23 +119,16 @@ class Listens:
         """
         if self._draining:
             raise Draining()
-        if len(self) >= self.max_listens:
-            raise ListensFull()
-        if self._principals[principal] >= self.per_principal:
-            raise PrincipalListening()
-        inbox = ListenInbox()
-        inboxes = self._open.setdefault(upstream, set())
-        inboxes.add(inbox)
-        self._principals[principal] += 1
-        self._count()
-        try:
-            yield inbox
-        finally:
-            inboxes.discard(inbox)
-            self._principals[principal] -= 1
-            if not self._principals[principal]:
-                del self._principals[principal]
+        with self.quota.held(principal):
+            inbox = ListenInbox()
+            inboxes = self._open.setdefault(upstream, set())
+            inboxes.add(inbox)
             self._count()
+            try:
+                yield inbox
+            finally:
+                inboxes.discard(inbox)
+                self._count()
 
     def _count(self) -> None:
         if self.gauge is not None:

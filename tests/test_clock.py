@@ -44,3 +44,11 @@ async def test_no_deadline_lets_the_body_wait_for_what_it_awaits(clock: Clock) -
         assert await ready == "answer"
     async with clocks.timeout(clock, None):
         pass
+
+
+def test_the_backoff_doubles_from_its_base_after_each_failure_in_a_row_up_to_its_cap() -> None:
+    backoff = clocks.Backoff(0.05, 0.5)
+    assert [backoff.delay(n) for n in (1, 2, 3, 4, 5, 6)] == [0.05, 0.1, 0.2, 0.4, 0.5, 0.5]
+    assert backoff.delay(0) == 0.05  # no failure yet counts as the first
+    assert backoff.delay(100_000) == 0.5  # a long outage neither overflows nor passes the cap
+    assert clocks.Backoff(45.0, 45.0).delay(3) == 45.0

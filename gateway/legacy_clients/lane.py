@@ -63,7 +63,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
-from gateway.legacy_clients.answers import MaySee, StreamView, checked_body, outcome_of
+from gateway.legacy_clients.answers import StreamView, checked_body, outcome_of
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.relay import ENDED, IDLE, Held, Relay, StreamHooks, drain, hold_head
 from gateway.legacy_clients.streams import Streams
@@ -74,8 +74,9 @@ from gateway.legacy_clients.upstream import (
     SessionUpstream,
     crossing_headers,
 )
-from gateway.protocol import inbound, jsonrpc, sse
+from gateway.protocol import inbound, jsonrpc, methods, sse
 from gateway.protocol import legacy_session as sessions
+from gateway.protocol.lists import MaySee
 from gateway.protocol.state import StateCodec
 
 log = structlog.get_logger("gateway.legacy")
@@ -134,29 +135,9 @@ class Door(Protocol):
     def list_filter(self, caller: Any) -> MaySee | None: ...
 
 
-#: The methods a legacy client sends, as metric labels; any other is counted as "other".
-KNOWN_METHODS = frozenset(
-    {
-        "initialize",
-        "ping",
-        "tools/list",
-        "tools/call",
-        "prompts/list",
-        "prompts/get",
-        "resources/list",
-        "resources/templates/list",
-        "resources/read",
-        "resources/subscribe",
-        "resources/unsubscribe",
-        "logging/setLevel",
-        "completion/complete",
-        "notifications/initialized",
-        "notifications/cancelled",
-        "notifications/progress",
-        "notifications/roots/list_changed",
-        "response",
-    }
-)
+#: The methods a legacy client sends, as metric labels ("response": a client's answer to
+#: a server request); any other is counted as "other".
+KNOWN_METHODS = methods.LEGACY_CLIENT | {"response"}
 
 
 #: Session ids kept opened for their later requests, per route (`OpenedSessions`).
@@ -295,9 +276,7 @@ class LegacyLane:
         self, request: web.Request, caller: Caller, headers: Mapping[str, str]
     ) -> web.StreamResponse:
         """The session's standalone stream (or its resumption: `Last-Event-ID`)."""
-        accept = headers.get("accept", "")
-        media = {part.split(";")[0].strip().lower() for part in accept.split(",")}
-        if not media & {"text/event-stream", "text/*", "*/*"}:
+        if not inbound.accepts(headers.get("accept", ""), "text/event-stream"):
             raise NotAcceptable("Accept must list text/event-stream")
         if self.settings.legacy.max_streams_per_principal == 0:
             raise NoGetStreams()

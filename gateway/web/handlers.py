@@ -33,7 +33,7 @@ from gateway.errors import (
 )
 from gateway.legacy_clients.lane import LegacyLane, LegacyMethodNotAllowed
 from gateway.listens import Listens, serve
-from gateway.protocol import inbound, jsonrpc, params, translate
+from gateway.protocol import inbound, jsonrpc, methods, params, translate
 from gateway.protocol import listen as listen_wire
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.era import Lane, lane_of
@@ -185,14 +185,14 @@ class McpEndpoint:
                     declared = await self.tool_headers.for_tool(message.target)
                     params.check_param_headers(declared, message.params.get("arguments"), headers)
                     task_support = self.tool_headers.task_support(message.target)
-                if message.method in inbound.INTERRUPTIBLE:
+                if message.method in methods.INTERRUPTIBLE:
                     channel.start_keepalive()
                     result = await self.tasks.call(
                         self.upstream, message, principal, channel.notify, task_support
                     )
                     outcome = result.get("resultType", "complete")
                     self.front_door.check_result(caller, message.method, result)
-                elif message.method in inbound.TASK_METHODS:
+                elif message.method in methods.TASKS:
                     result = await self.tasks.serve(message, principal)
                 elif message.method == "server/discover":
                     info = await self.pool.upstream_info()

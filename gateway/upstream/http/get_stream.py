@@ -31,6 +31,7 @@ from typing import Any
 import structlog
 
 from gateway.aio import cancel_and_wait, spawn
+from gateway.clock import Backoff
 from gateway.errors import UpstreamError
 from gateway.http1 import Response
 from gateway.protocol import listen
@@ -191,8 +192,7 @@ class GetStream:
     def _backoff(self, failed: int) -> float:
         """The delay after `failed` attempts in a row without a stream: the reconnection
         delay, doubled with each further one, up to `MAX_BACKOFF_S`."""
-        doubled: float = self._retry_s * 2 ** min(failed - 1, 16)
-        return min(doubled, max(MAX_BACKOFF_S, self._retry_s))
+        return Backoff(self._retry_s, max(MAX_BACKOFF_S, self._retry_s)).delay(failed)
 
     def _refused(self, status: int) -> None:
         """The first refusal in a row is a warning; the ones after it, until a stream is
