@@ -33,6 +33,8 @@ from typing import Any
 import structlog
 from prometheus_client import Gauge
 
+from gateway import clock as clocks
+from gateway.clock import Clock
 from gateway.errors import CapacityExceeded, Draining, LimitExceeded, UpstreamError
 from gateway.protocol import listen as wire
 from gateway.protocol.capabilities import NO_CAPABILITIES
@@ -167,21 +169,22 @@ async def serve(
     may_read: Callable[[str], bool],
     upstream: str,
     expires_in_s: float | None = None,
+    *,
+    clock: Clock,
 ) -> dict[str, Any] | None:
     """Serve one listen until it ends: its graceful result, or None when it is cut short.
 
     `send` writes a message on the client's stream; `may_read` says whether the caller
     may see a resource URI (its scopes); `expires_in_s`: when the caller's credential
     expires (the listen is cut short then, and its client, listening again, must show a
-    fresh one).
+    fresh one). Both bounds, that and a write's, are on `clock`.
 
     Raises:
         UpstreamError: before the stream was acknowledged (the server could not be
             reached, or failed a subscription); nothing was sent.
         ClientStalled: the client stopped reading.
     """
-    loop = asyncio.get_running_loop()
-    deadline = None if expires_in_s is None else loop.time() + expires_in_s
+    deadline = None if expires_in_s is None else clock.monotonic() + expires_in_s
     info = await pool.upstream_info()
     honour = wire.honoured(asked, info.capabilities)
     session: PooledSession | None = None
@@ -197,7 +200,7 @@ async def serve(
             return wire.closing(listen_id)
         if ended is not None:  # its session lost already (no GET stream): an error, not a
             raise ended  # stream acknowledged and cut at once, which a client re-listens to
-        await _write(send, wire.acknowledgement(listen_id, honour))
+        await _write(send, wire.acknowledgement(listen_id, honour), clock)
         acknowledged = True
         log.info("listen_opened", upstream=upstream, asked=asked.wire(), honoured=honour.wire())
         if not honour.lists and not honour.resources:
@@ -205,7 +208,7 @@ async def serve(
             return wire.closing(listen_id)
         while True:
             try:
-                async with asyncio.timeout_at(deadline):
+                async with clocks.deadline(clock, deadline):
                     item = await inbox.get()
             except TimeoutError:
                 log.info("listen_cut_short", upstream=upstream, error="the credential expired")
@@ -228,7 +231,7 @@ async def serve(
             if uri is not None and not may_read(uri):
                 log.debug("listen_update_withheld", upstream=upstream)
                 continue
-            await _write(send, note)
+            await _write(send, note, clock)
     except asyncio.CancelledError:
         if acknowledged:
             log.info("listen_ended", upstream=upstream, reason="client left")
@@ -245,10 +248,10 @@ async def serve(
             pool.close_alone(session)  # its subscriptions were the listen's alone
 
 
-async def _write(send: Send, message: dict[str, Any]) -> None:
+async def _write(send: Send, message: dict[str, Any], clock: Clock) -> None:
     """Raises: ClientStalled."""
     try:
-        async with asyncio.timeout(WRITE_TIMEOUT_S):
+        async with clocks.timeout(clock, WRITE_TIMEOUT_S):
             await send(message)
     except TimeoutError:
         log.info("listen_cut_short", error="the client stopped reading its stream")

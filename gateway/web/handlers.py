@@ -126,7 +126,7 @@ class McpEndpoint:
         self.bridge = bridge
         self.front_door = front_door
         self._pools = pools  # filled when the app starts
-        self.tool_headers = ToolHeaders(self._list_tools)
+        self.tool_headers = ToolHeaders(self._list_tools, clock=bridge.clock)
         self.policy = inbound.OriginPolicy(
             origins=config.allowed_origins,
             hosts=config.allowed_hosts,
@@ -286,7 +286,8 @@ class McpEndpoint:
                 channel.notify,
                 may_read,
                 self.upstream.name,
-                None if expires_at is None else max(0.0, expires_at - time.time()),
+                None if expires_at is None else max(0.0, expires_at - self.bridge.clock.wall_s()),
+                clock=self.bridge.clock,
             )
 
     async def _pass_through(self, message: inbound.FrontRequest) -> dict[str, Any]:
