@@ -4,8 +4,8 @@ resource guarded by scopes is left out of `resources/list`, and its template out
 `resources/templates/list`, for a caller without them (the 2026 front once filtered
 templates for 2025 clients only), and a list that depends on who asks is private.
 
-The legacy server is a second in-process aiohttp app, answering as a Streamable HTTP
-server does; the callers hold API keys."""
+The legacy server is a second in-process aiohttp app (`StreamableServer`); the callers
+hold API keys."""
 
 from __future__ import annotations
 
@@ -15,14 +15,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from gateway.app import build_app
 from gateway.auth import new_api_key
 from gateway.web.serving import serve
 from tests.support.inprocess import Gateway, gateway_config
 from tests.support.legacy_wire import open_session, request, send
+from tests.support.streamable import StreamableServer
 from tests.support.wire import rpc
 
 TEMPLATES = [
@@ -48,27 +47,6 @@ SEEN = {
 }
 
 
-async def legacy_server(request: web.Request) -> web.StreamResponse:
-    """A Streamable HTTP legacy server: a session, no GET stream, the lists above."""
-    if request.method == "GET":
-        return web.Response(status=405)
-    if request.method == "DELETE":
-        return web.Response(status=200)
-    body = await request.json()
-    if "id" not in body:
-        return web.Response(status=202)
-    if body["method"] == "initialize":
-        result: dict[str, Any] = {
-            "protocolVersion": body["params"]["protocolVersion"],
-            "capabilities": {"resources": {}, "tools": {}},
-            "serverInfo": {"name": "lists", "version": "1"},
-        }
-    else:
-        result = RESULTS.get(body["method"], {})
-    answer = {"jsonrpc": "2.0", "id": body["id"], "result": result}
-    return web.json_response(answer, headers={"Mcp-Session-Id": "s1"})
-
-
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Gateway, dict[str, str]]]:
     """The gateway on a route whose `secret://` resources need the scope `vault` (its
@@ -79,13 +57,10 @@ async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Gateway, dict[str, str]
         keys[name], entry = new_api_key(name, scopes)
         entries.append(entry)
     (tmp_path / "keys.yaml").write_text("".join(entries))
-    app = web.Application()
-    app.router.add_route("*", "/mcp", legacy_server)
-    upstream = TestServer(app, host="127.0.0.1")
-    await upstream.start_server()
+    upstream = await StreamableServer(RESULTS, capabilities={"resources": {}, "tools": {}}).start()
     guarded = {"scopes": ["vault"]}
     config = gateway_config(
-        str(upstream.make_url("/mcp")),
+        upstream.url,
         auth={"public_url": "http://127.0.0.1:8000", "api_keys_file": str(tmp_path / "keys.yaml")},
         upstream={
             "resources": {"secret://{id}": guarded, "secret://b": guarded},
@@ -95,11 +70,11 @@ async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Gateway, dict[str, str]
     server = await serve(build_app(config), "127.0.0.1", 0, idle_timeout_s=75)
     http = aiohttp.ClientSession()
     try:
-        yield Gateway(server, http, str(upstream.make_url("/mcp"))), keys
+        yield Gateway(server, http, upstream.url), keys
     finally:
         await http.close()
         await server.close()
-        await upstream.close()
+        await upstream.stop()
 
 
 def names(method: str, result: dict[str, Any]) -> list[str]:
