@@ -189,7 +189,18 @@ FULL = {
             "max_message_bytes": 1024,
             "path": "/local",
         },
-        {"name": "shared", "url": UP["url"], "path": "/shared", "pool": {"calls_per_session": 4}},
+        {
+            "name": "shared",
+            "url": UP["url"],
+            "path": "/shared",
+            "pool": {
+                "calls_per_session": 4,
+                "isolation": "none",
+                "max_idle_per_caller": 3,
+                "max_opening": 2,
+                "outside_question_s": 5,
+            },
+        },
     ],
 }
 

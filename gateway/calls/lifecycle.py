@@ -49,6 +49,7 @@ from gateway.protocol.call import (
 )
 from gateway.protocol.state import RequestDigest
 from gateway.store.base import Kept, Reply, SuspendedCallStore
+from gateway.upstream.held import is_question
 from gateway.upstream.port import Inbox, StreamCursor, UpstreamPool, UpstreamSession
 
 log = structlog.get_logger("gateway.calls")
@@ -527,8 +528,26 @@ def _return_session(call: LiveCall, fate: SessionFate) -> None:
     call.session.detach(call.inbox)
     if fate is SessionFate.DISCARD:
         call.pool.discard(call.session)
-    else:  # reused only once nothing waits unread in the call's inbox
-        call.pool.release(call.session, reuse=fate is SessionFate.REUSE and call.inbox.empty())
+        return
+    reuse = fate is SessionFate.REUSE and _hand_back_questions(call)
+    call.pool.release(call.session, reuse=reuse)
+
+
+def _hand_back_questions(call: LiveCall) -> bool:
+    """The questions the server asked as the call ended (after it, or just before its
+    result) go back to its session, held for its caller's next call; whether the session
+    may be reused: nothing else waits unread in the call's inbox (a stream's end does)."""
+    questions = [p.message() for p in call.machine.pending.values()]
+    call.machine.pending.clear()
+    clean = True
+    for item in call.inbox.waiting():
+        if isinstance(item, dict) and is_question(item):
+            questions.append(item)
+        else:
+            clean = False  # unread, as of old: the session is not known to be clean
+    for question in questions:
+        call.session.held.hold(question)
+    return clean
 
 
 async def _stop_pump(call: LiveCall) -> None:

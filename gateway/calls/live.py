@@ -37,6 +37,8 @@ class LiveCall:
     started: float  # on the core's clock
     stateless: bool = False  # replay mode: nothing parked, the journal rides in requestState
     pump: Pumping | None = None  # its stream being read into the inbox
+    # Its request, not yet sent: the server's questions held for its caller come first.
+    deferred: dict[str, Any] | None = None
     expiry: Later | None = None  # the suspension deadline, while parked
     parked_ms: tuple[int, int] = (0, 0)  # the round's issue time and deadline (wall ms)
     stored: bool = False  # its record for this round is written (checks of ownership wait)

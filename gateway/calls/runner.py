@@ -92,7 +92,7 @@ class Runner:
     ) -> dict[str, Any]:
         """Run the legacy call from the beginning, answering `known` questions itself."""
         pool = self.pools[upstream.name]
-        session = await pool.acquire(front.envelope.capabilities)
+        session = await pool.acquire(front.envelope.capabilities, principal)
         call_id = state.new_call_id()
         machine = CallMachine(
             call_id=call_id,
@@ -120,6 +120,15 @@ class Runner:
             target=front.target,
             replayed_answers=sum(len(v) for v in known.values()),
         )
+        if held := session.held.take():
+            # The server asked the session's caller something while no call of theirs ran
+            # (roots at session start): asked first, the call's request sent once they are
+            # answered, so that the server serves it knowing the answers.
+            log.debug("held_questions_asked", methods=[q.get("method") for q in held])
+            for question in held:
+                call.inbox.put_nowait(question)
+            call.deferred = message
+            return await self.drive(call, front, notify)
         return await self.drive(call, front, notify, request=message)
 
     async def resume(
@@ -208,7 +217,7 @@ class Runner:
                     )
                 for answer in answers:
                     await call.session.send(answer.message())
-                return await self._read(call, notify)
+                return await self._read(call, notify, front)
         except asyncio.CancelledError:
             # The client went away mid-round: cancellation on the 2026 wire. A call caught
             # suspending (its state never reached the client) can never be resumed either.
@@ -237,7 +246,7 @@ class Runner:
             await self.lifecycle.fail(call, "gateway error")
             raise
 
-    async def _read(self, call: LiveCall, notify: Notify) -> dict[str, Any]:
+    async def _read(self, call: LiveCall, notify: Notify, front: FrontRequest) -> dict[str, Any]:
         machine = call.machine
         target = _target(call)
         grace = self.pace.grace_s(target)
@@ -245,6 +254,9 @@ class Runner:
         # Answers still missing after a retry: ask again once the window closes.
         closes_at = self.clock.monotonic() + self.pace.window_s if machine.pending else None
         while True:
+            if call.deferred is not None and not machine.pending:
+                if not _holds_question(call.inbox):
+                    await self._send_deferred(call, front)
             if asked and not grace and await _settled(call.inbox):
                 self.pace.round_closed(target, asked)
                 return await self.suspender.suspend(call)
@@ -275,6 +287,13 @@ class Runner:
                     return await self._finish(call, action)
                 elif isinstance(action, Changed) and self.on_change is not None:
                     self.on_change(call.upstream.name, action.notification)
+
+    async def _send_deferred(self, call: LiveCall, front: FrontRequest) -> None:
+        """The questions held for the call's caller are answered (or withdrawn): the
+        call's own request goes upstream now."""
+        request, call.deferred = call.deferred, None
+        assert request is not None
+        call.pump = await call.session.start(request, call.inbox, call.cursor, front.trace)
 
     async def _finish(self, call: LiveCall, finished: Finished) -> dict[str, Any]:
         machine = call.machine
@@ -339,7 +358,8 @@ async def _settled(inbox: Inbox) -> bool:
 
 
 def _holds_question(inbox: Inbox) -> bool:
-    """Whether a server request waits in the inbox (it came while the call was parked)."""
+    """Whether a server request waits in the inbox (it came while the call was parked, or
+    was held for the call before it started)."""
     return any(isinstance(i, dict) and "method" in i and "id" in i for i in inbox.waiting())
 
 

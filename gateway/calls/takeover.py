@@ -86,6 +86,7 @@ class Takeover:
         try:
             session = await pool.adopt(
                 ClientCaps.from_key(record.caps),
+                record.principal,
                 record.session_id,
                 Version(record.protocol_version),
             )
@@ -183,7 +184,9 @@ class Takeover:
         pool = self.pools[upstream.name]
         caps = ClientCaps.from_key(record.caps)
         try:
-            session = await pool.adopt(caps, record.session_id, Version(record.protocol_version))
+            session = await pool.adopt(
+                caps, record.principal, record.session_id, Version(record.protocol_version)
+            )
         except (UpstreamError, CapacityExceeded) as exc:
             log.info("stranded_call_not_cancelled", error=exc.message)
             return

@@ -24,10 +24,12 @@ from gateway.config.loader import (
 )
 from gateway.config.model import (
     BOUND_TRANSPORTS,
+    ISOLATE_CALLERS,
     LEGACY_TRANSPORTS,
     NO_TASKS,
     PARK,
     REPLAY,
+    SHARE_SESSIONS,
     SSE,
     STDIO,
     STREAMABLE_HTTP,
@@ -59,8 +61,10 @@ __all__ = [
     "BOUND_TRANSPORTS",
     "LEGACY_TRANSPORTS",
     "NO_TASKS",
+    "ISOLATE_CALLERS",
     "PARK",
     "REPLAY",
+    "SHARE_SESSIONS",
     "SSE",
     "STDIO",
     "STREAMABLE_HTTP",

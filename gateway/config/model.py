@@ -151,10 +151,26 @@ class PoolLimits:
     """A session is replaced after this many requests, so whatever a legacy server keeps
     per session stays bounded however long the gateway runs."""
     calls_per_session: int = 1
-    """Streamable HTTP only: interruptible calls one session carries at once. Above 1,
-    parked calls share sessions (they cost the server a call, not a session each), and
-    a question sent on the session's GET stream while several calls share it is answered
-    as outside any call (see operations.md)."""
+    """Streamable HTTP only: interruptible calls one session carries at once (always of
+    one caller). Above 1, parked calls share sessions (they cost the server a call, not a
+    session each), and a question sent on the session's GET stream while several calls
+    share it is answered as outside any call (see operations.md)."""
+    isolation: str = "caller"
+    """`caller`: a session serves one caller (principal) from its first call to its end,
+    so nothing a legacy server keeps per session (a login, a value, the client's roots)
+    reaches another caller. `none`: any caller's calls share sessions; only for servers
+    known to keep no per-session state (see operations.md)."""
+    max_idle_per_caller: int = 2
+    """Idle sessions kept for one caller (its least recently used closed beyond); all
+    callers' together are bounded by `max_sessions`, the least recently used closed
+    first when room is needed."""
+    max_opening: int = 4
+    """Sessions being opened at once (a stdio server's process starting counts): a burst
+    of new callers opens sessions at this pace instead of all at once."""
+    outside_question_s: float = 30.0
+    """A question the server asks while no call of the session runs (e.g. `roots/list`
+    at session start) is asked of the session's caller in its next call; unasked after
+    this long it is answered as outside any call and the session retired."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,6 +230,9 @@ class LoggingConfig:
 
 PARK = "park"
 REPLAY = "replay"
+
+ISOLATE_CALLERS = "caller"  # `pool.isolation`: a session serves one principal
+SHARE_SESSIONS = "none"  # `pool.isolation`: any caller's calls share sessions
 
 STREAMABLE_HTTP = "streamable-http"
 SSE = "sse"  # HTTP+SSE of protocol 2024-11-05

@@ -17,8 +17,10 @@ from typing import Any, TypeVar
 from gateway.auth import ClientCredentials, require_secure_url
 from gateway.config.auth import parse_oauth_client, parse_scopes
 from gateway.config.model import (
+    ISOLATE_CALLERS,
     PARK,
     REPLAY,
+    SHARE_SESSIONS,
     SSE,
     STDIO,
     STREAMABLE_HTTP,
@@ -197,8 +199,14 @@ def parse_upstream(sec: Section, env: Mapping[str, str], base: Path) -> Upstream
 
 
 def _pool(pool_sec: Section, transport: str) -> PoolLimits:
-    pool = PoolLimits(**pool_sec.scalars(PoolLimits, zero_ok={"min_idle"}))
+    pool = PoolLimits(**pool_sec.scalars(PoolLimits, zero_ok={"min_idle", "max_idle_per_caller"}))
     pool_sec.done()
+    if pool.isolation not in (ISOLATE_CALLERS, SHARE_SESSIONS):
+        raise ConfigError(
+            f"{pool_sec.at('isolation')}: must be {ISOLATE_CALLERS} (a session serves one "
+            f"caller) or {SHARE_SESSIONS} (sessions shared by every caller: only for a server "
+            f"that keeps no state per session), not {pool.isolation!r}"
+        )
     if pool.calls_per_session > 1 and transport != STREAMABLE_HTTP:
         raise ConfigError(
             f"{pool_sec.at('calls_per_session')}: only a {STREAMABLE_HTTP} upstream can carry "

@@ -161,6 +161,15 @@ class Pending:
             )
         return request
 
+    def message(self) -> dict[str, Any]:
+        """The server's request, as it came (to hold it for another call of its caller)."""
+        return {
+            "jsonrpc": "2.0",
+            "id": self.upstream_id,
+            "method": self.method,
+            "params": self.params,
+        }
+
     def to_record(self) -> dict[str, Any]:
         record: dict[str, Any] = {"key": self.key, "id": self.upstream_id}
         record.update(method=self.method, params=self.params)

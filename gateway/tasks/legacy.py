@@ -86,9 +86,17 @@ class LegacyTaskRun(TaskEnds):
         Raises:
             RpcError: the upstream's error, translated; UpstreamError.
         """
-        session = self.session = await self.pool.acquire(self.front.envelope.capabilities)
+        session = self.session = await self.pool.acquire(
+            self.front.envelope.capabilities, self.principal
+        )
         session.attach(self.inbox)
         try:
+            # Questions held for the session's caller come before the task exists, with
+            # no client to ask: answered as outside any call (the session is retired).
+            for question in session.held.lapse():
+                answer = answer_outside_call(question)
+                if answer is not None:
+                    await session.send(answer)
             params = translate.upstream_params(self.front, None)
             params["task"] = {"ttl": self.ttl_ms}
             reply = await self._request("tools/call", params)

@@ -5,8 +5,9 @@ messages one at a time. So, unlike Streamable HTTP, nothing ties a server reques
 to the call that caused it except that the call owns the session: while a call
 is attached, every server request and notification goes to its inbox, and so
 does the response that ends it. Responses to the gateway's own requests
-(`initialize`, plain requests) resolve their waiters; what arrives while no call
-owns the session is answered as `gateway.protocol.outside` decides.
+(`initialize`, plain requests) resolve their waiters; a question that arrives while no
+call owns the session is held for the session's next call (`gateway.upstream.held`),
+anything else is answered as `gateway.protocol.outside` decides.
 
 When the stream ends (the process exits, the connection drops), every waiter
 fails, the owning call gets a `StreamEnd`, and the session is dead for good: the
@@ -37,6 +38,7 @@ from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.outside import answer_outside_call
 from gateway.protocol.translate import UpstreamInfo, upstream_info
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
+from gateway.upstream.held import HeldQuestions, is_question
 from gateway.upstream.port import (
     Inbox,
     Pumping,
@@ -61,6 +63,8 @@ class DuplexSession:
         self.info: UpstreamInfo | None = None
         self.requests = 0
         self.last_used = 0.0  # stamped by the pool, on its clock
+        self.principal: str | None = None  # the caller it serves, once the pool binds it
+        self.held = HeldQuestions()
         self._open = False
         self._ended: UpstreamError | None = None
         self._waiters: dict[Any, asyncio.Future[dict[str, Any]]] = {}
@@ -254,6 +258,9 @@ class DuplexSession:
             return
         if self._owner is not None:
             self._owner.put_nowait(message)
+            return
+        if is_question(message):
+            self.held.hold(message)  # for the next call, of the session's own caller
             return
         answer = answer_outside_call(message)
         if answer is not None:

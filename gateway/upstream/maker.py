@@ -1,9 +1,9 @@
 """One upstream's sessions, one at a time: made with the transport's factory, opened
-(a failed start backs the next off), closed in tasks of their own that the pool's
-close awaits. And what opening them tells of the upstream: whether it is reachable,
-what it said in `initialize`, and when its lists may have changed (a server that
-forgot a session, or says something else in `initialize`, was restarted or
-redeployed): the pool's listeners are told.
+(at most `max_opening` at once, the rest in turn; a failed start backs the next off),
+closed in tasks of their own that the pool's close awaits. And what opening them tells
+of the upstream: whether it is reachable, what it said in `initialize`, and when its
+lists may have changed (a server that forgot a session, or says something else in
+`initialize`, was restarted or redeployed): the pool's listeners are told.
 
 It holds no session: which sessions to keep, for whom and how many, is the pool's
 (`gateway.upstream.pool`), which this module must not know of.
@@ -20,7 +20,7 @@ import structlog
 
 from gateway.aio import spawn
 from gateway.clock import Clock
-from gateway.errors import UpstreamError
+from gateway.errors import SessionsBusy, UpstreamError
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.listen import LIST_CHANGED
 from gateway.protocol.translate import UpstreamInfo
@@ -40,8 +40,17 @@ class SessionMaker:
         clock: Clock,
         restart_backoff_s: float = 0.0,
         on_error: Callable[[], None] | None = None,
+        max_opening: int = 4,
+        turn_timeout_s: float = 10.0,
     ) -> None:
         self.name = name
+        # At most `max_opening` sessions open at once (a burst of new callers on a stdio
+        # server starts processes at a pace the machine serves beside them); `starting`
+        # counts those opening and those waiting their turn, at most `turn_timeout_s`.
+        self.max_opening = max_opening
+        self.turn_timeout_s = turn_timeout_s
+        self._turns = asyncio.Semaphore(max_opening)
+        self.starting = 0
         self._factory = new_session
         self.clock = clock
         self.restarts = Restarts(restart_backoff_s)
@@ -61,12 +70,38 @@ class SessionMaker:
         session.on_forgotten = self._forgotten
         return session
 
-    async def start(self, caps: ClientCaps) -> PooledSession:
-        """Open a new session.
+    @property
+    def busy(self) -> bool:
+        """Whether as many sessions as may open at once are opening or waiting to."""
+        return self.starting >= self.max_opening
+
+    async def start(self, caps: ClientCaps, *, counted: bool = False) -> PooledSession:
+        """Open a new session once it is its turn (`counted`: its caller counted it in
+        `starting` already, before it had a task).
 
         Raises:
             UpstreamError: it failed to start, or a failed start is too recent to retry.
+            SessionsBusy: its turn did not come within `turn_timeout_s`.
         """
+        if not counted:
+            self.starting += 1
+        try:
+            try:
+                async with asyncio.timeout(self.turn_timeout_s):
+                    await self._turns.acquire()
+            except TimeoutError:
+                raise SessionsBusy(
+                    f"{self.max_opening} sessions of {self.name!r} were opening for "
+                    f"{self.turn_timeout_s:g} s"
+                ) from None
+            try:
+                return await self._start(caps)
+            finally:
+                self._turns.release()
+        finally:
+            self.starting -= 1
+
+    async def _start(self, caps: ClientCaps) -> PooledSession:
         wait = self.restarts.wait_s(self.clock.monotonic())
         if wait > 0:
             raise UpstreamError(

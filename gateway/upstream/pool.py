@@ -1,18 +1,36 @@
-"""Pooled, pre-initialised legacy sessions per declared-capability set; the `UpstreamPool`.
+"""Pooled, pre-initialised legacy sessions per caller and declared-capability set; the
+`UpstreamPool`.
+
+A legacy server keeps state per session (a login, a scratchpad, the client's roots) and
+trusts that one session is one client, so a session serves the calls of one caller
+(principal) from its first call to its end: idle sessions are kept per caller and
+capability set (`gateway.upstream.idle`), at most `max_idle_per_caller` of a caller's,
+the least recently used closed first; a session opened ahead belongs to nobody until
+a caller takes it. `isolation: none` shares sessions between callers instead, for
+servers known to keep nothing per session.
 
 Interruptible calls (`tools/call`, `prompts/get`, `resources/read`) own a session
 exclusively while in flight, so every server request on it belongs to that call; with
-`calls_per_session` above 1 (Streamable HTTP), up to that many calls share one, filled
-before the next is opened, so a parked call costs the server a call rather than a
-session (`gateway.upstream.sharing`; what such a session cannot attribute:
-`gateway.upstream.http.session`). Plain requests share one session per capability set.
-The pool opens sessions ahead, in the background and in parallel, so owning one costs
-the caller no handshake: as many as the recent rate of sessions taken and not given back
-times the time one takes to open (at least `min_idle`; `gateway.upstream.demand`), so a
-burst of parking calls finds them ready and calls that give theirs back keep no spares
-idle on the server. Sessions idle past `idle_timeout_s` are closed (keeping `min_idle`);
-the total is bounded by `max_sessions`: a session open, opening or closing takes one of
-its slots, and a caller finding none free waits a bounded time for one.
+`calls_per_session` above 1 (Streamable HTTP), up to that many calls of one caller share
+one, filled before the next is opened, so a parked call costs the server a call rather
+than a session (`gateway.upstream.sharing`; what such a session cannot attribute:
+`gateway.upstream.http.session`). Plain requests ride on one of their caller's idle
+sessions (they ask the client nothing), or take one as a call would.
+
+A question the server asks while no call holds its session (`roots/list` right after
+`initialized`, say) is held by the session for its next call (`gateway.upstream.held`);
+unasked after `outside_question_s`, it is answered as outside any call and the session
+is retired.
+
+The pool opens sessions ahead, in the background, so owning one costs the caller no
+handshake: as many as the recent rate of sessions taken and not given back times the
+time one takes to open (at least `min_idle`; `gateway.upstream.demand`), so a burst of
+parking calls finds them ready and calls that give theirs back keep no spares idle on
+the server. At most `max_opening` sessions open at once, so a burst of new callers on a
+stdio server starts processes at a pace the machine can serve beside them. Sessions
+idle past `idle_timeout_s` are closed (keeping `min_idle` unbound ones); the total is
+bounded by `max_sessions`: a session open, opening or closing takes one of its slots,
+and a caller finding none free waits a bounded time for one.
 
 Sessions are made, opened and closed one at a time by `gateway.upstream.maker`, which
 also knows what opening them says of the upstream (reachable, its `initialize`, its
@@ -24,7 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -33,15 +51,17 @@ import structlog
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.clock import Clock, SystemClock
-from gateway.config import PoolLimits
+from gateway.config import SHARE_SESSIONS, PoolLimits
 from gateway.errors import CapacityExceeded, SessionsBusy, UpstreamError
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import Version
 from gateway.upstream.demand import Demand
+from gateway.upstream.idle import Bucket, IdleSessions, bucket_of
 from gateway.upstream.maker import SessionMaker
 from gateway.upstream.port import PooledSession, SessionExpired, SessionFactory, UpstreamSession
 from gateway.upstream.sharing import Opening, Sharing
+from gateway.upstream.unasked import Unasked
 
 log = structlog.get_logger("gateway.upstream")
 
@@ -66,15 +86,22 @@ class SessionPool:
             clock=self.clock,
             restart_backoff_s=restart_backoff_s,
             on_error=on_error,
+            max_opening=limits.max_opening,
+            turn_timeout_s=limits.acquire_timeout_s,
         )
         self.demand = Demand()
+        self._isolated = limits.isolation != SHARE_SESSIONS
         self._count = 0  # slots taken: sessions open, opening, or closing
         self._freed = asyncio.Condition()
         self._waiting = 0  # callers inside `_freed` (waiting for a slot or an idle session)
         self._closing = False
-        self._idle: dict[str, list[PooledSession]] = defaultdict(list)
-        self._shared: dict[str, PooledSession] = {}
-        self._shared_lock: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._idle = IdleSessions()
+        self._unasked = Unasked(name, self.clock, limits.outside_question_s, self._retire)
+        self._bound: Counter[str] = Counter()  # sessions open per caller (idle or in use)
+        # The gateway's own session: it declares nothing and serves no caller (readiness,
+        # what the upstream says in `initialize`).
+        self._own: PooledSession | None = None
+        self._own_lock = asyncio.Lock()
         # Sessions carrying several calls (`calls_per_session` > 1), counted.
         self._sharing = Sharing(limits.calls_per_session, self._usable)
         # Sessions opened for one caller alone (`open_alone`), outside the slots.
@@ -93,6 +120,11 @@ class SessionPool:
     def size(self) -> int:
         """Slots taken: sessions open, opening or closing (those opened alone aside)."""
         return self._count
+
+    def sessions_per_caller(self) -> Counter[str]:
+        """Sessions open per caller holding any, idle or in use (sessions grow with the
+        number of active callers)."""
+        return Counter(self._bound)
 
     @property
     def reachable(self) -> bool:
@@ -122,22 +154,21 @@ class SessionPool:
         self._openers.add(spawn(self._warm_up(), name=f"pool-warm-up-{self.name}", detached=True))
 
     async def _warm_up(self) -> None:
-        """Open the shared session at start, so readiness reflects the upstream at once."""
+        """Open the gateway's own session at start, so readiness reflects the upstream at once."""
         try:
-            await self.shared(NO_CAPABILITIES)
+            await self.own()
         except (UpstreamError, CapacityExceeded) as exc:
             log.warning("upstream_unreachable_at_start", upstream=self.name, error=exc.message)
 
     async def check(self) -> bool:
         """Readiness: reachable now, or re-tried once (bounded) if it was not.
 
-        A live shared session proves the upstream reachable. A start slower than the
+        A live own session proves the upstream reachable. A start slower than the
         probe is not cancelled: it goes on in the background and counts once it is up.
         """
         if self.maker.reachable:
             return True
-        shared = self._shared.get(NO_CAPABILITIES.key)
-        if shared is not None and self._usable(shared):
+        if self._own is not None and self._usable(self._own):
             self.maker.reachable = True
             return True
         if self._probe is None or self._probe.done():
@@ -151,12 +182,14 @@ class SessionPool:
         await cancel_and_wait(self._reaper)
         for opener in list(self._openers):
             await cancel_and_wait(opener)  # a half-open session is closed on the way out
-        sessions = [s for idle in self._idle.values() for s in idle] + list(self._shared.values())
-        closing = [s.close() for s in sessions]
+        sessions = self._idle.clear()
+        self._bound.clear()
+        if self._own is not None:
+            sessions.append(self._own)
+            self._own = None
+        closing = [self._unasked.close(s) for s in sessions]
         for s in self._sharing.sessions():  # still carrying calls: not if others' calls too
-            closing.append(s.close(end=not self._sharing.kept_upstream(s)))
-        self._idle.clear()
-        self._shared.clear()
+            closing.append(self._unasked.close(s, end=not self._sharing.kept_upstream(s)))
         self._sharing.clear()
         await asyncio.gather(*closing, return_exceptions=True)
         # Sessions given back closed (or half-open ones) are still ending: a stdio server
@@ -165,56 +198,64 @@ class SessionPool:
 
     # -- calls' sessions -------------------------------------------------------------------
 
-    async def acquire(self, caps: ClientCaps) -> PooledSession:
-        """An initialised session owned by the caller until `release`.
+    async def acquire(self, caps: ClientCaps, principal: str) -> PooledSession:
+        """An initialised session of `principal`'s, owned by the caller until `release`.
 
         Raises:
             UpstreamError: no session could be opened.
             CapacityExceeded: `max_sessions` stayed busy for `acquire_timeout_s`.
         """
+        owner = self._owner(principal)
         self.demand.acquired(self.clock.monotonic())
-        session = self._take(caps)
+        session = self._take(caps, owner)
         if session is None and self._share > 1:
-            session = await self._join_opening(caps)
+            session = await self._join_opening((owner, caps.key))
         if session is None:
-            session = await self._reserve(caps)
+            session = await self._reserve(caps, owner)
         if session is None:
             self._refill(caps)  # this caller opens its own; the next ones find theirs
-            session = await self._open_for(caps, calls=1)
+            session = await self._open_for(caps, owner, calls=1)
         self._refill(caps)
         return session
 
-    def _take(self, caps: ClientCaps) -> PooledSession | None:
-        """A session for one more call: one shared with room left, else an idle one."""
-        if self._share > 1 and (session := self._sharing.join(caps.key)):
+    def _owner(self, principal: str) -> str | None:
+        """Whose sessions `principal`'s calls use: its own, or everyone's (no isolation)."""
+        return principal if self._isolated else None
+
+    def _take(self, caps: ClientCaps, owner: str | None) -> PooledSession | None:
+        """A session for one more call of `owner`'s: one shared with room left, else an
+        idle one of its own, else one opened ahead for nobody (now its own)."""
+        bucket = (owner, caps.key)
+        if self._share > 1 and (session := self._sharing.join(bucket)):
             return session
-        session = self._take_idle(caps)
+        session = self._take_idle(bucket)
+        if session is None and owner is not None:
+            session = self._take_idle((None, caps.key))
+            if session is not None:
+                self._bind(session, owner)  # at first use, for the rest of its life
         if session is not None and self._share > 1:
-            self._sharing.carry(session)  # its first call; others may join it
+            self._sharing.carry(session)  # its first call; others of its caller may join it
         return session
 
-    def _take_idle(self, caps: ClientCaps) -> PooledSession | None:
-        idle = self._idle[caps.key]
-        while idle:
-            session = idle.pop()
-            if session.alive:
+    def _take_idle(self, bucket: Bucket) -> PooledSession | None:
+        while (session := self._idle.take(bucket)) is not None:
+            if self._usable(session):
                 return session
             self._forget(session)
         return None
 
     def _evict_idle(self) -> bool:
-        """Close the longest-idle session of any capability set; False when none is idle."""
-        candidates = [(s.last_used, key) for key, idle in self._idle.items() for s in idle[:1]]
-        if not candidates:
+        """Close the longest-idle session of any caller; False when none is idle."""
+        session = self._idle.oldest()
+        if session is None:
             return False
-        _, key = min(candidates)
-        self._forget(self._idle[key].pop(0))
+        self._forget(session)
         return True
 
-    async def _join_opening(self, caps: ClientCaps) -> PooledSession | None:
-        """A session being opened with room for this call, once it is open; None when
-        none is opening (or it failed to open)."""
-        opening = self._sharing.joinable(caps.key)
+    async def _join_opening(self, bucket: Bucket) -> PooledSession | None:
+        """A session of the bucket being opened with room for this call, once it is open;
+        None when none is opening (or it failed to open)."""
+        opening = self._sharing.joinable(bucket)
         if opening is None:
             return None
         try:
@@ -227,8 +268,8 @@ class SessionPool:
             raise
 
     def release(self, given: UpstreamSession, *, reuse: bool) -> None:
-        """Give a session back: to the idle list when clean, else close it. A shared
-        session is given back by its last call."""
+        """Give a session back: to its caller's idle ones when clean, else close it. A
+        shared session is given back by its last call."""
         session = cast(PooledSession, given)  # every session given back was made here
         end = True
         if session in self._sharing:
@@ -239,18 +280,18 @@ class SessionPool:
                 return
             keep, end = self._sharing.let_go(session)
             reuse = reuse and keep
-        idle = self._idle[session.caps.key]
-        fresh = session.requests < self.limits.max_requests
         if (
             reuse
-            and fresh
-            and session.alive
+            and self._usable(session)
             and not self._closing
-            and len(idle) < self.limits.max_sessions
+            and self._idle.count(bucket_of(session)) < self.limits.max_sessions
         ):
             session.last_used = now = self.clock.monotonic()
-            idle.append(session)
+            self._idle.put(session)
             self.demand.returned(now)
+            owner = session.principal
+            if owner is not None and self._idle.held_by(owner) > self.limits.max_idle_per_caller:
+                self._forget(cast(PooledSession, self._idle.oldest(owner)))
             self._wake_waiters()
             return
         self._forget(session, end=end)
@@ -274,28 +315,31 @@ class SessionPool:
         return max(target, self.limits.min_idle * self._share)
 
     def _refill(self, caps: ClientCaps) -> None:
-        """Open sessions ahead of demand, in parallel, up to `reserve_target`."""
+        """Open sessions ahead of demand, for nobody yet, in parallel, up to
+        `reserve_target`; not while sessions wait their turn to open (`max_opening`)."""
         if self._closing:
             return
         share = self._share
+        bucket: Bucket = (None, caps.key)
         if share > 1:  # room for calls: in idle sessions, shared ones, and those opening
-            ready = len(self._idle[caps.key]) * share + self._sharing.spare(caps.key)
+            ready = self._idle.count(bucket) * share + self._sharing.spare(bucket)
         else:
-            ready = len(self._idle[caps.key]) + self._warming[caps.key]
+            ready = self._idle.count(bucket) + self._warming[caps.key]
         for _ in range(-(-(self.reserve_target() - ready) // share)):  # sessions, rounded up
-            if self._count >= self.limits.max_sessions:
+            if self._count >= self.limits.max_sessions or self.maker.busy:
                 return
             self._count += 1  # the slot is taken now, so a burst never over-opens
+            self.maker.starting += 1  # its turn to open, counted now likewise
             self._warming[caps.key] += 1
             # With sharing, its room counts from now, before the opener's task runs.
-            opening = self._sharing.begin(caps.key, calls=0) if share > 1 else None
+            opening = self._sharing.begin(bucket, calls=0) if share > 1 else None
             prewarm = self._prewarm(caps, opening)
             self._openers.add(spawn(prewarm, name=f"pool-prewarm-{self.name}", detached=True))
 
     async def _prewarm(self, caps: ClientCaps, opening: Opening | None) -> None:
         try:
-            session = await self._open_for(caps, calls=0, opening=opening)
-        except UpstreamError as exc:
+            session = await self._open_for(caps, None, calls=0, opening=opening, counted=True)
+        except (UpstreamError, CapacityExceeded) as exc:
             log.warning("upstream_prewarm_failed", upstream=self.name, error=str(exc))
             return
         finally:
@@ -306,13 +350,16 @@ class SessionPool:
             self._forget(session)
         else:
             session.last_used = self.clock.monotonic()
-            self._idle[caps.key].append(session)
+            self._idle.put(session)
             await self._notify_freed()  # someone may be waiting for a session of these caps
 
     # -- takeovers ---------------------------------------------------------------------------
 
-    async def adopt(self, caps: ClientCaps, session_id: str, version: Version) -> PooledSession:
-        """Take over a session another replica opened (its call continues here).
+    async def adopt(
+        self, caps: ClientCaps, principal: str, session_id: str, version: Version
+    ) -> PooledSession:
+        """Take over a session another replica opened for `principal` (its call
+        continues here); it stays `principal`'s.
 
         With sharing, the calls of one session taken over here share one session object
         (the server holds one GET stream per session); it takes no other calls, and is not
@@ -322,21 +369,25 @@ class SessionPool:
             SessionExpired: the upstream has forgotten it.
             UpstreamError, CapacityExceeded
         """
+        owner = self._owner(principal)
         if self._share == 1:
-            return await self._adopt(caps, session_id, version)
+            return await self._adopt(caps, owner, session_id, version)
         # Takeovers of one session at once adopt it once (a second GET stream would be
         # refused): the later ones wait for the first, then join it.
         lock = self._adopting.setdefault(session_id, asyncio.Lock())
         async with lock:
             if known := self._sharing.adopted(session_id):
                 return known
-            session = await self._adopt(caps, session_id, version)
+            session = await self._adopt(caps, owner, session_id, version)
             self._sharing.adopt(session_id, session)
             return session
 
-    async def _adopt(self, caps: ClientCaps, session_id: str, version: Version) -> PooledSession:
+    async def _adopt(
+        self, caps: ClientCaps, owner: str | None, session_id: str, version: Version
+    ) -> PooledSession:
         await self._reserve()
         session = self.maker.new_session(caps)
+        session.principal = owner  # the same caller's, whose call it carries
         try:
             await session.adopt(session_id, version)
         except BaseException:
@@ -346,47 +397,64 @@ class SessionPool:
             self.maker.close_in_background(session.close(end=False))
             self._wake_waiters()
             raise
+        self._bind(session, owner)
+        self._unasked.watch(session)
         return session
 
     # -- plain requests ----------------------------------------------------------------------
 
-    async def shared(self, caps: ClientCaps) -> PooledSession:
-        """The session plain requests of this capability set share.
+    async def own(self) -> PooledSession:
+        """The gateway's own session: it declares no capability and serves no caller.
 
         Raises:
             UpstreamError, CapacityExceeded
         """
-        session = self._shared.get(caps.key)
+        session = self._own
         if session is not None and self._usable(session):
             session.last_used = self.clock.monotonic()
             return session
-        async with self._shared_lock[caps.key]:
-            session = self._shared.get(caps.key)
+        async with self._own_lock:
+            session = self._own
             if session is not None and self._usable(session):
                 return session
             if session is not None:
-                del self._shared[caps.key]
+                self._own = None
                 self._forget(session)
             await self._reserve()
-            session = await self._open(caps)
+            session = await self._open(NO_CAPABILITIES, None)
             session.last_used = self.clock.monotonic()
-            self._shared[caps.key] = session
+            self._own = session
             return session
 
     async def request(
         self,
         caps: ClientCaps,
+        principal: str | None,
         method: str,
         params: dict[str, object] | None,
         headers: Mapping[str, str] | None = None,
     ) -> dict[str, object]:
-        """A plain request on the shared session, retried once on a fresh session if it expired.
+        """A plain request on a session of `principal`'s: an idle one, left idle (a plain
+        request asks the client nothing, so it needs no session to itself), else one
+        taken as a call would and given back; None: the gateway's own session (declaring
+        no capability). Retried once on a fresh session if the session expired.
 
         Raises:
             UpstreamError, CapacityExceeded
         """
         for attempt in (1, 2):
-            session = await self.shared(caps)
+            taken = False
+            if principal is None:
+                session: PooledSession | None = await self.own()
+            elif attempt == 2:  # the server forgot a session: it may have forgotten all
+                await self._reserve()
+                session, taken = await self._open(caps, self._owner(principal)), True
+            else:
+                session = self._idle.peek((self._owner(principal), caps.key))
+                taken = session is None or not self._usable(session)
+                if taken:
+                    session = await self.acquire(caps, principal)
+            assert session is not None
             try:
                 return await session.request(method, params, headers)
             except SessionExpired:
@@ -399,12 +467,15 @@ class SessionPool:
             except UpstreamError:
                 self.maker.failed()
                 raise
+            finally:
+                if taken:
+                    self.release(session, reuse=True)
         raise AssertionError("unreachable")
 
     async def upstream_info(self) -> UpstreamInfo:
-        """What the upstream said in `initialize` (opens the shared session if needed)."""
+        """What the upstream said in `initialize` (opens the own session if needed)."""
         if self.info is None:
-            await self.shared(NO_CAPABILITIES)
+            await self.own()
         assert self.info is not None
         return self.info
 
@@ -418,7 +489,7 @@ class SessionPool:
         Raises:
             UpstreamError
         """
-        session = await self._start(caps)
+        session = await self._start(caps, None)
         self._alone.add(session)
         return session
 
@@ -426,12 +497,13 @@ class SessionPool:
         """Close, and end upstream, a session `open_alone` gave: in a task of its own,
         which the pool's close awaits (its caller may be cancelled)."""
         self._alone.discard(session)
-        self.maker.close_in_background(session.close())
+        self.maker.close_in_background(self._unasked.close(session))
 
     def idle_ids(self) -> dict[str, str]:
-        """The sessions no call holds (idle ones, those plain requests share, listens')
-        that another replica could end: their ids and negotiated versions (`fleet.ledger`)."""
-        held = [s for idle in self._idle.values() for s in idle] + [*self._shared.values()]
+        """The sessions no call holds (idle ones, the gateway's own, listens') that
+        another replica could end: their ids and negotiated versions (`fleet.ledger`)."""
+        held = [*self._idle]
+        held += [self._own] if self._own is not None else []
         held += self._alone  # a listen's: held by no call another replica could take over
         return {s.id: s.version.value for s in held if s.id is not None and s.alive}
 
@@ -442,11 +514,14 @@ class SessionPool:
 
     # -- slots -------------------------------------------------------------------------------
 
-    async def _reserve(self, caps: ClientCaps | None = None) -> PooledSession | None:
+    async def _reserve(
+        self, caps: ClientCaps | None = None, owner: str | None = None
+    ) -> PooledSession | None:
         """Take one slot of `max_sessions`, waiting a bounded time for one to free.
 
-        While it waits, a session of `caps` given back idle is taken instead (returned);
-        an idle session of another capability set is closed to make room.
+        While it waits, a session of `owner`'s for `caps` given back idle (or one opened
+        ahead for nobody) is taken instead (returned); an idle session of another caller
+        or capability set is closed to make room.
 
         Raises:
             SessionsBusy: every slot stayed in use for `acquire_timeout_s`.
@@ -457,7 +532,7 @@ class SessionPool:
                     self._waiting += 1  # under the lock: a release now notifies
                     try:
                         while self._count >= self.limits.max_sessions:
-                            if caps is not None and (session := self._take(caps)):
+                            if caps is not None and (session := self._take(caps, owner)):
                                 return session
                             if not self._evict_idle():
                                 await self._freed.wait()
@@ -470,44 +545,59 @@ class SessionPool:
         self._count += 1
         return None
 
-    async def _start(self, caps: ClientCaps) -> PooledSession:
-        """A new session, in no slot; how long it took to open tells `demand`.
+    async def _start(
+        self, caps: ClientCaps, owner: str | None, *, counted: bool = False
+    ) -> PooledSession:
+        """A new session of `owner`'s, in no slot, once it is its turn to open
+        (`max_opening`, `SessionMaker.start`); how long it took tells `demand`.
 
         Raises:
             UpstreamError: it failed to start, or a failed start is too recent to retry.
+            SessionsBusy: its turn to open did not come within `acquire_timeout_s`.
         """
         started = self.clock.monotonic()
-        session = await self.maker.start(caps)
+        session = await self.maker.start(caps, counted=counted)
         self.demand.opened(self.clock.monotonic() - started)
+        self._bind(session, owner)
+        self._unasked.watch(session)
         return session
 
-    async def _open(self, caps: ClientCaps) -> PooledSession:
+    async def _open(
+        self, caps: ClientCaps, owner: str | None, *, counted: bool = False
+    ) -> PooledSession:
         """Open a session in the slot the caller reserved (given back on any failure).
 
         Raises:
             UpstreamError: it failed to start, or a failed start is too recent to retry.
+            SessionsBusy: its turn to open did not come in time.
         """
         try:
-            return await self._start(caps)
+            return await self._start(caps, owner, counted=counted)
         except BaseException:
             self._count -= 1
             self._wake_waiters()
             raise
 
     async def _open_for(
-        self, caps: ClientCaps, *, calls: int, opening: Opening | None = None
+        self,
+        caps: ClientCaps,
+        owner: str | None,
+        *,
+        calls: int,
+        opening: Opening | None = None,
+        counted: bool = False,
     ) -> PooledSession:
         """`_open`, where calls sharing a session may count on it while it opens (from
         `opening`, registered by whoever decided to open it, or from now).
 
         Raises:
-            UpstreamError
+            UpstreamError, SessionsBusy
         """
         if self._share == 1:
-            return await self._open(caps)
-        opening = opening or self._sharing.begin(caps.key, calls=calls)
+            return await self._open(caps, owner, counted=counted)
+        opening = opening or self._sharing.begin((owner, caps.key), calls=calls)
         try:
-            session = await self._open(caps)
+            session = await self._open(caps, owner, counted=counted)
         except BaseException:
             self._sharing.failed(opening)
             raise
@@ -515,14 +605,25 @@ class SessionPool:
             self._wake_waiters()  # room, maybe, for a call that waits for a slot
         return session
 
+    def _bind(self, session: PooledSession, owner: str | None) -> None:
+        """The session serves `owner` (None: nobody yet, or every caller) from now to its
+        end."""
+        session.principal = owner
+        if owner is not None:
+            self._bound[owner] += 1
+
     def _forget(self, session: PooledSession, *, end: bool = True) -> None:
         """Close a session and free its slot (the waiters are woken once it is closed)."""
         self._count -= 1
+        if session.principal is not None and self._bound[session.principal]:
+            self._bound[session.principal] -= 1
+            if not self._bound[session.principal]:
+                del self._bound[session.principal]
         self.maker.close_in_background(self._close_and_notify(session, end=end))
 
     async def _close_and_notify(self, session: PooledSession, *, end: bool = True) -> None:
         await session.wait_quiet()
-        await session.close(end=end)
+        await self._unasked.close(session, end=end)
         await self._notify_freed()
 
     def _wake_waiters(self) -> None:
@@ -538,31 +639,30 @@ class SessionPool:
         async with self._freed:
             self._freed.notify_all()
 
+    def _retire(self, session: PooledSession) -> None:
+        """A session's question went unasked (`Unasked`): closed now if no call holds it,
+        else when its call gives it back (it is not usable any more)."""
+        if self._idle.remove(session):
+            self._forget(session)
+        elif session is self._own:
+            self._own = None
+            self._forget(session)
+
     @property
     def _share(self) -> int:
         return self.limits.calls_per_session
 
     def _usable(self, session: PooledSession) -> bool:
-        return session.alive and session.requests < self.limits.max_requests
+        return (
+            session.alive
+            and session.requests < self.limits.max_requests
+            and not session.held.lapsed
+        )
 
     async def _reap(self) -> None:
         while True:
             await clocks.sleep(self.clock, min(30.0, self.limits.idle_timeout_s))
             now = self.clock.monotonic()
-            for key, shared in list(self._shared.items()):
-                # Shared sessions of rarely seen capability sets go too (not the default one).
-                if (
-                    key != NO_CAPABILITIES.key
-                    and now - shared.last_used > self.limits.idle_timeout_s
-                ):
-                    del self._shared[key]
-                    self._forget(shared)
-            for idle in self._idle.values():
-                keep: list[PooledSession] = []
-                for session in idle:
-                    stale = now - session.last_used > self.limits.idle_timeout_s
-                    if (stale and len(keep) >= self.limits.min_idle) or not session.alive:
-                        self._forget(session)
-                    else:
-                        keep.append(session)
-                idle[:] = keep
+            before = now - self.limits.idle_timeout_s
+            for session in self._idle.stale(before, keep_unbound=self.limits.min_idle):
+                self._forget(session)

@@ -25,6 +25,7 @@ from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import Version
+from gateway.upstream.held import HeldQuestions
 
 
 class SessionExpired(UpstreamError):
@@ -151,6 +152,9 @@ class UpstreamSession(Protocol):
         ...
 
     info: UpstreamInfo | None  # what the server said in `initialize`
+    #: Questions the server asked while no call of the session could take them: the next
+    #: call asks them of its caller before its own request goes upstream.
+    held: HeldQuestions
 
     @property
     def id(self) -> str | None:
@@ -196,7 +200,8 @@ class UpstreamSession(Protocol):
 
 
 class UpstreamPool(Protocol):
-    """Pre-initialised sessions of one upstream, per capability set."""
+    """Pre-initialised sessions of one upstream, per caller and capability set: a session
+    serves the calls of one principal only (`gateway.upstream.pool`)."""
 
     info: UpstreamInfo | None
 
@@ -211,16 +216,18 @@ class UpstreamPool(Protocol):
         """Readiness: the upstream can be reached now."""
         ...
 
-    async def acquire(self, caps: ClientCaps) -> UpstreamSession:
-        """A session owned by the caller until `release`.
+    async def acquire(self, caps: ClientCaps, principal: str) -> UpstreamSession:
+        """A session of `principal`'s, owned by the caller until `release`.
 
         Raises:
             UpstreamError, CapacityExceeded
         """
         ...
 
-    async def adopt(self, caps: ClientCaps, session_id: str, version: Version) -> UpstreamSession:
-        """Take over a session another replica opened.
+    async def adopt(
+        self, caps: ClientCaps, principal: str, session_id: str, version: Version
+    ) -> UpstreamSession:
+        """Take over a session another replica opened for `principal`.
 
         Raises:
             SessionExpired: the upstream has forgotten it; nothing was sent.
@@ -239,11 +246,13 @@ class UpstreamPool(Protocol):
     async def request(
         self,
         caps: ClientCaps,
+        principal: str | None,
         method: str,
         params: dict[str, Any] | None,
         headers: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
-        """A request that never asks the client anything: its JSON-RPC response.
+        """A request that never asks the client anything, on a session of `principal`'s
+        (None: the gateway's own, declaring nothing): its JSON-RPC response.
 
         Raises:
             UpstreamError, CapacityExceeded
@@ -269,6 +278,9 @@ class PooledSession(UpstreamSession, Protocol):
 
     requests: int
     last_used: float
+    #: The caller the session serves from its first call to its end (bound by the pool);
+    #: None while nobody has used it (opened ahead), or when the pool shares sessions.
+    principal: str | None
     #: Told of each list change (`notifications/tools/list_changed`, ...) the server sends
     #: outside a call's own stream, instead of whoever owns the session (the pool's).
     on_change: Callable[[dict[str, Any]], None] | None

@@ -1,8 +1,9 @@
 """Sessions that carry several calls at once: the pool's bookkeeping for them, sans-IO.
 
 With `pool.calls_per_session` above 1 (Streamable HTTP only), an interruptible call
-joins a session other calls already use while it has room, the most recently
-filled first, so calls pack onto few sessions and a parked call costs the server a
+joins a session other calls of its caller already use while it has room (a session
+serves one caller: calls are counted per bucket, `gateway.upstream.idle`), the most
+recently filled first, so calls pack onto few sessions and a parked call costs the server a
 call rather than a session. A session that can no longer be used, or whose call
 failed, *retires*: its other calls go on, no new one joins, and it closes when the
 last leaves. The calls of one session taken over from another replica share one
@@ -23,6 +24,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Callable
 
+from gateway.upstream.idle import Bucket, bucket_of
 from gateway.upstream.port import PooledSession
 
 
@@ -30,10 +32,10 @@ class Opening:
     """A session being opened that calls count on already: `ready` gives it once it is
     open (counted for them), or None if it failed to open."""
 
-    __slots__ = ("caps_key", "calls", "ready")
+    __slots__ = ("bucket", "calls", "ready")
 
-    def __init__(self, caps_key: str, calls: int) -> None:
-        self.caps_key = caps_key
+    def __init__(self, bucket: Bucket, calls: int) -> None:
+        self.bucket = bucket
         self.calls = calls  # its opener's own call (1), or none when opened ahead (0)
         self.ready: asyncio.Future[PooledSession | None] = (
             asyncio.get_running_loop().create_future()
@@ -45,11 +47,11 @@ class Sharing:
         self.per_session = per_session
         self._usable = usable
         self._calls: dict[PooledSession, int] = {}  # the calls each session carries
-        self._roomy: defaultdict[str, list[PooledSession]] = defaultdict(list)  # per caps
+        self._roomy: defaultdict[Bucket, list[PooledSession]] = defaultdict(list)
         self._retiring: set[PooledSession] = set()
         self._adopted: dict[str, PooledSession] = {}  # taken over here, by session id
         self._kept_upstream: set[PooledSession] = set()
-        self._opening: defaultdict[str, list[Opening]] = defaultdict(list)
+        self._opening: defaultdict[Bucket, list[Opening]] = defaultdict(list)
 
     def __contains__(self, session: PooledSession) -> bool:
         """Whether the session carries calls under this bookkeeping."""
@@ -61,22 +63,22 @@ class Sharing:
     def sessions(self) -> list[PooledSession]:
         return list(self._calls)
 
-    def spare(self, caps_key: str) -> int:
+    def spare(self, bucket: Bucket) -> int:
         """Calls the sessions of a capability set, open or opening, can still take."""
-        room = sum(self.per_session - self._calls[s] for s in self._roomy[caps_key])
-        return room + sum(self.per_session - o.calls for o in self._opening[caps_key])
+        room = sum(self.per_session - self._calls[s] for s in self._roomy[bucket])
+        return room + sum(self.per_session - o.calls for o in self._opening[bucket])
 
     # -- sessions being opened -----------------------------------------------------------
 
-    def begin(self, caps_key: str, *, calls: int) -> Opening:
-        """A session of `caps_key` is being opened, with `calls` counting on it already."""
-        opening = Opening(caps_key, calls)
-        self._opening[caps_key].append(opening)
+    def begin(self, bucket: Bucket, *, calls: int) -> Opening:
+        """A session of `bucket` is being opened, with `calls` counting on it already."""
+        opening = Opening(bucket, calls)
+        self._opening[bucket].append(opening)
         return opening
 
-    def joinable(self, caps_key: str) -> Opening | None:
+    def joinable(self, bucket: Bucket) -> Opening | None:
         """A session being opened with room for one more call (now counted), or None."""
-        for opening in self._opening[caps_key]:
+        for opening in self._opening[bucket]:
             if opening.calls < self.per_session:
                 opening.calls += 1
                 return opening
@@ -90,28 +92,28 @@ class Sharing:
         """The session is open: it carries the calls that counted on it, whom `ready`
         wakes; False when none did (it is the pool's to keep idle, or to close: the pool
         is closing and forgot what was opening)."""
-        if opening not in self._opening[opening.caps_key]:
+        if opening not in self._opening[opening.bucket]:
             return False
-        self._opening[opening.caps_key].remove(opening)
+        self._opening[opening.bucket].remove(opening)
         if opening.calls:
             self._calls[session] = opening.calls
             if opening.calls < self.per_session:
-                self._roomy[opening.caps_key].append(session)
+                self._roomy[opening.bucket].append(session)
         opening.ready.set_result(session)
         return bool(opening.calls)
 
     def failed(self, opening: Opening) -> None:
         """The session did not open: those waiting for it get None (they open their own)."""
-        if opening in self._opening[opening.caps_key]:
-            self._opening[opening.caps_key].remove(opening)
+        if opening in self._opening[opening.bucket]:
+            self._opening[opening.bucket].remove(opening)
         if not opening.ready.done():
             opening.ready.set_result(None)
 
     # -- sessions carrying calls ---------------------------------------------------------
 
-    def join(self, caps_key: str) -> PooledSession | None:
+    def join(self, bucket: Bucket) -> PooledSession | None:
         """A session with room for one more call (now counted), or None."""
-        roomy = self._roomy[caps_key]
+        roomy = self._roomy[bucket]
         while roomy:
             session = roomy[-1]
             if not self._usable(session):
@@ -127,7 +129,7 @@ class Sharing:
     def carry(self, session: PooledSession) -> None:
         """A session (idle or new) takes its first call; others may join it."""
         self._calls[session] = 1
-        self._roomy[session.caps.key].append(session)
+        self._roomy[bucket_of(session)].append(session)
 
     def adopted(self, session_id: str) -> PooledSession | None:
         """The session of this id taken over here, now carrying one more call; or None."""
@@ -155,7 +157,7 @@ class Sharing:
     def leave(self, session: PooledSession, *, reuse: bool) -> bool:
         """One call fewer on the session (`reuse`: the call ended cleanly); True when it
         was the last one, and the session is no longer counted here."""
-        roomy = self._roomy[session.caps.key]
+        roomy = self._roomy[bucket_of(session)]
         if not (reuse and self._usable(session)):
             self._retiring.add(session)
         left = self._calls[session] - 1

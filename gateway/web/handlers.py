@@ -206,7 +206,7 @@ class McpEndpoint:
                 elif message.method == "subscriptions/listen":
                     result = await self._listen(caller, message, channel)
                 else:
-                    result = await self._pass_through(message)
+                    result = await self._pass_through(message, principal)
                     result = self.front_door.visible(caller, message.method, result)
                 if result is None:
                     outcome, cut = "cut_short", True
@@ -290,9 +290,10 @@ class McpEndpoint:
                 clock=self.bridge.clock,
             )
 
-    async def _pass_through(self, message: inbound.FrontRequest) -> dict[str, Any]:
+    async def _pass_through(self, message: inbound.FrontRequest, principal: str) -> dict[str, Any]:
         result = await self._request(
             message.envelope.capabilities,
+            principal,
             message.method,
             translate.upstream_params(message, None),
             message.trace,
@@ -310,14 +311,16 @@ class McpEndpoint:
     async def _request(
         self,
         caps: ClientCaps,
+        principal: str | None,
         method: str,
         upstream_params: dict[str, Any],
         trace: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
-        """A plain upstream request's result. Raises: RpcError (translated upstream errors)."""
+        """A plain upstream request's result, on a session of `principal`'s (None: the
+        gateway's own). Raises: RpcError (translated upstream errors)."""
         started = time.perf_counter()
         try:
-            reply = await self.pool.request(caps, method, upstream_params, trace)
+            reply = await self.pool.request(caps, principal, method, upstream_params, trace)
         except UpstreamError as exc:
             self.bridge.metrics.upstream_errors.labels(self.upstream.name, exc.kind).inc()
             raise
@@ -333,7 +336,7 @@ class McpEndpoint:
 
     async def _list_tools(self, cursor: str | None) -> dict[str, Any]:
         return await self._request(
-            NO_CAPABILITIES, "tools/list", {"cursor": cursor} if cursor else {}
+            NO_CAPABILITIES, None, "tools/list", {"cursor": cursor} if cursor else {}
         )
 
 

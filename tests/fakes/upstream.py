@@ -19,6 +19,7 @@ from gateway.errors import UpstreamError
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
+from gateway.upstream.held import HeldQuestions
 from gateway.upstream.port import Inbox, SessionExpired, StreamCursor, StreamEnd, TaskPump
 
 INFO = UpstreamInfo(
@@ -78,6 +79,8 @@ class ScriptedSession:
         self.version: Version = UPSTREAM_VERSIONS[0]
         self.info: UpstreamInfo | None = INFO
         self.id: str | None = session_id
+        self.principal: str | None = None  # whose, once acquired or adopted
+        self.held = HeldQuestions()
         self.request: dict[str, Any] | None = None
         self.resumed_after: str | None = None  # Last-Event-ID of a takeover
         self.headers: Mapping[str, str] | None = None
@@ -204,12 +207,16 @@ class ScriptedPool:
     async def check(self) -> bool:
         return not self.server.unreachable
 
-    async def acquire(self, caps: ClientCaps) -> ScriptedSession:
+    async def acquire(self, caps: ClientCaps, principal: str) -> ScriptedSession:
         if self.server.unreachable:
             raise UpstreamError("scripted upstream unreachable")
-        return self.server.new_session(caps)
+        session = self.server.new_session(caps)
+        session.principal = principal
+        return session
 
-    async def adopt(self, caps: ClientCaps, session_id: str, version: Version) -> ScriptedSession:
+    async def adopt(
+        self, caps: ClientCaps, principal: str, session_id: str, version: Version
+    ) -> ScriptedSession:
         if session_id in self.server.forgotten:
             raise SessionExpired()
         if self.server.unreachable:
@@ -218,7 +225,9 @@ class ScriptedPool:
             self.server.adopt_waiting.set()
             await self.server.adopt_gate.wait()
         self.adopted.append(session_id)
-        return self.server.new_session(caps, session_id)
+        session = self.server.new_session(caps, session_id)
+        session.principal = principal
+        return session
 
     def release(self, session: Any, *, reuse: bool) -> None:
         self.released.append((session, reuse))
@@ -235,6 +244,7 @@ class ScriptedPool:
     async def request(
         self,
         caps: ClientCaps,
+        principal: str | None,
         method: str,
         params: dict[str, Any] | None,
         headers: Mapping[str, str] | None = None,

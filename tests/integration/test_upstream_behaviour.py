@@ -6,13 +6,21 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.peers.tooling import LegacyServer
 from tests.support.cases import drive, text_of
 from tests.support.inprocess import Gateway
-from tests.support.legacy import ALICE, await_journal, body_runs, greet, write_journal
+from tests.support.legacy import (
+    ALICE,
+    await_journal,
+    body_runs,
+    greet,
+    legacy_tool,
+    write_journal,
+)
 from tests.support.wire import FROZEN, default_headers, parse_sse_messages, rpc
 
 pytestmark = pytest.mark.peers
@@ -77,14 +85,61 @@ async def test_a_stream_the_server_closes_mid_call_is_resumed_with_last_event_id
     assert await body_runs(gateway, "poll_then_ask", run_id) == 1
 
 
-async def test_a_server_request_outside_any_call_is_answered_upstream(gateway: Gateway) -> None:
+async def journal_of(url: str, run_id: str) -> list[str]:
+    text = await legacy_tool(url, "journal", {"run_id": run_id})
+    return text.split(",") if text else []
+
+
+async def held_question(gateway: Gateway, run_id: str) -> None:
+    """Until the question `late_roots` asks after its call is held by the session that
+    carried the call (it is idle now), bounded."""
+    await await_journal(gateway.upstream_url, run_id, "roots:asking")
+    pool = gateway.bridge.runner.pools["legacy"]
+    async with asyncio.timeout(10):
+        while not any(session.held for session in pool._idle):
+            await asyncio.sleep(0.01)
+
+
+async def test_a_question_asked_between_calls_is_asked_in_the_callers_next_call(
+    gateway: Gateway,
+) -> None:
+    """Held by its session, the question is the first round of the session's next call
+    (its caller's), whose own request reaches the server only once it is answered."""
     run_id = uuid.uuid4().hex
-    status, reply, _ = await gateway.post(
+    _, reply, _ = await gateway.post(
+        rpc("tools/call", {"name": "late_roots", "arguments": {"run_id": run_id}})
+    )
+    assert reply["result"]["content"][0]["text"] == "asked later"
+    await held_question(gateway, run_id)
+    call = {"name": "echo", "arguments": {"text": "the caller's own call"}}
+    _, asked, _ = await gateway.post(rpc("tools/call", call))
+    result = asked["result"]
+    assert result["resultType"] == "input_required"
+    [(key, question)] = result["inputRequests"].items()
+    assert question["method"] == "roots/list"
+    assert await journal_of(gateway.upstream_url, run_id) == ["roots:asking"]  # not answered
+    roots = {"roots": [{"uri": "file:///work", "name": "work"}]}
+    retry = {**call, "inputResponses": {key: roots}, "requestState": result["requestState"]}
+    _, done, _ = await gateway.post(rpc("tools/call", retry))
+    assert done["result"]["resultType"] == "complete"
+    assert done["result"]["content"][0]["text"] == "the caller's own call"
+    assert await journal_of(gateway.upstream_url, run_id) == ["roots:asking", "roots:['work']"]
+
+
+async def test_a_question_no_call_comes_to_ask_is_answered_after_the_bound(
+    make_gateway: Any,
+) -> None:
+    gateway = await make_gateway(upstream={"pool": {"outside_question_s": 0.5}})
+    run_id = uuid.uuid4().hex
+    _, reply, _ = await gateway.post(
         rpc("tools/call", {"name": "late_roots", "arguments": {"run_id": run_id}})
     )
     assert reply["result"]["content"][0]["text"] == "asked later"
     journal = await await_journal(gateway.upstream_url, run_id, "roots:error -32601")
-    assert journal == ["roots:error -32601"]
+    assert journal == ["roots:asking", "roots:error -32601"]
+    # The session that asked was retired: it carries an answer its caller never gave.
+    pool = gateway.bridge.runner.pools["legacy"]
+    assert not any(session.held or session.held.lapsed for session in pool._idle)
 
 
 async def test_server_pings_are_answered_by_the_gateway(gateway: Gateway, modern) -> None:

@@ -7,7 +7,8 @@ standalone GET stream by mcp 1.x, no related request id) and
 its `run_id`, so tests can prove a body ran exactly once; `journal` tells what
 happened to a run (answers seen, cancellation), and `await_journal` waits, bounded, for
 an entry to appear (so a test can await what the server did instead of polling; a test
-can add entries of its own with `write_journal`).
+can add entries of its own with `write_journal`). `remember` and `recall` keep a value per
+session, as servers keep a login or a scratchpad.
 
     python legacy_server.py [--port N] [--event-store] [--notifying] [--json-response]
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import weakref
 from collections import defaultdict
 from pathlib import Path
 from typing import Annotated, Any
@@ -116,6 +118,18 @@ def build(event_store: EventStore | None = None, *, json_response: bool = False)
     @mcp.tool(description="Echo the text back (no interaction).")
     async def echo(text: str) -> str:
         return text
+
+    # What a session did, kept the usual way: keyed by the session (a login, a scratchpad).
+    remembered: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+    @mcp.tool(description="Remembers a value for this session.")
+    async def remember(value: str, ctx: Context) -> str:
+        remembered[ctx.session] = value
+        return "remembered"
+
+    @mcp.tool(description="What this session remembered (empty when nothing).")
+    async def recall(ctx: Context) -> str:
+        return remembered.get(ctx.session, "")
 
     @mcp.tool(description="How many times a tool body ran for a run id.")
     async def runs(tool: str, run_id: str) -> str:
@@ -370,8 +384,9 @@ def build(event_store: EventStore | None = None, *, json_response: bool = False)
         async def ask_later() -> None:
             await anyio.sleep(0.2)
             try:
+                note(run_id, "roots:asking")
                 result = await session.list_roots()
-                note(run_id, f"roots:{len(result.roots)}")
+                note(run_id, f"roots:{[root.name for root in result.roots]}")
             except Exception as exc:  # the gateway refuses: no client request is in flight
                 note(run_id, f"roots:error {getattr(getattr(exc, 'error', None), 'code', '?')}")
 

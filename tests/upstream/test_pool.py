@@ -16,6 +16,7 @@ from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
 from gateway.upstream.demand import Demand
+from gateway.upstream.held import HeldQuestions
 from gateway.upstream.pool import SessionPool
 from gateway.upstream.port import Inbox, StreamCursor
 from tests.fakes.clock import ManualClock
@@ -32,6 +33,8 @@ class FakeSession:
         self.version: Version = UPSTREAM_VERSIONS[0]
         self.info: UpstreamInfo | None = None
         self.id: str | None = f"s{len(factory.made)}"
+        self.principal: str | None = None
+        self.held = HeldQuestions()
         self.requests = 0
         self.last_used = 0.0
         self.closed = asyncio.Event()
@@ -119,7 +122,7 @@ def pool(factory: Factory, **limits: Any) -> SessionPool:
 async def test_a_caller_cancelled_while_its_session_opens_gives_the_slot_back() -> None:
     factory = Factory()
     sessions = pool(factory, max_sessions=1, acquire_timeout_s=30)
-    opening = spawn(sessions.acquire(ClientCaps()), name="acquire")
+    opening = spawn(sessions.acquire(ClientCaps(), "alice"), name="acquire")
     half_open = await factory.opening.get()  # inside initialize, on the wire
     opening.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -128,7 +131,7 @@ async def test_a_caller_cancelled_while_its_session_opens_gives_the_slot_back() 
     assert sessions.size == 0  # ... and its slot given back
     factory.gate.set()
     async with asyncio.timeout(5):  # without the slot this would wait 30 s, then refuse
-        session = await sessions.acquire(ClientCaps())
+        session = await sessions.acquire(ClientCaps(), "alice")
     assert session.alive and sessions.size == 1
 
 
@@ -136,10 +139,10 @@ async def test_a_session_given_back_clean_is_reused_and_a_spent_one_is_closed() 
     factory = Factory()
     factory.gate.set()
     sessions = pool(factory, max_requests=2)
-    first = await sessions.acquire(ClientCaps(roots=True))
+    first = await sessions.acquire(ClientCaps(roots=True), "alice")
     sessions.release(first, reuse=True)
-    assert await sessions.acquire(ClientCaps(roots=True)) is first
-    assert await sessions.acquire(ClientCaps()) is not first  # another capability set
+    assert await sessions.acquire(ClientCaps(roots=True), "alice") is first
+    assert await sessions.acquire(ClientCaps(), "alice") is not first  # another capability set
     first.requests = 2  # past max_requests: recycled
     sessions.release(first, reuse=True)
     await first.closed.wait()
@@ -149,9 +152,9 @@ async def test_a_full_pool_refuses_after_the_acquire_timeout_with_its_own_error(
     factory = Factory()
     factory.gate.set()
     sessions = pool(factory, max_sessions=1, acquire_timeout_s=0.01)
-    await sessions.acquire(ClientCaps())
+    await sessions.acquire(ClientCaps(), "alice")
     with pytest.raises(SessionsBusy) as busy:
-        await sessions.acquire(ClientCaps())
+        await sessions.acquire(ClientCaps(), "alice")
     assert busy.value.status == 503 and busy.value.data == {"reason": "upstream_sessions"}
 
 
@@ -164,7 +167,7 @@ async def test_an_upstream_that_refuses_to_open_is_not_ready_and_counts_an_error
         "fake", factory, PoolLimits(min_idle=0), on_error=lambda: errors.append(1)
     )
     with pytest.raises(UpstreamError):
-        await sessions.acquire(ClientCaps())
+        await sessions.acquire(ClientCaps(), "alice")
     assert errors == [1] and not sessions.reachable and sessions.size == 0
     factory.fail = False
     assert await sessions.check()
@@ -175,22 +178,22 @@ async def test_idle_sessions_beyond_min_idle_are_reaped_on_the_pools_clock() -> 
     factory = Factory()
     factory.gate.set()
     sessions = SessionPool("fake", factory, PoolLimits(min_idle=1, idle_timeout_s=60), clock=clock)
-    sessions.start()  # opens the shared session of plain requests: never reaped
+    sessions.start()  # opens the gateway's own session: never reaped
     try:
         caps = ClientCaps(sampling=True)
-        one, two = await sessions.acquire(caps), await sessions.acquire(caps)
+        one, two = await sessions.acquire(caps, "alice"), await sessions.acquire(caps, "alice")
         await asyncio.gather(*list(sessions._openers))  # the spares are open (at time 0)
         sessions.release(one, reuse=True)
         sessions.release(two, reuse=True)
         await clock.armed(30.0)  # the reaper's first look
-        before = sessions.size  # shared + one + two + pre-warmed spares
+        before = sessions.size  # own + one + two + pre-warmed spares
         assert before >= 4
         clock.advance(30.0)
         await clock.armed(60.0)  # it looked: nothing idle long enough yet
         assert sessions.size == before
         clock.advance(31.0)
         await clock.armed(clock.now + 30.0)  # it looked again
-        assert sessions.size == 2  # shared + min_idle
+        assert sessions.size == 2  # own + min_idle
     finally:
         await sessions.close()
 
@@ -200,12 +203,12 @@ async def test_a_caller_waiting_for_a_slot_gets_the_session_a_prewarm_just_opene
     factory.gate.set()
     sessions = pool(factory, min_idle=1, max_sessions=2, acquire_timeout_s=30)
     factory.gate.clear()
-    first = spawn(sessions.acquire(ClientCaps()), name="first")
+    first = spawn(sessions.acquire(ClientCaps(), "alice"), name="first")
     await factory.opening.get()  # the first caller's session opens ...
     factory.gate.set()
     await first
     await factory.opening.get()  # ... then a pre-warmed one takes the second slot
-    second = spawn(sessions.acquire(ClientCaps()), name="second")
+    second = spawn(sessions.acquire(ClientCaps(), "alice"), name="second")
     async with asyncio.timeout(5):  # without a wake-up it would wait the full 30 s
         session = await second
     assert session.alive and sessions.size == 2
@@ -251,7 +254,7 @@ async def test_a_pool_whose_calls_give_their_sessions_back_holds_only_what_they_
     sessions.demand.opened(open_s)  # what a session takes to open (a stdio server: seconds)
     sessions.demand.opened = lambda _took_s: None  # type: ignore[method-assign]  # fakes: at once
     for _ in range(50):  # 8 calls at a time, 400 in all, each giving its session back
-        taken = [await sessions.acquire(ClientCaps()) for _ in range(8)]
+        taken = [await sessions.acquire(ClientCaps(), "alice") for _ in range(8)]
         for session in taken:
             sessions.release(session, reuse=True)
         await asyncio.gather(*list(sessions._openers))
@@ -264,11 +267,12 @@ async def test_a_pool_whose_calls_give_their_sessions_back_holds_only_what_they_
 
 async def test_sessions_ahead_of_demand_open_side_by_side_and_no_more_than_wanted() -> None:
     clock, factory = ManualClock(), Factory()
-    sessions = SessionPool("fake", factory, PoolLimits(min_idle=0, max_sessions=50), clock=clock)
+    limits = PoolLimits(min_idle=0, max_sessions=50, max_opening=5)
+    sessions = SessionPool("fake", factory, limits, clock=clock)
     sessions.demand.opened(0.5)  # opening takes half a second ...
     for _ in range(7):
         sessions.demand.acquired(clock.now)  # ... and 8 calls come this second: keep 4 ready
-    taken = spawn(sessions.acquire(ClientCaps()), name="acquire")
+    taken = spawn(sessions.acquire(ClientCaps(), "alice"), name="acquire")
     async with asyncio.timeout(5):
         opening = [await factory.opening.get() for _ in range(5)]  # its own, 4 ahead, at once
     assert sessions.size == 5 and factory.opening.empty()
@@ -296,7 +300,10 @@ async def test_sessions_of_a_server_that_says_the_same_share_one_copy_of_it() ->
         return made
 
     sessions = SessionPool("fake", make, PoolLimits(min_idle=0, max_sessions=4))
-    one, two = await sessions.acquire(ClientCaps()), await sessions.acquire(ClientCaps())
+    one, two = (
+        await sessions.acquire(ClientCaps(), "alice"),
+        await sessions.acquire(ClientCaps(), "alice"),
+    )
     assert one is not two and one.info == two.info
     assert one.info is two.info is sessions.info  # a parked call holds no copy of its own
 
@@ -305,15 +312,15 @@ async def test_a_caller_waiting_on_a_full_pool_gets_a_session_given_back_or_its_
     factory = Factory()
     factory.gate.set()
     sessions = pool(factory, max_sessions=1, acquire_timeout_s=30)
-    first = await sessions.acquire(ClientCaps())
-    waiting = spawn(sessions.acquire(ClientCaps()), name="waiting")
+    first = await sessions.acquire(ClientCaps(), "alice")
+    waiting = spawn(sessions.acquire(ClientCaps(), "alice"), name="waiting")
     await asyncio.sleep(0)  # it is waiting on the full pool now
     assert sessions._waiting == 1
     sessions.release(first, reuse=True)  # given back clean: the waiter takes it
     async with asyncio.timeout(5):  # without a wake-up it would wait the full 30 s
         assert await waiting is first
     assert sessions._waiting == 0
-    waiting = spawn(sessions.acquire(ClientCaps()), name="waiting-again")
+    waiting = spawn(sessions.acquire(ClientCaps(), "alice"), name="waiting-again")
     await asyncio.sleep(0)
     sessions.release(first, reuse=False)  # closed: its slot is free for a new session
     async with asyncio.timeout(5):
@@ -325,7 +332,7 @@ async def test_a_session_given_back_with_nobody_waiting_costs_no_task() -> None:
     factory = Factory()
     factory.gate.set()
     sessions = pool(factory, max_sessions=4)
-    session = await sessions.acquire(ClientCaps())
+    session = await sessions.acquire(ClientCaps(), "alice")
     before = {t.get_name() for t in asyncio.all_tasks()}
     sessions.release(session, reuse=True)
     after = {t.get_name() for t in asyncio.all_tasks()}
@@ -339,26 +346,29 @@ async def test_calls_share_a_session_up_to_calls_per_session_before_another_open
     factory = Factory()
     factory.gate.set()
     sessions = pool(factory, calls_per_session=3)
-    calls = [await sessions.acquire(ClientCaps()) for _ in range(7)]
+    calls = [await sessions.acquire(ClientCaps(), "alice") for _ in range(7)]
     assert [factory.made.index(s) for s in calls] == [0, 0, 0, 1, 1, 1, 2]
     sessions.release(calls[0], reuse=True)  # room on the first session again
-    assert await sessions.acquire(ClientCaps()) is calls[0]
+    assert await sessions.acquire(ClientCaps(), "alice") is calls[0]
     # Without sharing (the default), each call has a session of its own.
     single = Factory()
     alone = pool(single, calls_per_session=1)
     single.gate.set()
-    assert len({id(await alone.acquire(ClientCaps())) for _ in range(3)}) == 3
+    assert len({id(await alone.acquire(ClientCaps(), "alice")) for _ in range(3)}) == 3
 
 
 async def test_a_shared_session_closes_when_its_last_call_leaves_and_not_before() -> None:
     factory = Factory()
     factory.gate.set()
     sessions = pool(factory, calls_per_session=4)
-    one, two = await sessions.acquire(ClientCaps()), await sessions.acquire(ClientCaps())
+    one, two = (
+        await sessions.acquire(ClientCaps(), "alice"),
+        await sessions.acquire(ClientCaps(), "alice"),
+    )
     assert one is two
     sessions.release(one, reuse=False)  # this call failed: its sibling goes on
     assert not one.closed.is_set()
-    third = await sessions.acquire(ClientCaps())
+    third = await sessions.acquire(ClientCaps(), "alice")
     assert third is not one  # a session whose call failed takes no new calls
     sessions.release(two, reuse=True)
     async with asyncio.timeout(5):
@@ -370,7 +380,10 @@ async def test_a_shared_session_whose_call_went_elsewhere_is_not_ended_upstream(
     factory = Factory()
     factory.gate.set()
     sessions = pool(factory, calls_per_session=4)
-    one, two = await sessions.acquire(ClientCaps()), await sessions.acquire(ClientCaps())
+    one, two = (
+        await sessions.acquire(ClientCaps(), "alice"),
+        await sessions.acquire(ClientCaps(), "alice"),
+    )
     sessions.discard(one)  # another replica took this call over
     assert not one.closed.is_set()  # the other call still runs on it
     sessions.release(two, reuse=True)
@@ -383,10 +396,10 @@ async def test_calls_taken_over_from_one_session_share_one_adopted_session() -> 
     factory = Factory()
     factory.gate.set()
     sessions = pool(factory, calls_per_session=4)
-    first = await sessions.adopt(ClientCaps(), "upstream-1", UPSTREAM_VERSIONS[0])
-    second = await sessions.adopt(ClientCaps(), "upstream-1", UPSTREAM_VERSIONS[0])
+    first = await sessions.adopt(ClientCaps(), "alice", "upstream-1", UPSTREAM_VERSIONS[0])
+    second = await sessions.adopt(ClientCaps(), "alice", "upstream-1", UPSTREAM_VERSIONS[0])
     assert first is second and sessions.size == 1  # one GET stream for the session
-    fresh = await sessions.acquire(ClientCaps())
+    fresh = await sessions.acquire(ClientCaps(), "alice")
     assert fresh is not first  # an adopted session carries only the calls taken over
     sessions.release(first, reuse=True)
     assert not first.closed.is_set()
@@ -394,7 +407,7 @@ async def test_calls_taken_over_from_one_session_share_one_adopted_session() -> 
     async with asyncio.timeout(5):
         await first.closed.wait()
     assert first.ended is False  # other replicas may carry more of its calls
-    again = await sessions.adopt(ClientCaps(), "upstream-1", UPSTREAM_VERSIONS[0])
+    again = await sessions.adopt(ClientCaps(), "alice", "upstream-1", UPSTREAM_VERSIONS[0])
     assert again is not first  # the closed one is not handed out again
 
 
@@ -408,7 +421,9 @@ async def test_a_session_whose_adoption_fails_is_let_go_of_not_ended_upstream(
     factory = Factory()
     sessions = pool(factory, max_sessions=1, calls_per_session=calls_per_session)
     factory.adopt_gate.clear()
-    adopting = spawn(sessions.adopt(ClientCaps(), "upstream-1", UPSTREAM_VERSIONS[0]), name="a")
+    adopting = spawn(
+        sessions.adopt(ClientCaps(), "alice", "upstream-1", UPSTREAM_VERSIONS[0]), name="a"
+    )
     session = await factory.adopting.get()
     if how == "refused":
         factory.fail = True
@@ -430,7 +445,7 @@ async def test_with_sharing_the_pool_opens_ahead_for_calls_not_sessions() -> Non
         factory = Factory()
         factory.gate.set()
         sessions = pool(factory, calls_per_session=calls_per_session, min_idle=2)
-        calls = [await sessions.acquire(ClientCaps()) for _ in range(9)]
+        calls = [await sessions.acquire(ClientCaps(), "alice") for _ in range(9)]
         await asyncio.gather(*list(sessions._openers))  # the sessions opened ahead are open
         return len(factory.made), len({id(c) for c in calls})
 
@@ -443,10 +458,14 @@ async def test_with_sharing_the_pool_opens_ahead_for_calls_not_sessions() -> Non
 async def test_a_burst_joins_a_session_being_opened_instead_of_each_opening_one() -> None:
     factory = Factory()  # the gate is shut: sessions open when the test lets them
     sessions = pool(factory, calls_per_session=4)
-    acquiring = [spawn(sessions.acquire(ClientCaps()), name=f"acquire-{i}") for i in range(5)]
+    acquiring = [
+        spawn(sessions.acquire(ClientCaps(), "alice"), name=f"acquire-{i}") for i in range(5)
+    ]
     for _ in range(2):
         await factory.opening.get()
-    await until(lambda: sessions._sharing.spare(ClientCaps().key) == 3)  # 4 + 1 places taken
+    await until(
+        lambda: sessions._sharing.spare(("alice", ClientCaps().key)) == 3
+    )  # 4 + 1 places taken
     assert len(factory.made) == 2  # the first call's session, which 3 more wait for, and
     acquiring[1].cancel()  # the fifth's; a call that gives up while it opens
     with contextlib.suppress(asyncio.CancelledError):
@@ -464,7 +483,10 @@ async def test_concurrent_takeovers_of_one_session_adopt_it_once() -> None:
     factory.gate.set()
     sessions = pool(factory, calls_per_session=4)
     adopted = await asyncio.gather(
-        *(sessions.adopt(ClientCaps(), "upstream-1", UPSTREAM_VERSIONS[0]) for _ in range(3))
+        *(
+            sessions.adopt(ClientCaps(), "alice", "upstream-1", UPSTREAM_VERSIONS[0])
+            for _ in range(3)
+        )
     )
     assert len({id(s) for s in adopted}) == 1 and len(factory.made) == 1
     assert sessions._sharing.calls(adopted[0]) == 3
@@ -473,7 +495,9 @@ async def test_concurrent_takeovers_of_one_session_adopt_it_once() -> None:
 async def test_a_call_waiting_for_a_slot_gets_the_room_a_session_opened_with() -> None:
     factory = Factory()  # the gate is shut
     sessions = pool(factory, calls_per_session=4, max_sessions=1, acquire_timeout_s=30)
-    acquiring = [spawn(sessions.acquire(ClientCaps()), name=f"acquire-{i}") for i in range(5)]
+    acquiring = [
+        spawn(sessions.acquire(ClientCaps(), "alice"), name=f"acquire-{i}") for i in range(5)
+    ]
     await factory.opening.get()
     await until(lambda: sessions._waiting == 1)  # four count on the opening session
     acquiring[1].cancel()  # a place on the opening session is free again; the fifth waits
@@ -488,7 +512,7 @@ async def test_a_call_waiting_for_a_slot_gets_the_room_a_session_opened_with() -
 async def test_a_pool_closed_while_a_shared_session_opens_closes_cleanly() -> None:
     factory = Factory()  # the gate is shut
     sessions = pool(factory, calls_per_session=4)
-    acquiring = spawn(sessions.acquire(ClientCaps()), name="acquire")
+    acquiring = spawn(sessions.acquire(ClientCaps(), "alice"), name="acquire")
     await factory.opening.get()
     closing = spawn(sessions.close(), name="close")
     await until(lambda: sessions._closing)
@@ -506,10 +530,12 @@ async def test_a_session_of_ones_own_takes_no_slot_is_in_the_ledger_and_backs_of
     factory = Factory()
     factory.gate.set()
     sessions = pool(factory, max_sessions=1, calls_per_session=4)
-    call = await sessions.acquire(ClientCaps())
+    call = await sessions.acquire(ClientCaps(), "alice")
     own = await sessions.open_alone(ClientCaps())
     assert own is not call and sessions.size == 1
-    assert await sessions.acquire(ClientCaps()) is call  # calls share theirs, never this one
+    assert (
+        await sessions.acquire(ClientCaps(), "alice") is call
+    )  # calls share theirs, never this one
     assert own.id in sessions.idle_ids()
     sessions.close_alone(own)
     await own.closed.wait()
@@ -530,11 +556,11 @@ async def test_a_server_that_says_something_else_when_a_session_opens_has_change
     sessions = pool(factory)
     heard: list[dict[str, Any]] = []
     sessions.on_change = heard.append
-    await sessions.acquire(ClientCaps())
-    await sessions.acquire(ClientCaps())  # the same server, saying the same: nothing
+    await sessions.acquire(ClientCaps(), "alice")
+    await sessions.acquire(ClientCaps(), "alice")  # the same server, saying the same: nothing
     assert heard == []
     sessions.info = INFO.__class__("2025-06-18", {}, {"name": "old", "version": "0"}, None)
-    await sessions.acquire(ClientCaps())  # redeployed: its lists may have changed
+    await sessions.acquire(ClientCaps(), "alice")  # redeployed: its lists may have changed
     assert [m["method"] for m in heard] == [
         "notifications/tools/list_changed",
         "notifications/prompts/list_changed",
@@ -548,7 +574,7 @@ async def test_a_session_the_server_forgot_tells_of_changed_lists_once_until_one
     sessions = pool(factory)
     heard: list[dict[str, Any]] = []
     sessions.on_change = heard.append
-    first = await sessions.acquire(ClientCaps())
+    first = await sessions.acquire(ClientCaps(), "alice")
     first.on_forgotten()  # a 404 on its GET stream: the server restarted
     first.on_forgotten()  # another session of the same restart: told already
     assert [m["method"] for m in heard] == [
@@ -557,7 +583,7 @@ async def test_a_session_the_server_forgot_tells_of_changed_lists_once_until_one
         "notifications/resources/list_changed",
     ]
     sessions.info = INFO.__class__("2025-06-18", {}, {"name": "old", "version": "0"}, None)
-    await sessions.acquire(ClientCaps())  # says something else, but that was told
+    await sessions.acquire(ClientCaps(), "alice")  # says something else, but that was told
     assert len(heard) == 3
-    (await sessions.acquire(ClientCaps())).on_forgotten()  # a restart after that one
+    (await sessions.acquire(ClientCaps(), "alice")).on_forgotten()  # a restart after that one
     assert len(heard) == 6

@@ -117,7 +117,7 @@ async def test_a_crash_mid_call_fails_that_call_clearly_and_the_next_call_works(
         PoolLimits(min_idle=0),
     )
     try:
-        session = await pool.acquire(ClientCaps())
+        session = await pool.acquire(ClientCaps(), "alice")
         inbox = Inbox()
         session.attach(inbox)
         message = {"jsonrpc": "2.0", "id": session.next_id(), "method": "tools/call"}
@@ -131,7 +131,7 @@ async def test_a_crash_mid_call_fails_that_call_clearly_and_the_next_call_works(
         [exit_line] = [e for e in logs if e["event"] == "upstream_process_exited"]
         assert exit_line["status"] == 3 and "tiny stdio server starting" in exit_line["last_stderr"]
         pool.release(session, reuse=True)  # dead: closed, not kept
-        again = await pool.acquire(ClientCaps())
+        again = await pool.acquire(ClientCaps(), "alice")
         assert again is not session
         reply = await again.request("tools/call", {"name": "echo", "arguments": {"text": "ok"}})
         assert text_of(reply) == "ok"
@@ -150,9 +150,9 @@ async def test_a_server_that_cannot_start_is_a_clear_error_and_is_not_restarted_
     )
     try:
         with pytest.raises(UpstreamError, match="exited with status 5"):
-            await pool.acquire(ClientCaps())
+            await pool.acquire(ClientCaps(), "alice")
         with pytest.raises(UpstreamError, match="failed to start 1 time"):
-            await pool.acquire(ClientCaps())  # within the backoff: no new process
+            await pool.acquire(ClientCaps(), "alice")  # within the backoff: no new process
         assert not await pool.check()
     finally:
         await pool.close()

@@ -16,10 +16,11 @@ to `MAX_BACKOFF_S`; the first of them is logged at its level, the rest at debug 
 a stream is held again (`upstream_get_stream_recovered`). So do streams the server ends
 at once, time after time, having sent nothing (`HELD_S`).
 
-While one call owns the session its inbox gets the stream's messages. A session several
+While one call owns the session its inbox gets the stream's messages. With none, a
+question is held for the session's next call (`gateway.upstream.held`). A session several
 calls share (`pool.calls_per_session`) cannot tell whose a question there is, so with
-more than one owner, or none, a message gets the answer `gateway.protocol.outside`
-decides, as anything outside every call does.
+more than one owner it gets the answer `gateway.protocol.outside` decides at once (the
+call that asked is waiting for it), as anything else outside every call does.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from gateway.errors import UpstreamError
 from gateway.http1 import Response
 from gateway.protocol import listen
 from gateway.protocol.outside import answer_outside_call
+from gateway.upstream.held import HeldQuestions, is_question
 from gateway.upstream.http.wire import HttpWire
 from gateway.upstream.port import Inbox, SessionExpired
 
@@ -58,10 +60,13 @@ HELD_S = 1.0
 
 
 class GetStream:
-    def __init__(self, wire: HttpWire, name: str, clock: Clock) -> None:
+    def __init__(
+        self, wire: HttpWire, name: str, clock: Clock, held: HeldQuestions | None = None
+    ) -> None:
         self.wire = wire
         self.name = name  # the upstream's, for logs
         self.clock = clock  # every wait and reading of the stream's
+        self.held = held if held is not None else HeldQuestions()  # its session's
         self.owners: list[Inbox] = []  # the calls attached to the session
         # Told of list changes instead of the owners; told once the stream is lost (a
         # listen's session: what the server says meanwhile is not heard).
@@ -260,14 +265,23 @@ class GetStream:
                 calls=len(self.owners),
                 detail="asked on the session's GET stream while several calls share it",
             )
+            self._answer_now(item)
+            return
         self.outside(item)
 
     def outside(self, item: dict[str, Any]) -> None:
-        """A message no call owns: answer server requests so nothing upstream hangs; tell
-        `on_change` of a list change (on a plain request's stream too)."""
+        """A message no call owns (on this stream, or a plain request's): a question is
+        held for the session's next call; other server requests are answered so nothing
+        upstream hangs; `on_change` is told of a list change."""
         if self.on_change is not None and listen.is_list_change(item):
             self.on_change(item)
             return
+        if is_question(item):
+            self.held.hold(item)
+            return
+        self._answer_now(item)
+
+    def _answer_now(self, item: dict[str, Any]) -> None:
         answer = answer_outside_call(item)
         if answer is not None:
             spawn(self._answer_quietly(answer), name="upstream-outside-answer")

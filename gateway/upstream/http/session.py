@@ -7,7 +7,9 @@ call.
 
 A call's POST stream is read into the inbox its caller passes by the connection's
 own callbacks (`start`, `gateway.upstream.http.stream`); the GET stream goes into the
-inbox of whichever call owns the session (`attach`).
+inbox of whichever call owns the session (`attach`). A question that arrives while no
+call owns it (on the GET stream, or a plain request's stream) is held for the session's
+next call (`gateway.upstream.held`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from gateway.protocol import jsonrpc
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo, upstream_info
 from gateway.protocol.versions import Version
+from gateway.upstream.held import HeldQuestions
 from gateway.upstream.http.get_stream import GetStream
 from gateway.upstream.http.stream import STOPPED, CallStream
 from gateway.upstream.http.wire import Endpoint, HttpWire
@@ -44,6 +47,8 @@ class HttpSession:
         self.caps = caps
         self.info: UpstreamInfo | None = None
         self.last_used = 0.0  # stamped by the pool, on its clock
+        self.principal: str | None = None  # the caller it serves, once the pool binds it
+        self.held = HeldQuestions()
         self.requests = 0  # requests sent on this session, for recycling
         self._open = False
         self._inflight = 0
@@ -51,7 +56,7 @@ class HttpSession:
         self._next_id = 0
         self._id_prefix = secrets.token_hex(4)
         self._renewing = asyncio.Lock()  # calls sharing the session renew it once
-        self._get_stream = GetStream(self.wire, endpoint.name, clock)
+        self._get_stream = GetStream(self.wire, endpoint.name, clock, self.held)
         self._closing = False
 
     @property
@@ -305,7 +310,8 @@ class HttpSession:
     ) -> dict[str, Any]:
         """One request and its response, for methods that never ask the client anything.
 
-        Server requests arriving meanwhile are answered as outside any call.
+        A question arriving meanwhile is held for the session's next call; any other
+        server request is answered as outside any call.
 
         Raises:
             UpstreamError
