@@ -22,7 +22,7 @@ from aiohttp import web
 from gateway.auth import ClientCredentialsSource
 from gateway.auth.fetcher import AiohttpFetcher
 from gateway.calls.bridge import Bridge
-from gateway.clock import SystemClock
+from gateway.clock import Clock, SystemClock
 from gateway.config import (
     BOUND_TRANSPORTS,
     STDIO,
@@ -97,12 +97,14 @@ def make_codec(config: GatewayConfig) -> AesGcmKeyRing:
     return AesGcmKeyRing(list(config.sealing.keys))
 
 
-def build_app(config: GatewayConfig) -> web.Application:
+def build_app(config: GatewayConfig, *, clock: Clock | None = None) -> web.Application:
+    """The gateway; `clock`: the time it reads and waits on (the event loop's unless a
+    test moves one by hand)."""
     app = web.Application(
         middlewares=[request_id_middleware, error_middleware],
         client_max_size=config.limits.max_body_bytes + 1,
     )
-    clock = SystemClock()
+    clock = SystemClock() if clock is None else clock
     # This process's identity in the fleet: the configured name plus an incarnation that
     # changes at every start, so a replica restarted under the same name (a pod keeps its
     # name) is a new owner and its predecessor's calls go to takeover or replay.
@@ -206,13 +208,9 @@ def build_app(config: GatewayConfig) -> web.Application:
     )
     bridge.on_task = tasks.told
     fetcher = AiohttpFetcher()  # issuers' metadata and keys, upstream token endpoints
-
-    def wall_s() -> float:
-        return clock.wall_ms() / 1000
-
-    doors = build_front_doors(config, fetcher=fetcher, wall_s=wall_s, redis=client)
+    doors = build_front_doors(config, fetcher=fetcher, wall_s=clock.wall_s, redis=client)
     credentials = {
-        u.name: ClientCredentialsSource(u.oauth_client, fetcher=fetcher, clock=wall_s)
+        u.name: ClientCredentialsSource(u.oauth_client, fetcher=fetcher, clock=clock.wall_s)
         for u in config.upstreams
         if u.oauth_client is not None
     }
@@ -252,6 +250,7 @@ def build_app(config: GatewayConfig) -> web.Application:
                     upstream,
                     source.authorization if source else None,
                     source.invalidate if source else None,
+                    clock=clock,
                     max_message_bytes=limits.max_upstream_message_bytes,
                 ),
                 upstream.pool,
@@ -372,7 +371,7 @@ def _legacy_lanes(
     metrics: Metrics,
     streams: Streams,
     owner: str,
-    clock: SystemClock,
+    clock: Clock,
     bus: RedisBus | None,
 ) -> dict[str, LegacyLane]:
     """The legacy lane of every route, by upstream name; none when `legacy.enabled` is off.
@@ -401,7 +400,9 @@ def _legacy_lanes(
         if upstream.transport in BOUND_TRANSPORTS:
             passed = BoundUpstream(
                 upstream.name,
-                link_factory(http, upstream, authorization, unauthorized, max_message_bytes=most),
+                link_factory(
+                    http, upstream, authorization, unauthorized, clock=clock, max_message_bytes=most
+                ),
                 max_sessions=legacy.max_bound_sessions,
                 idle_s=legacy.bound_session_idle_s,
                 monotonic=clock.monotonic,
@@ -409,7 +410,9 @@ def _legacy_lanes(
             lane_metrics.held(upstream.name, functools.partial(len, passed.sessions))
         else:
             endpoint = http_endpoint(upstream, authorization, unauthorized, max_message_bytes=most)
-            passed = HttpPassThrough(http, endpoint, wait_s=config.limits.hold_timeout_s)
+            passed = HttpPassThrough(
+                http, endpoint, wait_s=config.limits.hold_timeout_s, clock=clock
+            )
         lanes[upstream.name] = LegacyLane(
             route=upstream.name,
             upstream=passed,
@@ -419,14 +422,14 @@ def _legacy_lanes(
             streams=streams,
             metrics=lane_metrics,
             hooks=hooks,
-            wall_ms=clock.wall_ms,
+            clock=clock,
             remote=_remote(bus, upstream.name, config.limits.hold_timeout_s, clock),
         )
     return lanes
 
 
 def _remote(
-    bus: RedisBus | None, route: str, wait_s: float, clock: SystemClock
+    bus: RedisBus | None, route: str, wait_s: float, clock: Clock
 ) -> Callable[[str], SessionUpstream] | None:
     """How a route's sessions held by another replica are reached: over the fleet bus."""
     if bus is None:

@@ -1,10 +1,12 @@
-"""The one clock of the call core, the stores and the fleet.
+"""The one clock of the call core, the stores, the fleet and the edges.
 
 Everything that reads the time or waits for it asks a `Clock`: wall time in
-milliseconds (what `requestState` and store records carry), a monotonic reading
-(durations, deadlines) and timers on the monotonic line. `SystemClock` is the
-event loop's; tests give the same code a manual clock and move time by hand, so
-expiry, coalescing windows and heartbeats are tested without sleeping.
+milliseconds (what `requestState` and store records carry) or seconds (as JWT claims
+count it), a monotonic reading (durations, deadlines) and timers on the monotonic
+line. `SystemClock` is the event loop's; tests give the same code a manual clock and
+move time by hand, so expiry, coalescing windows and heartbeats are tested without
+sleeping. Beside it, the one rule for waiting longer after each failure in a row
+(`Backoff`).
 
 It must not know about calls, stores or the network.
 """
@@ -15,6 +17,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.aio import cancel_and_wait, spawn
@@ -24,9 +27,26 @@ class Timer(Protocol):
     def cancel(self) -> None: ...
 
 
+class Bound(Protocol):
+    """A deadline over a block (`deadline`), moved while the block runs (as
+    `asyncio.Timeout` is)."""
+
+    def reschedule(self, when: float | None) -> None:
+        """The block raises TimeoutError at `when` from now on (None: never)."""
+        ...
+
+    def expired(self) -> bool:
+        """Whether the deadline has interrupted the block."""
+        ...
+
+
 class Clock(Protocol):
     def wall_ms(self) -> int:
         """Milliseconds since the Unix epoch: comparable across replicas."""
+        ...
+
+    def wall_s(self) -> float:
+        """Seconds since the Unix epoch, as `time.time` (and JWT claims) count them."""
         ...
 
     def monotonic(self) -> float:
@@ -44,11 +64,28 @@ class SystemClock:
     def wall_ms(self) -> int:
         return int(time.time() * 1000)
 
+    def wall_s(self) -> float:
+        return time.time()
+
     def monotonic(self) -> float:
         return asyncio.get_running_loop().time()
 
     def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
         return asyncio.get_running_loop().call_at(when, callback)
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff: `base` after the first failure in a row, twice as long after
+    each further one, never more than `cap`."""
+
+    base: float
+    cap: float
+
+    def delay(self, failures: int) -> float:
+        """The wait after `failures` failures in a row (1: the first)."""
+        # The exponent is bounded: a long outage must not overflow the float.
+        return min(self.cap, self.base * 2.0 ** min(max(failures - 1, 0), 64))
 
 
 async def sleep_until(clock: Clock, when: float) -> None:
@@ -73,8 +110,9 @@ async def sleep(clock: Clock, seconds: float) -> None:
     await sleep_until(clock, clock.monotonic() + seconds)
 
 
-def deadline(clock: Clock, when: float | None) -> AbstractAsyncContextManager[object]:
-    """Like `asyncio.timeout_at`, on `clock`: the body raises TimeoutError at `when`.
+def deadline(clock: Clock, when: float | None) -> AbstractAsyncContextManager[Bound]:
+    """Like `asyncio.timeout_at`, on `clock`: the body raises TimeoutError at `when`,
+    which the body may move (`Bound.reschedule`).
 
     `None` waits forever. A body that finishes without awaiting past `when` is not
     interrupted, even if `when` has already passed. On the event loop's own clock it
@@ -85,21 +123,50 @@ def deadline(clock: Clock, when: float | None) -> AbstractAsyncContextManager[ob
     return _deadline(clock, when)
 
 
+class _ClockBound:
+    """A deadline on a clock that is not the loop's: a scope of the loop's with no
+    deadline of its own, interrupted when a timer on `clock` fires."""
+
+    __slots__ = ("clock", "scope", "timer")
+
+    def __init__(self, clock: Clock, scope: asyncio.Timeout) -> None:
+        self.clock = clock
+        self.scope = scope
+        self.timer: Timer | None = None
+
+    def reschedule(self, when: float | None) -> None:
+        self.cancel()
+        if not self.scope.expired():
+            self.scope.reschedule(None)  # a timer that fired but has not yet interrupted
+        if when is not None:
+            self.timer = self.clock.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        self.timer = None
+        if not self.scope.expired():
+            self.scope.reschedule(asyncio.get_running_loop().time())
+
+    def expired(self) -> bool:
+        return self.scope.expired()
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
 @asynccontextmanager
-async def _deadline(clock: Clock, when: float | None) -> AsyncIterator[None]:
-    if when is None:
-        yield
-        return
+async def _deadline(clock: Clock, when: float | None) -> AsyncIterator[Bound]:
     async with asyncio.timeout(None) as scope:
-        loop = asyncio.get_running_loop()
-        timer = clock.call_at(when, lambda: scope.reschedule(loop.time()))
+        bound = _ClockBound(clock, scope)
+        bound.reschedule(when)
         try:
-            yield
+            yield bound
         finally:
-            timer.cancel()
+            bound.cancel()
 
 
-def timeout(clock: Clock, seconds: float | None) -> AbstractAsyncContextManager[object]:
+def timeout(clock: Clock, seconds: float | None) -> AbstractAsyncContextManager[Bound]:
     """`deadline` `seconds` from now."""
     return deadline(clock, None if seconds is None else clock.monotonic() + seconds)
 

@@ -26,7 +26,6 @@ standalone stream dropped) or its client stopped reading.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -34,11 +33,14 @@ from typing import Any
 import structlog
 from prometheus_client import Gauge
 
+from gateway import clock as clocks
+from gateway.clock import Clock
 from gateway.errors import CapacityExceeded, Draining, LimitExceeded, UpstreamError
 from gateway.protocol import listen as wire
 from gateway.protocol.capabilities import NO_CAPABILITIES
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.outside import answer_outside_call
+from gateway.quota import Quota
 from gateway.upstream.port import Inbox, InboxItem, PooledSession, StreamEnd, UpstreamPool
 
 log = structlog.get_logger("gateway.listens")
@@ -94,11 +96,9 @@ class Listens:
     """The open listens of this replica, by upstream."""
 
     def __init__(self, max_listens: int, per_principal: int, gauge: Gauge | None = None) -> None:
-        self.max_listens = max_listens
-        self.per_principal = per_principal
+        self.quota = Quota(max_listens, per_principal, full=ListensFull, busy=PrincipalListening)
         self.gauge = gauge
         self._open: dict[str, set[Inbox]] = {}
-        self._principals: Counter[str] = Counter()
         self._draining = False
         # On a fleet, told of each list change heard here (`ChangeFeed.heard`).
         self.fleet: Callable[[str, str], None] | None = None
@@ -108,7 +108,7 @@ class Listens:
 
     @property
     def enabled(self) -> bool:
-        return self.max_listens > 0
+        return self.quota.total > 0
 
     @contextmanager
     def opened(self, upstream: str, principal: str) -> Iterator[Inbox]:
@@ -121,23 +121,16 @@ class Listens:
         """
         if self._draining:
             raise Draining()
-        if len(self) >= self.max_listens:
-            raise ListensFull()
-        if self._principals[principal] >= self.per_principal:
-            raise PrincipalListening()
-        inbox = ListenInbox()
-        inboxes = self._open.setdefault(upstream, set())
-        inboxes.add(inbox)
-        self._principals[principal] += 1
-        self._count()
-        try:
-            yield inbox
-        finally:
-            inboxes.discard(inbox)
-            self._principals[principal] -= 1
-            if not self._principals[principal]:
-                del self._principals[principal]
+        with self.quota.held(principal):
+            inbox = ListenInbox()
+            inboxes = self._open.setdefault(upstream, set())
+            inboxes.add(inbox)
             self._count()
+            try:
+                yield inbox
+            finally:
+                inboxes.discard(inbox)
+                self._count()
 
     def _count(self) -> None:
         if self.gauge is not None:
@@ -176,21 +169,22 @@ async def serve(
     may_read: Callable[[str], bool],
     upstream: str,
     expires_in_s: float | None = None,
+    *,
+    clock: Clock,
 ) -> dict[str, Any] | None:
     """Serve one listen until it ends: its graceful result, or None when it is cut short.
 
     `send` writes a message on the client's stream; `may_read` says whether the caller
     may see a resource URI (its scopes); `expires_in_s`: when the caller's credential
     expires (the listen is cut short then, and its client, listening again, must show a
-    fresh one).
+    fresh one). Both bounds, that and a write's, are on `clock`.
 
     Raises:
         UpstreamError: before the stream was acknowledged (the server could not be
             reached, or failed a subscription); nothing was sent.
         ClientStalled: the client stopped reading.
     """
-    loop = asyncio.get_running_loop()
-    deadline = None if expires_in_s is None else loop.time() + expires_in_s
+    deadline = None if expires_in_s is None else clock.monotonic() + expires_in_s
     info = await pool.upstream_info()
     honour = wire.honoured(asked, info.capabilities)
     session: PooledSession | None = None
@@ -206,7 +200,7 @@ async def serve(
             return wire.closing(listen_id)
         if ended is not None:  # its session lost already (no GET stream): an error, not a
             raise ended  # stream acknowledged and cut at once, which a client re-listens to
-        await _write(send, wire.acknowledgement(listen_id, honour))
+        await _write(send, wire.acknowledgement(listen_id, honour), clock)
         acknowledged = True
         log.info("listen_opened", upstream=upstream, asked=asked.wire(), honoured=honour.wire())
         if not honour.lists and not honour.resources:
@@ -214,7 +208,7 @@ async def serve(
             return wire.closing(listen_id)
         while True:
             try:
-                async with asyncio.timeout_at(deadline):
+                async with clocks.deadline(clock, deadline):
                     item = await inbox.get()
             except TimeoutError:
                 log.info("listen_cut_short", upstream=upstream, error="the credential expired")
@@ -237,7 +231,7 @@ async def serve(
             if uri is not None and not may_read(uri):
                 log.debug("listen_update_withheld", upstream=upstream)
                 continue
-            await _write(send, note)
+            await _write(send, note, clock)
     except asyncio.CancelledError:
         if acknowledged:
             log.info("listen_ended", upstream=upstream, reason="client left")
@@ -254,10 +248,10 @@ async def serve(
             pool.close_alone(session)  # its subscriptions were the listen's alone
 
 
-async def _write(send: Send, message: dict[str, Any]) -> None:
+async def _write(send: Send, message: dict[str, Any], clock: Clock) -> None:
     """Raises: ClientStalled."""
     try:
-        async with asyncio.timeout(WRITE_TIMEOUT_S):
+        async with clocks.timeout(clock, WRITE_TIMEOUT_S):
             await send(message)
     except TimeoutError:
         log.info("listen_cut_short", error="the client stopped reading its stream")

@@ -158,6 +158,44 @@ def test_the_legacy_lane_uses_web_independent_parts_only() -> None:
     assert offenders("gateway.legacy_clients", forbidden) == set()
 
 
+#: The transports behind the upstream port, and the concrete stores behind theirs.
+TRANSPORTS = {
+    "aiohttp",
+    "redis",
+    "gateway.http1",
+    "gateway.upstream.http",
+    "gateway.upstream.sse",
+    "gateway.upstream.stdio",
+    "gateway.upstream.pool",
+    "gateway.upstream.factory",
+}
+STORES = {"gateway.store.redis", "gateway.store.redis_client", "gateway.store.memory"}
+
+
+def test_tasks_run_on_the_call_core_and_the_ports() -> None:
+    """The tasks extension (`gateway.tasks`) drives its calls through the call core and
+    keeps its records through the task store's port: no transport, no web part, no
+    fleet of its own (a task's messages to its owner go through the call core's bus)."""
+    forbidden = TRANSPORTS | STORES
+    forbidden |= {"gateway.web", "gateway.legacy_clients", "gateway.fleet", "gateway.listens"}
+    forbidden |= {"gateway.app", "gateway.cli"}
+    assert offenders("gateway.tasks", forbidden) == set()
+
+
+def test_listens_use_the_upstream_port_only() -> None:
+    """A listen (`gateway.listens`) hears its upstream through the upstream port, and the
+    fleet's news through a callback it is handed: no transport, no call core, no store."""
+    forbidden = TRANSPORTS | {"gateway.store", "gateway.calls", "gateway.tasks", "gateway.fleet"}
+    forbidden |= {"gateway.web", "gateway.legacy_clients", "gateway.app", "gateway.cli"}
+    assert offenders("gateway.listens", forbidden) == set()
+
+
+def test_the_rule_finder_names_a_forbidden_import() -> None:
+    assert "gateway.tasks.service: gateway.store.tasks" in offenders(
+        "gateway.tasks", {"gateway.store"}
+    )
+
+
 def test_checking_a_config_loads_no_transport() -> None:
     forbidden = {"aiohttp", "redis", "gateway.upstream", "gateway.calls", "gateway.web"}
     assert offenders("gateway.config", forbidden) == set()
@@ -165,7 +203,16 @@ def test_checking_a_config_loads_no_transport() -> None:
 
 def test_the_folders_name_the_parts() -> None:
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
-    assert folders >= {"protocol", "calls", "upstream", "store", "fleet", "web", "legacy_clients"}
+    assert folders >= {
+        "protocol",
+        "calls",
+        "upstream",
+        "store",
+        "fleet",
+        "web",
+        "legacy_clients",
+        "tasks",
+    }
     for folder in folders:
         doc = ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text()))
         assert doc, f"gateway/{folder}/__init__.py says what the part is"

@@ -1,14 +1,20 @@
 """The replica's open listens: the limits, a change handed to every listen of its
-upstream once, a stalled client's listen cut short, draining (no server needed)."""
+upstream once, a stalled client's listen cut short, draining, a credential's expiry on a
+manual clock (no server needed)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from gateway.aio import spawn
 from gateway.errors import Draining, UpstreamError
 from gateway.listens import (
     DRAINING,
     MAX_WAITING,
+    WRITE_TIMEOUT_S,
+    ClientStalled,
     Listens,
     ListensFull,
     PrincipalListening,
@@ -17,6 +23,7 @@ from gateway.listens import (
 from gateway.protocol import listen
 from gateway.protocol.translate import UpstreamInfo
 from gateway.upstream.port import StreamEnd
+from tests.fakes.clock import SETTLE_TURNS, ManualClock
 
 TOOLS = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 PROMPTS = {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}
@@ -103,22 +110,49 @@ LISTS = InfoOnly({"tools": {"listChanged": True}})
 ASKED = listen.Filter(frozenset({"toolsListChanged"}))
 
 
-async def serve_collecting(inbox, pool=LISTS, asked=ASKED, **kwargs):
+async def serve_collecting(inbox, pool=LISTS, asked=ASKED, *, clock=None, **kwargs):
     sent: list[dict] = []
 
     async def send(message: dict) -> None:
         sent.append(message)
 
-    result = await serve(pool, inbox, "l", asked, send, lambda uri: True, "u", **kwargs)
+    clock = clock or ManualClock()
+    result = await serve(
+        pool, inbox, "l", asked, send, lambda uri: True, "u", clock=clock, **kwargs
+    )
     return result, sent
 
 
 async def test_a_listen_is_cut_short_when_its_callers_credential_expires() -> None:
-    listens = Listens(1, 1)
+    listens, clock = Listens(1, 1), ManualClock()
     with listens.opened("u", "p") as inbox:
-        result, sent = await serve_collecting(inbox, expires_in_s=0.05)
+        serving = spawn(serve_collecting(inbox, clock=clock, expires_in_s=600), name="listen")
+        await clock.armed(600)
+        clock.advance(599.9)
+        for _ in range(SETTLE_TURNS):
+            await asyncio.sleep(0)
+        assert not serving.done()  # still open a moment before its credential expires
+        clock.advance(0.1)
+        result, sent = await asyncio.wait_for(serving, 5)
     assert result is None  # cut short: the client listens again, with a fresh token
     assert [m["method"] for m in sent] == [listen.ACKNOWLEDGED]
+
+
+async def test_a_listen_whose_client_takes_no_write_is_cut_short_as_stalled() -> None:
+    listens, clock = Listens(1, 1), ManualClock()
+
+    async def stalled(message: dict) -> None:
+        await asyncio.Event().wait()  # the client's connection open, nothing read
+
+    with listens.opened("u", "p") as inbox:
+        serving = spawn(
+            serve(LISTS, inbox, "l", ASKED, stalled, lambda uri: True, "u", clock=clock),
+            name="listen",
+        )
+        await clock.armed(WRITE_TIMEOUT_S)
+        clock.advance(WRITE_TIMEOUT_S)
+        with pytest.raises(ClientStalled):
+            await asyncio.wait_for(serving, 5)
 
 
 async def test_a_listen_drained_before_it_was_acknowledged_ends_with_its_result_alone() -> None:
@@ -150,7 +184,9 @@ async def test_news_from_the_pools_sessions_reaches_the_listen_stamped_and_once(
             listens.end_all()
 
     with listens.opened("u", "p") as inbox:
-        result = await serve(LISTS, inbox, "l", ASKED, send, lambda uri: True, "u")
+        result = await serve(
+            LISTS, inbox, "l", ASKED, send, lambda uri: True, "u", clock=ManualClock()
+        )
     assert result == listen.closing("l")
     assert sent[1:] == [{**TOOLS, "params": {"_meta": {listen.SUBSCRIPTION_ID: "l"}}}]
 

@@ -1,10 +1,11 @@
 """The seams of the identity core: the wall clock it reads and the HTTP it fetches with.
 
 Everything in `gateway.auth` that needs the time calls a `WallClock` (seconds since
-the Unix epoch, as JWT claims count them), and everything that talks to an
-authorization server goes through an `HttpFetcher`. Production passes `time.time`
-and `AiohttpFetcher`; tests pass a hand-moved clock and an in-memory fetcher, so
-expiry and refresh intervals are tested without sleeping.
+the Unix epoch, as JWT claims count them): the gateway's one clock's `wall_s`
+(`gateway.clock.Clock`), narrowed to the one reading identity needs. Everything that
+talks to an authorization server goes through an `HttpFetcher`. Production passes
+`Clock.wall_s` and `AiohttpFetcher`; tests pass a hand-moved clock and an in-memory
+fetcher, so expiry and refresh intervals are tested without sleeping.
 
 This module holds no I/O and no policy.
 """
@@ -15,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-#: Seconds since the Unix epoch, like `time.time`. Tests pass a manual clock.
+#: Seconds since the Unix epoch, like `time.time`: `Clock.wall_s`. Tests pass a manual clock.
 WallClock = Callable[[], float]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from gateway.auth import ClientCredentials
 from gateway.config.auth import AuthConfig
@@ -300,6 +301,7 @@ class TargetConfig:
 
 
 _DEFAULT_TARGET = TargetConfig()
+_NO_TARGETS: Mapping[str, TargetConfig] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -346,20 +348,26 @@ class UpstreamConfig:
     resources: Mapping[str, TargetConfig] = field(default_factory=dict, metadata={"entry": "<uri>"})
     """Settings of one resource, by its URI."""
 
+    def targets(self, method: str) -> Mapping[str, TargetConfig]:
+        """The settings of the tools, prompts or resources a request of `method` is about
+        (`gateway.protocol.methods.NAME_FIELD`), by name or URI; none for another method."""
+        if method == "tools/call":
+            return self.tools
+        if method == "prompts/get":
+            return self.prompts
+        if method == "resources/read":
+            return self.resources
+        return _NO_TARGETS
+
     def target(self, method: str, target: str | None) -> TargetConfig:
         """The settings of one tool, prompt or resource (the defaults if it has none).
         Resources are keyed by `gateway.protocol.uris.normal` (the loader keys them so):
         the one key of every spelling a server reads as that URI."""
-        if method == "tools/call":
-            table = self.tools
-        elif method == "prompts/get":
-            table = self.prompts
-        elif method == "resources/read":
-            table = self.resources
-            if table and target:
-                target = normal_uri(target)
-        else:
+        table = self.targets(method)
+        if not table:
             return _DEFAULT_TARGET
+        if method == "resources/read" and target:
+            target = normal_uri(target)
         return table.get(target or "") or _DEFAULT_TARGET
 
     @property

@@ -35,6 +35,7 @@ from gateway.config.model import (
 from gateway.config.section import Section
 from gateway.errors import ConfigError
 from gateway.protocol.keys import KeyRule
+from gateway.protocol.methods import INPUT as INPUT_METHODS
 from gateway.protocol.translate import CachePolicy
 from gateway.protocol.uris import normal as normal_uri
 
@@ -68,7 +69,7 @@ def _key_rules(owner: Section, key: str) -> tuple[KeyRule, ...]:
         if not name:
             raise ConfigError(f"{rule.at('key')}: every input rule needs a key")
         method = rule.get("method", str) or None
-        if method not in (None, "elicitation/create", "sampling/createMessage", "roots/list"):
+        if method is not None and method not in INPUT_METHODS:
             raise ConfigError(
                 f"{rule.at('method')}: must be elicitation/create, "
                 "sampling/createMessage or roots/list"

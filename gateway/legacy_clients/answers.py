@@ -21,13 +21,11 @@ from typing import Any
 import structlog
 
 from gateway.auth.errors import AuthError
-from gateway.protocol import jsonrpc, sse
-from gateway.protocol import legacy_session as sessions
+from gateway.protocol import jsonrpc, lists, sse
+from gateway.protocol.lists import MaySee
 
 log = structlog.get_logger("gateway.legacy")
 
-#: Whether a caller may see a list entry: (the method using it, its name or URI) -> bool.
-MaySee = Callable[[str, str | None], bool]
 #: Refuses a result the caller may not see (raises `InsufficientScope`).
 Check = Callable[[dict[str, Any]], None]
 
@@ -69,7 +67,7 @@ def checked_body(
     if isinstance(result, dict):
         check(result)
     if may_see is not None:
-        kept = sessions.filtered_message(message, method, may_see)
+        kept = lists.filtered_message(message, method, may_see)
         if kept is not None:
             return jsonrpc.dumps(kept), "complete"
     return body, "complete"
@@ -129,7 +127,7 @@ class StreamView:
                 reply = jsonrpc.error(message.get("id"), INSUFFICIENT_SCOPE_RESULT)
                 return replace(event, data=jsonrpc.dumps(reply).decode())
         if self.may_see is not None:
-            kept = sessions.filtered_message(message, self.method, self.may_see)
+            kept = lists.filtered_message(message, self.method, self.may_see)
             if kept is not None:
                 return replace(event, data=jsonrpc.dumps(kept).decode())
         return event

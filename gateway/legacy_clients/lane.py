@@ -40,11 +40,9 @@ It must not import the web part (`gateway.web`) nor the call core (`gateway.call
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import hashlib
 import hmac
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
@@ -53,6 +51,7 @@ import structlog
 from aiohttp import web
 
 from gateway.auth import Identity
+from gateway.clock import Clock
 from gateway.config import LegacyConfig, LimitsConfig
 from gateway.errors import (
     Draining,
@@ -63,7 +62,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
-from gateway.legacy_clients.answers import MaySee, StreamView, checked_body, outcome_of
+from gateway.legacy_clients.answers import StreamView, checked_body, outcome_of
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.relay import ENDED, IDLE, Held, Relay, StreamHooks, drain, hold_head
 from gateway.legacy_clients.streams import Streams
@@ -74,8 +73,9 @@ from gateway.legacy_clients.upstream import (
     SessionUpstream,
     crossing_headers,
 )
-from gateway.protocol import inbound, jsonrpc, sse
+from gateway.protocol import inbound, jsonrpc, methods, sse
 from gateway.protocol import legacy_session as sessions
+from gateway.protocol.lists import MaySee
 from gateway.protocol.state import StateCodec
 
 log = structlog.get_logger("gateway.legacy")
@@ -134,29 +134,9 @@ class Door(Protocol):
     def list_filter(self, caller: Any) -> MaySee | None: ...
 
 
-#: The methods a legacy client sends, as metric labels; any other is counted as "other".
-KNOWN_METHODS = frozenset(
-    {
-        "initialize",
-        "ping",
-        "tools/list",
-        "tools/call",
-        "prompts/list",
-        "prompts/get",
-        "resources/list",
-        "resources/templates/list",
-        "resources/read",
-        "resources/subscribe",
-        "resources/unsubscribe",
-        "logging/setLevel",
-        "completion/complete",
-        "notifications/initialized",
-        "notifications/cancelled",
-        "notifications/progress",
-        "notifications/roots/list_changed",
-        "response",
-    }
-)
+#: The methods a legacy client sends, as metric labels ("response": a client's answer to
+#: a server request); any other is counted as "other".
+KNOWN_METHODS = methods.LEGACY_CLIENT | {"response"}
 
 
 #: Session ids kept opened for their later requests, per route (`OpenedSessions`).
@@ -188,10 +168,11 @@ class LegacyLane:
         streams: Streams,
         metrics: LaneMetrics,
         hooks: StreamHooks,
-        wall_ms: Callable[[], int],
+        clock: Clock,
         remote: Callable[[str], SessionUpstream] | None = None,
     ) -> None:
-        """`route`: the name of the route's upstream. `remote`:
+        """`route`: the name of the route's upstream; `clock`: every time the lane reads or
+        waits for (sessions' expiry, streams' bounds, durations). `remote`:
         the upstream as another replica (named) holds its sessions, over the fleet bus;
         None without one (a single replica)."""
         self.route = route
@@ -202,7 +183,7 @@ class LegacyLane:
         self.streams = streams
         self.metrics = metrics
         self.hooks = hooks
-        self.wall_ms = wall_ms
+        self.clock = clock
         self.remote = remote
         self.opened = sessions.OpenedSessions(OPENED_SESSIONS)
 
@@ -217,7 +198,7 @@ class LegacyLane:
         decoded: Any,
     ) -> web.StreamResponse:
         """Serve one legacy POST: `body` as it came, `decoded` its JSON."""
-        started = time.monotonic()
+        started = self.clock.monotonic()
         served = Served(method="unknown")
         try:
             response = await self._post(request, caller, headers, body, decoded, served)
@@ -227,7 +208,7 @@ class LegacyLane:
         except RpcError as exc:
             response = self._rpc_error(exc, served)
         finally:
-            self._served(served, caller, time.monotonic() - started)
+            self._served(served, caller, self.clock.monotonic() - started)
         return response
 
     async def _post(
@@ -274,7 +255,7 @@ class LegacyLane:
             if not sessions.valid_upstream_session(answer.session):
                 await _discard(answer)
                 raise UpstreamError("upstream gave a session id that is not visible ASCII")
-            now = self.wall_ms()
+            now = self.clock.wall_ms()
             settings = self.settings
             claims = sessions.SessionClaims(
                 upstream=self.upstream.name,
@@ -295,9 +276,7 @@ class LegacyLane:
         self, request: web.Request, caller: Caller, headers: Mapping[str, str]
     ) -> web.StreamResponse:
         """The session's standalone stream (or its resumption: `Last-Event-ID`)."""
-        accept = headers.get("accept", "")
-        media = {part.split(";")[0].strip().lower() for part in accept.split(",")}
-        if not media & {"text/event-stream", "text/*", "*/*"}:
+        if not inbound.accepts(headers.get("accept", ""), "text/event-stream"):
             raise NotAcceptable("Accept must list text/event-stream")
         if self.settings.legacy.max_streams_per_principal == 0:
             raise NoGetStreams()
@@ -305,13 +284,13 @@ class LegacyLane:
         token, claims = self._session(headers, caller, served)
         upstream = self._reach(claims, served)
         head = {**SSE_HEADERS, SESSION_HEADER: token}
-        relay = Relay(request, head, self.hooks, keepalive_s=self._keepalive)
+        relay = Relay(request, head, self.hooks, keepalive_s=self._keepalive, clock=self.clock)
         with self.streams.opened(caller.principal, relay.stop):
             answer = await upstream.get(claims.session, crossing_headers(headers))
             if isinstance(answer.body, bytes):
                 return self._plain(answer, token)
             await _started(relay, answer.body)
-            started = time.monotonic()
+            started = self.clock.monotonic()
             log.info("legacy_stream_opened", principal=caller.log_id, session=served.session)
             view = StreamView(rid=None, method=None, may_see=self.door.list_filter(caller))
             how = "client_gone"
@@ -324,7 +303,7 @@ class LegacyLane:
                     how=how,
                     principal=caller.log_id,
                     session=served.session,
-                    duration_s=round(time.monotonic() - started, 1),
+                    duration_s=round(self.clock.monotonic() - started, 1),
                 )
             return await relay.finish()
 
@@ -355,7 +334,7 @@ class LegacyLane:
         token = headers.get(_SESSION_KEY)
         if token is None:
             raise MissingSession()
-        now_ms = self.wall_ms()
+        now_ms = self.clock.wall_ms()
         known = self.opened.get(token, caller.principal, now_ms)
         if known is None:
             served.session = self._log_id(token)
@@ -397,13 +376,13 @@ class LegacyLane:
         return "s_" + digest[:16]
 
     def _end_at(self, claims: sessions.SessionClaims, caller: Caller) -> float:
-        """When a GET stream ends, on the loop's clock: the session's expiry, or the
+        """When a GET stream ends, on the lane's clock: the session's expiry, or the
         credential's if sooner (what outlives the request that showed it ends then)."""
         until_s = claims.expires_ms / 1000
         identity = caller.identity
         if identity is not None and identity.expires_at is not None:
             until_s = min(until_s, identity.expires_at)
-        return asyncio.get_running_loop().time() + max(0.0, until_s - self.wall_ms() / 1000)
+        return self.clock.monotonic() + max(0.0, until_s - self.clock.wall_s())
 
     # -- answers ---------------------------------------------------------------------
 
@@ -437,20 +416,24 @@ class LegacyLane:
             headers[SESSION_HEADER] = token
         view = StreamView(rid=served.rid, method=served.method, may_see=may_see, check=check)
         hold_s = self.settings.limits.hold_timeout_s
-        held = Held(asyncio.get_running_loop().time())
+        held = Held(self.clock.monotonic())
         if served.rid is not None:
             # Its head waits for the first message, as long as a keepalive would: a
             # response that comes first (most answers) is sent whole, no stream relayed.
             wait_s = min(self._keepalive, hold_s)
             held = await hold_head(
-                events, view.see, wait_s, gave_up=IDLE if wait_s == hold_s else None
+                events,
+                view.see,
+                wait_s,
+                gave_up=IDLE if wait_s == hold_s else None,
+                clock=self.clock,
             )
             if view.has_answer():
-                drain(events)
+                drain(events, self.clock)
                 served.outcome = view.outcome
                 body = b"".join(sse.encode_event(event) for event in held.events)
                 return web.Response(status=200, body=body, headers=headers)
-        relay = Relay(request, headers, self.hooks, keepalive_s=self._keepalive)
+        relay = Relay(request, headers, self.hooks, keepalive_s=self._keepalive, clock=self.clock)
         await _started(relay, events)
         try:
             try:

@@ -9,7 +9,8 @@ for `idle_s` (a POST's answer; a GET stream may be quiet for hours), at `end_at`
 session's expiry, or the credential's) or when it is stopped (`stop`: the replica
 drains); then the client's stream ends too, cleanly, so a client reconnects. Before a
 stream's head is sent, `hold_head` reads its events up to its first message, so that the
-lane can send a response that comes first whole instead.
+lane can send a response that comes first whole instead. Every time it reads or waits
+for is on the `Clock` it is given.
 
 It must not decide what an event means, nor answer anything but the stream it relays.
 """
@@ -24,7 +25,9 @@ from typing import Protocol
 
 from aiohttp import web
 
+from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
+from gateway.clock import Bound, Clock, Timer
 from gateway.errors import UpstreamError
 from gateway.legacy_clients.upstream import EventStream
 from gateway.protocol import sse
@@ -56,6 +59,7 @@ class Relay:
         "headers",
         "hooks",
         "keepalive_s",
+        "clock",
         "error",
         "_response",
         "_lock",
@@ -73,18 +77,20 @@ class Relay:
         hooks: StreamHooks,
         *,
         keepalive_s: float,
+        clock: Clock,
     ) -> None:
         self.request = request
         self.headers = dict(headers)
         self.hooks = hooks
         self.keepalive_s = keepalive_s
+        self.clock = clock
         self.error: UpstreamError | None = None
         self._response: web.StreamResponse | None = None
         self._lock = asyncio.Lock()
         self._last = 0.0
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._keeper: asyncio.Task[None] | None = None
-        self._bound: asyncio.Timeout | None = None
+        self._bound: Bound | None = None
         self._stopped: str | None = None
 
     async def start(self) -> web.StreamResponse:
@@ -94,7 +100,7 @@ class Relay:
         await response.prepare(self.request)
         self.hooks.begun(self.request, response)
         self._response = response
-        self._last = asyncio.get_running_loop().time()
+        self._last = self.clock.monotonic()
         self._arm(self.keepalive_s)
         return response
 
@@ -109,40 +115,40 @@ class Relay:
         quiet_since: float | None = None,
     ) -> str:
         """Relay `events` until they end or the relay does; how it ended (`ENDED`, `FAILED`,
-        `IDLE`, `EXPIRED` or the reason given to `stop`). `end_at` is on the loop's clock.
+        `IDLE`, `EXPIRED` or the reason given to `stop`). `end_at` is on the relay's clock.
         Once `done()` says the client has all it waits for (a POST's response: the server
         SHOULD end its stream there), the relay ends at once and the rest of the upstream's
         stream is read in the background for at most `DRAIN_S`, so that its connection is
         used again; `events` is closed whatever happens. `quiet_since`: when the upstream
-        last said something, on the loop's clock, if before the relay began (`idle_s`
+        last said something, on the relay's clock, if before the relay began (`idle_s`
         counts from then).
 
         Raises:
             ConnectionResetError: the client went away.
         """
-        loop = asyncio.get_running_loop()
+        clock = self.clock
         draining = False
         try:
-            since = loop.time() if quiet_since is None else quiet_since
-            async with asyncio.timeout_at(_deadline(since, idle_s, end_at)) as bound:
+            since = clock.monotonic() if quiet_since is None else quiet_since
+            async with clocks.deadline(clock, _deadline(since, idle_s, end_at)) as bound:
                 self._bound = bound
                 if self._stopped is not None:
-                    bound.reschedule(loop.time())
+                    bound.reschedule(clock.monotonic())
                 async for event in events:
                     shown = see(event)
                     if shown is not None:
                         await self.write(sse.encode_event(shown))
                     if done is not None and done():
                         draining = True
-                        drain(events)
+                        drain(events, clock)
                         return ENDED
                     if idle_s is not None and self._stopped is None:
-                        bound.reschedule(_deadline(loop.time(), idle_s, end_at))
+                        bound.reschedule(_deadline(clock.monotonic(), idle_s, end_at))
             return ENDED
         except TimeoutError:
             if self._stopped is not None:
                 return self._stopped
-            return EXPIRED if end_at is not None and loop.time() >= end_at else IDLE
+            return EXPIRED if end_at is not None and clock.monotonic() >= end_at else IDLE
         except UpstreamError as exc:
             self.error = exc
             return FAILED
@@ -158,14 +164,14 @@ class Relay:
         self._stopped = why
         bound = self._bound
         if bound is not None and not bound.expired():
-            bound.reschedule(asyncio.get_running_loop().time())
+            bound.reschedule(self.clock.monotonic())
 
     async def write(self, data: bytes) -> None:
         """Send bytes on the stream (one whole frame). Raises: ConnectionResetError."""
         assert self._response is not None, "start() first"
         async with self._lock:
             await self._response.write(data)
-            self._last = asyncio.get_running_loop().time()
+            self._last = self.clock.monotonic()
 
     async def finish(self) -> web.StreamResponse:
         """End the client's stream (its last chunk), after what was written."""
@@ -189,12 +195,12 @@ class Relay:
     # -- keepalives --------------------------------------------------------------------
 
     def _arm(self, delay_s: float) -> None:
-        self._timer = asyncio.get_running_loop().call_later(delay_s, self._due)
+        self._timer = self.clock.call_at(self.clock.monotonic() + delay_s, self._due)
 
     def _due(self) -> None:
         """A keepalive is due unless something was written meanwhile: then later."""
         self._timer = None
-        quiet = asyncio.get_running_loop().time() - self._last
+        quiet = self.clock.monotonic() - self._last
         if quiet < self.keepalive_s:
             self._arm(self.keepalive_s - quiet)
         elif self._keeper is None:
@@ -214,7 +220,7 @@ class Relay:
 class Held:
     """What a stream said before its head was sent (`hold_head`)."""
 
-    heard: float  # when the upstream last said something (or was asked), on the loop's clock
+    heard: float  # when the upstream last said something (or was asked), on the lane's clock
     events: list[sse.Event] = field(default_factory=list)  # as `see` let them through
     how: str | None = None  # how the stream ended meanwhile (`ENDED`, `FAILED`, ...), if it did
     error: UpstreamError | None = None  # `FAILED`: how it failed
@@ -226,20 +232,20 @@ async def hold_head(
     wait_s: float,
     *,
     gave_up: str | None,
+    clock: Clock,
 ) -> Held:
     """The events of a stream up to its first message (an event with data; those before it
     carry none, as a priming event that only gives an id), each through `see`, for at most
     `wait_s`; a stream that ended, failed or said no message within it says so (`gave_up`:
     what a wait that ran out means: None, that the relay goes on). `events` is closed when
     the wait is cancelled, and left open otherwise."""
-    loop = asyncio.get_running_loop()
-    held = Held(loop.time())
+    held = Held(clock.monotonic())
     iterator = aiter(events)
     try:
-        async with asyncio.timeout(wait_s):
+        async with clocks.timeout(clock, wait_s):
             while True:
                 event = await anext(iterator)
-                held.heard = loop.time()
+                held.heard = clock.monotonic()
                 held.events.append(see(event))
                 if event.data:
                     return held
@@ -259,17 +265,17 @@ async def hold_head(
 DRAIN_S = 1.0
 
 
-def drain(events: EventStream) -> None:
+def drain(events: EventStream, clock: Clock) -> None:
     """Read the rest of `events` in the background, for at most `DRAIN_S`, then close
     them: what follows a response the client has (normally just the stream's end)."""
-    spawn(_drain(events), name="legacy-stream-drain")
+    spawn(_drain(events, clock), name="legacy-stream-drain")
 
 
-async def _drain(events: EventStream) -> None:
+async def _drain(events: EventStream, clock: Clock) -> None:
     """Read what follows a response (normally just the stream's end), briefly: a stream
     read to its end gives its connection back for the next request; one cut is closed."""
     try:
-        async with asyncio.timeout(DRAIN_S):
+        async with clocks.timeout(clock, DRAIN_S):
             async for _ in events:
                 pass
     except (TimeoutError, UpstreamError):

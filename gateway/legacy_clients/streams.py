@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from gateway.errors import CapacityExceeded, Draining, LimitExceeded
+from gateway.quota import Quota
 
 #: The reason a stream's relay is stopped with when the replica drains.
 DRAINED = "drained"
@@ -39,11 +40,11 @@ Stop = Callable[[str], None]
 
 class Streams:
     def __init__(self, max_streams: int, max_per_principal: int) -> None:
-        self.max_streams = max_streams
-        self.max_per_principal = max_per_principal
+        self.quota = Quota(
+            max_streams, max_per_principal, full=StreamsFull, busy=PrincipalStreaming
+        )
         self.draining = False
         self._open: dict[int, Stop] = {}
-        self._per_principal: dict[str, int] = {}
         self._next = 0
 
     def __len__(self) -> int:
@@ -58,23 +59,13 @@ class Streams:
         """
         if self.draining:
             raise Draining("This replica is draining; open the stream again")
-        if len(self._open) >= self.max_streams:
-            raise StreamsFull()
-        held = self._per_principal.get(principal, 0)
-        if held >= self.max_per_principal:
-            raise PrincipalStreaming()
-        key, self._next = self._next, self._next + 1
-        self._open[key] = stop
-        self._per_principal[principal] = held + 1
-        try:
-            yield
-        finally:
-            del self._open[key]
-            left = self._per_principal[principal] - 1
-            if left:
-                self._per_principal[principal] = left
-            else:
-                del self._per_principal[principal]
+        with self.quota.held(principal):
+            key, self._next = self._next, self._next + 1
+            self._open[key] = stop
+            try:
+                yield
+            finally:
+                del self._open[key]
 
     def end_all(self) -> None:
         """The replica drains or stops: every stream ends, and none opens any more."""

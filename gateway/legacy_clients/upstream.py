@@ -29,7 +29,6 @@ Nothing here knows the client, its identity or its session id; it must not log b
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -37,6 +36,8 @@ from typing import Protocol
 
 import structlog
 
+from gateway import clock as clocks
+from gateway.clock import Clock
 from gateway.errors import UpstreamError
 from gateway.http1 import Http1Client, Response
 from gateway.protocol import sse
@@ -151,10 +152,13 @@ class HttpPassThrough:
 
     replica_bound = False
 
-    def __init__(self, http: Http1Client, endpoint: Endpoint, *, wait_s: float) -> None:
+    def __init__(
+        self, http: Http1Client, endpoint: Endpoint, *, wait_s: float, clock: Clock
+    ) -> None:
         self.http = http
         self.endpoint = endpoint
         self.wait_s = wait_s
+        self.clock = clock  # the bounds above, and the busy GET's tries
 
     @property
     def name(self) -> str:
@@ -177,7 +181,7 @@ class HttpPassThrough:
             if answer.status != 409 or delay is None:
                 return answer
             log.debug("upstream_get_busy", upstream=self.name, retry_in_s=delay)
-            await asyncio.sleep(delay)
+            await clocks.sleep(self.clock, delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def delete(self, session: str | None, headers: Mapping[str, str]) -> Answer:
@@ -206,7 +210,7 @@ class HttpPassThrough:
             if session is not None:
                 sent[SESSION_HEADER] = session
             with mapped_errors(f"passing a {method} on"):
-                async with asyncio.timeout(wait_s):
+                async with clocks.timeout(self.clock, wait_s):
                     resp = await self.http.request(
                         method,
                         endpoint.url,

@@ -33,7 +33,7 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.errors import InvalidParams
-from gateway.protocol import inputs, keys, listen, translate
+from gateway.protocol import inputs, keys, listen, methods, translate
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.inbound import LOG_LEVELS
 from gateway.protocol.jsonrpc import RequestId
@@ -317,7 +317,7 @@ class CallMachine:
     def _server_request(self, rid: RequestId, method: str, params: dict[str, Any]) -> list[Action]:
         if method == "ping":
             return [Answer(rid, result={})]
-        if method not in translate.INPUT_METHODS:
+        if method not in methods.INPUT:
             return [Answer(rid, error={"code": -32601, "message": f"Method not found: {method}"})]
         required = self.ctx.caps.missing_for(method, params)
         if required is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,8 +31,9 @@ from gateway.errors import (
     UnsupportedMediaType,
     UnsupportedProtocolVersion,
 )
-from gateway.protocol import jsonrpc, tasks
+from gateway.protocol import jsonrpc, methods, tasks
 from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.methods import NAME_FIELD
 from gateway.protocol.versions import FRONT_VERSIONS, Version, front_supported
 
 PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
@@ -44,9 +46,6 @@ VERSION_HEADER = "mcp-protocol-version"
 METHOD_HEADER = "mcp-method"
 NAME_HEADER = "mcp-name"
 ROUTING_HEADERS = frozenset({VERSION_HEADER, METHOD_HEADER, NAME_HEADER})
-
-#: The one params member mirrored into `Mcp-Name`, per method.
-NAME_FIELD = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
 #: What a log line calls the target of each method that has one.
 _TARGET_LOG_KEY = {"tools/call": "tool", "prompts/get": "prompt", "resources/read": "resource"}
@@ -62,30 +61,10 @@ def logged_target(method: str, params: Any) -> dict[str, str]:
     return {key: value[:TARGET_LOG_CHARS]} if key and isinstance(value, str) else {}
 
 
-#: Methods that may answer `input_required` (spec §5.1).
-INTERRUPTIBLE = frozenset(NAME_FIELD)
-
 #: The tasks extension's methods mirror `params.taskId` into `Mcp-Name`, so that a
-#: balancer can route by it; it is checked as the core's names are.
-TASK_METHODS = tasks.METHODS  # their params are read after the extension's gate
+#: balancer can route by it; it is checked as the core's names are (their params are
+#: read after the extension's gate).
 TASK_NAME_FIELD = "taskId"
-
-#: Every client request method of 2026-07-28 the gateway serves.
-FRONT_METHODS = frozenset(
-    {
-        "server/discover",
-        "tools/list",
-        "tools/call",
-        "prompts/list",
-        "prompts/get",
-        "resources/list",
-        "resources/templates/list",
-        "resources/read",
-        "completion/complete",
-        "subscriptions/listen",  # -32601 after all while limits.max_listens is 0
-    }
-    | TASK_METHODS  # the tasks extension (refused with -32021 unless declared)
-)
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -198,6 +177,20 @@ def _origin_host(origin: str) -> str | None:
         return None
 
 
+def accepts(accept: str, *media_types: str) -> bool:
+    """Whether an `Accept` header's value lists every one of `media_types`, itself or
+    under a wildcard (`text/*`, `*/*`). Parameters, `q` among them, are not read: a
+    client that lists a type is taken to accept it."""
+    listed = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    return all(not listed.isdisjoint(_covering(media_type)) for media_type in media_types)
+
+
+@functools.cache
+def _covering(media_type: str) -> frozenset[str]:
+    """`media_type` and the wildcards that cover it."""
+    return frozenset({media_type, media_type.partition("/")[0] + "/*", "*/*"})
+
+
 def check_http(
     method: str, headers: Mapping[str, str], *, policy: OriginPolicy = OriginPolicy()
 ) -> None:
@@ -210,11 +203,7 @@ def check_http(
     if method != "POST":
         raise MethodNotAllowed()
     policy.check(headers)
-    accept = headers.get("accept", "")
-    media = {part.split(";")[0].strip().lower() for part in accept.split(",")}
-    json_ok = bool(media & {"application/json", "application/*", "*/*"})
-    sse_ok = bool(media & {"text/event-stream", "text/*", "*/*"})
-    if not (json_ok and sse_ok):
+    if not accepts(headers.get("accept", ""), "application/json", "text/event-stream"):
         raise NotAcceptable()
     content_type = headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "application/json":
@@ -323,7 +312,7 @@ def classify(
     if version is None or version not in FRONT_VERSIONS:
         raise UnsupportedProtocolVersion(requested, front_supported())
 
-    if message.method not in FRONT_METHODS:
+    if message.method not in methods.FRONT:
         raise MethodNotFound(f"Method not found: {message.method}")
 
     envelope = read_envelope(version, meta)
@@ -353,7 +342,7 @@ def _check_mirrored_headers(
     if method_header != message.method:
         raise HeaderMismatch("The Mcp-Method header does not match the body's method")
     member = NAME_FIELD.get(message.method)
-    if member is None and message.method in TASK_METHODS:
+    if member is None and message.method in methods.TASKS:
         member = TASK_NAME_FIELD
     if member is None:
         return

@@ -12,10 +12,9 @@ opened to only to spare itself opening them again: `OpenedSessions`, bounded). A
 tampered, expired, foreign or misrouted id is refused with a reason for the log only; the
 wire answer is 404 (the client starts over).
 
-Beside it, what the lane's policy needs from a legacy body: which method and target a
-message names (for per-tool scopes), and list results (`tools/list`, `prompts/list`,
-`resources/list`, `resources/templates/list`) with the entries a caller may not see
-left out, in a JSON body or in one SSE event's data.
+Beside it, what the lane's policy reads of a legacy request: which method and target
+it is checked as (for per-tool scopes). What a caller may see of a list is
+`gateway.protocol.lists`, for both eras.
 
 Pure: no I/O. It must not decide HTTP statuses, nor read anything but what it is given.
 """
@@ -26,7 +25,6 @@ import base64
 import hashlib
 import re
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,72 +222,3 @@ def scoped(method: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The method and params a legacy request is checked against per-target scopes as:
     itself, or (for a resource subscription) the read of the same resource."""
     return _GUARDED_AS.get(method, method), params
-
-
-#: list method -> (its result's member, an entry's name field, the method using an entry)
-LISTS: dict[str, tuple[str, str, str]] = {
-    "tools/list": ("tools", "name", "tools/call"),
-    "prompts/list": ("prompts", "name", "prompts/get"),
-    "resources/list": ("resources", "uri", "resources/read"),
-    "resources/templates/list": ("resourceTemplates", "uriTemplate", "resources/read"),
-}
-
-#: Whether a caller may see one entry: (the method using it, its name or URI) -> bool.
-MaySee = Callable[[str, str | None], bool]
-
-
-def list_method_of(result: Any) -> str | None:
-    """The list method a result is the answer to, read from its shape: for a response
-    whose request is not known (one replayed on a resumed stream)."""
-    if not isinstance(result, dict):
-        return None
-    for method, (member, _, _) in LISTS.items():
-        if isinstance(result.get(member), list):
-            return method
-    return None
-
-
-def filtered_message(message: Any, method: str | None, may_see: MaySee) -> dict[str, Any] | None:
-    """`message` with the list entries the caller may not see left out, when it is the
-    response to a list request (`method`, or read from its shape when None) and something
-    was left out; None when it passes as it is."""
-    if not isinstance(message, dict) or "method" in message:
-        return None
-    result = message.get("result")
-    method = method or list_method_of(result)
-    if method not in LISTS or not isinstance(result, dict):
-        return None
-    member, field, used_by = LISTS[method]
-    entries = result.get(member)
-    if not isinstance(entries, list):
-        return None
-    kept = [e for e in entries if may_see(used_by, _field(e, field))]
-    if len(kept) == len(entries):
-        return None
-    return {**message, "result": {**result, member: kept}}
-
-
-def filtered_body(body: bytes, method: str | None, may_see: MaySee) -> bytes:
-    """A JSON body (one message) with the list entries the caller may not see left out;
-    the same bytes when nothing is (or it is not a list's response, or not JSON)."""
-    try:
-        message = jsonrpc.loads(body)
-    except (ValueError, RecursionError):
-        return body
-    kept = filtered_message(message, method, may_see)
-    return body if kept is None else jsonrpc.dumps(kept)
-
-
-def filtered_data(data: str, method: str | None, may_see: MaySee) -> str:
-    """One SSE event's data, filtered as `filtered_body` filters a body."""
-    try:
-        message = jsonrpc.loads(data)
-    except (ValueError, RecursionError):
-        return data
-    kept = filtered_message(message, method, may_see)
-    return data if kept is None else jsonrpc.dumps(kept).decode()
-
-
-def _field(entry: Any, field: str) -> str | None:
-    value = entry.get(field) if isinstance(entry, dict) else None
-    return value if isinstance(value, str) else None

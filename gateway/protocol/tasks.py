@@ -26,8 +26,6 @@ from gateway.errors import InvalidParams, MissingClientCapability
 from gateway.protocol import jsonrpc
 
 EXTENSION = "io.modelcontextprotocol/tasks"
-#: The methods of the extension; `tasks/result` and `tasks/list` (2025-11-25) are gone.
-METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 #: The 2025-11-25 request member that asked for a task: ignored, never forwarded.
 LEGACY_TASK_PARAM = "task"
 RELATED_TASK_META = "io.modelcontextprotocol/related-task"

@@ -20,25 +20,10 @@ from gateway.errors import (
     UpstreamError,
     UpstreamRpcError,
 )
-from gateway.protocol import listen
+from gateway.protocol import listen, methods
 from gateway.protocol.inbound import SERVER_INFO_KEY, TRACE_KEYS, FrontRequest
 from gateway.protocol.tasks import EXTENSION as TASKS_EXTENSION
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version, front_supported
-
-#: Results that must carry `ttlMs` and `cacheScope` (spec §8).
-CACHEABLE = frozenset(
-    {
-        "server/discover",
-        "tools/list",
-        "prompts/list",
-        "resources/list",
-        "resources/templates/list",
-        "resources/read",
-    }
-)
-
-#: Server requests that become `inputRequests` entries.
-INPUT_METHODS = frozenset({"elicitation/create", "sampling/createMessage", "roots/list"})
 
 #: Members of a 2026 request never sent upstream: MRTR's, and the removed 2025-11-25
 #: `task` augmentation (the tasks extension says to ignore it).
@@ -133,10 +118,10 @@ def decorate_result(
     """A legacy result as a 2026 `complete` result."""
     out = dict(result)
     out["resultType"] = "complete"
-    if method in CACHEABLE and cacheable:
+    if method in methods.CACHEABLE and cacheable:
         out.setdefault("ttlMs", cache.ttl_ms)
         out.setdefault("cacheScope", cache.scope)
-    if method in CACHEABLE and not cacheable:
+    if method in methods.CACHEABLE and not cacheable:
         out["ttlMs"] = 0  # an MRTR retry's result MUST NOT be cached
         out["cacheScope"] = "private"
     meta = out.get("_meta")

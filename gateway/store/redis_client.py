@@ -36,7 +36,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway import clock as clocks
 from gateway.aio import spawn
-from gateway.clock import Clock
+from gateway.clock import Backoff, Clock
 from gateway.errors import ConfigError, StoreError
 
 T = TypeVar("T")
@@ -47,6 +47,9 @@ RedisClient = aioredis.Redis | RedisCluster
 #: How long a store or bus operation rides out an unreachable Redis (a restart, a
 #: failover) before it fails: a client sees no error for an outage shorter than this.
 RIDE_OUT_S = 3.0
+#: Between its tries: short at first (a dropped connection is back at once), longer as
+#: the outage lasts.
+RIDE_OUT_BACKOFF = Backoff(0.05, 0.5)
 #: How long a loop on Redis, or a client, may take to stop when told to, before the
 #: client's connections are closed under it (twice `connect`'s socket timeout: a
 #: command in flight has had time to fail by itself).
@@ -78,8 +81,10 @@ async def ride_out(clock: Clock, op: Callable[[], Awaitable[T]], budget_s: float
         StoreError: Redis refused the operation, or stayed unreachable.
     """
     give_up = clock.monotonic() + budget_s
-    delay = 0.05
+    tries = 0
     while True:
+        tries += 1
+        delay = RIDE_OUT_BACKOFF.delay(tries)  # the wait should this try fail
         try:
             return await op()
         except _OUTAGE as exc:
@@ -98,7 +103,6 @@ async def ride_out(clock: Clock, op: Callable[[], Awaitable[T]], budget_s: float
                 raise StoreError(f"Redis client failed: {type(exc).__name__}: {exc}") from exc
             log.warning("store_client_failed_retrying", error=repr(exc), retry_in_s=delay)
         await clocks.sleep(clock, delay)
-        delay = min(delay * 2, 0.5)
 
 
 _CLIENT_DIR = str(Path(redis.__file__).parent) + os.sep

@@ -25,7 +25,7 @@ from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError, UpstreamTimeout
-from gateway.protocol import jsonrpc, keys, legacy_tasks, tasks, translate
+from gateway.protocol import jsonrpc, keys, legacy_tasks, methods, tasks, translate
 from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.outside import answer_outside_call
@@ -248,10 +248,7 @@ class LegacyTaskRun(TaskEnds):
         params = item.get("params") if isinstance(item.get("params"), dict) else {}
         assert isinstance(params, dict)
         if "id" in item and isinstance(method, str):
-            if (
-                method in translate.INPUT_METHODS
-                and legacy_tasks.related_task(params) == self.legacy_id
-            ):
+            if method in methods.INPUT and legacy_tasks.related_task(params) == self.legacy_id:
                 key = keys.assign_key(method, params, self.rules, [*self.pending, *task.used_keys])
                 self.pending[key] = (item["id"], method)
                 asked = {task.call_keys[k]: v for k, v in task.inputs.items()}

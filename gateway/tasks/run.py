@@ -33,10 +33,11 @@ from gateway.aio import cancel_and_wait, spawn
 from gateway.calls.bridge import Bridge
 from gateway.config import UpstreamConfig
 from gateway.errors import GatewayError, InvalidRequestState, RpcError
-from gateway.protocol import tasks, translate
+from gateway.protocol import tasks
 from gateway.protocol.inbound import FrontRequest
 from gateway.protocol.state import RequestDigest
 from gateway.protocol.tasks import Task, TaskEnded
+from gateway.upstream.held import is_question
 from gateway.upstream.port import Inbox
 
 log = structlog.get_logger("gateway.tasks")
@@ -354,10 +355,7 @@ class TaskRun(TaskEnds):
 
 def _asks(inbox: Inbox) -> bool:
     """Whether a question of the server's waits in a parked call's inbox, unread."""
-    return any(
-        isinstance(item, dict) and "id" in item and item.get("method") in translate.INPUT_METHODS
-        for item in inbox.waiting()
-    )
+    return any(isinstance(item, dict) and is_question(item) for item in inbox.waiting())
 
 
 def _parked_by(round_: asyncio.Task[dict[str, Any]] | None) -> str | None:

@@ -22,7 +22,6 @@ Caps: running tasks per replica (`limits.max_tasks`) and per principal on it
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,6 +54,7 @@ from gateway.protocol.formats import FleetLevel, Kind
 from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope
 from gateway.protocol.tasks import ACK, Task
 from gateway.protocol.versions import Version
+from gateway.quota import Quota
 from gateway.store.tasks import TaskStore
 from gateway.tasks.legacy import LegacyTaskRun
 from gateway.tasks.run import TaskRun
@@ -95,8 +95,13 @@ class Tasks:
         self.pools = pools
         self.upstreams = {u.name: u for u in bridge.config.upstreams}
         self.runs: dict[str, TaskRun | LegacyTaskRun] = {}  # the tasks run here, by id
-        self._held = 0  # calls that are, or may become, tasks here
-        self._held_by: Counter[str] = Counter()
+        # Calls that are, or may become, tasks here.
+        self.quota = Quota(
+            limits.max_tasks,
+            limits.max_tasks_per_principal,
+            full=TasksFull,
+            busy=PrincipalTasksBusy,
+        )
         self._locks: dict[str, asyncio.Lock] = {}
 
     @property
@@ -142,7 +147,7 @@ class Tasks:
             return await self.bridge.handle(upstream, front, principal, notify)
         if self.bridge.draining and "requestState" not in front.params:
             raise Draining()  # refused now, rather than as a task failed at once
-        self._hold(principal)
+        self.quota.take(principal)
         run = TaskRun(
             bridge=self.bridge,
             upstream=upstream,
@@ -192,7 +197,7 @@ class Tasks:
             return task.created()
         finally:
             if not adopted:
-                self._release(principal)
+                self.quota.release(principal)
 
     async def _serves_legacy_tasks(self, upstream: UpstreamConfig) -> bool:
         info = await self.pools[upstream.name].upstream_info()
@@ -202,7 +207,7 @@ class Tasks:
         self, upstream: UpstreamConfig, front: FrontRequest, principal: str, policy: TaskPolicy
     ) -> dict[str, Any]:
         """A task whose source is the upstream's own legacy task (`gateway.tasks.legacy`)."""
-        self._hold(principal)
+        self.quota.take(principal)
         pool = self.pools[upstream.name]
         run = LegacyTaskRun(
             pool=pool,
@@ -251,25 +256,7 @@ class Tasks:
             return task.created()
         finally:
             if not adopted:
-                self._release(principal)
-
-    def _hold(self, principal: str) -> None:
-        """Count one more task of `principal` here. Raises: TasksFull, PrincipalTasksBusy."""
-        if self._held >= self.limits.max_tasks:
-            raise TasksFull()
-        if self._held_by[principal] >= self.limits.max_tasks_per_principal:
-            raise PrincipalTasksBusy()
-        self._count(principal)
-
-    def _count(self, principal: str) -> None:
-        self._held += 1
-        self._held_by[principal] += 1
-
-    def _release(self, principal: str) -> None:
-        self._held -= 1
-        self._held_by[principal] -= 1
-        if self._held_by[principal] <= 0:
-            del self._held_by[principal]
+                self.quota.release(principal)
 
     def _ended(self, run: TaskRun | LegacyTaskRun) -> None:
         task = run.task
@@ -277,7 +264,7 @@ class Tasks:
             self.runs.pop(task.id, None)
             self._locks.pop(task.id, None)
             self.metrics.task_endings.labels(str(task.status) if task.final else "expired").inc()
-        self._release(run.principal)
+        self.quota.release(run.principal)
 
     # -- tasks/* -------------------------------------------------------------------------
 
@@ -384,7 +371,7 @@ class Tasks:
             write=self._write,
             on_end=self._ended,
         )
-        self._count(task.principal)  # over the caps, rather than lose the call
+        self.quota.add(task.principal)  # over the caps, rather than lose the call
         self.runs[task.id] = run
         run.carry_on(task)
         await self._write(task)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from gateway.clock import Backoff
+
 
 class Demand:
     def __init__(self, *, window_s: float = 1.0) -> None:
@@ -59,7 +61,7 @@ class Restarts:
     MAX_BACKOFF_S = 30.0
 
     def __init__(self, backoff_s: float) -> None:
-        self.backoff_s = backoff_s
+        self.backoff = Backoff(backoff_s, self.MAX_BACKOFF_S) if backoff_s else None
         self.failures = 0  # in a row
         self._retry_at = 0.0
 
@@ -73,8 +75,8 @@ class Restarts:
     def failed(self, now: float) -> float | None:
         """Count a failed start; the delay before the next try, None without backoff."""
         self.failures += 1
-        if not self.backoff_s:
+        if self.backoff is None:
             return None
-        delay: float = min(self.MAX_BACKOFF_S, self.backoff_s * 2.0 ** (self.failures - 1))
+        delay = self.backoff.delay(self.failures)
         self._retry_at = now + delay
         return delay

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from gateway import __version__
+from gateway.clock import Clock
 from gateway.config import SSE, STDIO, UpstreamConfig
 from gateway.http1 import Http1Client
 from gateway.protocol import sse as event_stream
@@ -32,6 +33,7 @@ def session_factory(
     authorization: Callable[[], Awaitable[str]] | None = None,
     unauthorized: Callable[[], None] | None = None,
     *,
+    clock: Clock,
     max_message_bytes: int = event_stream.MAX_EVENT_BYTES,
 ) -> SessionFactory:
     """Sessions of `upstream`'s transport; `authorization` gives the gateway's own token.
@@ -40,7 +42,7 @@ def session_factory(
         command = stdio_command(upstream)
 
         def stdio(caps: ClientCaps) -> PooledSession:
-            return StdioSession(command, caps)
+            return StdioSession(command, caps, clock=clock)
 
         return stdio
     endpoint = http_endpoint(
@@ -54,7 +56,7 @@ def session_factory(
         return sse
 
     def streamable_http(caps: ClientCaps) -> PooledSession:
-        return HttpSession(http, endpoint, caps)
+        return HttpSession(http, endpoint, caps, clock=clock)
 
     return streamable_http
 
@@ -65,6 +67,7 @@ def link_factory(
     authorization: Callable[[], Awaitable[str]] | None = None,
     unauthorized: Callable[[], None] | None = None,
     *,
+    clock: Clock,
     max_message_bytes: int = event_stream.MAX_EVENT_BYTES,
 ) -> Callable[[], DuplexSession]:
     """A stdio or HTTP+SSE upstream's transport for a client that speaks the protocol
@@ -76,7 +79,7 @@ def link_factory(
     """
     if upstream.transport == STDIO:
         command = stdio_command(upstream)
-        return lambda: StdioSession(command, ClientCaps())
+        return lambda: StdioSession(command, ClientCaps(), clock=clock)
     if upstream.transport == SSE:
         endpoint = http_endpoint(
             upstream, authorization, unauthorized, max_message_bytes=max_message_bytes

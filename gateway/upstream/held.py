@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.protocol.translate import INPUT_METHODS
+from gateway.protocol.methods import INPUT as INPUT_METHODS
 
 
 def is_question(message: dict[str, Any]) -> bool:

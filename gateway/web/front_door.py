@@ -13,7 +13,7 @@ secret derived from the sealing key (`state.log_id_of`), never the principal.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -40,6 +40,8 @@ from gateway.auth.ratelimit import (
 )
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.protocol import state
+from gateway.protocol.lists import MaySee, field_of, filtered_result
+from gateway.protocol.methods import LISTS
 
 log = structlog.get_logger("gateway.web")
 
@@ -136,7 +138,7 @@ class FrontDoor:
         contents = result.get("contents")
         if isinstance(contents, list):
             for content in contents:
-                self.check_target(caller, method, _field(content, "uri"))
+                self.check_target(caller, method, field_of(content, "uri"))
 
     def check_target(self, caller: Caller, method: str, target: str | None) -> None:
         """Refuse a tool, prompt or resource the caller lacks the scopes for.
@@ -151,27 +153,22 @@ class FrontDoor:
             self.authenticator.require(caller.identity, (*self.authenticator.scopes, *needs))
 
     def visible(self, caller: Caller, method: str, result: dict[str, Any]) -> dict[str, Any]:
-        """A list (`tools/list`, `prompts/list`, `resources/list`) as this caller may see
-        it: entries it lacks scopes for are left out, and a list that depends on who asks
-        is private to the caller.
+        """A list (`gateway.protocol.methods.LISTS`) as this caller may see it: entries
+        it lacks scopes for are left out, and a list that depends on who asks is private
+        to the caller.
         """
-        listed = _LISTS.get(method)
-        if listed is None or self.authenticator is None or caller.identity is None:
+        listed = LISTS.get(method)
+        if listed is None or not isinstance(result.get(listed.member), list):
             return result
-        member, field, called = listed
-        if not any(t.scopes for t in self._targets(called).values()):
+        may_see = self.list_filter(caller)
+        if may_see is None:
             return result
-        entries = result.get(member)
-        if isinstance(entries, list):
-            identity = caller.identity
-            result = dict(result)
-            result[member] = [
-                e for e in entries if _may(identity, self._needs(called, _field(e, field)))
-            ]
-            result["cacheScope"] = "private"
-        return result
+        if not any(t.scopes for t in self.upstream.targets(listed.used_by).values()):
+            return result
+        kept = filtered_result(result, method, may_see)
+        return {**(result if kept is None else kept), "cacheScope": "private"}
 
-    def list_filter(self, caller: Caller) -> Callable[[str, str | None], bool] | None:
+    def list_filter(self, caller: Caller) -> MaySee | None:
         """What `caller` may see of a list, entry by entry (the method using an entry, its
         name or URI), or None when no entry any list holds is hidden from it: the legacy
         lane then passes list results on untouched."""
@@ -183,27 +180,6 @@ class FrontDoor:
             return _may(identity, self._needs(method, name))
 
         return may_see
-
-    def _targets(self, method: str) -> Mapping[str, Any]:
-        upstream = self.upstream
-        return {
-            "tools/call": upstream.tools,
-            "prompts/get": upstream.prompts,
-            "resources/read": upstream.resources,
-        }[method]
-
-
-#: list method -> (its result's member, the entry's name field, the method that uses it)
-_LISTS = {
-    "tools/list": ("tools", "name", "tools/call"),
-    "prompts/list": ("prompts", "name", "prompts/get"),
-    "resources/list": ("resources", "uri", "resources/read"),
-}
-
-
-def _field(entry: Any, field: str) -> str | None:
-    value = entry.get(field) if isinstance(entry, dict) else None
-    return value if isinstance(value, str) else None
 
 
 def _may(identity: Identity, needs: Iterable[str]) -> bool:

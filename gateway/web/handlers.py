@@ -33,7 +33,7 @@ from gateway.errors import (
 )
 from gateway.legacy_clients.lane import LegacyLane, LegacyMethodNotAllowed
 from gateway.listens import Listens, serve
-from gateway.protocol import inbound, jsonrpc, params, translate
+from gateway.protocol import inbound, jsonrpc, methods, params, translate
 from gateway.protocol import listen as listen_wire
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.era import Lane, lane_of
@@ -126,7 +126,7 @@ class McpEndpoint:
         self.bridge = bridge
         self.front_door = front_door
         self._pools = pools  # filled when the app starts
-        self.tool_headers = ToolHeaders(self._list_tools)
+        self.tool_headers = ToolHeaders(self._list_tools, clock=bridge.clock)
         self.policy = inbound.OriginPolicy(
             origins=config.allowed_origins,
             hosts=config.allowed_hosts,
@@ -185,14 +185,14 @@ class McpEndpoint:
                     declared = await self.tool_headers.for_tool(message.target)
                     params.check_param_headers(declared, message.params.get("arguments"), headers)
                     task_support = self.tool_headers.task_support(message.target)
-                if message.method in inbound.INTERRUPTIBLE:
+                if message.method in methods.INTERRUPTIBLE:
                     channel.start_keepalive()
                     result = await self.tasks.call(
                         self.upstream, message, principal, channel.notify, task_support
                     )
                     outcome = result.get("resultType", "complete")
                     self.front_door.check_result(caller, message.method, result)
-                elif message.method in inbound.TASK_METHODS:
+                elif message.method in methods.TASKS:
                     result = await self.tasks.serve(message, principal)
                 elif message.method == "server/discover":
                     info = await self.pool.upstream_info()
@@ -286,7 +286,8 @@ class McpEndpoint:
                 channel.notify,
                 may_read,
                 self.upstream.name,
-                None if expires_at is None else max(0.0, expires_at - time.time()),
+                None if expires_at is None else max(0.0, expires_at - self.bridge.clock.wall_s()),
+                clock=self.bridge.clock,
             )
 
     async def _pass_through(self, message: inbound.FrontRequest, principal: str) -> dict[str, Any]:

@@ -9,12 +9,12 @@ if the listing cannot be had, the request is served and the gap logged.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
+from gateway.clock import Clock
 from gateway.errors import RpcError
 from gateway.protocol.legacy_tasks import legacy_support
 from gateway.protocol.params import declared_headers
@@ -26,8 +26,9 @@ _MAX_PAGES = 100
 
 
 class ToolHeaders:
-    def __init__(self, fetch: Fetch, *, refresh_s: float = 300.0) -> None:
+    def __init__(self, fetch: Fetch, *, clock: Clock, refresh_s: float = 300.0) -> None:
         self._fetch = fetch
+        self._clock = clock
         self._refresh_s = refresh_s
         self._declared: dict[str, dict[str, str]] = {}
         self._task_support: dict[str, str] = {}
@@ -49,7 +50,8 @@ class ToolHeaders:
                     self._task_support.pop(tool["name"], None)
 
     async def for_tool(self, name: str | None) -> dict[str, str]:
-        stale = self._loaded_at is None or time.monotonic() - self._loaded_at > self._refresh_s
+        now = self._clock.monotonic()
+        stale = self._loaded_at is None or now - self._loaded_at > self._refresh_s
         if stale:
             await self._reload()
         return self._declared.get(name or "", {})
@@ -61,8 +63,8 @@ class ToolHeaders:
 
     async def _reload(self) -> None:
         """Fetch the whole listing aside and swap it in: validation never sees a half map."""
-        self._loaded_at = time.monotonic()
-        fresh = ToolHeaders(self._fetch, refresh_s=self._refresh_s)
+        self._loaded_at = self._clock.monotonic()
+        fresh = ToolHeaders(self._fetch, clock=self._clock, refresh_s=self._refresh_s)
         cursor: str | None = None
         try:
             for _ in range(_MAX_PAGES):

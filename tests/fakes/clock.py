@@ -43,6 +43,9 @@ class ManualClock:
     def wall_ms(self) -> int:
         return START_WALL_MS + round(self.now * 1000)
 
+    def wall_s(self) -> float:
+        return START_WALL_MS / 1000 + self.now
+
     def monotonic(self) -> float:
         return self.now
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from gateway.clock import SystemClock
 from gateway.errors import InvalidRequest, UpstreamError
 from gateway.legacy_clients.bound import BACKLOG, MAX_PENDING, BoundSession, Channel
 from gateway.protocol import jsonrpc
@@ -17,7 +18,9 @@ from gateway.upstream.stdio.session import Command, StdioSession
 
 
 def session() -> BoundSession:
-    link = StdioSession(Command(name="local", argv=("unused",)), ClientCaps())  # never started
+    link = StdioSession(
+        Command(name="local", argv=("unused",)), ClientCaps(), clock=SystemClock()
+    )  # never started
     return BoundSession("handle", link, now=0.0)
 
 

@@ -52,6 +52,27 @@ def test_a_public_gateway_checks_listed_hosts_and_origins() -> None:
     inbound.check_http("POST", {**OK, "host": "whatever"}, policy=anyhost)
 
 
+@pytest.mark.parametrize(
+    ("accept", "json", "sse"),
+    [
+        ("application/json, text/event-stream", True, True),
+        ("Application/JSON;q=0.9 , text/event-stream;charset=utf-8", True, True),
+        ("*/*", True, True),
+        ("application/*, text/*", True, True),
+        ("text/event-stream", False, True),
+        ("application/json", True, False),
+        ("text/html, application/xml", False, False),
+        ("", False, False),
+    ],
+)
+def test_accept_lists_a_media_type_itself_or_under_a_wildcard(
+    accept: str, json: bool, sse: bool
+) -> None:
+    assert inbound.accepts(accept, "application/json") is json
+    assert inbound.accepts(accept, "text/event-stream") is sse
+    assert inbound.accepts(accept, "application/json", "text/event-stream") is (json and sse)
+
+
 def test_accept_and_content_type_are_checked() -> None:
     with pytest.raises(NotAcceptable):
         inbound.check_http("POST", {**OK, "accept": "text/event-stream"})

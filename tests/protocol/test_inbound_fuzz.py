@@ -17,7 +17,7 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import STATUS_FOR_CODE, ForbiddenOrigin, HeaderMismatch, HttpError, RpcError
-from gateway.protocol import inbound, jsonrpc, params
+from gateway.protocol import inbound, jsonrpc, methods, params
 from tests.support.fuzz import (
     NAME_MEMBER,
     VERSION_KEY,
@@ -63,7 +63,7 @@ def test_a_request_is_accepted_only_with_headers_that_mirror_it_else_refused_by_
         return
     headers = {name.lower(): value for name, value in pairs}
     assert sum(name.lower() == "mcp-method" for name, _ in pairs) == 1
-    assert headers["mcp-method"] == outcome.method in inbound.FRONT_METHODS
+    assert headers["mcp-method"] == outcome.method in methods.FRONT
     assert headers["mcp-protocol-version"] == outcome.params["_meta"][VERSION_KEY]
     member = NAME_MEMBER.get(outcome.method)
     if member is not None:

@@ -14,6 +14,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from gateway.aio import spawn
+from gateway.clock import SystemClock
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError
 from gateway.http1 import Http1Client
@@ -101,7 +102,9 @@ async def http() -> AsyncIterator[Http1Client]:
 
 
 def new_session(http: Http1Client, server: Server) -> HttpSession:
-    return HttpSession(http, Endpoint("u", server.url, {}, timeout_s=5), ClientCaps())
+    return HttpSession(
+        http, Endpoint("u", server.url, {}, timeout_s=5), ClientCaps(), clock=SystemClock()
+    )
 
 
 async def open_session(http: Http1Client, server: Server) -> HttpSession:
@@ -263,7 +266,7 @@ async def test_the_gateway_names_itself_to_its_upstream_unless_the_config_does(
     ):
         server.requests.clear()
         config = UpstreamConfig(name="u", url=server.url, headers=headers)
-        session = session_factory(http, config)(ClientCaps())
+        session = session_factory(http, config, clock=SystemClock())(ClientCaps())
         await session.open()
         await session.close()
         initialize = server.requests[0]

@@ -14,6 +14,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from gateway import logging as log_context
+from gateway.clock import SystemClock
 from gateway.http1 import Http1Client
 from gateway.protocol.versions import UPSTREAM_VERSIONS
 from gateway.upstream.http import get_stream
@@ -31,7 +32,7 @@ async def http() -> AsyncIterator[Http1Client]:
 
 def test_the_delay_doubles_from_the_reconnection_delay_up_to_its_bound() -> None:
     wire = HttpWire.__new__(HttpWire)  # the delays need no wire
-    held = get_stream.GetStream(wire, "u")
+    held = get_stream.GetStream(wire, "u", SystemClock())
     assert [held._backoff(n) for n in (1, 2, 3, 4, 5, 6)] == [1, 2, 4, 8, 16, 30]
     assert held._backoff(10_000) == get_stream.MAX_BACKOFF_S
     held._retry_s = 45.0  # a server asking for more than the bound gets what it asked
@@ -222,7 +223,7 @@ async def test_a_listens_session_is_told_once_when_it_holds_no_get_stream_or_los
     when it starts watching, a refusal, a server without one or one gone all say so,
     once; a session nobody watches is told nothing."""
     wire = HttpWire.__new__(HttpWire)
-    held = get_stream.GetStream(wire, "u")
+    held = get_stream.GetStream(wire, "u", SystemClock())
     told: list[Exception] = []
     held.watch(told.append)  # no stream held now: at once
     assert len(told) == 1
@@ -234,7 +235,7 @@ async def test_a_listens_session_is_told_once_when_it_holds_no_get_stream_or_los
     assert await held._answer(Answer(503))
     assert len(told) == 2  # once
     for status in (405, 404):
-        unwatched = get_stream.GetStream(wire, "u")
+        unwatched = get_stream.GetStream(wire, "u", SystemClock())
         unwatched.holding = True
         unwatched.watch(told.append)
         assert not await unwatched._answer(Answer(status))
@@ -243,7 +244,7 @@ async def test_a_listens_session_is_told_once_when_it_holds_no_get_stream_or_los
 
 def test_a_list_change_on_any_stream_no_call_owns_is_news_for_the_listens() -> None:
     wire = HttpWire.__new__(HttpWire)
-    held = get_stream.GetStream(wire, "u")
+    held = get_stream.GetStream(wire, "u", SystemClock())
     heard: list[dict[str, Any]] = []
     held.on_change = heard.append
     change = {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}

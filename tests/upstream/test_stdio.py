@@ -15,6 +15,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from gateway.aio import spawn
+from gateway.clock import SystemClock
 from gateway.config import PoolLimits
 from gateway.errors import UpstreamError, UpstreamExited
 from gateway.protocol.capabilities import ClientCaps
@@ -43,7 +44,7 @@ async def call_tool(session: StdioSession, name: str, **arguments: Any) -> str:
 
 
 async def test_a_session_is_a_process_that_relays_a_question_and_a_1_mib_message() -> None:
-    session = StdioSession(command(), ASKING)
+    session = StdioSession(command(), ASKING, clock=SystemClock())
     info = await session.open()
     try:
         assert info.server_info == {"name": "tiny", "version": "1"} and session.id is None
@@ -70,7 +71,7 @@ async def test_a_session_is_a_process_that_relays_a_question_and_a_1_mib_message
 
 
 async def test_a_message_over_the_cap_ends_the_session_with_a_clear_error() -> None:
-    session = StdioSession(command(max_message_bytes=4096), ClientCaps())
+    session = StdioSession(command(max_message_bytes=4096), ClientCaps(), clock=SystemClock())
     await session.open()
     try:
         with pytest.raises(UpstreamError, match="over 4096"):
@@ -85,7 +86,7 @@ async def test_the_child_gets_its_env_and_a_minimal_base_never_the_gateways_secr
 ) -> None:
     monkeypatch.setenv("MRTR_GATEWAY_SEALING_KEYS", "a-secret-sealing-key")
     monkeypatch.setenv("REDIS_PASSWORD", "hunter2")
-    session = StdioSession(command(env={"API_TOKEN": "given"}), ClientCaps())
+    session = StdioSession(command(env={"API_TOKEN": "given"}), ClientCaps(), clock=SystemClock())
     await session.open()
     try:
         environ = json.loads(await call_tool(session, "environ"))
@@ -98,7 +99,7 @@ async def test_the_child_gets_its_env_and_a_minimal_base_never_the_gateways_secr
 
 async def test_closing_a_session_ends_its_whole_process_group() -> None:
     lingering = Command(name="tiny", argv=(sys.executable, str(TINY), "--linger"))
-    session = StdioSession(lingering, ClientCaps())
+    session = StdioSession(lingering, ClientCaps(), clock=SystemClock())
     await session.open()
     server = int(await call_tool(session, "pid"))
     grandchild = int(await call_tool(session, "spawn"))
@@ -110,7 +111,11 @@ async def test_closing_a_session_ends_its_whole_process_group() -> None:
 
 
 async def test_a_crash_mid_call_fails_that_call_clearly_and_the_next_call_works() -> None:
-    pool = SessionPool("tiny", lambda caps: StdioSession(command(), caps), PoolLimits(min_idle=0))
+    pool = SessionPool(
+        "tiny",
+        lambda caps: StdioSession(command(), caps, clock=SystemClock()),
+        PoolLimits(min_idle=0),
+    )
     try:
         session = await pool.acquire(ClientCaps(), "alice")
         inbox = Inbox()
@@ -139,7 +144,7 @@ async def test_a_server_that_cannot_start_is_a_clear_error_and_is_not_restarted_
     broken = Command(name="broken", argv=(sys.executable, "-c", "import sys; sys.exit(5)"))
     pool = SessionPool(
         "broken",
-        lambda caps: StdioSession(broken, caps),
+        lambda caps: StdioSession(broken, caps, clock=SystemClock()),
         PoolLimits(min_idle=0),
         restart_backoff_s=60,
     )
@@ -190,7 +195,7 @@ async def test_a_gateway_killed_with_sigkill_leaves_no_process_behind() -> None:
 
 
 async def test_a_response_with_an_odd_id_is_ignored_and_the_session_goes_on() -> None:
-    session = StdioSession(command(), ClientCaps())
+    session = StdioSession(command(), ClientCaps(), clock=SystemClock())
     await session.open()
     try:
         assert await call_tool(session, "odd_id") == "still here"
@@ -200,7 +205,7 @@ async def test_a_response_with_an_odd_id_is_ignored_and_the_session_goes_on() ->
 
 
 async def test_a_server_that_stops_reading_is_retired_after_the_timeout_not_waited_on() -> None:
-    session = StdioSession(command(timeout_s=1), ClientCaps())
+    session = StdioSession(command(timeout_s=1), ClientCaps(), clock=SystemClock())
     await session.open()
     try:
         assert await call_tool(session, "deaf") == "not listening"

@@ -31,7 +31,9 @@ from typing import Any
 
 import structlog
 
+from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
+from gateway.clock import Backoff, Clock
 from gateway.errors import UpstreamError
 from gateway.http1 import Response
 from gateway.protocol import listen
@@ -58,9 +60,12 @@ HELD_S = 1.0
 
 
 class GetStream:
-    def __init__(self, wire: HttpWire, name: str, held: HeldQuestions | None = None) -> None:
+    def __init__(
+        self, wire: HttpWire, name: str, clock: Clock, held: HeldQuestions | None = None
+    ) -> None:
         self.wire = wire
         self.name = name  # the upstream's, for logs
+        self.clock = clock  # every wait and reading of the stream's
         self.held = held if held is not None else HeldQuestions()  # its session's
         self.owners: list[Inbox] = []  # the calls attached to the session
         # Told of list changes instead of the owners; told once the stream is lost (a
@@ -88,7 +93,7 @@ class GetStream:
     async def listened(self) -> None:
         """Until the server has answered the stream, it stopped, or `LISTEN_WAIT_S` passed."""
         try:
-            async with asyncio.timeout(LISTEN_WAIT_S):
+            async with clocks.timeout(self.clock, LISTEN_WAIT_S):
                 await self._answered.wait()
         except TimeoutError:
             log.warning(
@@ -144,7 +149,7 @@ class GetStream:
                         failed=self._failed,
                         retry_in_s=wait,
                     )
-                await asyncio.sleep(wait)
+                await clocks.sleep(self.clock, wait)
         finally:
             self._answered.set()  # stopped (the session closing): nobody waits for it
 
@@ -155,8 +160,7 @@ class GetStream:
             if self._failed:
                 log.info("upstream_get_stream_recovered", upstream=self.name, failed=self._failed)
                 self._failed = 0
-            loop = asyncio.get_running_loop()
-            started = loop.time()
+            started = self.clock.monotonic()
             self.holding = True
             try:
                 carried = await self._read(resp)
@@ -164,7 +168,7 @@ class GetStream:
                 self.holding = False
             if self._last_event_id is None:  # what comes before a new stream is not replayed
                 self._lose(UpstreamError("the session's GET stream ended"))
-            if carried or loop.time() - started >= HELD_S:
+            if carried or self.clock.monotonic() - started >= HELD_S:
                 self._short = 0
             else:
                 self._short += 1
@@ -194,8 +198,7 @@ class GetStream:
     def _backoff(self, failed: int) -> float:
         """The delay after `failed` attempts in a row without a stream: the reconnection
         delay, doubled with each further one, up to `MAX_BACKOFF_S`."""
-        doubled: float = self._retry_s * 2 ** min(failed - 1, 16)
-        return min(doubled, max(MAX_BACKOFF_S, self._retry_s))
+        return Backoff(self._retry_s, max(MAX_BACKOFF_S, self._retry_s)).delay(failed)
 
     def _refused(self, status: int) -> None:
         """The first refusal in a row is a warning; the ones after it, until a stream is

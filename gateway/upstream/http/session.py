@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 
+from gateway.clock import Clock
 from gateway.errors import UpstreamError
 from gateway.http1 import Http1Client, Response
 from gateway.protocol import jsonrpc
@@ -38,7 +39,9 @@ log = structlog.get_logger("gateway.upstream")
 
 
 class HttpSession:
-    def __init__(self, http: Http1Client, endpoint: Endpoint, caps: ClientCaps) -> None:
+    def __init__(
+        self, http: Http1Client, endpoint: Endpoint, caps: ClientCaps, *, clock: Clock
+    ) -> None:
         self.wire = HttpWire(http, endpoint)
         self.endpoint = endpoint
         self.caps = caps
@@ -53,7 +56,7 @@ class HttpSession:
         self._next_id = 0
         self._id_prefix = secrets.token_hex(4)
         self._renewing = asyncio.Lock()  # calls sharing the session renew it once
-        self._get_stream = GetStream(self.wire, endpoint.name, self.held)
+        self._get_stream = GetStream(self.wire, endpoint.name, clock, self.held)
         self._closing = False
 
     @property

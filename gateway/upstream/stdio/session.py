@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 
 from gateway.aio import cancel_and_wait, spawn
+from gateway.clock import Clock
 from gateway.errors import UpstreamError, UpstreamExited
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.lines import LineReader, MessageTooLarge, decode_line, encode_line
@@ -62,11 +63,12 @@ class Command:
 
 
 class StdioSession(DuplexSession):
-    def __init__(self, command: Command, caps: ClientCaps) -> None:
+    def __init__(self, command: Command, caps: ClientCaps, *, clock: Clock) -> None:
         super().__init__(
             command.name, caps, timeout_s=command.timeout_s, client_version=command.client_version
         )
         self.command = command
+        self.clock = clock  # the window its stderr lines are counted in
         self.proc: asyncio.subprocess.Process | None = None
         self._readers: list[asyncio.Task[None]] = []
         self._write_lock = asyncio.Lock()
@@ -178,8 +180,8 @@ class StdioSession(DuplexSession):
         """Each line to the log at info (stderr is not only errors), rate-limited."""
         assert self.proc is not None and self.proc.stderr is not None
         lines = LineReader(64 * 1024)
-        loop = asyncio.get_running_loop()
-        window, count, dropped = loop.time(), 0, 0
+        clock = self.clock
+        window, count, dropped = clock.monotonic(), 0, 0
         while chunk := await self.proc.stderr.read(_READ_CHUNK):
             try:
                 batch = lines.feed(chunk)
@@ -189,10 +191,10 @@ class StdioSession(DuplexSession):
             for raw in batch:
                 text = raw.decode("utf-8", "replace")
                 self._last_stderr = text[-300:]
-                if loop.time() - window >= 1.0:
+                if clock.monotonic() - window >= 1.0:
                     if dropped:
                         log.info("upstream_stderr_dropped", upstream=self.name, lines=dropped)
-                    window, count, dropped = loop.time(), 0, 0
+                    window, count, dropped = clock.monotonic(), 0, 0
                 count += 1
                 if count > _STDERR_LINES_PER_S:
                     dropped += 1
