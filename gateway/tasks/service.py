@@ -329,7 +329,8 @@ class Tasks:
                 answers=answers or {},
                 cancel=answers is None,
             )
-            if await self.bus.deliver(task.owner, messages.encode(message)):
+            version = self.bus.level.version(Kind.MESSAGE)
+            if await self.bus.deliver(task.owner, messages.encode(message, version)):
                 return
             if not task.resumable:
                 await self._owner_lost(task)
