@@ -94,8 +94,9 @@ class Gateway:
     def processes_started(self) -> int:
         return self.log.read_text().count('"upstream_process_started"')
 
-    def memory_mb(self) -> float:
-        return rss_mb(descendants(self.proc.pid))
+    def memory_mb(self, *others: int) -> float:
+        """The gateway's memory with its servers' (and `others`', e.g. an HTTP server)."""
+        return rss_mb(descendants(self.proc.pid) + list(others))
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -136,13 +137,14 @@ Op = Callable[[aiohttp.ClientSession, str, str, int], Awaitable[None]]
 
 
 async def timed(
-    url: str, op: Op, callers: int, per_caller: int, *, warm: bool = True
+    url: str, op: Op, callers: int, per_caller: int, *, warm: bool = True, name: str = "caller"
 ) -> dict[str, Any]:
-    """`callers` callers doing `per_caller` operations each: throughput, p50 and p99."""
+    """`callers` callers (`name`-0, `name`-1, ...) doing `per_caller` operations each:
+    throughput, p50 and p99."""
     latencies: list[float] = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
         if warm:  # every caller's session open, and the code paths warm
-            await asyncio.gather(*(op(http, url, f"caller-{c}", 90_000) for c in range(callers)))
+            await asyncio.gather(*(op(http, url, f"{name}-{c}", 90_000) for c in range(callers)))
 
         async def caller(who: str) -> None:
             for i in range(per_caller):
@@ -151,7 +153,7 @@ async def timed(
                 latencies.append(time.perf_counter() - began)
 
         started = time.perf_counter()
-        await asyncio.gather(*(caller(f"caller-{c}") for c in range(callers)))
+        await asyncio.gather(*(caller(f"{name}-{c}") for c in range(callers)))
         elapsed = time.perf_counter() - started
     latencies.sort()
     return {
@@ -279,13 +281,14 @@ async def one_more(
             ("stdio", {"command": legacy_stdio_command(folder), "pool": {"min_idle": 0}}),
         ):
             each = gateway(f"cost-{name}", upstream)
-            await timed(each.url, echo, 1, 5)
-            one = each.memory_mb()
-            await timed(each.url, echo, n, 5)
-            many = each.memory_mb()
+            server = [legacy.proc.pid] if name == "http" else []
+            await timed(each.url, echo, 1, 5, name=name)
+            one = each.memory_mb(*server)
+            await timed(each.url, echo, n, 5, name=name)
+            many = each.memory_mb(*server)
             print(
                 f"  {name:<5}: {n - 1} callers more cost {(many - one) / (n - 1):.1f} MB each "
-                f"(the gateway with its servers: {one:.0f} MB at 1 caller, {many:.0f} MB at {n}); "
+                f"(the gateway and the server: {one:.0f} MB at 1 caller, {many:.0f} MB at {n}); "
                 f"processes started: {each.processes_started()}",
                 flush=True,
             )
@@ -306,7 +309,8 @@ async def cold_burst(
         print(f"3. a cold burst of {n} new callers on a stdio upstream, {seconds:g} s ({pool})")
         cold = gateway("cold", {"command": legacy_stdio_command(folder), "pool": pool})
         result = await burst(cold, n, seconds)
-        warm = await timed(cold.url, echo, n, calls // 3, warm=False)
+        # The same callers, every session of theirs open now.
+        warm = await timed(cold.url, echo, n, calls // 3, warm=False, name="new")
         half = warm["per_s"] / 2
         reached = next((s for s, c in enumerate(result["per_second"]) if c >= half), None)
         first10 = sum(result["per_second"][:10])
