@@ -161,9 +161,10 @@ class PoolLimits:
     reaches another caller. `none`: any caller's calls share sessions; only for servers
     known to keep no per-session state (see operations.md)."""
     max_idle_per_caller: int = 2
-    """Idle sessions kept for one caller beyond the ones it has in use at the time (its
-    least recently used closed beyond); all callers' together are bounded by
-    `max_sessions`, the least recently used closed first when room is needed."""
+    """Idle sessions one caller keeps past the pool's periodic look (every 30 s at most;
+    its least recently used closed beyond): a burst leaves a caller its sessions for its
+    next calls, not for ever. All callers' together are bounded by `max_sessions`, the
+    least recently used closed first when room is needed."""
     max_opening: int = 4
     """Sessions being opened at once (a stdio server's process starting counts): a burst
     of new callers opens sessions at this pace instead of all at once."""

@@ -4,8 +4,8 @@
 A legacy server keeps state per session (a login, a scratchpad, the client's roots) and
 trusts that one session is one client, so a session serves the calls of one caller
 (principal) from its first call to its end: idle sessions are kept per caller and
-capability set (`gateway.upstream.idle`), at most `max_idle_per_caller` of a caller's
-beyond the ones it has in use (its least recently used closed first); a session opened
+capability set (`gateway.upstream.idle`), a caller's trimmed to `max_idle_per_caller`
+(its least recently used closed first) by the supply's periodic look; a session opened
 ahead belongs to nobody until a caller takes it. `isolation: none` shares sessions
 between callers instead, for servers known to keep nothing per session.
 
@@ -127,20 +127,9 @@ class SessionPool(SessionSupply):
             session.last_used = now = self.clock.monotonic()
             self._idle.put(session)
             self.demand.returned(now)
-            owner = session.principal
-            while owner is not None and self._idle_beyond_bound(owner):
-                self._forget(cast(PooledSession, self._idle.oldest(owner)))
             self._slots.wake()
             return
         self._forget(session, end=end)
-
-    def _idle_beyond_bound(self, owner: str) -> bool:
-        """Whether `owner` keeps more idle sessions than `max_idle_per_caller` beyond the
-        ones it has in use now: a caller busy with many calls at once keeps as many
-        sessions between them, and its idle ones fall to the bound as its calls end."""
-        idle = self._idle.held_by(owner)
-        in_use = self._bound[owner] - idle
-        return idle > self.limits.max_idle_per_caller + in_use
 
     def discard(self, given: UpstreamSession) -> None:
         session = cast(PooledSession, given)

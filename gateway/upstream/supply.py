@@ -13,7 +13,10 @@ caller no handshake: as many as the recent rate of sessions taken and not given 
 times the time one takes to open (at least `min_idle`; `gateway.upstream.demand`), so a
 burst of parking calls finds them ready and calls that give theirs back keep no spares
 idle on the server; none is opened ahead while sessions wait their turn to open. Idle
-sessions past `idle_timeout_s` are closed (keeping `min_idle` opened ahead). A session
+sessions past `idle_timeout_s` are closed (keeping `min_idle` opened ahead), and at each
+look (every 30 s at most) a caller keeps at most `max_idle_per_caller` idle ones, its
+least recently used closed beyond: a burst leaves a caller its sessions for its next
+calls, not for ever. A session
 whose held question went unasked is retired (`gateway.upstream.unasked`).
 
 The gateway's own session declares nothing and serves no caller: it says whether the
@@ -30,7 +33,7 @@ import asyncio
 import weakref
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -382,3 +385,8 @@ class SessionSupply:
             before = now - self.limits.idle_timeout_s
             for session in self._idle.stale(before, keep_unbound=self.limits.min_idle):
                 self._forget(session)
+            # A caller's burst of calls leaves it as many idle sessions: kept until this
+            # look (its next calls reuse them), then down to `max_idle_per_caller`.
+            for caller, idle in self._idle.callers().items():
+                for _ in range(idle - self.limits.max_idle_per_caller):
+                    self._forget(cast(PooledSession, self._idle.oldest(caller)))
