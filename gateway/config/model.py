@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from gateway.auth import ClientCredentials
 from gateway.config.auth import AuthConfig
+from gateway.protocol.exposure import EVERYTHING, Exposure, Globs, Shown
 from gateway.protocol.keys import KeyRule
 from gateway.protocol.translate import CachePolicy
 from gateway.protocol.uris import normal as normal_uri
@@ -299,6 +300,62 @@ class TargetConfig:
         default=NO_TASKS, metadata={"kind": "section, or a string: its support"}
     )
     """Whether a call of this tool may run as a task (tools only; see `TaskPolicy`)."""
+    name: str | None = None
+    """Tools only: the name clients see and call it by (the upstream always gets its
+    own; the old name is then unknown to clients)."""
+    title: str | None = None
+    """Tools only: the title clients see instead of the server's."""
+    description: str | None = None
+    """Tools only: the description clients see instead of the server's."""
+
+
+PINNING_OFF = "off"
+PINNING_WARN = "warn"
+PINNING_BLOCK = "block"
+PINNING = (PINNING_OFF, PINNING_WARN, PINNING_BLOCK)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExposedList:
+    """Which entries of one list clients see: those matching an `allow` glob and no `deny`
+    glob (`*`, `?`, `[...]`; case-sensitive). Tools and prompts by name, resources by URI,
+    resource templates by their `uriTemplate`."""
+
+    allow: tuple[str, ...] = ("*",)
+    """Globs of what is shown (absent: everything)."""
+    deny: tuple[str, ...] = ()
+    """Globs of what is hidden, even if allowed (deny wins)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExposeConfig:
+    """What clients see of this upstream: a hidden entry is absent from every list and
+    refused everywhere it could be reached with the answer an unknown name gets."""
+
+    tools: ExposedList = ExposedList()
+    """The tools shown, by the server's own names."""
+    prompts: ExposedList = ExposedList()
+    """The prompts shown."""
+    resources: ExposedList = ExposedList()
+    """The resources shown, by URI (resource templates by their `uriTemplate`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CatalogConfig:
+    """The lists served to clients (`tools/list`, `prompts/list`, `resources/list`,
+    `resources/templates/list`) from what the server last listed, and the tools' pins."""
+
+    ttl_s: float = 60.0
+    """How long a list is served from what the server last said; a `list_changed` the
+    server sends, heard by any replica, refreshes it sooner. `0` asks the server every
+    time (and checks calls only against the exposure rules)."""
+    per_caller: bool = False
+    """The server lists per caller (a login or other state of its session decides what
+    it lists): lists are then kept per caller, never shared."""
+    pinning: str = PINNING_WARN
+    """`off`, `warn` or `block`: a tool whose definition changed since it was first seen
+    (or last approved) is `catalog_drift` in the log; with `block` it is refused until
+    approved (`mrtr-gateway pins approve`)."""
 
 
 _DEFAULT_TARGET = TargetConfig()
@@ -348,6 +405,30 @@ class UpstreamConfig:
     """Settings of one prompt, by its name."""
     resources: Mapping[str, TargetConfig] = field(default_factory=dict, metadata={"entry": "<uri>"})
     """Settings of one resource, by its URI."""
+    expose: ExposeConfig = ExposeConfig()
+    """What clients see of this upstream's tools, prompts and resources (and may reach)."""
+    catalog: CatalogConfig = CatalogConfig()
+    """How lists are served and tools pinned."""
+    exposure: Exposure = field(
+        default=EVERYTHING, init=False, repr=False, compare=False, metadata={"yaml": None}
+    )
+    """The rules of `expose` and the tools' `name`, `title` and `description`, as the
+    catalog applies them (worked out from those keys)."""
+
+    def __post_init__(self) -> None:
+        shown = {
+            own: Shown(name=t.name, title=t.title, description=t.description)
+            for own, t in self.tools.items()
+            if t.name is not None or t.title is not None or t.description is not None
+        }
+        rules = self.expose
+        exposure = Exposure(
+            tools=Globs(rules.tools.allow, rules.tools.deny),
+            prompts=Globs(rules.prompts.allow, rules.prompts.deny),
+            resources=Globs(rules.resources.allow, rules.resources.deny),
+            shown=MappingProxyType(shown),
+        )
+        object.__setattr__(self, "exposure", EVERYTHING if exposure.everything else exposure)
 
     def targets(self, method: str) -> Mapping[str, TargetConfig]:
         """The settings of the tools, prompts or resources a request of `method` is about

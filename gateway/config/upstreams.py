@@ -19,6 +19,7 @@ from gateway.config.auth import parse_oauth_client, parse_scopes
 from gateway.config.model import (
     ISOLATE_CALLERS,
     PARK,
+    PINNING,
     REPLAY,
     SHARE_SESSIONS,
     SSE,
@@ -27,6 +28,9 @@ from gateway.config.model import (
     TASK_NONE,
     TASK_SUPPORT,
     TRANSPORTS,
+    CatalogConfig,
+    ExposeConfig,
+    ExposedList,
     PoolLimits,
     TargetConfig,
     TaskPolicy,
@@ -43,6 +47,8 @@ T = TypeVar("T")
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: A tool name as the spec advises: 1 to 128 of letters, digits, `_`, `-` and `.`.
+_SHOWN_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
 def _expand_env(value: str, where: str, env: Mapping[str, str]) -> str:
@@ -143,7 +149,20 @@ def _target(section: Section, body: Any, name: str, tasks: bool) -> TargetConfig
                 "augments tools/call alone)"
             )
         task = _task_policy(target, target.raw("task"), target.at("task"))
-    config = TargetConfig(inputs=inputs, scopes=scopes, task=task, **target.scalars(TargetConfig))
+    shown = {key: target.get(key, str) for key in ("name", "title", "description")}
+    if any(v is not None for v in shown.values()) and not tasks:
+        key = next(k for k, v in shown.items() if v is not None)
+        raise ConfigError(
+            f"{target.at(key)}: only a tool is shown under another name, title or description"
+        )
+    if shown["name"] is not None and not _SHOWN_NAME.match(shown["name"]):
+        raise ConfigError(
+            f"{target.at('name')}: a tool name of letters, digits, '_', '-' or '.' "
+            "(1 to 128 of them) is required"
+        )
+    config = TargetConfig(
+        inputs=inputs, scopes=scopes, task=task, **shown, **target.scalars(TargetConfig)
+    )
     target.done()
     if config.mode not in (PARK, REPLAY):
         raise ConfigError(f"{target.at('mode')}: must be park or replay")
@@ -189,13 +208,17 @@ def parse_upstream(sec: Section, env: Mapping[str, str], base: Path) -> Upstream
         "tools": lambda: _targets(sec.section("tools"), tasks=True),
         "prompts": lambda: _targets(sec.section("prompts")),
         "resources": lambda: _targets(sec.section("resources"), uri=True),
+        "expose": lambda: _expose(sec.section("expose")),
+        "catalog": lambda: _catalog(sec.section("catalog")),
     }
     # A part with a mistake (kept in the reading's problems, which refuse the file) is
     # left to its default, so that the rest of the entry is read and checked too.
     read = {key: _attempt(sec, part) for key, part in parts.items()}
     sec.done()
     given = {key: value for key, value in read.items() if value is not None}
-    return UpstreamConfig(**values, **process, headers=headers, **given)
+    upstream = UpstreamConfig(**values, **process, headers=headers, **given)
+    _attempt(sec, functools.partial(_check_exposure, sec, upstream))
+    return upstream
 
 
 def _pool(pool_sec: Section, transport: str) -> PoolLimits:
@@ -214,6 +237,68 @@ def _pool(pool_sec: Section, transport: str) -> PoolLimits:
             f"over {transport} they cannot be told apart)"
         )
     return pool
+
+
+def _expose(sec: Section) -> ExposeConfig:
+    lists = {}
+    for kind in ("tools", "prompts", "resources"):
+        if not sec.has(kind):
+            continue
+        rule = sec.section(kind)
+        globs = {}
+        for key in ("allow", "deny"):
+            value = rule.raw(key)
+            if value is None:
+                continue
+            if not isinstance(value, list) or not all(isinstance(g, str) and g for g in value):
+                raise ConfigError(f"{rule.at(key)}: expected a list of globs, e.g. [\"delete_*\"]")
+            globs[key] = tuple(value)
+        rule.done()
+        lists[kind] = ExposedList(**globs)
+    sec.done()
+    return ExposeConfig(**lists)
+
+
+def _catalog(sec: Section) -> CatalogConfig:
+    catalog = CatalogConfig(**sec.scalars(CatalogConfig, zero_ok={"ttl_s"}))
+    sec.done()
+    if catalog.pinning not in PINNING:
+        raise ConfigError(f"{sec.at('pinning')}: must be one of {', '.join(PINNING)}")
+    return catalog
+
+
+def _check_exposure(sec: Section, upstream: UpstreamConfig) -> None:
+    """Rules that cannot do what they say: every tool hidden, a tool shown under another
+    tool's name, a hidden tool shown under another name.
+
+    Raises:
+        ConfigError: naming the key.
+    """
+    exposure = upstream.exposure
+    if not upstream.expose.tools.allow or any(g == "*" for g in upstream.expose.tools.deny):
+        raise ConfigError(
+            f"{sec.at('expose.tools')}: hides every tool of this upstream; to serve none of "
+            "its tools, remove the upstream instead"
+        )
+    shown_as: dict[str, str] = {}
+    for own, target in upstream.tools.items():
+        if target.name is None:
+            continue
+        where = sec.at(f"tools.{own}.name")
+        if not exposure.tools.admits(own):
+            raise ConfigError(
+                f"{where}: {own!r} is hidden by expose.tools; a hidden tool is shown under no name"
+            )
+        if target.name in shown_as:
+            raise ConfigError(
+                f"{where}: {shown_as[target.name]!r} is shown as {target.name!r} already"
+            )
+        if target.name != own and target.name in upstream.tools:
+            raise ConfigError(
+                f"{where}: {target.name!r} is another tool's own name; two tools cannot be "
+                "shown under one name"
+            )
+        shown_as[target.name] = own
 
 
 def _cache(cache_sec: Section) -> CachePolicy:
