@@ -161,7 +161,13 @@ def _target(section: Section, body: Any, name: str, tasks: bool) -> TargetConfig
             "(1 to 128 of them) is required"
         )
     config = TargetConfig(
-        inputs=inputs, scopes=scopes, task=task, **shown, **target.scalars(TargetConfig)
+        inputs=inputs,
+        scopes=scopes,
+        task=task,
+        name=shown["name"],
+        title=shown["title"],
+        description=shown["description"],
+        **target.scalars(TargetConfig),
     )
     target.done()
     if config.mode not in (PARK, REPLAY):

@@ -51,6 +51,7 @@ class Kind(StrEnum):
     REQUEST_STATE = "requestState"  # a sealed requestState's claims (`gateway.protocol.state`)
     LEGACY_SESSION = "legacy session"  # a sealed legacy session id (`legacy_session`)
     TASK = "task"  # a task's sealed record (`gateway.tasks`, `gateway.protocol.tasks`)
+    PIN = "pin"  # a tool's pin (`gateway.store.pins`)
 
 
 #: The version of each kind written at each level; None: that level does not know the kind.
@@ -71,6 +72,9 @@ VERSIONS: dict[Kind, dict[int, int | None]] = {
     # served no stdio or HTTP+SSE session to 2025 clients, and refused, 404, a session id
     # naming another replica). A kind they never read: its version at every level.
     Kind.LANE_MESSAGE: {1: 1, 2: 1},
+    # Pins came with level 2; level 1 never reads them (it has no catalog): a kind they never
+    # read, its version at every level.
+    Kind.PIN: {1: 1, 2: 1},
 }
 
 
@@ -111,6 +115,7 @@ MARKS: dict[Kind, tuple[str, int]] = {
     Kind.LEGACY_SESSION: ("v", 1),
     Kind.TASK: ("v", 1),
     Kind.LANE_MESSAGE: ("v", 1),
+    Kind.PIN: ("v", 1),
 }
 
 
