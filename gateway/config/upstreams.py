@@ -257,7 +257,7 @@ def _expose(sec: Section) -> ExposeConfig:
             if value is None:
                 continue
             if not isinstance(value, list) or not all(isinstance(g, str) and g for g in value):
-                raise ConfigError(f"{rule.at(key)}: expected a list of globs, e.g. [\"delete_*\"]")
+                raise ConfigError(f'{rule.at(key)}: expected a list of globs, e.g. ["delete_*"]')
             globs[key] = tuple(value)
         rule.done()
         lists[kind] = ExposedList(**globs)

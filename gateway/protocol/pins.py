@@ -84,8 +84,6 @@ def drift(tool: str, pinned: dict[str, Any], now: dict[str, Any]) -> Drift | Non
     a, b = before["annotations"], after["annotations"]
     changed += [f"annotations.{k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     weakened = tuple(
-        hint
-        for hint, safer in SAFER.items()
-        if a.get(hint) == safer and b.get(hint) != safer
+        hint for hint, safer in SAFER.items() if a.get(hint) == safer and b.get(hint) != safer
     )
     return Drift(tool, tuple(changed), weakened, fingerprint(pinned), fingerprint(now))

@@ -1,0 +1,288 @@
+"""The catalog: what clients see of each legacy server's lists, served from what the
+server last said, and which names they may reach.
+
+Per upstream, the four lists (`tools/list`, `prompts/list`, `resources/list`,
+`resources/templates/list`, every page) are fetched from the server at most every
+`catalog.ttl_s` and as soon as a `list_changed` for that list is heard (here, or by
+another replica: `gateway.fleet.changes`), on the gateway's own session (or, with
+`catalog.per_caller`, on the caller's, and kept per caller). Both eras are served from
+it, with the exposure rules applied (`gateway.protocol.exposure`). A name that is hidden,
+or absent from the list, is unknown: a client gets the one answer an unknown name gets,
+and the server is never asked. With `ttl_s: 0` every list is asked of the server as
+before, and calls are checked against the rules alone.
+
+Each tool seen is pinned (`gateway.store.pins`); a definition that differs from its
+pin is `catalog_drift` in the log (once per definition seen, on every replica that sees
+it) and counted; with `pinning: block` the tool is refused until an operator approves
+what it became (`mrtr-gateway pins approve`).
+
+A list request touches no store: pins are read and written when a list is fetched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from gateway.aio import spawn
+from gateway.clock import Clock
+from gateway.config import PINNING_BLOCK, PINNING_OFF, UpstreamConfig
+from gateway.errors import InvalidParams, RpcError, StoreError, UpstreamError
+from gateway.protocol import pins as pinning
+from gateway.protocol import translate
+from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.methods import LISTS
+from gateway.protocol.translate import CachePolicy
+from gateway.store.pins import PinStore
+from gateway.upstream.port import UpstreamPool
+
+log = structlog.get_logger("gateway.catalog")
+
+#: The most pages of one list fetched (a server that pages without end is cut off here).
+MAX_PAGES = 100
+
+#: What a request about one target is told when the name is hidden or absent.
+UNKNOWN = {
+    "tools/call": "Unknown tool: {}",
+    "prompts/get": "Unknown prompt: {}",
+    "resources/read": "Resource not found: {}",
+}
+#: The list that holds what a request is about.
+LIST_OF = {"tools/call": "tools/list", "prompts/get": "prompts/list"}
+
+
+class UnknownTarget(InvalidParams):
+    """A tool, prompt or resource hidden by the exposure rules, or absent from the list:
+    the answer an unknown name gets (spec: -32602)."""
+
+    def __init__(self, method: str, name: str) -> None:
+        super().__init__(UNKNOWN[method].format(name))
+
+
+class ToolNotApproved(RpcError):
+    """A tool whose definition changed since it was pinned, under `pinning: block`."""
+
+    code = -32603
+    http_status = 403
+    reason = "tool_not_approved"
+    public_detail = True
+
+    def __init__(self, tool: str, drift: pinning.Drift) -> None:
+        super().__init__(
+            f"The tool {tool} changed since it was approved ({', '.join(drift.changed)}); "
+            "an operator must approve it before it can be called"
+        )
+        self.data = {"reason": self.reason, "tool": tool, "changed": list(drift.changed)}
+
+
+@dataclass(slots=True)
+class _Listed:
+    """One list as the server last gave it (every page), and when."""
+
+    result: dict[str, Any]
+    at: float
+
+
+class UpstreamCatalog:
+    def __init__(
+        self,
+        upstream: UpstreamConfig,
+        pool: UpstreamPool,
+        pins: PinStore,
+        clock: Clock,
+        on_drift: Callable[[str, pinning.Drift], None] | None = None,
+    ) -> None:
+        self.upstream = upstream
+        self.pool = pool
+        self.pins = pins
+        self.clock = clock
+        self.on_drift = on_drift
+        self.ttl_s = upstream.catalog.ttl_s
+        self._lists: dict[tuple[str, str | None], _Listed] = {}
+        self._fetching: dict[tuple[str, str | None], asyncio.Future[_Listed]] = {}
+        self._drifted: dict[str, pinning.Drift] = {}  # by own tool name
+        self._told: set[tuple[str, str]] = set()  # (tool, fingerprint seen) logged here
+
+    @property
+    def caching(self) -> bool:
+        return self.ttl_s > 0
+
+    def _key(self, method: str, principal: str) -> tuple[str, str | None]:
+        return method, principal if self.upstream.catalog.per_caller else None
+
+    # -- lists ------------------------------------------------------------------------------
+
+    async def listed(
+        self, method: str, caps: ClientCaps, principal: str, params: dict[str, Any]
+    ) -> tuple[dict[str, Any], CachePolicy]:
+        """The `method` list's result as clients see it, and the cache hints it gets.
+
+        Raises:
+            RpcError: the upstream's error, translated; UpstreamError.
+        """
+        exposure = self.upstream.exposure
+        if not self.caching:  # as before: the client's page, asked of the server now
+            result = await self._ask(method, caps, principal, params)
+            return exposure.view(method, result), self.upstream.cache
+        listed = await self._fresh(method, caps, principal)
+        if params.get("cursor") is not None:
+            raise InvalidParams("Invalid cursor: the catalog serves each list in one page")
+        left_ms = max(0, round((listed.at + self.ttl_s - self.clock.monotonic()) * 1000))
+        scope = "private" if self.upstream.catalog.per_caller else self.upstream.cache.scope
+        return exposure.view(method, listed.result), CachePolicy(ttl_ms=left_ms, scope=scope)
+
+    def changed(self, method: str) -> None:
+        """The server's `notifications/<list>/list_changed` (heard anywhere): its list is
+        fetched again when next asked."""
+        for key in [k for k in self._lists if _changes(k[0]) == method]:
+            del self._lists[key]
+
+    async def _fresh(self, method: str, caps: ClientCaps, principal: str) -> _Listed:
+        key = self._key(method, principal)
+        listed = self._lists.get(key)
+        if listed is not None and self.clock.monotonic() - listed.at < self.ttl_s:
+            return listed
+        fetching = self._fetching.get(key)
+        if fetching is None:  # one fetch for everyone asking meanwhile
+            fetching = spawn(self._fetch(method, caps, principal), name=f"catalog-{method}")
+            self._fetching[key] = fetching
+            fetching.add_done_callback(lambda _: self._fetching.pop(key, None))
+        return await asyncio.shield(fetching)
+
+    async def _fetch(self, method: str, caps: ClientCaps, principal: str) -> _Listed:
+        started = self.clock.monotonic()
+        member = LISTS[method].member
+        entries: list[Any] = []
+        params: dict[str, Any] = {}
+        first: dict[str, Any] = {}
+        for _ in range(MAX_PAGES):
+            page = await self._ask(method, caps, principal, params)
+            first = first or page
+            got = page.get(member)
+            entries.extend(got if isinstance(got, list) else [])
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                break
+            params = {"cursor": cursor}
+        else:
+            log.warning(
+                "catalog_list_cut", upstream=self.upstream.name, method=method, pages=MAX_PAGES
+            )
+        result = {k: v for k, v in first.items() if k != "nextCursor"}
+        result[member] = entries
+        if method == "tools/list":
+            await self._pin(entries)
+        listed = _Listed(result, started)
+        self._lists[self._key(method, principal)] = listed
+        return listed
+
+    async def _ask(
+        self, method: str, caps: ClientCaps, principal: str, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        """One page of a list from the server (on the gateway's own session unless lists
+        are per caller). Raises: RpcError, UpstreamError."""
+        who = principal if self.upstream.catalog.per_caller else None
+        reply = await self.pool.request(caps, who, method, params)
+        error = reply.get("error")
+        if isinstance(error, dict):
+            raise translate.translate_error(error)
+        result = reply.get("result")
+        if not isinstance(result, dict):
+            raise UpstreamError(f"upstream answered {method} without a result")
+        return result
+
+    # -- names ------------------------------------------------------------------------------
+
+    async def admit(self, method: str, name: str, caps: ClientCaps, principal: str) -> str:
+        """The server's own name (or URI) for what a client asks for by `name`.
+
+        Raises:
+            UnknownTarget: hidden by the rules, or (when lists are cached) absent from
+                the list: the answer an unknown name gets.
+            ToolNotApproved: a tool that drifted, under `pinning: block`.
+            RpcError, UpstreamError: the list could not be fetched.
+        """
+        own = self.upstream.exposure.upstream_name(method, name)
+        if own is None:
+            raise UnknownTarget(method, name)
+        listing = LIST_OF.get(method)
+        if listing is not None and self.caching:
+            listed = await self._fresh(listing, caps, principal)
+            names = {
+                e.get("name") for e in listed.result[LISTS[listing].member] if isinstance(e, dict)
+            }
+            if own not in names:
+                raise UnknownTarget(method, name)
+        if method == "tools/call" and self.upstream.catalog.pinning == PINNING_BLOCK:
+            drift = self._drifted.get(own)
+            if drift is not None:
+                raise ToolNotApproved(self.upstream.exposure.exposed_name(own), drift)
+        return own
+
+    # -- pins -------------------------------------------------------------------------------
+
+    async def _pin(self, tools: list[Any]) -> None:
+        """Pin what is new, and say what drifted (a pin that cannot be read keeps the
+        last verdict: a tool blocked stays blocked)."""
+        if self.upstream.catalog.pinning == PINNING_OFF:
+            return
+        definitions = {
+            t["name"]: pinning.definition(t)
+            for t in tools
+            if isinstance(t, dict) and isinstance(t.get("name"), str)
+        }
+        try:
+            pins = await self.pins.pin(self.upstream.name, definitions, self.clock.wall_ms())
+        except StoreError as exc:
+            log.warning("catalog_pins_unreadable", upstream=self.upstream.name, error=str(exc))
+            return
+        drifted = {}
+        for name, pin in pins.items():
+            drift = pinning.drift(name, pin.definition, definitions[name])
+            if drift is None:
+                continue
+            drifted[name] = drift
+            if (name, drift.seen) not in self._told:
+                self._told.add((name, drift.seen))
+                self._tell(drift)
+        self._drifted = drifted
+
+    def _tell(self, drift: pinning.Drift) -> None:
+        log.warning(
+            "catalog_drift",
+            upstream=self.upstream.name,
+            tool=drift.tool,
+            severity=drift.severity,
+            changed=list(drift.changed),
+            weakened=list(drift.weakened),
+            pinned=drift.pinned,
+            seen=drift.seen,
+            blocked=self.upstream.catalog.pinning == PINNING_BLOCK,
+        )
+        if self.on_drift is not None:
+            self.on_drift(self.upstream.name, drift)
+
+
+def _changes(method: str) -> str:
+    """The notification that says a list changed."""
+    return "notifications/" + method.split("/", 1)[0] + "/list_changed"
+
+
+class Catalog:
+    """Every upstream's catalog on this replica."""
+
+    def __init__(self, catalogs: Mapping[str, UpstreamCatalog]) -> None:
+        self._catalogs = dict(catalogs)
+
+    def __getitem__(self, upstream: str) -> UpstreamCatalog:
+        return self._catalogs[upstream]
+
+    def changed(self, upstream: str, method: str) -> None:
+        """A list change of `upstream`'s, heard here or relayed from another replica."""
+        catalog = self._catalogs.get(upstream)
+        if catalog is not None:
+            catalog.changed(method)
