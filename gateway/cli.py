@@ -148,6 +148,23 @@ def _parser() -> argparse.ArgumentParser:
     apikey.add_argument(
         "--scopes", nargs="+", default=[], metavar="SCOPE", help="the scopes the key grants"
     )
+    pins = commands.add_parser(
+        "pins",
+        help="the tools' pins, in the fleet's Redis: list them (drift shown), or approve "
+        "what a tool became",
+    )
+    actions = pins.add_subparsers(dest="action", required=True)
+    listed = actions.add_parser("list", help="every pin, and what drifted from it")
+    listed.add_argument("--config", metavar="FILE", required=True, help="the gateway's file")
+    listed.add_argument("--upstream", help="only this upstream's pins")
+    approve = actions.add_parser(
+        "approve", help="trust what a drifted tool became (every replica, within a heartbeat)"
+    )
+    approve.add_argument("--config", metavar="FILE", required=True, help="the gateway's file")
+    approve.add_argument("--upstream", required=True, help="the upstream's name")
+    which = approve.add_mutually_exclusive_group(required=True)
+    which.add_argument("--tool", action="append", help="a tool, by the server's own name")
+    which.add_argument("--all", action="store_true", help="every drifted tool of the upstream")
     return parser
 
 
@@ -370,6 +387,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 0
+        if args.command == "pins":
+            from gateway.pins_cli import pins_command
+
+            return pins_command(args)
         if args.command == "check-config":
             try:
                 config = load_config(args.file)
