@@ -529,7 +529,10 @@ def _return_session(call: LiveCall, fate: SessionFate) -> None:
     if fate is SessionFate.DISCARD:
         call.pool.discard(call.session)
         return
-    reuse = fate is SessionFate.REUSE and _hand_back_questions(call)
+    reuse = fate is SessionFate.REUSE and (
+        # A call that left nothing open and unread (the common end) hands nothing back.
+        (not call.machine.pending and call.inbox.empty()) or _hand_back_questions(call)
+    )
     call.pool.release(call.session, reuse=reuse)
 
 
