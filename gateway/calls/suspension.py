@@ -20,7 +20,7 @@ import structlog
 from gateway import logging as log_context
 from gateway.calls.lifecycle import Lifecycle
 from gateway.calls.live import LiveCall
-from gateway.calls.outcomes import to_keep
+from gateway.calls.outcomes import Outcomes
 from gateway.clock import Clock
 from gateway.config import PARK, REPLAY, LimitsConfig, UpstreamConfig
 from gateway.errors import (
@@ -31,7 +31,7 @@ from gateway.errors import (
     StoreError,
     TooManyRounds,
 )
-from gateway.protocol import formats, keys, state
+from gateway.protocol import keys, state
 from gateway.protocol.call import Trigger
 from gateway.protocol.formats import FleetLevel, Kind
 from gateway.protocol.inbound import SERVER_INFO_KEY
@@ -52,20 +52,20 @@ class Suspender:
         audience: Callable[[UpstreamConfig], str],
         clock: Clock,
         limits: LimitsConfig,
-        keeps_outcomes: bool = False,
+        outcomes: Outcomes,
+        level: FleetLevel,
         withdraw: Withdraw | None = None,
-        level: FleetLevel | None = None,
     ) -> None:
         self.lifecycle = lifecycle
         # Which version of a requestState's claims every live replica opens.
-        self.level = level or formats.single()
+        self.level = level
         self.store = store
         self.codec = codec
         self.audience = audience  # what every state minted for an upstream is bound to
         self.clock = clock
         self.limits = limits
         # On a fleet, a resumed round's outcome is parked with the next round's record.
-        self.keeps_outcomes = keeps_outcomes
+        self.outcomes = outcomes
         # On a fleet, a session a call parks on is taken off the list of those a survivor
         # may end should this replica die (`gateway.fleet.ledger`).
         self.withdraw = withdraw
@@ -146,9 +146,7 @@ class Suspender:
         token, issued, deadline = self._mint(call, round_=machine.round, mode=PARK)
         call.parked_ms = (issued, deadline)
         result = input_required(call, token, machine.input_required())
-        kept = None
-        if self.keeps_outcomes:
-            kept = to_keep(result, call.resumed, self.limits.suspension_ttl_s)
+        kept = self.outcomes.kept(result, call.resumed)
         try:
             # Counted in the store, so the cap holds across the whole fleet.
             parking = self.store.park_held(call.record(self.lifecycle.owner), until, cap, kept)
