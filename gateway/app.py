@@ -20,8 +20,9 @@ from aiohttp import web
 
 from gateway.calls.bridge import Bridge
 from gateway.clock import Clock
-from gateway.compose import Components, Resource, compose
+from gateway.compose import Components, compose
 from gateway.config import STDIO, GatewayConfig, UpstreamConfig
+from gateway.membership import Resource
 from gateway.web.front_door import add_metadata_routes
 from gateway.web.handlers import McpEndpoint
 from gateway.web.middleware import error_middleware, request_id_middleware

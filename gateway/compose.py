@@ -2,11 +2,10 @@
 `Components`, every long-lived part, each built in dependency order and handed what it
 needs through its constructor (or, for what a running resource tells, its `start`).
 
-One choice shapes the rest, made here once from the store's URL: a replica alone
-(`memory://`: its records in its own process, its bus the fleet of one,
-`gateway.fleet.single`) or one of a fleet (Redis: the store, the bus between replicas,
-the ledger of upstream sessions, the change feed). `Alone` and `Fleet` build what
-differs; nothing after them asks which it is.
+One choice shapes the rest, made once from the store's URL (`gateway.membership`): a
+replica alone (its records in its own process, its bus the fleet of one) or one of a
+fleet (the store, the bus, the ledger of sessions and the change feed on Redis). Nothing
+after it asks which it is.
 
 `Components.resources` lists what opens and closes, in the order it opens (it closes in
 reverse): tracing, the HTTP clients, the store, the upstream pools, the bus, the ledger
@@ -18,43 +17,31 @@ from __future__ import annotations
 
 import functools
 import secrets
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 import structlog
 
 from gateway.auth import ClientCredentialsSource
 from gateway.auth.fetcher import AiohttpFetcher
-from gateway.calls import replicas
 from gateway.calls.bridge import Bridge
-from gateway.calls.suspension import Withdraw
 from gateway.clock import Clock, SystemClock
-from gateway.config import BOUND_TRANSPORTS, STDIO, GatewayConfig
+from gateway.config import BOUND_TRANSPORTS, GatewayConfig
 from gateway.fleet import messages
-from gateway.fleet.changes import ChangeFeed
-from gateway.fleet.ledger import SessionLedger
-from gateway.fleet.port import Bus
-from gateway.fleet.redis_bus import RedisBus
-from gateway.fleet.single import SingleReplica
 from gateway.http1 import Http1Client
 from gateway.legacy_clients.bound import BoundUpstream
-from gateway.legacy_clients.forwarding import Holder, Remote
+from gateway.legacy_clients.forwarding import Holder
 from gateway.legacy_clients.lane import LaneSettings, LegacyLane
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.streams import Streams
-from gateway.legacy_clients.upstream import HttpPassThrough, LegacyUpstream, SessionUpstream
+from gateway.legacy_clients.upstream import HttpPassThrough, LegacyUpstream
 from gateway.listens import Listens
+from gateway.membership import Inbox, Remoter, Resource, membership
 from gateway.observability import Metrics
-from gateway.protocol import formats, state
-from gateway.protocol.formats import FleetLevel
+from gateway.protocol import state
 from gateway.protocol.legacy_session import SESSION_PREFIX
 from gateway.protocol.state import AesGcmKeyRing
 from gateway.store.base import SuspendedCallStore, TimedStore
-from gateway.store.memory import MemoryStore
-from gateway.store.redis import RedisStore
-from gateway.store.redis_client import RedisClient, connect
-from gateway.store.tasks import MemoryTaskStore, RedisTaskStore, TaskStore
 from gateway.tasks.service import RECORD_PREFIX as TASK_RECORD_PREFIX
 from gateway.tasks.service import Tasks
 from gateway.tracing import TRACING
@@ -64,27 +51,6 @@ from gateway.web.front_door import FrontDoor, build_front_doors
 from gateway.web.handlers import FrontStreams
 
 log = structlog.get_logger("gateway")
-
-#: What serves this replica's inbox: each message another replica sent, decoded.
-Inbox = Callable[[messages.Message], Coroutine[Any, Any, None]]
-Told = Callable[[], Coroutine[Any, Any, None]]
-
-
-@dataclass(frozen=True, slots=True)
-class Resource:
-    """A part that runs while the gateway does: `open` as it starts, `close` as it stops."""
-
-    name: str
-    open: Callable[[], None]
-    close: Callable[[], Awaitable[None]]
-
-
-class Member(Bus, Protocol):
-    """The bus as a resource: `RedisBus`, or the fleet of one."""
-
-    def start(self, handler: Inbox, *, on_data_loss: Told, on_lease_regained: Told) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,9 +83,7 @@ def compose(config: GatewayConfig, clock: Clock | None = None) -> Components:
     incarnation = secrets.token_hex(4)
     owner = f"{config.replica_id}~{incarnation}"
     metrics = Metrics()
-    shared: Shared = (
-        Fleet(config, clock, owner) if config.store.shared else Alone(config, clock, owner)
-    )
+    shared = membership(config, clock, owner)  # alone, or one of a fleet
     store = TimedStore(shared.store, metrics)
     limits = config.limits
     fetcher = AiohttpFetcher()  # issuers' metadata and keys, upstream token endpoints
@@ -147,7 +111,7 @@ def compose(config: GatewayConfig, clock: Clock | None = None) -> Components:
         metrics=metrics,
         clock=clock,
         owner=owner,
-        withdraw=ledger.withdraw,
+        park=ledger.park,
         listens=listens,
         on_drain=(streams.end_all,),  # their clients reconnect elsewhere
     )
@@ -229,149 +193,6 @@ def make_codec(config: GatewayConfig) -> AesGcmKeyRing:
         )
         return AesGcmKeyRing.ephemeral()
     return AesGcmKeyRing(list(config.sealing.keys))
-
-
-# -- alone, or one of a fleet -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Ledger:
-    """The upstream sessions this replica holds, listed for a survivor to end should it
-    die (`gateway.fleet.ledger`): on a fleet only."""
-
-    withdraw: Withdraw | None  # a session a call parks on, taken off the list
-    resources: tuple[Resource, ...]
-
-
-class Shared(Protocol):
-    """What this replica shares with the others, and how it reaches them."""
-
-    @property
-    def store(self) -> SuspendedCallStore: ...
-
-    @property
-    def task_store(self) -> TaskStore: ...
-
-    @property
-    def bus(self) -> Member: ...
-
-    @property
-    def calls(self) -> replicas.Replicas:
-        """What the call core does differently (`gateway.calls.replicas`)."""
-        ...
-
-    @property
-    def redis(self) -> RedisClient | None:
-        """The front doors' rate limits' Redis (a fleet's limits hold fleet-wide)."""
-        ...
-
-    @property
-    def leases(self) -> Mapping[str, Callable[[], bool]]: ...
-
-    def heard(self, upstream: str, method: str) -> None:
-        """A list change heard here: told to the other replicas' listens."""
-        ...
-
-    def ledger(self, pools: Mapping[str, SessionPool], metrics: Metrics) -> Ledger: ...
-
-    def feed(self, listens: Listens) -> tuple[Resource, ...]: ...
-
-    def remote(self, route: str, wait_s: float, clock: Clock) -> Remoter | None:
-        """How the lane reaches a route's sessions another replica holds (None: it can't)."""
-        ...
-
-
-class Alone:
-    """A replica alone: its records in its own process, its bus the fleet of one. Nobody
-    else hears of its list changes, lists its sessions, or reaches the sessions it holds."""
-
-    def __init__(self, config: GatewayConfig, clock: Clock, owner: str) -> None:
-        self.store: SuspendedCallStore = MemoryStore(clock)
-        self.task_store: TaskStore = MemoryTaskStore(clock)
-        self.bus = SingleReplica(owner, formats.single(config.fleet.format_level))
-        self.calls = replicas.Alone(self.bus)
-        self.redis: RedisClient | None = None
-        self.leases: Mapping[str, Callable[[], bool]] = {}
-
-    def heard(self, upstream: str, method: str) -> None:
-        return None
-
-    def ledger(self, pools: Mapping[str, SessionPool], metrics: Metrics) -> Ledger:
-        return Ledger(None, ())
-
-    def feed(self, listens: Listens) -> tuple[Resource, ...]:
-        return ()
-
-    def remote(self, route: str, wait_s: float, clock: Clock) -> Remoter | None:
-        return None  # a session of another incarnation's is gone with it
-
-
-class Fleet:
-    """One replica of a fleet sharing a Redis store: the bus between replicas (heartbeats,
-    inboxes, the lease, the fleet's format level), the ledger of sessions and the feed of
-    list changes on the same Redis."""
-
-    def __init__(self, config: GatewayConfig, clock: Clock, owner: str) -> None:
-        self.config, self.clock, self.owner = config, clock, owner
-        self.prefix = prefix = config.store.key_prefix
-        # Which versions of the data shared with other replicas to write: learnt from
-        # the heartbeats (`gateway.protocol.formats`).
-        level = FleetLevel(settle_s=config.fleet.format_settle_s, pin=config.fleet.format_level)
-        self.redis = client = connect(config.store.url)
-        acked, wait_ms = config.store.replicas_acked, config.store.wait_ms
-        self.store = RedisStore(
-            client, prefix=prefix, clock=clock, replicas_acked=acked, wait_ms=wait_ms, level=level
-        )
-        self.task_store = RedisTaskStore(
-            client, prefix=prefix, clock=clock, replicas_acked=acked, wait_ms=wait_ms
-        )
-        beat = config.fleet.heartbeat_s
-        self.bus = RedisBus(
-            client, prefix=prefix, replica_id=owner, heartbeat_s=beat, clock=clock, level=level
-        )
-        self.calls = replicas.Fleet(self.bus, beat_s=beat)
-        self.leases = {"fleet": self.bus.holds_lease}
-        self.changes = ChangeFeed(
-            client,
-            prefix=prefix,
-            interval_s=beat,
-            clock=clock,
-            upstreams=frozenset(u.name for u in config.upstreams if u.transport != STDIO),
-        )
-
-    def heard(self, upstream: str, method: str) -> None:
-        self.changes.heard(upstream, method)
-
-    def ledger(self, pools: Mapping[str, SessionPool], metrics: Metrics) -> Ledger:
-        fleet = self.config.fleet
-        ledger = SessionLedger(
-            self.redis,
-            prefix=self.prefix,
-            replica_id=self.owner,
-            heartbeat_key=self.bus.replica_key,
-            pools=pools,
-            clock=self.clock,
-            interval_s=fleet.heartbeat_s,
-            sweep_s=fleet.orphan_sweep_s,
-            level=self.bus.level,
-            counted=lambda upstream, outcome: metrics.orphaned_sessions.labels(
-                upstream, outcome
-            ).inc(),
-        )
-        return Ledger(ledger.withdraw, (Resource("ledger", ledger.start, ledger.close),))
-
-    def feed(self, listens: Listens) -> tuple[Resource, ...]:
-        """The change feed, relaying what other replicas heard to this one's listens."""
-        changes = self.changes
-        return (Resource("changes", lambda: changes.start(listens.relay), changes.close),)
-
-    def remote(self, route: str, wait_s: float, clock: Clock) -> Remoter | None:
-        """How a route's sessions held by another replica are reached: over the bus."""
-        bus = self.bus
-        return lambda owner: Remote(bus, owner, route, wait_s=wait_s, clock=clock)
-
-
-Remoter = Callable[[str], SessionUpstream]
 
 
 # -- the parts ----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from gateway.calls.lifecycle import Lifecycle, Registry
 from gateway.calls.replicas import Replicas
 from gateway.calls.retries import Retries
 from gateway.calls.runner import Notify, Runner
-from gateway.calls.suspension import Suspender, Withdraw
+from gateway.calls.suspension import Park, Suspender, park_only
 from gateway.clock import Clock, SystemClock
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import Draining, RpcError
@@ -48,13 +48,14 @@ class Bridge:
         metrics: Metrics | None = None,
         clock: Clock | None = None,
         owner: str | None = None,
-        withdraw: Withdraw | None = None,
+        park: Park = park_only,
         listens: Listens | None = None,
         on_drain: Iterable[Callable[[], None]] = (),
     ) -> None:
         """`replicas`: this replica alone or in a fleet (`gateway.calls.replicas`);
-        `on_drain`: told when the replica starts draining (what else it serves ends:
-        legacy GET streams)."""
+        `park`: how a call's record is parked (on a fleet, its session withdrawn from the
+        ledger meanwhile, `suspension.withdrawing`); `on_drain`: told when the replica
+        starts draining (what else it serves ends: legacy GET streams)."""
         self.config = config
         self.listens = listens
         self.on_drain = tuple(on_drain)
@@ -95,7 +96,7 @@ class Bridge:
             limits=limits,
             outcomes=outcomes,
             level=bus.level,
-            withdraw=withdraw,
+            park=park,
         )
         self.runner = runner = Runner(
             lifecycle=lifecycle,

@@ -40,6 +40,30 @@ from gateway.store.base import SuspendedCallStore
 log = structlog.get_logger("gateway.calls")
 
 Withdraw = Callable[[str, str | None], Awaitable[None]]  # (upstream, session id)
+#: Parks a call's record (the store's step, given) with whatever else must be done before
+#: its client is answered; whether the record was parked (within its principal's cap).
+Park = Callable[[Awaitable[bool], LiveCall], Awaitable[bool]]
+
+
+async def park_only(parking: Awaitable[bool], call: LiveCall) -> bool:
+    """Nothing but the record: on a replica alone (no ledger of sessions)."""
+    return await parking
+
+
+def withdrawing(withdraw: Withdraw) -> Park:
+    """The record parked while the call's session is taken off the ledger of those a
+    survivor may end should this replica die (`gateway.fleet.ledger`): both before the
+    client is answered, in one wait. Either failing fails the park."""
+
+    async def park(parking: Awaitable[bool], call: LiveCall) -> bool:
+        taken_off = withdraw(call.upstream.name, call.session.id)
+        both = await asyncio.gather(parking, taken_off, return_exceptions=True)
+        for failed in both:
+            if isinstance(failed, BaseException):
+                raise failed
+        return bool(both[0])
+
+    return park
 
 
 class Suspender:
@@ -54,7 +78,7 @@ class Suspender:
         limits: LimitsConfig,
         outcomes: Outcomes,
         level: FleetLevel,
-        withdraw: Withdraw | None = None,
+        park: Park = park_only,
     ) -> None:
         self.lifecycle = lifecycle
         # Which version of a requestState's claims every live replica opens.
@@ -66,9 +90,8 @@ class Suspender:
         self.limits = limits
         # On a fleet, a resumed round's outcome is parked with the next round's record.
         self.outcomes = outcomes
-        # On a fleet, a session a call parks on is taken off the list of those a survivor
-        # may end should this replica die (`gateway.fleet.ledger`).
-        self.withdraw = withdraw
+        # On a fleet, a session a call parks on is taken off the ledger as it parks.
+        self.park = park
 
     async def suspend(self, call: LiveCall) -> dict[str, Any]:
         """Answer `input_required` for what the call asks now.
@@ -150,15 +173,7 @@ class Suspender:
         try:
             # Counted in the store, so the cap holds across the whole fleet.
             parking = self.store.park_held(call.record(self.lifecycle.owner), until, cap, kept)
-            if self.withdraw is None:
-                held = await parking
-            else:  # both before the client is answered, in one wait
-                withdrawing = self.withdraw(call.upstream.name, call.session.id)
-                both = await asyncio.gather(parking, withdrawing, return_exceptions=True)
-                for failed in both:
-                    if isinstance(failed, BaseException):
-                        raise failed
-                held = bool(both[0])
+            held = await self.park(parking, call)
         except StoreError:
             await self.lifecycle.end(call, Trigger.FAIL, "store unavailable")
             raise

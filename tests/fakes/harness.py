@@ -8,7 +8,7 @@ from typing import Any
 from gateway.aio import spawn
 from gateway.calls.bridge import Bridge
 from gateway.calls.replicas import Alone, Fleet, Replicas
-from gateway.calls.suspension import Withdraw
+from gateway.calls.suspension import Withdraw, park_only, withdrawing
 from gateway.config import GatewayConfig, parse_config
 from gateway.fleet.port import Bus
 from gateway.fleet.single import SingleReplica
@@ -66,7 +66,7 @@ class Replica:
             pools={"up": self.pool},
             replicas=among,
             clock=clock,
-            withdraw=withdraw,
+            park=park_only if withdraw is None else withdrawing(withdraw),
         )
         self.upstream = self.config.upstreams[0]
         self.notified: list[dict[str, Any]] = []
