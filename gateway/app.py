@@ -78,7 +78,7 @@ def build_app(config: GatewayConfig, *, clock: Clock | None = None) -> web.Appli
     probes = Probes(
         store=parts.store,
         pools=parts.pools,
-        bridge=parts.bridge,
+        draining=lambda: parts.bridge.draining,
         metrics=parts.metrics,
         leases=parts.leases,
     )

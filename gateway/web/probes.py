@@ -15,7 +15,6 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.calls.bridge import Bridge
 from gateway.observability import Metrics
 from gateway.store.base import SuspendedCallStore
 from gateway.upstream.port import UpstreamPool
@@ -27,7 +26,7 @@ class Probes:
         *,
         store: SuspendedCallStore,
         pools: Mapping[str, UpstreamPool],
-        bridge: Bridge,
+        draining: Callable[[], bool],
         metrics: Metrics,
         leases: Mapping[str, Callable[[], bool]],
     ) -> None:
@@ -35,7 +34,7 @@ class Probes:
         has in `/readyz`'s body (none alone)."""
         self.store = store
         self.pools = pools
-        self.bridge = bridge
+        self.draining = draining
         self.metrics = metrics
         self.leases = leases
 
@@ -51,7 +50,7 @@ class Probes:
         store_ok = await self.store.ping()
         upstreams = {name: await pool.check() for name, pool in self.pools.items()}
         held = {name: holds() for name, holds in self.leases.items()}
-        draining = self.bridge.draining
+        draining = self.draining()
         ready = store_ok and all(held.values()) and all(upstreams.values()) and not draining
         body: dict[str, Any] = {
             "ready": ready,
