@@ -131,7 +131,9 @@ def compose(config: GatewayConfig, clock: Clock | None = None) -> Components:
         pools=pools,
         lease=shared.bus.holds_lease,
     )
-    doors = build_front_doors(config, fetcher=fetcher, wall_s=clock.wall_s, redis=shared.redis)
+    rate = limits.rate_per_principal
+    limiter = shared.rate_limiter(rate, clock.wall_s) if rate.enabled else None
+    doors = build_front_doors(config, fetcher=fetcher, wall_s=clock.wall_s, limiter=limiter)
     lanes = _legacy_lanes(
         config, http, credentials, doors, codec, metrics, streams, owner, clock, shared.remote
     )

@@ -19,10 +19,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gateway.auth.ports import WallClock
+from gateway.auth.ratelimit import MemoryTokenBucket, RateLimiter, RedisTokenBucket
 from gateway.calls import replicas
 from gateway.calls.suspension import Park, park_only, withdrawing
 from gateway.clock import Clock
 from gateway.config import STDIO, GatewayConfig
+from gateway.config.model import RateConfig
 from gateway.fleet import messages
 from gateway.fleet.changes import ChangeFeed
 from gateway.fleet.ledger import SessionLedger
@@ -38,7 +41,7 @@ from gateway.protocol.formats import FleetLevel
 from gateway.store.base import SuspendedCallStore
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
-from gateway.store.redis_client import RedisClient, connect
+from gateway.store.redis_client import connect
 from gateway.store.tasks import MemoryTaskStore, RedisTaskStore, TaskStore
 from gateway.upstream.pool import SessionPool
 
@@ -93,9 +96,8 @@ class Membership(Protocol):
         """What the call core does differently (`gateway.calls.replicas`)."""
         ...
 
-    @property
-    def redis(self) -> RedisClient | None:
-        """The front doors' rate limits' Redis (a fleet's limits hold fleet-wide)."""
+    def rate_limiter(self, rate: RateConfig, wall_s: WallClock) -> RateLimiter:
+        """The rate limit of every route (a fleet's holds fleet-wide)."""
         ...
 
     @property
@@ -133,8 +135,10 @@ class InProcess:
         self.task_store: TaskStore = MemoryTaskStore(clock)
         self.bus = SingleReplica(owner, formats.single(config.fleet.format_level))
         self.calls = replicas.Alone(self.bus)
-        self.redis: RedisClient | None = None
         self.leases: Mapping[str, Callable[[], bool]] = {}
+
+    def rate_limiter(self, rate: RateConfig, wall_s: WallClock) -> RateLimiter:
+        return MemoryTokenBucket(rate_per_s=rate.per_s, burst=rate.burst, clock=wall_s)
 
     def heard(self, upstream: str, method: str) -> None:
         return None
@@ -178,6 +182,15 @@ class OnRedis:
             interval_s=beat,
             clock=clock,
             upstreams=frozenset(u.name for u in config.upstreams if u.transport != STDIO),
+        )
+
+    def rate_limiter(self, rate: RateConfig, wall_s: WallClock) -> RateLimiter:
+        return RedisTokenBucket(
+            self.redis,
+            rate_per_s=rate.per_s,
+            burst=rate.burst,
+            clock=wall_s,
+            prefix=f"{self.prefix}rl:",
         )
 
     def heard(self, upstream: str, method: str) -> None:
