@@ -117,6 +117,10 @@ def test_the_protocol_core_imports_no_io() -> None:
     assert offenders("gateway.protocol", forbidden) == set()
 
 
+#: The composition root: what builds the parts, which no part imports.
+WIRING = {"gateway.app", "gateway.compose", "gateway.membership", "gateway.cli"}
+
+
 def test_the_call_core_depends_on_ports_not_on_transports() -> None:
     forbidden = {
         "aiohttp",
@@ -127,7 +131,7 @@ def test_the_call_core_depends_on_ports_not_on_transports() -> None:
     }
     forbidden |= {"gateway.store.redis", "gateway.store.redis_client", "gateway.store.memory"}
     forbidden |= FLEET_TRANSPORTS | {"gateway.web", "gateway.legacy_clients"}
-    forbidden |= {"gateway.app", "gateway.cli"}
+    forbidden |= WIRING
     assert offenders("gateway.calls", forbidden) == set()
 
 
@@ -154,7 +158,7 @@ def test_the_legacy_lane_uses_web_independent_parts_only() -> None:
     door, stream hooks) and of the fleet (its bus, through the port); it knows neither
     the web part, nor the call core, nor the fleet's transport."""
     forbidden = {"gateway.web", "gateway.calls", "gateway.store"} | FLEET_TRANSPORTS
-    forbidden |= {"gateway.app", "gateway.cli", "gateway.listens"}
+    forbidden |= WIRING | {"gateway.listens"}
     assert offenders("gateway.legacy_clients", forbidden) == set()
 
 
@@ -178,7 +182,7 @@ def test_tasks_run_on_the_call_core_and_the_ports() -> None:
     fleet only its port and messages (a task's messages to its owner go on that bus)."""
     forbidden = TRANSPORTS | STORES | FLEET_TRANSPORTS
     forbidden |= {"gateway.web", "gateway.legacy_clients", "gateway.listens"}
-    forbidden |= {"gateway.app", "gateway.cli"}
+    forbidden |= WIRING
     assert offenders("gateway.tasks", forbidden) == set()
 
 
@@ -186,7 +190,7 @@ def test_listens_use_the_upstream_port_only() -> None:
     """A listen (`gateway.listens`) hears its upstream through the upstream port, and the
     fleet's news through a callback it is handed: no transport, no call core, no store."""
     forbidden = TRANSPORTS | {"gateway.store", "gateway.calls", "gateway.tasks", "gateway.fleet"}
-    forbidden |= {"gateway.web", "gateway.legacy_clients", "gateway.app", "gateway.cli"}
+    forbidden |= {"gateway.web", "gateway.legacy_clients"} | WIRING
     assert offenders("gateway.listens", forbidden) == set()
 
 
