@@ -83,7 +83,7 @@ class Nowhere:
         raise CallLost()
 
     async def give_back(self, record: SuspendedCall) -> None:
-        return None  # the retry sent again finds it claimed, as the first did
+        return None  # alone, a round claimed stays claimed: its call is here, resuming
 
     async def serve_message(self, message: messages.Message) -> None:
         return None
