@@ -25,6 +25,7 @@ import structlog
 from gateway.auth import ClientCredentialsSource
 from gateway.auth.fetcher import AiohttpFetcher
 from gateway.calls.bridge import Bridge
+from gateway.catalog import Catalog, UpstreamCatalog
 from gateway.clock import Clock, SystemClock
 from gateway.config import BOUND_TRANSPORTS, GatewayConfig
 from gateway.fleet import messages
@@ -40,8 +41,10 @@ from gateway.membership import Inbox, Remoter, Resource, membership
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.legacy_session import SESSION_PREFIX
+from gateway.protocol.pins import Drift
 from gateway.protocol.state import AesGcmKeyRing
 from gateway.store.base import SuspendedCallStore, TimedStore
+from gateway.store.pins import PinStore
 from gateway.tasks.service import RECORD_PREFIX as TASK_RECORD_PREFIX
 from gateway.tasks.service import Tasks
 from gateway.tracing import TRACING
@@ -65,6 +68,7 @@ class Components:
     #: What readiness asks of the fleet, by name: on a fleet, whether the lease is held.
     leases: Mapping[str, Callable[[], bool]]
     listens: Listens
+    catalog: Catalog
     streams: Streams
     bridge: Bridge
     tasks: Tasks
@@ -95,10 +99,18 @@ def compose(config: GatewayConfig, clock: Clock | None = None) -> Components:
     # Every HTTP upstream's client (Streamable HTTP and HTTP+SSE, both lanes): no cookies,
     # no connection limit (a parked call, a legacy GET stream holds its connection).
     http = Http1Client()
+    # What clients see of each upstream's lists, told of every list change (here or on
+    # another replica) through the listens' relay.
+    changed = Changed()
     listens = Listens(
-        limits.max_listens, limits.max_listens_per_principal, metrics.listens, fleet=shared.heard
+        limits.max_listens,
+        limits.max_listens_per_principal,
+        metrics.listens,
+        fleet=shared.heard,
+        changed=changed,
     )
     pools = _pools(config, http, credentials, listens, metrics, clock)
+    catalog = changed.catalog = _catalog(config, pools, shared.pins, metrics, clock)
     ledger = shared.ledger(pools, metrics)
     streams = Streams(config.legacy.max_streams, config.legacy.max_streams_per_principal)
     codec = make_codec(config)
@@ -175,6 +187,7 @@ def compose(config: GatewayConfig, clock: Clock | None = None) -> Components:
         pools=pools,
         leases=shared.leases,
         listens=listens,
+        catalog=catalog,
         streams=streams,
         bridge=bridge,
         tasks=tasks,
@@ -230,6 +243,34 @@ def _pools(
             restart_backoff_s=restart_backoff_s(upstream),
         )
     return pools
+
+
+class Changed:
+    """Tells the catalog of a list change (it is built after the listens that relay it)."""
+
+    catalog: Catalog | None = None
+
+    def __call__(self, upstream: str, method: str) -> None:
+        if self.catalog is not None:
+            self.catalog.changed(upstream, method)
+
+
+def _catalog(
+    config: GatewayConfig,
+    pools: Mapping[str, SessionPool],
+    pins: PinStore,
+    metrics: Metrics,
+    clock: Clock,
+) -> Catalog:
+    def drifted(upstream: str, drift: Drift) -> None:
+        metrics.catalog_drift.labels(upstream, drift.severity).inc()
+
+    return Catalog(
+        {
+            u.name: UpstreamCatalog(u, pools[u.name], pins, clock, on_drift=drifted)
+            for u in config.upstreams
+        }
+    )
 
 
 def _inbox(bridge: Bridge, tasks: Tasks, holder: Holder) -> Inbox:

@@ -101,14 +101,17 @@ class Listens:
         per_principal: int,
         gauge: Gauge | None = None,
         fleet: Callable[[str, str], None] = lambda upstream, method: None,
+        changed: Callable[[str, str], None] = lambda upstream, method: None,
     ) -> None:
         """`fleet`: told of each list change heard here, for the other replicas' listens
-        (`ChangeFeed.heard`; alone, nobody)."""
+        (`ChangeFeed.heard`; alone, nobody). `changed`: told of every list change, heard
+        here or by another replica (the catalog fetches that list again)."""
         self.quota = Quota(max_listens, per_principal, full=ListensFull, busy=PrincipalListening)
         self.gauge = gauge
         self._open: dict[str, set[Inbox]] = {}
         self._draining = False
         self.fleet = fleet
+        self.changed = changed
 
     def __len__(self) -> int:
         return sum(len(inboxes) for inboxes in self._open.values())
@@ -154,6 +157,7 @@ class Listens:
     def relay(self, upstream: str, method: str) -> None:
         """Every listen of `upstream` here hears of a list change (heard here, or by
         another replica)."""
+        self.changed(upstream, method)
         bare = {"jsonrpc": "2.0", "method": method}  # what a listen relays of it
         for inbox in self._open.get(upstream, ()):
             inbox.put_nowait(bare)

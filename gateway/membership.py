@@ -37,9 +37,10 @@ from gateway.legacy_clients.upstream import SessionUpstream
 from gateway.listens import Listens
 from gateway.observability import Metrics
 from gateway.protocol import formats
-from gateway.protocol.formats import FleetLevel
+from gateway.protocol.formats import FleetLevel, Kind
 from gateway.store.base import SuspendedCallStore
 from gateway.store.memory import MemoryStore
+from gateway.store.pins import MemoryPins, PinStore, RedisPins
 from gateway.store.redis import RedisStore
 from gateway.store.redis_client import connect
 from gateway.store.tasks import MemoryTaskStore, RedisTaskStore, TaskStore
@@ -89,6 +90,11 @@ class Membership(Protocol):
     def task_store(self) -> TaskStore: ...
 
     @property
+    def pins(self) -> PinStore:
+        """The tools' pins (`gateway.catalog`): the fleet's, or this process's."""
+        ...
+
+    @property
     def bus(self) -> Member: ...
 
     @property
@@ -133,6 +139,7 @@ class InProcess:
     def __init__(self, config: GatewayConfig, clock: Clock, owner: str) -> None:
         self.store: SuspendedCallStore = MemoryStore(clock)
         self.task_store: TaskStore = MemoryTaskStore(clock)
+        self.pins: PinStore = MemoryPins()
         self.bus = SingleReplica(owner, formats.single(config.fleet.format_level))
         self.calls = replicas.Alone(self.bus)
         self.leases: Mapping[str, Callable[[], bool]] = {}
@@ -169,6 +176,9 @@ class OnRedis:
         )
         self.task_store = RedisTaskStore(
             client, prefix=prefix, clock=clock, replicas_acked=acked, wait_ms=wait_ms
+        )
+        self.pins = RedisPins(
+            client, prefix=prefix, version=lambda: level.version(Kind.PIN), clock=clock
         )
         beat = config.fleet.heartbeat_s
         self.bus = RedisBus(

@@ -322,6 +322,13 @@ class Metrics:
             ["upstream", "kind"],
             registry=r,
         )
+        self.catalog_drift = TalliedCounter(
+            "mrtr_catalog_drift",
+            "Tool definitions seen that differ from their pins, by upstream and severity "
+            "(high: a safety hint weakened)",
+            ["upstream", "severity"],
+            registry=r,
+        )
         self.orphaned_sessions = TalliedCounter(
             "mrtr_orphaned_sessions",
             "Upstream sessions of dead replicas that this one ended, by outcome "

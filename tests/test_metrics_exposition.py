@@ -52,6 +52,7 @@ def touched() -> Metrics:
     metrics.state_refusals.labels("expired").inc()
     metrics.call_endings.labels("done").inc()
     metrics.upstream_errors.labels("legacy", "open").inc()
+    metrics.catalog_drift.labels("legacy", "high").inc()
     metrics.orphaned_sessions.labels("legacy", "ended").inc()
     metrics.store_seconds.labels("claim").observe(0.0004)
     metrics.store_errors.labels("claim").inc()
@@ -259,6 +260,14 @@ be opened), and during a request: failed (unreachable, or broke the protocol), t
 exited (a stdio server), session_lost, credentials (the upstream's token endpoint)
 # TYPE mrtr_upstream_errors_created gauge
 mrtr_upstream_errors_created{kind="open",upstream="legacy"} <created>
+# HELP mrtr_catalog_drift_total Tool definitions seen that differ from their pins, by upstream and \
+severity (high: a safety hint weakened)
+# TYPE mrtr_catalog_drift_total counter
+mrtr_catalog_drift_total{severity="high",upstream="legacy"} 1.0
+# HELP mrtr_catalog_drift_created Tool definitions seen that differ from their pins, by upstream \
+and severity (high: a safety hint weakened)
+# TYPE mrtr_catalog_drift_created gauge
+mrtr_catalog_drift_created{severity="high",upstream="legacy"} <created>
 # HELP mrtr_orphaned_sessions_total Upstream sessions of dead replicas that this one ended, by \
 outcome (ended, gone, refused, failed)
 # TYPE mrtr_orphaned_sessions_total counter
