@@ -9,7 +9,10 @@ tool's whole result). So the work is linear in the bytes fed: each byte is looke
 once when its chunk arrives, a line cut between chunks waits as a list of pieces
 joined once at its end, and no buffer is sliced again as it grows. An event past
 `max_event_bytes` (its lines so far, comments and line ends included) raises
-`EventTooLarge`; the parser is then spent, as is the stream it read.
+`EventTooLarge`; the parser is then spent, as is the stream it read. A parser given
+`raw_over` hands an event whose data is larger than that as the bytes it came in
+(`Event.raw`), not decoded: a large result is read in steps from them
+(`gateway.protocol.large`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ class Event:
     event: str = "message"
     id: str | None = None
     retry: int | None = None
+    raw: bytes | None = None
+    """The data undecoded (UTF-8, lines joined by LF), for an event over the parser's
+    `raw_over`; `data` is then empty. Never set by a parser without `raw_over`."""
 
 
 class Parser:
@@ -39,6 +45,7 @@ class Parser:
 
     __slots__ = (
         "max_event_bytes",
+        "raw_over",
         "last_event_id",
         "_pieces",
         "_size",
@@ -50,8 +57,9 @@ class Parser:
         "_has_fields",
     )
 
-    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES, raw_over: int | None = None) -> None:
         self.max_event_bytes = max_event_bytes
+        self.raw_over = raw_over
         self.last_event_id: str | None = None
         self._pieces: list[bytes] = []  # a line not yet ended, as it arrived
         self._size = 0  # the bytes of the event under way, pieces included
@@ -141,12 +149,14 @@ class Parser:
         self._size = 0
         if not self._has_fields:
             return None
-        event = Event(
-            data=b"\n".join(self._data).decode("utf-8", "replace"),
-            event=self._event.decode("utf-8", "replace") or "message",
-            id=self._id,
-            retry=self._retry,
-        )
+        data = b"\n".join(self._data)
+        kind = self._event.decode("utf-8", "replace") or "message"
+        if self.raw_over is not None and len(data) > self.raw_over:
+            event = Event(data="", event=kind, id=self._id, retry=self._retry, raw=data)
+        else:
+            event = Event(
+                data=data.decode("utf-8", "replace"), event=kind, id=self._id, retry=self._retry
+            )
         self._data, self._event, self._id, self._retry = [], b"", None, None
         self._has_fields = False
         return event
@@ -155,6 +165,12 @@ class Parser:
 def encode(data: str, *, event: str = "message") -> bytes:
     """One SSE frame carrying `data` (which must not contain newlines: compact JSON)."""
     return f"event: {event}\ndata: {data}\n\n".encode()
+
+
+def frame(data: bytes) -> bytes:
+    """One `message` frame carrying `data`, which holds no CR or LF (compact JSON, as
+    `jsonrpc.dumps` writes it): `encode` without decoding and encoding the data again."""
+    return b"event: message\ndata: " + data + b"\n\n"
 
 
 def encode_event(event: Event) -> bytes:

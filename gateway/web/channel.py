@@ -71,7 +71,7 @@ class ResponseChannel:
         """Relay a notification about this request (commits the response to SSE)."""
         async with self._guard():
             stream = await self._commit()
-            await stream.write(sse.encode(jsonrpc.dumps(message).decode()))
+            await stream.write(sse.frame(jsonrpc.dumps(message)))
 
     async def finish(self, message: dict[str, Any], status: int = 200) -> web.StreamResponse:
         """Send the final JSON-RPC message; on a stream nothing may follow it."""
@@ -81,7 +81,7 @@ class ResponseChannel:
         async with self._lock:
             if self._stream is None:
                 return self._json(message, status)
-            await self._stream.write(sse.encode(jsonrpc.dumps(message).decode()))
+            await self._stream.write(sse.frame(jsonrpc.dumps(message)))
             await self._stream.write_eof()
             return self._stream
 

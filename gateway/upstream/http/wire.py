@@ -7,6 +7,12 @@ ids. A 404 for a request that carried the session id means the server forgot the
 session: `SessionExpired`. A JSON answer must be the response to the request it
 answers; an answer read whole, and each event of a stream, is at most
 `Endpoint.max_message_bytes`. Foreign errors become `UpstreamError` here.
+
+A response of `large.LARGE_BYTES` or more (a JSON body, or one event of a call's stream)
+is read in steps (`gateway.protocol.large`), the event loop serving everyone else
+between two of them, its bulk kept as the bytes it came in and written out as such;
+one the steps do not read is read whole, as any other. A list's result (`tools/list`,
+...) is always read whole: the gateway filters its entries.
 """
 
 from __future__ import annotations
@@ -14,13 +20,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
 from gateway.errors import UpstreamError
 from gateway.http1 import Http1Client, Response
-from gateway.protocol import jsonrpc, sse
+from gateway.protocol import jsonrpc, large, methods, sse
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
 from gateway.upstream.port import SessionExpired, StreamCursor
 from gateway.upstream.transport import (
@@ -33,6 +39,8 @@ from gateway.upstream.transport import (
 )
 
 log = structlog.get_logger("gateway.upstream")
+
+T = TypeVar("T")
 
 SESSION_HEADER = "Mcp-Session-Id"
 _SESSION_KEY = SESSION_HEADER.lower()  # response header names arrive lower-cased
@@ -77,6 +85,30 @@ class Endpoint:
             headers["Authorization"] = await self.authorization()
         headers.update(more)
         return headers
+
+
+@dataclass(frozen=True, slots=True)
+class Large:
+    """A large event of a call's stream (`sse.Event.raw`), to be read in steps
+    (`HttpWire.read_large`) before the events that came after it (`rest`)."""
+
+    event: sse.Event
+    rest: list[sse.Event]
+
+
+async def stepped(raw: bytes, whole: Callable[[], T]) -> dict[str, Any] | T:
+    """The response `raw` read in steps, the loop running between two of them; `whole()`
+    where the steps do not read it (`large.Unstepped`): the message read whole."""
+    steps = large.reading(raw)
+    try:
+        while True:
+            next(steps)
+            await asyncio.sleep(0)
+    except StopIteration as done:
+        message: dict[str, Any] = done.value
+        return message
+    except large.Unstepped:
+        return whole()
 
 
 class HttpWire:
@@ -163,9 +195,11 @@ class HttpWire:
             max_body_bytes=endpoint.max_message_bytes,
         )
 
-    def sse_parser(self) -> sse.Parser:
-        """A parser for one of this server's streams, bounded as its messages are."""
-        return sse.Parser(self.endpoint.max_message_bytes)
+    def sse_parser(self, *, large_raw: bool = False) -> sse.Parser:
+        """A parser for one of this server's streams, bounded as its messages are;
+        `large_raw`: a large event's data left as bytes (a call's stream, `Large`)."""
+        raw_over = large.LARGE_BYTES - 1 if large_raw else None
+        return sse.Parser(self.endpoint.max_message_bytes, raw_over)
 
     async def post_call(
         self,
@@ -194,7 +228,11 @@ class HttpWire:
                     raise UpstreamError(f"upstream answered HTTP {resp.status}: {error_text(body)}")
                 if ctype == "application/json":
                     async with resp:  # read whole: its connection goes back to the pool
-                        item = parse_message(await resp.read())
+                        body = await resp.read()
+                    if len(body) < large.LARGE_BYTES or message.get("method") in methods.LISTS:
+                        item = parse_message(body)
+                    else:
+                        item = await stepped(body, lambda: parse_message(body))
                     if not is_response_to(item, message.get("id")):
                         raise UpstreamError(
                             "upstream answered with JSON that is not the response to its request"
@@ -223,9 +261,10 @@ class HttpWire:
         if isinstance(answer, dict):
             yield answer
             return
+        lists = message.get("method") in methods.LISTS
         with mapped_errors("posting a request"):
             async with answer as resp:
-                async for item in self.read_stream(resp, rid, cursor):
+                async for item in self.read_stream(resp, rid, cursor, large_raw=not lists):
                     yield item
         if cursor.answered:
             return
@@ -271,33 +310,73 @@ class HttpWire:
         raise UpstreamError("upstream stream could not be resumed")
 
     async def read_stream(
-        self, resp: Response, rid: Any, cursor: StreamCursor
+        self, resp: Response, rid: Any, cursor: StreamCursor, *, large_raw: bool = True
     ) -> AsyncIterator[dict[str, Any]]:
-        """Yield a stream's messages until the response to `rid`, keeping the resume cursor.
+        """Yield a stream's messages until the response to `rid`, keeping the resume cursor;
+        `large_raw`: a large event read in steps (`Large`), else whole.
 
         Raises:
             OSError, ValueError (`sse.EventTooLarge` among them): for `mapped_errors`.
         """
-        parser = self.sse_parser()
+        parser = self.sse_parser(large_raw=large_raw)
         while (chunk := await resp.next_chunk()) is not None:
-            for item in self.call_messages(parser, chunk, rid, cursor):
-                yield item
+            items = self.call_messages(parser, chunk, rid, cursor)
+            while items:
+                item = items.pop(0)
+                if isinstance(item, Large):
+                    items = await self.read_large(item, rid, cursor)
+                else:
+                    yield item
             if cursor.answered:
                 await drain(resp.next_chunk)
                 return
 
     def call_messages(
         self, parser: sse.Parser, chunk: bytes, rid: Any, cursor: StreamCursor
-    ) -> list[dict[str, Any]]:
+    ) -> list[dict[str, Any] | Large]:
         """The messages a piece of a call's stream completes, up to the response to `rid`
         (then `cursor.answered`); `cursor` keeps the server's retry hint and last event id.
-        Shared by the awaited reader above and the callbacks' (`gateway.upstream.http.stream`)."""
-        items: list[dict[str, Any]] = []
-        for event in parser.feed(chunk):
+        A large event ends the list as a `Large`, to be read (`read_large`) before the
+        rest. Shared by the awaited reader above and the callbacks'
+        (`gateway.upstream.http.stream`)."""
+        items = self._event_messages(parser.feed(chunk), rid, cursor)
+        if not cursor.answered and not (items and isinstance(items[-1], Large)):
+            cursor.last_id = parser.last_event_id or cursor.last_id
+        return items
+
+    async def read_large(
+        self, pending: Large, rid: Any, cursor: StreamCursor
+    ) -> list[dict[str, Any] | Large]:
+        """The message of a large event, read in steps, then those of the events after it
+        (`call_messages`' list, which may end with the next `Large`)."""
+        event = pending.event
+        raw = event.raw
+        assert raw is not None
+        item = None
+        if event.event == "message":
+            item = await stepped(raw, lambda: self.message(_decoded(event, raw)))
+        if event.id:
+            cursor.last_id = event.id
+        if item is not None and is_response_to(item, rid):
+            cursor.answered = True
+            return [item]
+        rest = self._event_messages(pending.rest, rid, cursor)
+        return rest if item is None else [item, *rest]
+
+    def _event_messages(
+        self, events: list[sse.Event], rid: Any, cursor: StreamCursor
+    ) -> list[dict[str, Any] | Large]:
+        items: list[dict[str, Any] | Large] = []
+        for at, event in enumerate(events):
             if event.retry is not None:
                 cursor.retry_ms = event.retry
+            if event.raw is not None:
+                items.append(Large(event, events[at + 1 :]))
+                return items
             if not event.data and event.id is not None and cursor.live is not None:
                 cursor.live.set()  # a priming event: from here on the stream is live
+            if event.id:
+                cursor.last_id = event.id
             item = self.message(event)
             if item is None:
                 continue
@@ -305,7 +384,6 @@ class HttpWire:
             if is_response_to(item, rid):
                 cursor.answered = True
                 return items
-        cursor.last_id = parser.last_event_id or cursor.last_id
         return items
 
     def message(self, event: sse.Event) -> dict[str, Any] | None:
@@ -314,3 +392,10 @@ class HttpWire:
         if item is None and event.event == "message" and event.data:
             log.warning("upstream_sent_bad_json", upstream=self.endpoint.name)
         return item
+
+
+def _decoded(event: sse.Event, raw: bytes) -> sse.Event:
+    """A large event as a parser without `raw_over` would have given it."""
+    return sse.Event(
+        data=raw.decode("utf-8", "replace"), event=event.event, id=event.id, retry=event.retry
+    )
