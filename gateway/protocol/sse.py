@@ -102,11 +102,19 @@ class Parser:
                 cr = chunk.find(b"\r", after)
             self._grow(after - pos)
             line = chunk[pos:stop]
+            pos = after
             if self._pieces:
                 self._pieces.append(line)
-                line = b"".join(self._pieces)
-                self._pieces = []
-            pos = after
+                pieces, self._pieces = self._pieces, []
+                first = pieces[0]
+                if first[:5] == b"data:" and len(first) > 5:
+                    # A data line that came in pieces (a large event's): its value joined
+                    # once, not joined with its field name and then sliced from it.
+                    pieces[0] = first[6:] if first[5] == 0x20 else first[5:]
+                    self._has_fields = True
+                    self._data.append(b"".join(pieces))
+                    continue
+                line = b"".join(pieces)
             event = self._line(line)
             if event is not None:
                 events.append(event)
