@@ -109,13 +109,14 @@ def reading(body: bytes, *, step_bytes: int = STEP_BYTES) -> Generator[None, Non
 
 
 class _Reader:
-    __slots__ = ("body", "size", "step", "probes", "_budget", "_spent", "_alone")
+    __slots__ = ("body", "size", "step", "probes", "lookback", "_budget", "_spent", "_alone")
 
     def __init__(self, body: bytes, step: int) -> None:
         self.body = body
         self.size = len(body)
         self.step = step
-        self.probes = tuple(max(step >> shift, 1) for shift in _PROBE_SHIFTS)
+        self.probes = tuple(max(step >> shift, 64) for shift in _PROBE_SHIFTS)
+        self.lookback = min(step // 4, 4096)  # before a window's end, where to cut a string
         self._budget = _WORK_PER_BYTE * len(body) + step
         self._spent = 0  # work since the last step
         self._alone = 0  # entries read one at a time
@@ -186,7 +187,7 @@ class _Reader:
                 return self.fragment(p, end), end  # closed, and only whitespace after it
             if end >= self.size:
                 raise Unstepped("a string that does not end")
-            found = _STRING_CUT.search(body, max(start + 1, end - 4096), end)
+            found = _STRING_CUT.search(body, max(start + 1, end - self.lookback), end)
             if found is None:
                 raise Unstepped("a string with nowhere to cut it")
             start = found.start() if found.group("escape") else self.fit(found.end(), start)

@@ -9,10 +9,12 @@ tool's whole result). So the work is linear in the bytes fed: each byte is looke
 once when its chunk arrives, a line cut between chunks waits as a list of pieces
 joined once at its end, and no buffer is sliced again as it grows. An event past
 `max_event_bytes` (its lines so far, comments and line ends included) raises
-`EventTooLarge`; the parser is then spent, as is the stream it read. A parser given
-`raw_over` hands an event whose data is larger than that as the bytes it came in
-(`Event.raw`), not decoded: a large result is read in steps from them
-(`gateway.protocol.large`).
+`EventTooLarge`; the parser is then spent, as is the stream it read.
+
+A parser given `raw_over` holds an event whose data is larger than that, undecoded
+(`held`, a `LargeEvent`: a large result is read from its bytes in steps, by
+`gateway.protocol.large`), and goes no further until `release()`: what is fed meanwhile
+is kept, and read by the next `feed()` after it, in order.
 """
 
 from __future__ import annotations
@@ -35,9 +37,14 @@ class Event:
     event: str = "message"
     id: str | None = None
     retry: int | None = None
-    raw: bytes | None = None
-    """The data undecoded (UTF-8, lines joined by LF), for an event over the parser's
-    `raw_over`; `data` is then empty. Never set by a parser without `raw_over`."""
+
+
+@dataclass(frozen=True, slots=True)
+class LargeEvent(Event):
+    """An event whose data is over the parser's `raw_over`: `raw` is its data undecoded
+    (UTF-8, its lines joined by LF) and `data` is empty."""
+
+    raw: bytes = b""
 
 
 class Parser:
@@ -47,6 +54,8 @@ class Parser:
         "max_event_bytes",
         "raw_over",
         "last_event_id",
+        "held",
+        "_after",
         "_pieces",
         "_size",
         "_skip_lf",
@@ -61,6 +70,8 @@ class Parser:
         self.max_event_bytes = max_event_bytes
         self.raw_over = raw_over
         self.last_event_id: str | None = None
+        self.held: LargeEvent | None = None  # a large event, until `release()`
+        self._after: list[bytes] | None = None  # what came after it, not yet read
         self._pieces: list[bytes] = []  # a line not yet ended, as it arrived
         self._size = 0  # the bytes of the event under way, pieces included
         self._skip_lf = False  # the last chunk ended with CR: a first LF is its pair
@@ -76,6 +87,12 @@ class Parser:
         Raises:
             EventTooLarge: the event under way passed `max_event_bytes`.
         """
+        if self._after is not None:
+            if self.held is not None:
+                self._after.append(chunk)  # read once the large event is released
+                return []
+            self._after.append(chunk)
+            chunk, self._after = b"".join(self._after), None
         events: list[Event] = []
         end = len(chunk)
         pos = 0
@@ -117,12 +134,19 @@ class Parser:
                 line = b"".join(pieces)
             event = self._line(line)
             if event is not None:
+                if type(event) is LargeEvent:
+                    self.held, self._after = event, [chunk[pos:]]
+                    return events
                 events.append(event)
         if pos < end:
             rest = chunk[pos:] if pos else chunk
             self._pieces.append(rest)
             self._grow(len(rest))
         return events
+
+    def release(self) -> None:
+        """The held event has been read: the next `feed()` goes on after it."""
+        self.held = None
 
     def _grow(self, size: int) -> None:
         self._size += size
@@ -160,7 +184,7 @@ class Parser:
         data = b"\n".join(self._data)
         kind = self._event.decode("utf-8", "replace") or "message"
         if self.raw_over is not None and len(data) > self.raw_over:
-            event = Event(data="", event=kind, id=self._id, retry=self._retry, raw=data)
+            event: Event = LargeEvent("", kind, self._id, self._retry, data)
         else:
             event = Event(
                 data=data.decode("utf-8", "replace"), event=kind, id=self._id, retry=self._retry

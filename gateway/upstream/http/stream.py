@@ -6,9 +6,9 @@ the messages into the call's inbox up to the call's response, then lets the rest
 the stream run out (for at most `DRAIN_S`) so its connection is reused. A stream the
 server ends before the response is resumed with GET + Last-Event-ID in a task of its
 own (the rare case); one that breaks, or ends without an event id to resume from,
-ends the call's stream with a `StreamEnd`. A large event (`wire.Large`) is read in
-steps by a task of its own, the loop free between them; what arrives meanwhile, the
-stream's end included, waits for it in order.
+ends the call's stream with a `StreamEnd`. A large event (held by the stream's parser)
+is read in steps by a task of its own (`HttpWire.read_large`), the loop free between
+them; what arrives meanwhile waits in the parser, and the stream's end for the task.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from gateway.aio import cancel_and_wait, spawn
 from gateway.errors import UpstreamError
 from gateway.http1 import Response
-from gateway.upstream.http.wire import HttpWire, Large
+from gateway.upstream.http.wire import HttpWire
 from gateway.upstream.port import Inbox, StreamCursor, StreamEnd
 from gateway.upstream.transport import failure
 
@@ -41,7 +41,6 @@ class CallStream:
         "_done",
         "_drain",
         "_resume",
-        "_backlog",
         "_reading",
         "_ended",
     )
@@ -64,9 +63,7 @@ class CallStream:
         self._done: Callable[[], None] | None = done  # told once, when the stream is over
         self._drain: asyncio.TimerHandle | None = None
         self._resume: asyncio.Task[None] | None = None
-        # While a large event is read (`_reading`): the pieces that came after it, and
-        # the stream's end if it came too (its error, or None).
-        self._backlog: list[bytes] | None = None
+        # A large event being read, and the stream's end if it came meanwhile (its error).
         self._reading: asyncio.Task[None] | None = None
         self._ended: tuple[BaseException | None] | None = None
 
@@ -76,20 +73,18 @@ class CallStream:
         cursor = self._cursor
         if cursor.answered:
             return  # what follows the response: read only so the connection is reused
-        if self._backlog is not None:
-            self._backlog.append(chunk)  # after a large event still being read
-            return
-        pending = self._put(self._wire.call_messages(self._parser, chunk, self._rid, cursor))
-        if pending is not None:
-            self._backlog = []
-            self._reading = spawn(self._read(pending), name="upstream-large-message")
+        for item in self._wire.call_messages(self._parser, chunk, self._rid, cursor):
+            self._inbox.put_nowait(item)
+        if self._parser.held is not None:  # a large event: what follows waits in the parser
+            if self._reading is None:
+                self._reading = spawn(self._read(), name="upstream-large-message")
             return
         if cursor.answered:
             self._drain = asyncio.get_running_loop().call_later(DRAIN_S, self._stop_draining)
 
     def end(self, error: BaseException | None) -> None:
-        if self._backlog is not None:
-            self._ended = (error,)  # after the large event being read
+        if self._reading is not None:
+            self._ended = (error,)  # once the large event is read
             return
         if self._drain is not None:
             self._drain.cancel()
@@ -119,31 +114,19 @@ class CallStream:
 
     # -- the rest ------------------------------------------------------------------------
 
-    def _put(self, items: list[dict[str, Any] | Large]) -> Large | None:
-        """Put the messages in the inbox; the large event that ends them, if one does."""
-        for item in items:
-            if isinstance(item, Large):
-                return item
-            self._inbox.put_nowait(item)
-        return None
-
-    async def _read(self, pending: Large) -> None:
-        """A large event read in steps, then what came after it, in order."""
-        wire, cursor, rid = self._wire, self._cursor, self._rid
+    async def _read(self) -> None:
+        """The large event the parser holds read in steps, then what came after it."""
+        wire, parser, cursor = self._wire, self._parser, self._cursor
         try:
-            while True:
-                items = await wire.read_large(pending, rid, cursor)
-                while (after := self._put(items)) is None and not cursor.answered and self._backlog:
-                    items = wire.call_messages(self._parser, self._backlog.pop(0), rid, cursor)
-                if after is None:
-                    break
-                pending = after
+            while parser.held is not None and not cursor.answered:
+                for item in await wire.read_large(parser, self._rid, cursor):
+                    self._inbox.put_nowait(item)
         except ValueError as broken:  # what came after it broke the stream's bounds
-            self._backlog = None
+            self._reading = None
             self._resp.release()
             self._fail(failure("posting a request", broken))
             return
-        self._backlog = None
+        self._reading = None
         ended, self._ended = self._ended, None
         if ended is not None:
             self.end(ended[0])

@@ -87,15 +87,6 @@ class Endpoint:
         return headers
 
 
-@dataclass(frozen=True, slots=True)
-class Large:
-    """A large event of a call's stream (`sse.Event.raw`), to be read in steps
-    (`HttpWire.read_large`) before the events that came after it (`rest`)."""
-
-    event: sse.Event
-    rest: list[sse.Event]
-
-
 async def stepped(raw: bytes, whole: Callable[[], T]) -> dict[str, Any] | T:
     """The response `raw` read in steps, the loop running between two of them; `whole()`
     where the steps do not read it (`large.Unstepped`): the message read whole."""
@@ -313,19 +304,17 @@ class HttpWire:
         self, resp: Response, rid: Any, cursor: StreamCursor, *, large_raw: bool = True
     ) -> AsyncIterator[dict[str, Any]]:
         """Yield a stream's messages until the response to `rid`, keeping the resume cursor;
-        `large_raw`: a large event read in steps (`Large`), else whole.
+        `large_raw`: a large event read in steps (`read_large`), else whole.
 
         Raises:
             OSError, ValueError (`sse.EventTooLarge` among them): for `mapped_errors`.
         """
         parser = self.sse_parser(large_raw=large_raw)
         while (chunk := await resp.next_chunk()) is not None:
-            items = self.call_messages(parser, chunk, rid, cursor)
-            while items:
-                item = items.pop(0)
-                if isinstance(item, Large):
-                    items = await self.read_large(item, rid, cursor)
-                else:
+            for item in self.call_messages(parser, chunk, rid, cursor):
+                yield item
+            while parser.held is not None and not cursor.answered:
+                for item in await self.read_large(parser, rid, cursor):
                     yield item
             if cursor.answered:
                 await drain(resp.next_chunk)
@@ -333,50 +322,18 @@ class HttpWire:
 
     def call_messages(
         self, parser: sse.Parser, chunk: bytes, rid: Any, cursor: StreamCursor
-    ) -> list[dict[str, Any] | Large]:
+    ) -> list[dict[str, Any]]:
         """The messages a piece of a call's stream completes, up to the response to `rid`
-        (then `cursor.answered`); `cursor` keeps the server's retry hint and last event id.
-        A large event ends the list as a `Large`, to be read (`read_large`) before the
-        rest. Shared by the awaited reader above and the callbacks'
-        (`gateway.upstream.http.stream`)."""
-        items = self._event_messages(parser.feed(chunk), rid, cursor)
-        if not cursor.answered and not (items and isinstance(items[-1], Large)):
-            cursor.last_id = parser.last_event_id or cursor.last_id
-        return items
-
-    async def read_large(
-        self, pending: Large, rid: Any, cursor: StreamCursor
-    ) -> list[dict[str, Any] | Large]:
-        """The message of a large event, read in steps, then those of the events after it
-        (`call_messages`' list, which may end with the next `Large`)."""
-        event = pending.event
-        raw = event.raw
-        assert raw is not None
-        item = None
-        if event.event == "message":
-            item = await stepped(raw, lambda: self.message(_decoded(event, raw)))
-        if event.id:
-            cursor.last_id = event.id
-        if item is not None and is_response_to(item, rid):
-            cursor.answered = True
-            return [item]
-        rest = self._event_messages(pending.rest, rid, cursor)
-        return rest if item is None else [item, *rest]
-
-    def _event_messages(
-        self, events: list[sse.Event], rid: Any, cursor: StreamCursor
-    ) -> list[dict[str, Any] | Large]:
-        items: list[dict[str, Any] | Large] = []
-        for at, event in enumerate(events):
+        (then `cursor.answered`) or a large event (`parser.held`: `read_large` reads it and
+        what follows it); `cursor` keeps the server's retry hint and last event id.
+        Shared by the awaited reader above and the callbacks' (`gateway.upstream.http.stream`)."""
+        items: list[dict[str, Any]] = []
+        events = parser.feed(chunk)
+        for event in events:
             if event.retry is not None:
                 cursor.retry_ms = event.retry
-            if event.raw is not None:
-                items.append(Large(event, events[at + 1 :]))
-                return items
             if not event.data and event.id is not None and cursor.live is not None:
                 cursor.live.set()  # a priming event: from here on the stream is live
-            if event.id:
-                cursor.last_id = event.id
             item = self.message(event)
             if item is None:
                 continue
@@ -384,7 +341,37 @@ class HttpWire:
             if is_response_to(item, rid):
                 cursor.answered = True
                 return items
+        if parser.held is None:
+            cursor.last_id = parser.last_event_id or cursor.last_id
+        else:  # not past the large event until it is read: the stream resumes with it
+            for event in events:
+                cursor.last_id = event.id or cursor.last_id
         return items
+
+    async def read_large(
+        self, parser: sse.Parser, rid: Any, cursor: StreamCursor
+    ) -> list[dict[str, Any]]:
+        """The message of the large event `parser` holds, read in steps, then those of the
+        events after it (`call_messages`: the parser may hold the next large one)."""
+        held = parser.held
+        assert held is not None
+        if held.retry is not None:
+            cursor.retry_ms = held.retry
+        item = None
+        if held.event == "message":
+
+            def whole() -> dict[str, Any] | None:  # as a parser without `raw_over` gives it
+                text = held.raw.decode("utf-8", "replace")
+                return self.message(sse.Event(text, held.event, held.id, held.retry))
+
+            item = await stepped(held.raw, whole)
+        parser.release()
+        cursor.last_id = held.id or cursor.last_id
+        if item is not None and is_response_to(item, rid):
+            cursor.answered = True
+            return [item]
+        rest = self.call_messages(parser, b"", rid, cursor)
+        return rest if item is None else [item, *rest]
 
     def message(self, event: sse.Event) -> dict[str, Any] | None:
         """The message an event carries; bad JSON is logged and skipped."""
@@ -392,10 +379,3 @@ class HttpWire:
         if item is None and event.event == "message" and event.data:
             log.warning("upstream_sent_bad_json", upstream=self.endpoint.name)
         return item
-
-
-def _decoded(event: sse.Event, raw: bytes) -> sse.Event:
-    """A large event as a parser without `raw_over` would have given it."""
-    return sse.Event(
-        data=raw.decode("utf-8", "replace"), event=event.event, id=event.id, retry=event.retry
-    )
