@@ -210,6 +210,8 @@ class _Reader:
         while True:
             if self.due():
                 yield
+            if depth == 0 and "method" in kept:
+                raise Unstepped("a request or a notification")
             if separator is not None and alone == 0:
                 batch = self.batch(opening, closing, at, separator, depth, keep)
                 if batch is not None:

@@ -430,7 +430,8 @@ def build(event_store: EventStore | None = None, *, json_response: bool = False)
     async def big(size: int, shape: str = "text") -> CallToolResult:
         if shape == "records":
             count = size // 64
-            items = [{"id": i, "name": f"item-{i}", "ok": True, "score": i / 2} for i in range(count)]
+            row = {"ok": True}
+            items = [{"id": i, "name": f"item-{i}", **row, "score": i / 2} for i in range(count)]
             return CallToolResult(
                 content=[TextContent(type="text", text=f"{count} records")],
                 structuredContent={"items": items},

@@ -41,7 +41,7 @@ def response(result: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 7, "result": result}
 
 
-TEXT = "lorem \"ipsum\" dolor\tsit amet, é ü 日本 \\ 😀\n" * 400
+TEXT = 'lorem "ipsum" dolor\tsit amet, é ü 日本 \\ 😀\n' * 400
 TABLE = [{"id": i, "name": f"item-{i}", "ok": i % 2 == 0, "score": i / 3} for i in range(600)]
 SHAPES = {
     "one text block": response({"content": [{"type": "text", "text": TEXT}], "isError": False}),
@@ -143,10 +143,12 @@ def test_no_step_parses_more_than_a_few_windows(
     "body",
     [
         b"[" + orjson.dumps(SHAPES["one text block"]) + b"]",  # a batch: not one message
-        orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": {"t": TEXT}}),
+        orjson.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": {"t": TEXT}}
+        ),
         orjson.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {"t": TEXT}}),
-        b'\xef\xbb\xbf' + orjson.dumps(SHAPES["one text block"]),  # a byte order mark
-        orjson.dumps(response({"rows": TABLE}))[:-40] + b'NaN' + orjson.dumps(response(1))[-40:],
+        b"\xef\xbb\xbf" + orjson.dumps(SHAPES["one text block"]),  # a byte order mark
+        orjson.dumps(response({"rows": TABLE}))[:-40] + b"NaN" + orjson.dumps(response(1))[-40:],
         orjson.dumps(response({"t": TEXT})).replace(b"lorem", b"lor\\ud800em", 1),  # lone surrogate
         orjson.dumps(response({"t": TEXT})).replace(b"lorem", b"lor\xffem", 1),  # not UTF-8
         orjson.dumps(response({"t": TEXT})) + b"{}",
@@ -160,7 +162,8 @@ def test_what_it_does_not_read_plainly_is_left_to_the_whole_read(body: bytes) ->
 
 def test_nesting_past_the_gateways_bound_is_refused_as_a_whole_read_refuses_it() -> None:
     deep = "[" * 253 + "1" + "]" * 253  # 255 levels with the message and its result
-    body = ('{"jsonrpc":"2.0","id":1,"result":{"t":"%s","deep":%s}}' % ("x" * 20000, deep)).encode()
+    text = "x" * 20000
+    body = f'{{"jsonrpc":"2.0","id":1,"result":{{"t":"{text}","deep":{deep}}}}}'.encode()
     with pytest.raises(ValueError):
         jsonrpc.loads(body)
     with pytest.raises(large.Unstepped):
@@ -174,7 +177,10 @@ def test_integers_past_64_bits_pass_exactly_in_the_bulk_and_are_left_to_a_whole_
     rows = [{"id": big + i, "t": "x" * 50} for i in range(200)]
     in_bulk = json.dumps(response({"structuredContent": {"rows": rows}})).encode()
     value, _ = read(in_bulk)
-    assert written(value) == jsonrpc.loads(in_bulk) and written(value)["result"]["structuredContent"]["rows"] == rows
+    assert (
+        written(value) == jsonrpc.loads(in_bulk)
+        and written(value)["result"]["structuredContent"]["rows"] == rows
+    )
     kept = json.dumps(response({"count": big, "structuredContent": {"rows": rows}})).encode()
     with pytest.raises(large.Unstepped):  # orjson could not write it beside the bulk
         read(kept)
@@ -182,7 +188,9 @@ def test_integers_past_64_bits_pass_exactly_in_the_bulk_and_are_left_to_a_whole_
     assert written(read(floats)[0]) == jsonrpc.loads(floats)
 
 
-def test_a_result_with_its_bulk_as_bytes_is_copied_pickled_and_written_by_the_standard_path() -> None:
+def test_a_result_with_its_bulk_as_bytes_is_copied_pickled_and_written_by_the_standard_path() -> (
+    None
+):
     value, _ = read(orjson.dumps(SHAPES["one text block"]))
     assert written(copy.deepcopy(value)) == SHAPES["one text block"]
     assert written(pickle.loads(pickle.dumps(value))) == SHAPES["one text block"]
@@ -194,7 +202,9 @@ def test_a_result_with_its_bulk_as_bytes_is_copied_pickled_and_written_by_the_st
 # -- the same value as a whole read, or a whole read ------------------------------------------
 
 # Strings long enough to span steps, made by repeating a short one (cheap to draw).
-_STRINGS = st.text(max_size=12) | st.builds(lambda t, n: t * n, st.text(max_size=8), st.integers(1, 40))
+_STRINGS = st.text(max_size=12) | st.builds(
+    lambda t, n: t * n, st.text(max_size=8), st.integers(1, 40)
+)
 _SCALARS = (
     st.none()
     | st.booleans()
@@ -204,7 +214,9 @@ _SCALARS = (
 )
 _VALUES = st.recursive(
     _SCALARS,
-    lambda inner: st.lists(inner, max_size=8) | st.dictionaries(st.text(max_size=6), inner, max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=8) | st.dictionaries(st.text(max_size=6), inner, max_size=6)
+    ),
     max_leaves=16,
 )
 

@@ -328,12 +328,14 @@ class HttpWire:
         what follows it); `cursor` keeps the server's retry hint and last event id.
         Shared by the awaited reader above and the callbacks' (`gateway.upstream.http.stream`)."""
         items: list[dict[str, Any]] = []
-        events = parser.feed(chunk)
-        for event in events:
+        for event in parser.feed(chunk):
             if event.retry is not None:
                 cursor.retry_ms = event.retry
             if not event.data and event.id is not None and cursor.live is not None:
                 cursor.live.set()  # a priming event: from here on the stream is live
+            # The stream resumes after the last event read whole: not after one whose id
+            # line came but not yet its end (a large one, held for its reading, neither).
+            cursor.last_id = event.id or cursor.last_id
             item = self.message(event)
             if item is None:
                 continue
@@ -341,11 +343,6 @@ class HttpWire:
             if is_response_to(item, rid):
                 cursor.answered = True
                 return items
-        if parser.held is None:
-            cursor.last_id = parser.last_event_id or cursor.last_id
-        else:  # not past the large event until it is read: the stream resumes with it
-            for event in events:
-                cursor.last_id = event.id or cursor.last_id
         return items
 
     async def read_large(
