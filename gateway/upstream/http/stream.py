@@ -75,12 +75,11 @@ class CallStream:
             return  # what follows the response: read only so the connection is reused
         for item in self._wire.call_messages(self._parser, chunk, self._rid, cursor):
             self._inbox.put_nowait(item)
-        if self._parser.held is not None:  # a large event: what follows waits in the parser
-            if self._reading is None:
-                self._reading = spawn(self._read(), name="upstream-large-message")
-            return
         if cursor.answered:
             self._drain = asyncio.get_running_loop().call_later(DRAIN_S, self._stop_draining)
+        elif self._parser.held is not None and self._reading is None:
+            # A large event: read in steps, what follows it waiting in the parser.
+            self._reading = spawn(self._read(), name="upstream-large-message")
 
     def end(self, error: BaseException | None) -> None:
         if self._reading is not None:

@@ -188,7 +188,7 @@ class HttpWire:
 
     def sse_parser(self, *, large_raw: bool = False) -> sse.Parser:
         """A parser for one of this server's streams, bounded as its messages are;
-        `large_raw`: a large event's data left as bytes (a call's stream, `Large`)."""
+        `large_raw`: a large event held undecoded, for `read_large` (a call's stream)."""
         raw_over = large.LARGE_BYTES - 1 if large_raw else None
         return sse.Parser(self.endpoint.max_message_bytes, raw_over)
 
