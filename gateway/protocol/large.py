@@ -10,10 +10,11 @@ instead, by the generator `reading`, which stops after about every `STEP_BYTES` 
   `error`), the members of `result`, the entries of those that are arrays and the
   members of those entries (a `resources/read` result's `contents[*].uri`): objects down
   to `_KEPT_OBJECTS` containers deep, arrays down to `_KEPT_ARRAYS`.
-- Below that, a value larger than the largest probe (`_PROBE_SHIFTS`), and a string that large
-  anywhere, is validated a step at a time by orjson and kept as the bytes it came in, an
-  `orjson.Fragment` that `orjson.dumps` writes out verbatim (its CR and LF, which valid
-  JSON holds there only as whitespace, made spaces: the message stays one SSE line).
+- Below that, a value larger than the largest probe window (`_PROBE_SHIFTS`), and a
+  string that large anywhere, is validated a step at a time by orjson and kept as the
+  bytes it came in, an `orjson.Fragment` that `orjson.dumps` writes out verbatim (its CR
+  and LF, which valid JSON holds there only as whitespace, made spaces: the message
+  stays one SSE line).
 - A large array or object is validated many entries at a time: cut at the last
   separator in a step's window (`,` with what the entry after it opens with, as seen
   between two entries of it), the entries before the cut are parsed as one, `[` and `]`
