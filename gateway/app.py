@@ -46,6 +46,7 @@ from gateway.protocol import formats, state
 from gateway.protocol.formats import FleetLevel
 from gateway.protocol.legacy_session import SESSION_PREFIX
 from gateway.protocol.state import AesGcmKeyRing
+from gateway.seams import NO_SEAMS, Seams
 from gateway.store.base import SuspendedCallStore, TimedStore
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
@@ -62,8 +63,8 @@ from gateway.upstream.factory import (
 )
 from gateway.upstream.pool import SessionPool
 from gateway.web.front_door import FrontDoor, add_metadata_routes, build_front_doors
-from gateway.web.handlers import FrontStreams, McpEndpoint
-from gateway.web.middleware import error_middleware, request_id_middleware
+from gateway.web.middleware import FrontStreams, error_middleware, request_id_middleware
+from gateway.web.pipeline import Pipeline
 
 log = structlog.get_logger("gateway")
 
@@ -97,9 +98,11 @@ def make_codec(config: GatewayConfig) -> AesGcmKeyRing:
     return AesGcmKeyRing(list(config.sealing.keys))
 
 
-def build_app(config: GatewayConfig, *, clock: Clock | None = None) -> web.Application:
+def build_app(
+    config: GatewayConfig, *, clock: Clock | None = None, seams: Seams = NO_SEAMS
+) -> web.Application:
     """The gateway; `clock`: the time it reads and waits on (the event loop's unless a
-    test moves one by hand)."""
+    test moves one by hand); `seams`: where capabilities hook into requests, both eras."""
     app = web.Application(
         middlewares=[request_id_middleware, error_middleware],
         client_max_size=config.limits.max_body_bytes + 1,
@@ -220,7 +223,7 @@ def build_app(config: GatewayConfig, *, clock: Clock | None = None) -> web.Appli
     streams = Streams(config.legacy.max_streams, config.legacy.max_streams_per_principal)
     bridge.on_drain.append(streams.end_all)  # their clients reconnect elsewhere
     lanes = _legacy_lanes(
-        config, http, credentials, doors, codec, metrics, streams, owner, clock, bus
+        config, http, credentials, doors, codec, metrics, streams, owner, clock, bus, seams
     )
     bound = {
         name: lane.upstream
@@ -313,7 +316,7 @@ def build_app(config: GatewayConfig, *, clock: Clock | None = None) -> web.Appli
 
     app.cleanup_ctx.append(resources)
     for upstream in config.upstreams:
-        endpoint = McpEndpoint(
+        endpoint = Pipeline(
             config,
             upstream,
             bridge,
@@ -322,6 +325,7 @@ def build_app(config: GatewayConfig, *, clock: Clock | None = None) -> web.Appli
             listens,
             tasks,
             lanes.get(upstream.name),
+            seams=seams,
         )
         app.router.add_route("*", upstream.path, endpoint.handle)
 
@@ -373,6 +377,7 @@ def _legacy_lanes(
     owner: str,
     clock: Clock,
     bus: RedisBus | None,
+    seams: Seams,
 ) -> dict[str, LegacyLane]:
     """The legacy lane of every route, by upstream name; none when `legacy.enabled` is off.
     A Streamable HTTP upstream is passed through; a stdio or HTTP+SSE one's sessions are
@@ -424,6 +429,7 @@ def _legacy_lanes(
             hooks=hooks,
             clock=clock,
             remote=_remote(bus, upstream.name, config.limits.hold_timeout_s, clock),
+            seams=seams,
         )
     return lanes
 
