@@ -90,9 +90,13 @@ async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes
     content = request.content
     try:
         if content.is_eof():  # all here (nearly every request): no timer to arm
+            if length is not None:
+                return await content.readexactly(length)  # one read, no coroutine of ours
             return await _read(content, length, limit)
         async with asyncio.timeout(timeout_s):
             return await _read(content, length, limit)
+    except asyncio.IncompleteReadError as exc:  # shorter than its Content-Length
+        return exc.partial
     except TimeoutError:
         log.info("request_body_timed_out", timeout_s=timeout_s)
         raise closing_refusal(
@@ -105,10 +109,7 @@ async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes
 
 async def _read(content: StreamReader, length: int | None, limit: int) -> bytes:
     if length is not None:
-        try:
-            return await content.readexactly(length)  # one read when it is here
-        except asyncio.IncompleteReadError as exc:
-            return exc.partial
+        return await content.readexactly(length)  # one read when it is here
     chunks, size = [], 0
     async for chunk in content.iter_chunked(64 * 1024):
         size += len(chunk)
@@ -212,7 +213,33 @@ class Pipeline:
         if isinstance(message, jsonrpc.Notification):
             inbound.check_notification(headers)
             return web.Response(status=202)
-        return await self._modern(request, caller, headers, message)
+        # A 2026 client's request, served by its method's server and ended here (inline:
+        # a coroutine of its own would be one more frame at every resumption).
+        method = message.method
+        log_context.bind(rpc_method=method, upstream=self.name)
+        channel = ResponseChannel(request, keepalive_s=limits.keepalive_s)
+        target = inbound.logged_target(method, message.params)
+        served = RequestServed(
+            Lane.MODERN, caller, time.monotonic(), method, message.id, target, 200, "complete"
+        )
+        result = failure = None
+        with _NO_SPAN if not TRACING.enabled else _span(message, self.name):
+            try:
+                if self.seams.calling and method in methods.INTERRUPTIBLE:
+                    message = await self._entering(served, message)
+                self.front_door.check_request(caller, method, message.params)
+                result = await self.served_by[method](served, message, headers, channel)
+            except RpcError as exc:
+                failure = exc
+                self._failed(served, exc)
+            finally:
+                await channel.close()
+        self._end(served)
+        if failure is not None:
+            return await _failure(channel, failure, message.id)
+        if result is None:  # a listen cut short: its stream ends without a result
+            return await channel.cut_short()
+        return await channel.finish(jsonrpc.result(message.id, result))
 
     async def _unposted(self, request: web.Request) -> web.StreamResponse:
         """A request that is no POST: a 2025 client's GET (its session's stream) or DELETE
@@ -261,45 +288,6 @@ class Pipeline:
         finally:
             self._end(served)
 
-    async def _modern(
-        self,
-        request: web.Request,
-        caller: Caller,
-        headers: Mapping[str, str],
-        message: inbound.FrontRequest,
-    ) -> web.StreamResponse:
-        """A 2026 client's request, served by its method's server and ended here."""
-        method = message.method
-        log_context.bind(rpc_method=method, upstream=self.name)
-        channel = ResponseChannel(request, keepalive_s=self.limits.keepalive_s)
-        target = inbound.logged_target(method, message.params)
-        served = RequestServed(
-            Lane.MODERN, caller, time.monotonic(), method, message.id, target, 200, "complete"
-        )
-        result = failure = None
-        with _NO_SPAN if not TRACING.enabled else _span(message, self.name):
-            try:
-                if self.seams.calling and method in methods.INTERRUPTIBLE:
-                    message = await self._entering(served, message)
-                self.front_door.check_request(caller, method, message.params)
-                result = await self.served_by[method](served, message, headers, channel)
-            except RpcError as exc:
-                failure = exc
-                self._failed(served, exc)
-            finally:
-                await channel.close()
-        self._end(served)
-        if failure is not None:
-            answer = rendered(failure, message.id)
-            assert answer.message is not None
-            response = await channel.finish(answer.message, answer.status)
-            if answer.headers and not response.prepared:  # a stream said 200 already
-                response.headers.update(answer.headers)
-            return response
-        if result is None:  # a listen cut short: its stream ends without a result
-            return await channel.cut_short()
-        return await channel.finish(jsonrpc.result(message.id, result))
-
     async def _entering(
         self, served: RequestServed, message: inbound.FrontRequest
     ) -> inbound.FrontRequest:
@@ -343,6 +331,19 @@ class Pipeline:
         )
         if self.seams.ended:
             self.seams.end(served)
+
+
+async def _failure(
+    channel: ResponseChannel, failure: RpcError, rid: jsonrpc.RequestId
+) -> web.StreamResponse:
+    """A 2026 request's error, rendered, on its channel: as JSON with its status and
+    headers, or, once the channel has gone to SSE (200), as the stream's last event."""
+    answer = rendered(failure, rid)
+    assert answer.message is not None  # a JSON-RPC error always has its message
+    response = await channel.finish(answer.message, answer.status)
+    if answer.headers and not response.prepared:
+        response.headers.update(answer.headers)
+    return response
 
 
 def _span(message: inbound.FrontRequest, upstream: str) -> AbstractContextManager[object]:
