@@ -78,8 +78,7 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
     request_id = (
         incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else _next_request_id()
     )
-    log_context.clear()
-    log_context.bind(request_id=request_id)
+    log_context.begin(request_id=request_id)
     request[REQUEST_ID] = request_id
     # Every response names its request: set here on a JSON answer or an error, on
     # aiohttp's own refusals (a path nothing is served at), and by `ResponseChannel` on

@@ -37,9 +37,7 @@ from tests.support.wire import rpc
 
 GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
 
-TOOLS = [
-    {"name": name, "inputSchema": {"type": "object"}} for name in ("own", "hidden", "plain")
-]
+TOOLS = [{"name": name, "inputSchema": {"type": "object"}} for name in ("own", "hidden", "plain")]
 ECHOED = {"content": [{"type": "text", "text": "done"}]}
 
 
