@@ -198,6 +198,7 @@ class Pipeline:
             self.legacy_verbs = {"GET": legacy.get, "DELETE": legacy.delete}
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        """Every request on the route's path, either era (the steps: the module docstring)."""
         if request.method != "POST":
             return await self._unposted(request)
         inbound.check_http("POST", request.headers, policy=self.policy)
