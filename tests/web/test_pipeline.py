@@ -25,7 +25,7 @@ import structlog
 from gateway import logging as log_context
 from gateway.aio import spawn
 from gateway.app import build_app
-from gateway.errors import MethodNotFound
+from gateway.errors import CapacityExceeded, MethodNotFound
 from gateway.protocol import methods
 from gateway.seams import RequestServed, Seams
 from gateway.web.pipeline import Pipeline
@@ -56,9 +56,12 @@ def shown_as(served: RequestServed, method: str, result: dict[str, Any]) -> dict
 
 
 async def called_as(served: RequestServed, params: dict[str, Any]) -> dict[str, Any]:
-    """A catalog's call seam: `hidden` is unknown, `shown` goes upstream as `own`."""
+    """A catalog's call seam: `hidden` is unknown, `shown` goes upstream as `own`; an
+    approval's: `busy` cannot be asked about now."""
     if params.get("name") == "hidden":
         raise MethodNotFound("Unknown tool: hidden")
+    if params.get("name") == "busy":
+        raise CapacityExceeded("No one can approve it now")
     if params.get("name") == "shown":
         return {**params, "name": "own"}
     return params
@@ -230,13 +233,18 @@ def test_one_function_writes_each_request_line_and_one_renders_every_error() -> 
     assert sorted(set(renders)) == ["gateway/protocol/outside.py", "gateway/protocol/rendering.py"]
 
 
-async def test_a_2025_clients_refusal_and_a_2026_clients_share_one_rendering(
-    gateway: Gateway,
+@pytest.mark.parametrize(
+    ("tool", "status", "retry_after"), [("hidden", 404, None), ("busy", 503, "1")]
+)
+async def test_an_error_is_the_same_answer_to_either_era_but_for_its_id(
+    gateway: Gateway, tool: str, status: int, retry_after: str | None
 ) -> None:
-    """The same error, either era, is the same answer but for the request's id."""
-    status, modern, _ = await gateway.post(rpc("tools/call", {"name": "hidden"}, rid=9))
+    """One renderer: the same error, either era, is the same status, headers and body
+    (`Retry-After` on an error of a moment), with the request's id."""
+    got, modern, response = await gateway.post(rpc("tools/call", {"name": tool}, rid=9))
     session = await open_session(gateway.http, gateway.url)
-    legacy = await send(gateway.http, gateway.url, call("hidden", rid=9), session=session)
-    assert legacy.status == status == 404
-    assert json.loads(legacy.raw) == modern
+    legacy = await send(gateway.http, gateway.url, call(tool, rid=9), session=session)
+    assert legacy.status == got == status
+    assert json.loads(legacy.raw) == modern and modern["id"] == 9
     assert legacy.headers["Content-Type"].startswith("application/json")
+    assert legacy.headers.get("Retry-After") == response.headers.get("Retry-After") == retry_after
