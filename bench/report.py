@@ -19,6 +19,9 @@ Sections (each starts its own processes and stops them):
   legacy       a 2025 client's `tools/call echo` on its session through the legacy lane,
                against the same server direct, the server answering in JSON and in SSE:
                32 clients and 1
+  callers      what a session per caller costs (`bench/callers.py`): `echo` and `greet` at 1
+               and 32 callers isolated against shared (`pool.isolation: none`), and a cold
+               burst of 32 new callers on a stdio upstream against its warm throughput
 """
 
 from __future__ import annotations
@@ -668,6 +671,57 @@ async def legacy(args: argparse.Namespace, folder: Path) -> None:
         )
 
 
+async def callers(args: argparse.Namespace, folder: Path) -> None:
+    from bench import callers as bench
+
+    n, calls, rounds = 32, (100 if args.quick else 300), (30 if args.quick else 100)
+    print("callers: a session per caller against sessions shared by every caller")
+    legacy = LegacyServer()
+    started: list[bench.Gateway] = []
+
+    def gateway(name: str, upstream: dict[str, Any]) -> bench.Gateway:
+        started.append(bench.Gateway(folder, name, upstream))
+        return started[-1]
+
+    try:
+        isolated = gateway("isolated", {"url": legacy.url})
+        shared = gateway("shared", {"url": legacy.url, "pool": {"isolation": "none"}})
+        ratios = {}
+        for label, op, per in (("echo", bench.echo, calls), ("greet", bench.greet, rounds)):
+            for count in (1, n):
+                a = await bench.timed(isolated.url, op, count, per if count > 1 else per * 4)
+                b = await bench.timed(shared.url, op, count, per if count > 1 else per * 4)
+                ratios[label, count] = a["per_s"] / b["per_s"]
+                print(
+                    f"  {label} at {count:>2} callers: isolated {a['per_s']:.0f}/s p50 "
+                    f"{a['p50_ms']:.2f} ms, shared {b['per_s']:.0f}/s p50 {b['p50_ms']:.2f} ms"
+                )
+        for label, count in ratios:
+            goal(
+                f"{label} throughput at {count} callers, isolated / shared",
+                ratios[label, count],
+                0.9,
+                True,
+            )
+        cold = gateway("cold", {"command": legacy_stdio_command(folder)})
+        seconds = 10.0 if args.quick else 15.0
+        burst = await bench.burst(cold, n, seconds)
+        warm = await bench.timed(cold.url, bench.echo, n, calls // 3, warm=False, name="new")
+        print(
+            f"  a cold burst of {n} new callers on stdio: {burst['per_second']} calls per "
+            f"second; warm {warm['per_s']:.0f}/s; p99 {burst['p99_ms']:.0f} ms; "
+            f"{burst['processes']} processes; {burst['busy']} answered 503"
+        )
+        best = max(burst["per_second"][:10]) / warm["per_s"]
+        goal(
+            f"cold burst of {n} stdio callers, best second of the first 10 / warm", best, 0.5, True
+        )
+    finally:
+        for each in started:
+            each.stop()
+        legacy.stop()
+
+
 SECTIONS = {
     "passthrough": passthrough,
     "roundtrip": roundtrip,
@@ -675,6 +729,7 @@ SECTIONS = {
     "fleet": fleet,
     "stdio": stdio,
     "legacy": legacy,
+    "callers": callers,
 }
 
 
