@@ -122,12 +122,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         response: web.StreamResponse = await handler(request)
         return response
-    except AuthError as exc:
-        # The reason (expired, wrong audience, missing scope ...) is for the log only.
-        log.info("request_refused", status=exc.http_status, reason=exc.reason, path=request.path)
-        return error_response(exc)
     except HttpError as exc:
-        log.info("request_refused", status=exc.http_status, reason=exc.detail, path=request.path)
+        # An identity's reason (expired, wrong audience, missing scope ...) is for the log only.
+        reason = exc.reason if isinstance(exc, AuthError) else exc.detail
+        log.info("request_refused", status=exc.http_status, reason=reason, path=request.path)
         return error_response(exc)
     except RpcError as exc:  # before the body was a request (e.g. not JSON): no id to answer
         return rejected(exc)

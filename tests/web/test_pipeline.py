@@ -5,8 +5,9 @@ Streamable HTTP server the test plays, a 2026 client and a 2025 client of the sa
 - The seams (`gateway.seams`) are plugged once and used by both eras: a list on its way
   out (JSON and streamed), a call on its way in (refused, or sent upstream under the
   name the upstream knows), every request at its end, as its `request_served` line says.
-- One function writes the `request_served` line and one the `request_failed` line, and
-  no client answer is rendered outside `gateway.protocol.rendering`.
+- One function writes each request line (`request_served`, `request_failed`,
+  `request_rejected`, `request_refused`), and no client answer is rendered outside
+  `gateway.protocol.rendering`.
 """
 
 from __future__ import annotations
@@ -212,7 +213,7 @@ def test_one_function_writes_each_request_line_and_one_renders_every_error() -> 
     for path in sorted(GATEWAY.rglob("*.py")):
         module = str(path.relative_to(GATEWAY.parent))
         tree = ast.parse(path.read_text())
-        for event in ("request_served", "request_failed", "request_rejected"):
+        for event in ("request_served", "request_failed", "request_rejected", "request_refused"):
             found.setdefault(event, []).extend(module for _ in calls_named(tree, event))
         renders.extend(
             module
@@ -227,6 +228,7 @@ def test_one_function_writes_each_request_line_and_one_renders_every_error() -> 
         "request_served": ["gateway/web/pipeline.py"],
         "request_failed": ["gateway/web/pipeline.py"],
         "request_rejected": ["gateway/web/middleware.py"],
+        "request_refused": ["gateway/web/middleware.py"],
     }
     # A JSON-RPC error made anywhere else than the renderer answers a server's request
     # (upstream), never a client's.
