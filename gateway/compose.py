@@ -272,7 +272,7 @@ def _legacy_lanes(
     streams: Streams,
     owner: str,
     clock: Clock,
-    remote: Callable[[str, float, Clock], Remoter | None],
+    remote: Callable[[str, float, Clock], Remoter],
     seams: Seams,
 ) -> dict[str, LegacyLane]:
     """The legacy lane of every route, by upstream name; none when `legacy.enabled` is off.

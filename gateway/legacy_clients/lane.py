@@ -121,6 +121,11 @@ class Door(Protocol):
     def list_filter(self, caller: Caller) -> MaySee | None: ...
 
 
+def _unreachable(owner: str) -> None:
+    """A replica alone reaches no other replica's session."""
+    return None
+
+
 #: Session ids kept opened for their later requests, per route (`OpenedSessions`).
 OPENED_SESSIONS = 4096
 
@@ -151,13 +156,14 @@ class LegacyLane:
         metrics: LaneMetrics,
         hooks: StreamHooks,
         clock: Clock,
-        remote: Callable[[str], SessionUpstream] | None = None,
+        remote: Callable[[str], SessionUpstream | None] = _unreachable,
         seams: Seams = NO_SEAMS,
     ) -> None:
         """`route`: the name of the route's upstream; `clock`: every time the lane reads or
         waits for (sessions' expiry, streams' bounds, durations). `remote`:
         the upstream as another replica (named) holds its sessions, over the fleet bus;
-        None without one (a single replica). `seams`: the gateway's, as the 2026 lane's."""
+        None for an owner that cannot be reached (any other, for a replica alone).
+        `seams`: the gateway's, as the 2026 lane's."""
         self.route = route
         self.upstream = upstream
         self.door = door
@@ -361,15 +367,16 @@ class LegacyLane:
         session if that is another one.
 
         Raises:
-            SessionNotFound (404): the session's owner cannot be reached (no fleet bus).
+            SessionNotFound (404): the session's owner cannot be reached (a replica alone).
         """
         if not claims.owner or claims.owner == self.settings.replica:
             return self.upstream
-        if self.remote is None:  # a single replica: another incarnation's session
+        upstream = self.remote(claims.owner)
+        if upstream is None:  # a replica alone: another incarnation's session, gone with it
             self.metrics.refusals.labels("owned elsewhere").inc()
             log.info("legacy_session_refused", reason="owned elsewhere", session=served.session)
             raise SessionNotFound()
-        return self.remote(claims.owner)
+        return upstream
 
     def _log_id(self, token: str) -> str:
         """A session id's stand-in in logs: a keyed hash (the id is a bearer of the session)."""
