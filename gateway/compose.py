@@ -10,7 +10,9 @@ after it asks which it is.
 `Components.resources` lists what opens and closes, in the order it opens (it closes in
 reverse): tracing, the HTTP clients, the store, the upstream pools, the bus, the ledger
 and the change feed (on a fleet), the replica-bound legacy sessions, and the calls and
-tasks. Opening and closing them, and the routes, are `gateway.app`'s.
+tasks. Opening and closing them, and the routes, are `gateway.app`'s. The seams where
+capabilities hook into requests (`gateway.seams`) are handed to the legacy lanes here
+and to the 2026 lanes with the routes.
 """
 
 from __future__ import annotations
@@ -78,8 +80,7 @@ class Components:
 def compose(
     config: GatewayConfig, clock: Clock | None = None, *, seams: Seams = NO_SEAMS
 ) -> Components:
-    """Every part of a replica, built in dependency order (nothing runs yet); `seams`:
-    where capabilities hook into requests, handed to both eras' lanes."""
+    """Every part of a replica, built in dependency order (nothing runs yet)."""
     clock = SystemClock() if clock is None else clock
     # This process's identity in the fleet: the configured name plus an incarnation that
     # changes at every start, so a replica restarted under the same name (a pod keeps its
@@ -138,18 +139,9 @@ def compose(
     rate = limits.rate_per_principal
     limiter = shared.rate_limiter(rate, clock.wall_s) if rate.enabled else None
     doors = build_front_doors(config, fetcher=fetcher, wall_s=clock.wall_s, limiter=limiter)
+    remote = shared.remote  # how a lane reaches the sessions another replica holds
     lanes = _legacy_lanes(
-        config,
-        http,
-        credentials,
-        doors,
-        codec,
-        metrics,
-        streams,
-        owner,
-        clock,
-        shared.remote,
-        seams,
+        config, http, credentials, doors, codec, metrics, streams, owner, clock, remote, seams
     )
     bound = {
         n: lane.upstream for n, lane in lanes.items() if isinstance(lane.upstream, BoundUpstream)
