@@ -75,7 +75,7 @@ def build_app(
             parts.listens,
             parts.tasks,
             parts.lanes.get(upstream.name),
-            seams=seams,
+            seams=parts.seams,
         )
         app.router.add_route("*", upstream.path, endpoint.handle)
     add_metadata_routes(app, config)

@@ -22,6 +22,7 @@ A list request touches no store: pins are read and written when a list is fetche
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,9 +35,10 @@ from gateway.config import PINNING_BLOCK, PINNING_OFF, UpstreamConfig
 from gateway.errors import InvalidParams, RpcError, StoreError, UpstreamError
 from gateway.protocol import pins as pinning
 from gateway.protocol import translate
-from gateway.protocol.capabilities import ClientCaps
+from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.methods import LISTS
 from gateway.protocol.translate import CachePolicy
+from gateway.seams import NO_SEAMS, RequestServed, Seams
 from gateway.store.pins import PinStore
 from gateway.upstream.port import UpstreamPool
 
@@ -223,6 +225,22 @@ class UpstreamCatalog:
                 raise ToolNotApproved(self.upstream.exposure.exposed_name(own), drift)
         return own
 
+    def check_ref(self, ref: Any) -> None:
+        """A completion's reference to a prompt or a resource (template) must be shown.
+
+        Raises:
+            UnknownTarget
+        """
+        if not isinstance(ref, dict):
+            return
+        exposure = self.upstream.exposure
+        if ref.get("type") == "ref/prompt" and isinstance(ref.get("name"), str):
+            if exposure.upstream_name("prompts/get", ref["name"]) is None:
+                raise UnknownTarget("prompts/get", ref["name"])
+        elif ref.get("type") == "ref/resource" and isinstance(ref.get("uri"), str):
+            if not exposure.shows("resources/read", ref["uri"]):
+                raise UnknownTarget("resources/read", ref["uri"])
+
     # -- pins -------------------------------------------------------------------------------
 
     async def _pin(self, tools: list[Any]) -> None:
@@ -273,7 +291,9 @@ def _changes(method: str) -> str:
 
 
 class Catalog:
-    """Every upstream's catalog on this replica."""
+    """Every upstream's catalog on this replica, and the seams it serves requests of both
+    eras through (`gateway.seams`): `lists` (a list from the catalog), `listing` (a list
+    as clients see it), `calling` (a name admitted, or refused as unknown)."""
 
     def __init__(self, catalogs: Mapping[str, UpstreamCatalog]) -> None:
         self._catalogs = dict(catalogs)
@@ -286,3 +306,46 @@ class Catalog:
         catalog = self._catalogs.get(upstream)
         if catalog is not None:
             catalog.changed(method)
+
+    def seams(self, others: Seams = NO_SEAMS) -> Seams:
+        """`others` with the catalog's seams first (a hidden name is refused before any
+        other capability sees the call; a list is shown as the rules say before another
+        sees it)."""
+        return dataclasses.replace(
+            others,
+            lists=self.lists if others.lists is None else others.lists,
+            listing=(self.listing, *others.listing),
+            calling=(self.calling, *others.calling),
+        )
+
+    async def lists(
+        self, served: RequestServed, method: str, params: dict[str, Any]
+    ) -> tuple[dict[str, Any], CachePolicy] | None:
+        catalog = self._catalogs.get(served.upstream)
+        if catalog is None or not catalog.caching:
+            return None  # asked upstream, the client's page, as before
+        return await catalog.listed(method, NO_CAPABILITIES, served.caller.principal, params)
+
+    def listing(self, served: RequestServed, method: str, result: dict[str, Any]) -> dict[str, Any]:
+        catalog = self._catalogs.get(served.upstream)
+        return result if catalog is None else catalog.upstream.exposure.view(method, result)
+
+    async def calling(self, served: RequestServed, params: dict[str, Any]) -> dict[str, Any]:
+        """The params a call goes on with: the server's own name in them.
+
+        Raises:
+            UnknownTarget, ToolNotApproved
+        """
+        catalog = self._catalogs.get(served.upstream)
+        if catalog is None:
+            return params
+        method = served.method
+        if method == "completion/complete":
+            catalog.check_ref(params.get("ref"))
+            return params
+        member = "uri" if method == "resources/read" else "name"
+        name = params.get(member)
+        if not isinstance(name, str):
+            return params  # malformed: the request's own checks answer it
+        own = await catalog.admit(method, name, NO_CAPABILITIES, served.caller.principal)
+        return params if own == name else {**params, member: own}

@@ -72,6 +72,8 @@ class Components:
     leases: Mapping[str, Callable[[], bool]]
     listens: Listens
     catalog: Catalog
+    #: Where capabilities hook into requests, both eras: the catalog's, then the others'.
+    seams: Seams
     streams: Streams
     bridge: Bridge
     tasks: Tasks
@@ -116,6 +118,7 @@ def compose(
     )
     pools = _pools(config, http, credentials, listens, metrics, clock)
     catalog = changed.catalog = _catalog(config, pools, shared.pins, metrics, clock)
+    seams = catalog.seams(seams)  # the catalog's first, for both eras
     ledger = shared.ledger(pools, metrics)
     streams = Streams(config.legacy.max_streams, config.legacy.max_streams_per_principal)
     codec = make_codec(config)
@@ -194,6 +197,7 @@ def compose(
         leases=shared.leases,
         listens=listens,
         catalog=catalog,
+        seams=seams,
         streams=streams,
         bridge=bridge,
         tasks=tasks,

@@ -8,10 +8,14 @@ each plugged once for both eras (`gateway.web.pipeline` serves 2026 clients and 
 - `listing`: a list result (`tools/list`, `prompts/list`, `resources/list`,
   `resources/templates/list`) on its way out, after the route's scopes left out what the
   caller may not see: a catalog filters or renames its entries;
+- `lists`: where a list comes from when it is not asked of the upstream (a catalog
+  serves it from what the server last listed): the result as the server gave it, and
+  the cache hints it gets; None asks the upstream, as without it;
 - `calling`: a call (`tools/call`, `prompts/get`, `resources/read`; a 2026 retry is one
-  too: it carries `requestState`) on its way in, before its target's scopes are checked
-  or anything is sent upstream: a catalog refuses a hidden tool or gives the name the
-  upstream knows it by, an approval is asked and waited for;
+  too: it carries `requestState`) or a `completion/complete` (whose `ref` names a prompt
+  or a resource) on its way in, before its target's scopes are checked or anything is
+  sent upstream: a catalog refuses a hidden tool or gives the name the upstream knows it
+  by, an approval is asked and waited for;
 - `ended`: a request at its end, as its `request_served` line says it (a call's round or
   its end, a client's answer to a server request, a list): an audit trail.
 
@@ -29,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.protocol.era import Lane
 from gateway.protocol.jsonrpc import RequestId
+from gateway.protocol.methods import INTERRUPTIBLE
+from gateway.protocol.translate import CachePolicy
 
 if TYPE_CHECKING:
     from gateway.auth import Identity
@@ -63,6 +69,7 @@ class RequestServed:
         "status",
         "outcome",
         "session",
+        "upstream",
     )
 
     def __init__(
@@ -75,6 +82,8 @@ class RequestServed:
         target: Mapping[str, str] = NO_TARGET,
         status: int = 500,
         outcome: str = "error",
+        *,
+        upstream: str = "",
     ) -> None:
         self.lane = lane  # which era's client sent it
         self.caller = caller
@@ -85,6 +94,7 @@ class RequestServed:
         self.status = status  # the HTTP status answered
         self.outcome = outcome  # complete, input_required, error, refused, cut_short, ...
         self.session: str | None = None  # a 2025 session id's stand-in in logs
+        self.upstream = upstream  # the route's upstream
 
 
 #: A list result on its way out, with its list method: the result to send (the same
@@ -95,6 +105,14 @@ ListSeam = Callable[[RequestServed, str, dict[str, Any]], dict[str, Any]]
 CallSeam = Callable[[RequestServed, dict[str, Any]], Awaitable[dict[str, Any]]]
 #: A request at its end, as its `request_served` line says it.
 EndSeam = Callable[[RequestServed], None]
+#: A list (its method, the client's params) served from elsewhere than the upstream: the
+#: result as the server gave it and its cache hints, or None to ask the upstream.
+ListSource = Callable[
+    [RequestServed, str, dict[str, Any]], Awaitable["tuple[dict[str, Any], CachePolicy] | None"]
+]
+
+#: The requests that pass the `calling` seam: those about one target, and completions.
+CALLING = INTERRUPTIBLE | {"completion/complete"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,6 +120,7 @@ class Seams:
     """The seams of one gateway, the same for both eras (see the module docstring)."""
 
     listing: tuple[ListSeam, ...] = ()
+    lists: ListSource | None = None
     calling: tuple[CallSeam, ...] = ()
     ended: tuple[EndSeam, ...] = ()
 

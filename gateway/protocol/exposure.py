@@ -110,6 +110,10 @@ class Exposure:
             return own if self.tools.admits(own) else None
         return name if self.globs(method).admits(name) else None
 
+    def shows(self, method: str, own: str) -> bool:
+        """Whether what the server calls `own` (a name, a URI) is shown to clients."""
+        return self.globs(method).admits(own)
+
     def exposed_name(self, own: str) -> str:
         """The name clients see a tool of the server's by."""
         shown = self.shown.get(own)

@@ -20,6 +20,7 @@ cut short; it raises an `RpcError` for the pipeline to answer.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -154,6 +155,10 @@ class ModernLane:
             raise MethodNotFound("Method not found: subscriptions/listen (limits.max_listens is 0)")
         caller = served.caller
         asked = listen_wire.read_filter(message.params)
+        exposure = self.upstream.exposure
+        if asked.resources and not exposure.everything:  # a hidden resource is refused,
+            shown = [u for u in asked.resources if exposure.shows("resources/read", u)]
+            asked = dataclasses.replace(asked, resources=tuple(shown))
         for uri in asked.resources:
             self.front_door.check_target(caller, "resources/read", uri)
 
@@ -193,13 +198,20 @@ class ModernLane:
         """A list or a completion, passed straight through; a list as the caller may see
         it (its scopes, then the `listing` seam)."""
         method = message.method
-        result = await self._request(
-            message.envelope.capabilities,
-            served.caller.principal,
-            method,
-            translate.upstream_params(message, None),
-            message.trace,
-        )
+        cache = self.upstream.cache
+        listed = None
+        if self.seams.lists is not None and method in methods.LISTS:
+            listed = await self.seams.lists(served, method, message.params)
+        if listed is not None:  # served from the catalog, not asked upstream
+            result, cache = listed
+        else:
+            result = await self._request(
+                message.envelope.capabilities,
+                served.caller.principal,
+                method,
+                translate.upstream_params(message, None),
+                message.trace,
+            )
         if method == "tools/list":
             self.tool_headers.learn(result)
         info = self.pool.info
@@ -207,7 +219,7 @@ class ModernLane:
             method,
             result,
             server_info=info.server_info if info else None,
-            cache=self.upstream.cache,
+            cache=cache,
         )
         result = self.front_door.visible(served.caller, method, result)
         if self.seams.listing and method in methods.LISTS:

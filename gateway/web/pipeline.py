@@ -49,7 +49,7 @@ from gateway.observability import TalliedCounter, TalliedHistogram
 from gateway.protocol import inbound, jsonrpc, methods
 from gateway.protocol.era import Lane, lane_of
 from gateway.protocol.rendering import rendered
-from gateway.seams import NO_SEAMS, Caller, RequestServed, Seams
+from gateway.seams import CALLING, NO_SEAMS, Caller, RequestServed, Seams
 from gateway.tasks.service import Tasks
 from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool
@@ -224,12 +224,20 @@ class Pipeline:
         channel = ResponseChannel(request, keepalive_s=limits.keepalive_s)
         target = inbound.logged_target(method, message.params)
         served = RequestServed(
-            _MODERN, caller, time.monotonic(), method, message.id, target, 200, "complete"
+            _MODERN,
+            caller,
+            time.monotonic(),
+            method,
+            message.id,
+            target,
+            200,
+            "complete",
+            upstream=self.name,
         )
         result = failure = None
         with _NO_SPAN if not TRACING.enabled else _span(message, self.name):
             try:
-                if self.seams.calling and method in methods.INTERRUPTIBLE:
+                if self.seams.calling and method in CALLING:
                     message = await self._entering(served, message)
                 self.front_door.check_request(caller, method, message.params)
                 result = await self.served_by[method](served, message, headers, channel)
@@ -265,7 +273,7 @@ class Pipeline:
         self.policy.check(headers)
         caller = await self.front_door.admit(request.headers.get("Authorization"))
         log_context.bind(era="legacy", upstream=self.name)
-        served = RequestServed(_LEGACY, caller, 0.0, method=request.method)
+        served = RequestServed(_LEGACY, caller, 0.0, method=request.method, upstream=self.name)
         return await serve(request, served, headers)  # no `request_served` line: not a POST
 
     async def _legacy_post(
@@ -280,7 +288,7 @@ class Pipeline:
         """A 2025 client's POST, served by the legacy lane and ended here, however it ends."""
         log_context.bind(era="legacy", upstream=self.name)
         assert self.legacy_family is not None
-        served = RequestServed(_LEGACY, caller, self.legacy_family.now())
+        served = RequestServed(_LEGACY, caller, self.legacy_family.now(), upstream=self.name)
         try:
             return await legacy.post(request, served, headers, body, decoded)
         except HttpError as exc:  # answered by the error middleware, with its headers

@@ -468,6 +468,19 @@ def build(event_store: EventStore | None = None, *, json_response: bool = False)
     def plain(word: str = "x") -> str:
         return f"Say {word}."
 
+    # `tools/list` counted, so a test can tell how often the server was asked for it.
+    listed = mcp.list_tools
+
+    async def counted_list_tools() -> Any:
+        count("tools/list:served")
+        return await listed()
+
+    mcp._mcp_server.list_tools()(counted_list_tools)
+
+    @mcp.tool(description="How many times tools/list was asked of this server.")
+    async def lists_served() -> str:
+        return str(counted("tools/list:served"))
+
     return mcp
 
 
@@ -532,6 +545,17 @@ def add_change_notifications(mcp: FastMCP) -> None:
         mcp.add_tool(added, name=name, description="Added at run time.")
         await ctx.session.send_tool_list_changed()
         return f"added {name}"
+
+    @mcp.tool(
+        description="Gives tool `name` a new description (and readOnlyHint), then says the "
+        "tool list changed."
+    )
+    async def redescribe(name: str, description: str, read_only: bool, ctx: Context) -> str:
+        tool = mcp._tool_manager._tools[name]
+        tool.description = description
+        tool.annotations = ToolAnnotations(readOnlyHint=read_only)
+        await ctx.session.send_tool_list_changed()
+        return f"redescribed {name}"
 
     @mcp.tool(description="Tells every session subscribed to `uri` that it was updated.")
     async def touch(uri: str) -> str:
