@@ -6,10 +6,12 @@ Per upstream, the four lists (`tools/list`, `prompts/list`, `resources/list`,
 `catalog.ttl_s` and as soon as a `list_changed` for that list is heard (here, or by
 another replica: `gateway.fleet.changes`), on the gateway's own session (or, with
 `catalog.per_caller`, on the caller's, and kept per caller). Both eras are served from
-it, with the exposure rules applied (`gateway.protocol.exposure`). A name that is hidden,
-or absent from the list, is unknown: a client gets the one answer an unknown name gets,
-and the server is never asked. With `ttl_s: 0` every list is asked of the server as
-before, and calls are checked against the rules alone.
+it, with the exposure rules applied (`gateway.protocol.exposure`). Where there are rules,
+a name that is hidden, or absent from the list, is unknown: a client gets the one answer
+an unknown name gets, and the server is never asked. Without rules, and with `ttl_s: 0`,
+calls are checked against the rules alone (a name they do not hide goes to the server,
+which answers an unknown one its own way); with `ttl_s: 0` every list is asked of the
+server as before.
 
 Each tool seen is pinned (`gateway.store.pins`); a definition that differs from its
 pin is `catalog_drift` in the log (once per definition seen, on every replica that sees
@@ -208,11 +210,13 @@ class UpstreamCatalog:
             ToolNotApproved: a tool that drifted, under `pinning: block`.
             RpcError, UpstreamError: the list could not be fetched.
         """
-        own = self.upstream.exposure.upstream_name(method, name)
+        exposure = self.upstream.exposure
+        own = exposure.upstream_name(method, name)
         if own is None:
             raise UnknownTarget(method, name)
         listing = LIST_OF.get(method)
-        if listing is not None and self.caching:
+        # With rules, what is known is what is listed: hidden and absent answer alike.
+        if listing is not None and self.caching and not exposure.everything:
             listed = await self._fresh(listing, caps, principal)
             names = {
                 e.get("name") for e in listed.result[LISTS[listing].member] if isinstance(e, dict)
@@ -220,6 +224,8 @@ class UpstreamCatalog:
             if own not in names:
                 raise UnknownTarget(method, name)
         if method == "tools/call" and self.upstream.catalog.pinning == PINNING_BLOCK:
+            if self.caching:  # what drifted is known as of the list's last fetch
+                await self._fresh("tools/list", caps, principal)
             drift = self._drifted.get(own)
             if drift is not None:
                 raise ToolNotApproved(self.upstream.exposure.exposed_name(own), drift)

@@ -30,10 +30,12 @@ names their module); `tests/test_errors.py` holds it to the classes:
     │   ├── InvalidRequest             -32600 / 400
     │   ├── MethodNotFound             -32601 / 404
     │   ├── InvalidParams              -32602 / 400
-    │   │   └── InvalidRequestState    -32602 / 400, one frozen message
+    │   │   ├── InvalidRequestState    -32602 / 400, one frozen message
+    │   │   └── UnknownTarget          -32602 / 400, hidden or unknown (gateway.catalog)
     │   ├── HeaderMismatch             -32020 / 400
     │   ├── MissingClientCapability    -32021 / 400, data.requiredCapabilities
     │   ├── UnsupportedProtocolVersion -32022 / 400, data.supported / requested
+    │   ├── ToolNotApproved            -32603 / 403, drifted under pinning: block (gateway.catalog)
     │   ├── UpstreamRpcError           the legacy server's own error, translated
     │   ├── RelayedError               an error another replica answered with
     │   ├── ResultRefused              -32603, in a stream (gateway.legacy_clients.answers)

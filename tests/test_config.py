@@ -200,6 +200,13 @@ FULL = {
                 "max_opening": 2,
                 "outside_question_s": 5,
             },
+            "expose": {
+                "tools": {"allow": ["t*"], "deny": ["delete_*"]},
+                "prompts": {"allow": ["p*"], "deny": ["internal_*"]},
+                "resources": {"allow": ["note://*"], "deny": ["note://secret/*"]},
+            },
+            "tools": {"t": {"name": "shown", "title": "Shown", "description": "Shown so."}},
+            "catalog": {"ttl_s": 5, "per_caller": True, "pinning": "block"},
         },
     ],
 }

@@ -94,6 +94,13 @@ async def test_without_a_ttl_every_list_is_the_servers_page_as_before() -> None:
     assert await up.admit("tools/call", "absent", NO_CAPABILITIES, "alice") == "absent"
 
 
+async def test_without_rules_a_name_absent_from_the_list_goes_to_the_server() -> None:
+    clock, lists = ManualClock(), Lists()
+    up = catalog(clock, lists)
+    assert await up.admit("tools/call", "absent", NO_CAPABILITIES, "alice") == "absent"
+    assert lists.asked == []  # no list was needed to let it through
+
+
 async def test_hidden_and_absent_names_get_the_one_unknown_answer() -> None:
     clock, lists = ManualClock(), Lists()
     up = catalog(

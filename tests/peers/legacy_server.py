@@ -40,7 +40,13 @@ import anyio
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.streamable_http import EventStore
 from mcp.shared.exceptions import UrlElicitationRequiredError
-from mcp.types import CallToolResult, ElicitRequestURLParams, SamplingMessage, TextContent
+from mcp.types import (
+    CallToolResult,
+    ElicitRequestURLParams,
+    SamplingMessage,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import BaseModel, Field
 from serving import serve
 
