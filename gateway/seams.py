@@ -8,9 +8,10 @@ each plugged once for both eras (`gateway.web.pipeline` serves 2026 clients and 
 - `listing`: a list result (`tools/list`, `prompts/list`, `resources/list`,
   `resources/templates/list`) on its way out, after the route's scopes left out what the
   caller may not see: a catalog filters or renames its entries;
-- `lists`: where a list comes from when it is not asked of the upstream (a catalog
-  serves it from what the server last listed): the result as the server gave it, and
-  the cache hints it gets; None asks the upstream, as without it;
+- `lists`: where a 2026 client's list comes from when it is not asked of the upstream (a
+  catalog serves it from what the server last listed): the result as the server gave
+  it, and the cache hints it gets; None asks the upstream, as without it. (A 2025
+  client's lists come from its own session, whose state they may reflect.)
 - `calling`: a call (`tools/call`, `prompts/get`, `resources/read`; a 2026 retry is one
   too: it carries `requestState`) or a `completion/complete` (whose `ref` names a prompt
   or a resource) on its way in, before its target's scopes are checked or anything is

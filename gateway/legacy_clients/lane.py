@@ -80,7 +80,6 @@ from gateway.legacy_clients.upstream import (
 from gateway.protocol import inbound, jsonrpc, sse
 from gateway.protocol import legacy_session as sessions
 from gateway.protocol.lists import MaySee
-from gateway.protocol.methods import LISTS
 from gateway.protocol.rendering import rendered
 from gateway.protocol.state import StateCodec
 from gateway.seams import CALLING, NO_SEAMS, Caller, RequestServed, Seams
@@ -221,12 +220,6 @@ class LegacyLane:
         upstream = self._reach(claims, served)
         if isinstance(message, jsonrpc.Request):
             body = await self._entering(served, message, decoded, body)
-            if self.seams.lists is not None and message.method in LISTS:
-                listed = await self.seams.lists(served, message.method, message.params)
-                if listed is not None:  # served from the catalog, not asked upstream
-                    result = jsonrpc.dumps(jsonrpc.result(message.id, listed[0]))
-                    answer = Answer(200, {"Content-Type": "application/json"}, result)
-                    return await self._answer(request, answer, served, token)
         answer = await upstream.post(claims.session, body, crossing_headers(headers))
         return await self._answer(request, answer, served, token)
 
