@@ -123,21 +123,20 @@ class UpstreamCatalog:
     async def listed(
         self, method: str, caps: ClientCaps, principal: str, params: dict[str, Any]
     ) -> tuple[dict[str, Any], CachePolicy]:
-        """The `method` list's result as clients see it, and the cache hints it gets.
+        """The `method` list's result as the server gave it (every page; the rules are
+        the `listing` seam's to apply), and the cache hints it gets.
 
         Raises:
             RpcError: the upstream's error, translated; UpstreamError.
         """
-        exposure = self.upstream.exposure
         if not self.caching:  # as before: the client's page, asked of the server now
-            result = await self._ask(method, caps, principal, params)
-            return exposure.view(method, result), self.upstream.cache
+            return await self._ask(method, caps, principal, params), self.upstream.cache
         listed = await self._fresh(method, caps, principal)
         if params.get("cursor") is not None:
             raise InvalidParams("Invalid cursor: the catalog serves each list in one page")
         left_ms = max(0, round((listed.at + self.ttl_s - self.clock.monotonic()) * 1000))
         scope = "private" if self.upstream.catalog.per_caller else self.upstream.cache.scope
-        return exposure.view(method, listed.result), CachePolicy(ttl_ms=left_ms, scope=scope)
+        return listed.result, CachePolicy(ttl_ms=left_ms, scope=scope)
 
     def changed(self, method: str) -> None:
         """The server's `notifications/<list>/list_changed` (heard anywhere): its list is

@@ -47,8 +47,9 @@ def catalog(clock: ManualClock, lists: Lists, **upstream: Any) -> UpstreamCatalo
 
 
 async def listed(up: UpstreamCatalog, who: str = "alice") -> list[str]:
+    """The tool names a client sees (the list from the catalog, shown as the rules say)."""
     result, _ = await up.listed("tools/list", NO_CAPABILITIES, who, {})
-    return [t["name"] for t in result["tools"]]
+    return [t["name"] for t in up.upstream.exposure.view("tools/list", result)["tools"]]
 
 
 async def test_lists_are_served_from_the_catalog_until_stale_or_changed() -> None:
