@@ -6,6 +6,7 @@ mrtr-gateway serve --upstream-command 'node server.js stdio' [--path /mcp] [--ho
 mrtr-gateway check-config FILE
 mrtr-gateway keygen
 mrtr-gateway apikey --id ID --scopes S [S ...]
+mrtr-gateway audit tail [--config FILE] [--follow] [--since WHEN] [--principal P] [--tool T]
 
 A flag overrides the same setting from the environment and from the file:
 flag > environment variable > file > default. The flags are written into the YAML
@@ -13,7 +14,8 @@ data before validation, so every rule (a Redis store needs a shared sealing key,
 ...) applies to the combined result. Quick-start flags (--path, --transport) describe
 the one upstream of --upstream or --upstream-command and are refused with --config.
 
-Only `serve` imports aiohttp and the app: check-config and keygen stay light.
+Only `serve` imports aiohttp and the app: check-config and keygen stay light (`audit
+tail` imports the Redis client).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from gateway.config import (
     load_config,
     parse_config,
 )
+from gateway.config.audit import audit_line
 from gateway.errors import ConfigError
 from gateway.protocol.state import generate_key
 
@@ -148,6 +151,9 @@ def _parser() -> argparse.ArgumentParser:
     apikey.add_argument(
         "--scopes", nargs="+", default=[], metavar="SCOPE", help="the scopes the key grants"
     )
+    from gateway.audit.tail import add_parser as add_audit
+
+    add_audit(commands)
     return parser
 
 
@@ -370,6 +376,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 0
+        if args.command == "audit":
+            from gateway.audit.tail import tail_command
+
+            return tail_command(args)
         if args.command == "check-config":
             try:
                 config = load_config(args.file)
@@ -382,6 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{args.file}: OK; upstreams: {names}")
             print(_legacy_line(config))
             print(_tasks_line(config))
+            print(audit_line(config.audit))
             if config.sealing.ephemeral:
                 print(
                     "warning: no sealing key configured; "

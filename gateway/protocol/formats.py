@@ -51,6 +51,7 @@ class Kind(StrEnum):
     REQUEST_STATE = "requestState"  # a sealed requestState's claims (`gateway.protocol.state`)
     LEGACY_SESSION = "legacy session"  # a sealed legacy session id (`legacy_session`)
     TASK = "task"  # a task's sealed record (`gateway.tasks`, `gateway.protocol.tasks`)
+    AUDIT_EVENT = "audit event"  # an event of the audit trail (`gateway.protocol.audit`)
 
 
 #: The version of each kind written at each level; None: that level does not know the kind.
@@ -71,6 +72,11 @@ VERSIONS: dict[Kind, dict[int, int | None]] = {
     # served no stdio or HTTP+SSE session to 2025 clients, and refused, 404, a session id
     # naming another replica). A kind they never read: its version at every level.
     Kind.LANE_MESSAGE: {1: 1, 2: 1},
+    # The audit trail came with level 2. No replica reads an audit event (its readers are
+    # `mrtr-gateway audit tail` and the operator's SIEM), and level 1 never wrote one: a
+    # kind they never read, its version at every level. Its version is its schema's
+    # (`gateway.protocol.audit.SCHEMA`): raise it when a field changes meaning.
+    Kind.AUDIT_EVENT: {1: 1, 2: 1},
 }
 
 
@@ -111,6 +117,7 @@ MARKS: dict[Kind, tuple[str, int]] = {
     Kind.LEGACY_SESSION: ("v", 1),
     Kind.TASK: ("v", 1),
     Kind.LANE_MESSAGE: ("v", 1),
+    Kind.AUDIT_EVENT: ("v", 1),
 }
 
 
