@@ -36,6 +36,7 @@ import structlog
 
 from gateway import __version__
 from gateway.aio import spawn
+from gateway.audit.command import add_parser as add_audit
 from gateway.config import (
     BOUND_TRANSPORTS,
     ENV_KEYS,
@@ -151,8 +152,6 @@ def _parser() -> argparse.ArgumentParser:
     apikey.add_argument(
         "--scopes", nargs="+", default=[], metavar="SCOPE", help="the scopes the key grants"
     )
-    from gateway.audit.tail import add_parser as add_audit
-
     add_audit(commands)
     return parser
 
@@ -379,7 +378,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "audit":
             from gateway.audit.tail import tail_command
 
-            return tail_command(args)
+            try:
+                return tail_command(args)
+            except ConfigError as exc:
+                _print_mistakes(args.config, exc)
+                return 2
         if args.command == "check-config":
             try:
                 config = load_config(args.file)

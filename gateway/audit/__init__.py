@@ -10,13 +10,11 @@ once to the sinks an operator names (`audit:` in the configuration).
                 reopened on SIGHUP)
     stream.py   a Redis stream the fleet shares (`XADD`, its length bounded)
     tail.py     `mrtr-gateway audit tail`: the stream read, filtered, followed
+    command.py  that command's arguments (loading no I/O module)
     metrics.py  events written, dropped and held, per sink
     build.py    the trail of a configuration
 
 Writing an event never delays nor fails a client's call: a sink takes a line and
-returns; what it cannot write now waits in its backlog, bounded.
+returns; what it cannot write now waits in its backlog, bounded. This package's own
+namespace imports nothing, so that `gateway.audit.command` stays light.
 """
-
-from gateway.audit.trail import OFF, Audit
-
-__all__ = ["OFF", "Audit"]

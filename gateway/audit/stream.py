@@ -97,6 +97,7 @@ class StreamSink:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()  # nothing held, nothing being sent
         self._idle.set()
+        self._failing = asyncio.Event()  # a write failed, and none has worked since
         self._task: asyncio.Task[None] | None = None
 
     def write(self, event: Mapping[str, Any], line: bytes) -> None:
@@ -114,6 +115,10 @@ class StreamSink:
     async def drained(self) -> None:
         """Wait until the sink holds nothing (everything given was written or dropped)."""
         await self._idle.wait()
+
+    async def failing(self) -> None:
+        """Wait until a write has failed (and none has worked since)."""
+        await self._failing.wait()
 
     async def _run(self) -> None:
         failures = 0
@@ -136,10 +141,12 @@ class StreamSink:
                     self._batch = []
                     continue
                 self.backlog.failed(str(exc) or type(exc).__name__)
+                self._failing.set()
                 failures += 1
                 await clocks.sleep(self.clock, RETRY.delay(failures))
                 continue
             stop_if_cancelled()
+            self._failing.clear()
             failures = 0
             sent, self._batch = len(self._batch), []
             self.backlog.wrote(sent)

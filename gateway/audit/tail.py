@@ -29,10 +29,15 @@ from gateway.clock import Backoff
 from gateway.config import load_config
 from gateway.errors import ConfigError
 from gateway.protocol import audit as schema
-from gateway.store.redis_client import RedisClient, close_client, connect, from_redis, text
+from gateway.store.redis_client import (
+    RedisClient,
+    close_client,
+    connect,
+    from_redis,
+    stop_if_cancelled,
+    text,
+)
 
-#: The default file: where the image and the chart mount the gateway's configuration.
-DEFAULT_CONFIG = "/etc/mrtr-gateway/config.yaml"
 #: How long one read of a followed stream waits for news (below the client's socket
 #: timeout, 2 s).
 BLOCK_MS = 1000
@@ -155,9 +160,11 @@ async def tail(
     last: int = 20,
     follow: bool = False,
     note: Callable[[str], None] = lambda _: None,
+    following: Callable[[], None] = lambda: None,
 ) -> None:
     """Print the stream at `key` through `reader`: from stream id `since`, or its `last`
-    events; with `follow`, then what comes, until cancelled.
+    events; with `follow`, then what comes, until cancelled (`following` is told once the
+    past is printed: what is added from then on is printed too).
 
     Raises:
         RedisError, OSError: Redis could not be read (without `follow`; with it, each
@@ -176,10 +183,13 @@ async def tail(
             position = f"({got}"  # after it (Redis 6.2)
         position = position.lstrip("(")
     failures = 0
+    if follow:
+        following()
     while follow:
         try:
             read: Any = await client.xread({key: position}, count=PAGE, block=BLOCK_MS)
         except Exception as exc:
+            stop_if_cancelled(exc)  # the client may have turned a cancel into this
             if not from_redis(exc):
                 raise
             failures += 1
@@ -187,6 +197,7 @@ async def tail(
                 note(f"the stream cannot be read now ({exc}); trying again")
             await asyncio.sleep(_FOLLOW_RETRY.delay(failures))
             continue
+        stop_if_cancelled()
         if failures:
             note("reading the stream again")
             failures = 0
@@ -252,45 +263,3 @@ def tail_command(args: argparse.Namespace) -> int:
         said(f"the stream {stream.key} could not be read: {exc}")
         return 1
     return 0
-
-
-def add_parser(commands: Any) -> None:
-    """`audit tail`'s command line, under the gateway's (`gateway.cli`)."""
-    audit = commands.add_parser("audit", help="the audit trail: read the fleet's stream")
-    actions = audit.add_subparsers(dest="action", required=True)
-    read = actions.add_parser(
-        "tail",
-        help="print the audit stream's events (JSON lines), oldest first",
-        description="Print the events of the fleet's audit stream (audit.redis), a JSON "
-        "line each, oldest first.",
-    )
-    read.add_argument(
-        "--config",
-        metavar="FILE",
-        default=DEFAULT_CONFIG,
-        help=f"the gateway's file, for where the stream is (default {DEFAULT_CONFIG})",
-    )
-    read.add_argument("-f", "--follow", action="store_true", help="then wait for more")
-    read.add_argument(
-        "--since",
-        metavar="WHEN",
-        help="from then on: 90s, 10m, 2h, 1d ago, an ISO 8601 time, or a stream id",
-    )
-    read.add_argument(
-        "-n",
-        "--lines",
-        type=int,
-        default=20,
-        metavar="N",
-        help="without --since: start with the last N events (default 20)",
-    )
-    read.add_argument(
-        "--principal",
-        metavar="WHO",
-        help="only a caller's: its subject, client id, API key id, issuer|subject or log id",
-    )
-    read.add_argument("--tool", metavar="NAME", help="only the events of calls of this tool")
-    read.add_argument(
-        "--kind", metavar="KIND", help="only events of this kind (call.ended) or family (task)"
-    )
-    read.add_argument("--call", metavar="CALL_ID", help="only the events of this call")
