@@ -319,3 +319,10 @@ def test_a_principal_is_found_by_any_of_its_names() -> None:
         "p_0123",
         "https://id.example|alice",
     }
+
+
+def test_an_audit_event_is_written_in_its_one_version_at_every_level() -> None:
+    """No replica reads one (the previous release never wrote one): a change of a field's
+    meaning raises `SCHEMA` at the next level."""
+    assert formats.VERSIONS[Kind.AUDIT_EVENT] == {formats.PREVIOUS: 1, formats.LEVEL: 1}
+    assert formats.readable(Kind.AUDIT_EVENT) == {1}
