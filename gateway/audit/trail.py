@@ -44,6 +44,8 @@ class Audit:
         self.clock = clock or SystemClock()
         self.on = bool(self.sinks)
         self._unmade = (metrics or AuditMetrics()).dropped.labels("trail")
+        self._ids = schema.EventIds()
+        self._times = schema.IsoTimes()
 
     def emit(self, event: AuditEvent) -> str | None:
         """Record `event` in every sink; its id, or None when it was not recorded."""
@@ -51,9 +53,14 @@ class Audit:
             return None
         try:
             wall_ms = self.clock.wall_ms()
-            event_id = schema.new_event_id(wall_ms)
+            event_id = self._ids.next(wall_ms)
             data = schema.record(
-                event, event_id=event_id, wall_ms=wall_ms, replica=self.replica, policy=self.policy
+                event,
+                event_id=event_id,
+                wall_ms=wall_ms,
+                replica=self.replica,
+                policy=self.policy,
+                time=self._times.of(wall_ms),
             )
             line = orjson.dumps(data)
         except Exception as exc:  # noqa: BLE001 - a defect must not fail the client's call

@@ -297,9 +297,29 @@ def test_every_kind_has_an_event() -> None:
 
 
 def test_event_ids_are_unique_and_sorted_by_time() -> None:
-    ids = [audit.new_event_id(WALL_MS + i // 100) for i in range(1000)]
-    assert len(set(ids)) == 1000 and all(len(i) == 32 for i in ids)
-    assert audit.new_event_id(WALL_MS) < audit.new_event_id(WALL_MS + 1)
+    ids = audit.EventIds()
+    made = [ids.next(WALL_MS + i // 100) for i in range(1000)]
+    assert len(set(made)) == 1000 and all(len(i) == 32 for i in made)
+    assert made == sorted(made)
+    assert ids.next(WALL_MS + 10) > made[-1]
+    # Another process draws another tag: the same millisecond and count, another id.
+    assert audit.EventIds("aaaaaaaaaa").next(WALL_MS) != audit.EventIds("bbbbbbbbbb").next(WALL_MS)
+    assert audit.EventIds().next(WALL_MS)[12:22] != audit.EventIds().next(WALL_MS)[12:22]
+
+
+@pytest.mark.parametrize(
+    ("wall_ms", "text"),
+    [
+        (WALL_MS, "2027-01-15T08:00:00.123Z"),
+        (WALL_MS + 877, "2027-01-15T08:00:01.000Z"),
+        (0, "1970-01-01T00:00:00.000Z"),
+        (1_790_000_000_005, "2026-09-21T14:13:20.005Z"),
+    ],
+)
+def test_times_are_iso_8601_in_utc_to_the_millisecond(wall_ms: int, text: str) -> None:
+    times = audit.IsoTimes()
+    assert times.of(wall_ms) == text == audit.iso_time(wall_ms)
+    assert times.of(wall_ms + 1000)[:19] != text[:19]  # the next second is written anew
 
 
 def test_a_reader_takes_an_event_of_a_version_it_reads_and_refuses_others() -> None:
