@@ -95,13 +95,20 @@ class ListenInbox(Inbox):
 class Listens:
     """The open listens of this replica, by upstream."""
 
-    def __init__(self, max_listens: int, per_principal: int, gauge: Gauge | None = None) -> None:
+    def __init__(
+        self,
+        max_listens: int,
+        per_principal: int,
+        gauge: Gauge | None = None,
+        fleet: Callable[[str, str], None] = lambda upstream, method: None,
+    ) -> None:
+        """`fleet`: told of each list change heard here, for the other replicas' listens
+        (`ChangeFeed.heard`; alone, nobody)."""
         self.quota = Quota(max_listens, per_principal, full=ListensFull, busy=PrincipalListening)
         self.gauge = gauge
         self._open: dict[str, set[Inbox]] = {}
         self._draining = False
-        # On a fleet, told of each list change heard here (`ChangeFeed.heard`).
-        self.fleet: Callable[[str, str], None] | None = None
+        self.fleet = fleet
 
     def __len__(self) -> int:
         return sum(len(inboxes) for inboxes in self._open.values())
@@ -142,8 +149,7 @@ class Listens:
         if not wire.is_list_change(message):
             return
         self.relay(upstream, message["method"])
-        if self.fleet is not None:
-            self.fleet(upstream, message["method"])
+        self.fleet(upstream, message["method"])
 
     def relay(self, upstream: str, method: str) -> None:
         """Every listen of `upstream` here hears of a list change (heard here, or by

@@ -205,7 +205,13 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
+        self._requests(self.registry)
+        self._calls(self.registry)
+        self._upstreams(self.registry)
+        self._store_and_fleet(self.registry)
+
+    def _requests(self, r: CollectorRegistry) -> None:
+        """Client requests, rounds, resumes and forwards."""
         self.requests = TalliedCounter(
             "mrtr_requests",
             "Client requests by JSON-RPC method and outcome",
@@ -246,6 +252,9 @@ class Metrics:
             buckets=_SLOW,
             registry=r,
         ).labels()
+
+    def _calls(self, r: CollectorRegistry) -> None:
+        """The calls, listens and tasks this replica holds, and how they end."""
         self.parked = Gauge(
             "mrtr_parked_calls", "Calls waiting for a client's answers on this replica", registry=r
         )
@@ -287,6 +296,9 @@ class Metrics:
             ["phase"],
             registry=r,
         )
+
+    def _upstreams(self, r: CollectorRegistry) -> None:
+        """Upstream sessions, their callers, their failures, and the dead's sessions ended."""
         self.upstream_sessions = Gauge(
             "mrtr_upstream_sessions", "Open upstream sessions", ["upstream"], registry=r
         )
@@ -317,6 +329,9 @@ class Metrics:
             ["upstream", "outcome"],
             registry=r,
         )
+
+    def _store_and_fleet(self, r: CollectorRegistry) -> None:
+        """The store's operations, the fleet's hand-offs, drains and lease."""
         self.store_seconds = TalliedHistogram(
             "mrtr_store_duration_seconds",
             "Suspended-call store operations",

@@ -17,12 +17,14 @@
                   can carry it)
     takeover.py   continue a gone replica's call on its adopted session, or cancel it
     outcomes.py   a resumed round's outcome kept for a retry sent again
+    replicas.py   what the core does alone and in a fleet: where a retry whose call is
+                  not here goes, whether outcomes are kept, waits counted in heartbeats
     pace.py       how long a round waits for a question's siblings, learnt per tool
 
 The sans-IO cores are `gateway.protocol.call` (a call's phases and what each ending
 requires) and `gateway.protocol.record` (the stored record's transition table). The
 package depends on ports, not on transports: `gateway.upstream.port` for legacy
 sessions, `gateway.fleet.port.Bus` for other replicas (in the messages of
-`gateway.fleet.messages`), `gateway.store.base.SuspendedCallStore`, and
+`gateway.fleet.messages`; alone, the fleet of one), `gateway.store.base.SuspendedCallStore`, and
 `gateway.clock.Clock`.
 """

@@ -52,25 +52,25 @@ class Admission:
         clock: Clock,
         metrics: Metrics,
         audience: str,
-        missing_grace_s: float = 0.0,
-        claimer: str = "",
-        alive: Callable[[str], Awaitable[bool]] | None = None,
-        claimer_ttl_s: float = 0.0,
-        written_back: Callable[[str], Awaitable[bool | None]] | None = None,
-        write_back_s: float = 0.0,
+        claimer: str,
+        alive: Callable[[str], Awaitable[bool]],
+        written_back: Callable[[str], Awaitable[bool | None]],
+        beat_s: float,
     ) -> None:
-        self.claimer_ttl_s = claimer_ttl_s
-        # On a fleet: whether a replica has written its records back since the store last
-        # lost its data (`Bus.written_back`), and how long a retry waits for that.
+        """`beat_s`: the fleet's heartbeat, in which every wait here is counted (0 alone:
+        no wait, there is no heartbeat to wait on)."""
+        # Whether a replica has written its records back since the store last lost its
+        # data (`Bus.written_back`), and how long a retry waits for that.
         self.written_back = written_back
-        self.write_back_s = write_back_s
-        # On a fleet: who claims (this replica), and whether another replica is alive: a
-        # round claimed by a replica that died resuming it may be claimed again.
+        self.write_back_s = WRITE_BACK_BEATS * beat_s
+        # Who claims (this replica), and whether another replica is alive: a round claimed
+        # by a replica that died resuming it may be claimed again (in a fleet).
         self.claimer = claimer
         self.alive = alive
-        # On a fleet, a record missing because the store just lost its data is written
+        self.claimer_ttl_s = CLAIMER_PATIENCE_BEATS * beat_s
+        # In a fleet, a record missing because the store just lost its data is written
         # back by its owner within a heartbeat: a retry looks again once after this.
-        self.missing_grace_s = missing_grace_s
+        self.missing_grace_s = MISSING_RECORD_BEATS * beat_s
         self.codec = codec
         self.store = store
         self.clock = clock
@@ -150,12 +150,13 @@ class Admission:
         retry waits (bounded); once it is done, a record still missing is gone for good.
         Its heartbeat is looked at before the record, so a write-back that ends between
         the two looks is never missed. A state that names no owner gets one look more
-        after `missing_grace_s`.
+        after `missing_grace_s`. Alone, nothing is written back (the store never loses a
+        record its replica keeps), and no retry waits.
 
         Raises:
             StoreError
         """
-        if self.written_back is None or not claims.owner:
+        if not claims.owner or not self.write_back_s:
             if not self.missing_grace_s:
                 return None
             await clocks.sleep(self.clock, self.missing_grace_s)
@@ -182,7 +183,7 @@ class Admission:
             InvalidRequestState: the claimer lives (the round is being resumed), or none.
         """
         dead = record.claimer
-        if self.alive is None or not dead or dead == self.claimer:
+        if not dead or dead == self.claimer:
             raise InvalidRequestState("round already resumed (replay)")
         # A claimer killed a moment ago still has a heartbeat for up to its TTL: give it
         # that long to prove it lives (it beats on) or that it died (the beat lapses).

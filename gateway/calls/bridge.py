@@ -3,39 +3,32 @@
 Wiring and dispatch only: a request without `requestState` starts a call (unless this
 replica is draining); a retry goes to `Retries`.
 `Bridge` also drains and closes the replica's calls. Which phase a call is in and how it
-ends is `gateway.calls.lifecycle`'s; where a retry goes, `retries` and `routing`'s.
+ends is `gateway.calls.lifecycle`'s; where a retry goes, `retries` and `routing`'s; what
+differs between a replica alone and one of a fleet, `replicas`'.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
 
 from gateway import clock as clocks
-from gateway.calls.admission import (
-    CLAIMER_PATIENCE_BEATS,
-    MISSING_RECORD_BEATS,
-    WRITE_BACK_BEATS,
-    Admission,
-)
+from gateway.calls.admission import Admission
 from gateway.calls.lifecycle import Lifecycle, Registry
-from gateway.calls.outcomes import Outcomes
+from gateway.calls.replicas import Replicas
 from gateway.calls.retries import Retries
-from gateway.calls.routing import Routing
 from gateway.calls.runner import Notify, Runner
-from gateway.calls.suspension import Suspender, Withdraw
+from gateway.calls.suspension import Park, Suspender, park_only
 from gateway.clock import Clock, SystemClock
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import Draining, RpcError
 from gateway.fleet import messages
-from gateway.fleet.port import Bus
 from gateway.listens import Listens
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.call import Trigger
-from gateway.protocol.formats import FleetLevel
 from gateway.protocol.inbound import FrontRequest
 from gateway.store.base import SuspendedCallStore
 from gateway.upstream.port import UpstreamPool
@@ -51,49 +44,48 @@ class Bridge:
         store: SuspendedCallStore,
         codec: state.StateCodec,
         pools: Mapping[str, UpstreamPool],
+        replicas: Replicas,
         metrics: Metrics | None = None,
         clock: Clock | None = None,
-        bus: Bus | None = None,
         owner: str | None = None,
-        withdraw: Withdraw | None = None,
+        park: Park = park_only,
         listens: Listens | None = None,
-        level: FleetLevel | None = None,
+        on_drain: Iterable[Callable[[], None]] = (),
     ) -> None:
-        """`level`: the fleet's format level (which version of a requestState to seal)."""
+        """`replicas`: this replica alone or in a fleet (`gateway.calls.replicas`);
+        `park`: how a call's record is parked (on a fleet, its session withdrawn from the
+        ledger meanwhile, `suspension.withdrawing`); `on_drain`: told when the replica
+        starts draining (what else it serves ends: legacy GET streams)."""
         self.config = config
         self.listens = listens
-        # Told when the replica starts draining (what else it serves ends: legacy GET streams).
-        self.on_drain: list[Callable[[], None]] = []
-        # Given what another replica forwards for a task run here (`gateway.tasks`).
-        self.on_task: Callable[[messages.ForTask], Awaitable[None]] | None = None
+        self.on_drain = tuple(on_drain)
         limits = self.limits = config.limits
         self.metrics = metrics = metrics or Metrics()
         self.clock = clock = clock or SystemClock()
         self.draining = False
         owner = owner or config.replica_id
-        beat = config.fleet.heartbeat_s
+        bus = replicas.bus
         self.admission = Admission(
             codec=codec,
             store=store,
             clock=clock,
             metrics=metrics,
             audience=config.sealing.audience,
-            missing_grace_s=MISSING_RECORD_BEATS * beat if bus is not None else 0.0,
             claimer=owner,
-            alive=bus.alive if bus is not None else None,
-            claimer_ttl_s=CLAIMER_PATIENCE_BEATS * beat,
-            written_back=bus.written_back if bus is not None else None,
-            write_back_s=WRITE_BACK_BEATS * beat,
+            alive=bus.alive,
+            written_back=bus.written_back,
+            beat_s=replicas.beat_s,
         )
+        # Whoever resumes a round keeps its outcome, on a fleet (`gateway.calls.outcomes`).
+        outcomes = replicas.outcomes(store=store, metrics=metrics, ttl_s=limits.suspension_ttl_s)
         self.lifecycle = lifecycle = Lifecycle(
             store=store,
             metrics=metrics,
             clock=clock,
             limits=limits,
             owner=owner,
-            lease_term=bus.lease_term if bus is not None else None,
-            # On a fleet, whoever resumes a round keeps its outcome (`gateway.calls.outcomes`).
-            outcomes_ttl_s=limits.suspension_ttl_s if bus is not None else None,
+            lease_term=bus.lease_term,
+            outcomes=outcomes,
         )
         self.suspender = suspender = Suspender(
             lifecycle=lifecycle,
@@ -102,9 +94,9 @@ class Bridge:
             audience=self.admission.audience,
             clock=clock,
             limits=limits,
-            keeps_outcomes=bus is not None,
-            withdraw=withdraw,
-            level=level or (bus.level if bus is not None else None),
+            outcomes=outcomes,
+            level=bus.level,
+            park=park,
         )
         self.runner = runner = Runner(
             lifecycle=lifecycle,
@@ -115,21 +107,16 @@ class Bridge:
             metrics=metrics,
             on_change=listens.publish if listens is not None else None,
         )
-        self.routing: Routing | None = None
-        outcomes = None
-        if bus is not None:
-            outcomes = Outcomes(store=store, metrics=metrics)
-            self.routing = Routing(
-                bus=bus,
-                lifecycle=lifecycle,
-                pools=pools,
-                runner=runner,
-                outcomes=outcomes,
-                store=store,
-                clock=clock,
-                limits=limits,
-                metrics=metrics,
-            )
+        self.routing = replicas.routes(
+            lifecycle=lifecycle,
+            pools=pools,
+            runner=runner,
+            outcomes=outcomes,
+            store=store,
+            clock=clock,
+            limits=limits,
+            metrics=metrics,
+        )
         self.retries = Retries(
             admission=self.admission,
             lifecycle=lifecycle,
@@ -190,14 +177,8 @@ class Bridge:
         await self.lifecycle.hand_over_lost()
 
     async def serve_forwarded(self, message: messages.Message) -> None:
-        """A message another replica pushed into this replica's inbox (decoded by the
-        bus): about a call, or for a task (to `on_task`); any other is logged."""
-        if self.routing is None:
-            return
-        if isinstance(message, messages.ForTask):
-            if self.on_task is not None:
-                await self.on_task(message)
-            return
+        """A message about a call another replica pushed into this replica's inbox
+        (decoded by the bus); any other is logged."""
         await self.routing.serve_message(message)
 
     async def drain(self, timeout_s: float) -> None:

@@ -34,7 +34,7 @@ import structlog
 from gateway import clock as clocks
 from gateway.aio import spawn
 from gateway.calls.live import LiveCall
-from gateway.calls.outcomes import to_keep
+from gateway.calls.outcomes import Outcomes
 from gateway.clock import Clock, Later
 from gateway.config import LimitsConfig, UpstreamConfig
 from gateway.errors import CallLost, LeaseLost, RoundInProgress, StoreError, UpstreamError
@@ -143,8 +143,8 @@ class Lifecycle:
         clock: Clock,
         limits: LimitsConfig,
         owner: str,
-        lease_term: Callable[[], int | None] | None = None,
-        outcomes_ttl_s: float | None = None,
+        lease_term: Callable[[], int | None],
+        outcomes: Outcomes,
     ) -> None:
         self.calls = Registry()
         self.store = store
@@ -152,10 +152,10 @@ class Lifecycle:
         self.clock = clock
         self.limits = limits
         self.owner = owner  # this replica, as records name it
-        # On a fleet, this replica's lease term (`Bus.lease_term`): None while it is lost.
+        # This replica's lease term (`Bus.lease_term`): None while it is lost.
         self.lease_term = lease_term
-        # On a fleet, how long a resumed round's outcome is kept (None: not kept).
-        self.outcomes_ttl_s = outcomes_ttl_s
+        # What is kept of a resumed round's outcome (on a fleet; nothing alone).
+        self.outcomes = outcomes
 
     # -- beginnings ----------------------------------------------------------------------
 
@@ -257,8 +257,8 @@ class Lifecycle:
         ending = self._ending(call, Trigger.COMPLETE)
         if call.in_store:
             kept = reply = None
-            if result is not None and self.outcomes_ttl_s is not None:
-                kept = to_keep(result, call.resumed, self.outcomes_ttl_s)
+            if result is not None:
+                kept = self.outcomes.kept(result, call.resumed)
             if result is not None and call.reply_with is not None:
                 reply = call.reply_with(result)
             done = spawn(self._close_out(call, ending, kept, reply), name=f"call-done-{call.id}")
@@ -473,15 +473,13 @@ class Lifecycle:
     def _stamp(self, call: LiveCall) -> None:
         """The call starts here or parks now: within this lease term, nobody else can
         take it."""
-        call.lease_term = self.lease_term() if self.lease_term is not None else None
+        call.lease_term = self.lease_term()
 
     def _surely_owned(self, call: LiveCall) -> bool:
         """Whether no other replica can have taken `call` over, by this replica's lease
         alone (with no store to ask): held without a break since the call last parked (or
         started, replayed or was taken over here)."""
-        if self.lease_term is None:
-            return True  # no fleet: nobody else serves its calls
-        term = self.lease_term()
+        term = self.lease_term()  # alone, one term for good: nobody else serves its calls
         return term is not None and term == call.lease_term
 
     async def _still_owned(self, call: LiveCall) -> bool:
@@ -529,7 +527,10 @@ def _return_session(call: LiveCall, fate: SessionFate) -> None:
     if fate is SessionFate.DISCARD:
         call.pool.discard(call.session)
         return
-    reuse = fate is SessionFate.REUSE and _hand_back_questions(call)
+    reuse = fate is SessionFate.REUSE and (
+        # A call that left nothing open and unread (the common end) hands nothing back.
+        (not call.machine.pending and call.inbox.empty()) or _hand_back_questions(call)
+    )
     call.pool.release(call.session, reuse=reuse)
 
 

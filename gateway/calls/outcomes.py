@@ -10,11 +10,14 @@ replica killed in between can leave a round resumed without its outcome. Any rep
 answers the retry sent again with it (`answered_before`). The retry passed
 `Admission.open` first: same principal, same request, state not expired. Outcomes over
 `REMEMBERED_BYTES` are not kept.
+
+A replica alone keeps none (`NoOutcomes`): nobody else claims its rounds, so no reply can
+be lost on its way between two replicas (`gateway.calls.replicas`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -29,17 +32,37 @@ log = structlog.get_logger("gateway.calls")
 REMEMBERED_BYTES = 64 * 1024
 
 
-class Outcomes:
-    def __init__(self, *, store: SuspendedCallStore, metrics: Metrics) -> None:
-        self.store = store
-        self.metrics = metrics
+class Outcomes(Protocol):
+    """The outcomes of resumed rounds, kept for a retry sent again, or not at all."""
 
-    async def keep_replayed(
-        self, call_id: str, round_: int, result: dict[str, Any], ttl_s: float
-    ) -> None:
+    def kept(self, result: dict[str, Any], round_: int | None) -> Kept | None:
+        """What to keep of `result`, the outcome of round `round_` resumed here (None: no
+        round was), with the write that ends that round; None to keep nothing."""
+        ...
+
+    async def keep_replayed(self, call_id: str, round_: int, result: dict[str, Any]) -> None:
         """Keep the outcome of a round resumed by replaying its call, which ran under a new
         call id: a retry sent again names the old one (whose record is forgotten)."""
-        kept = to_keep(result, round_, ttl_s)
+        ...
+
+    async def answered_before(self, call_id: str, round_: int) -> dict[str, Any] | None:
+        """The outcome of a round resumed already, or None when none is kept."""
+        ...
+
+
+class StoredOutcomes:
+    """Outcomes kept in the store for `ttl_s` (as long as a state may live): on a fleet."""
+
+    def __init__(self, *, store: SuspendedCallStore, metrics: Metrics, ttl_s: float) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.ttl_s = ttl_s
+
+    def kept(self, result: dict[str, Any], round_: int | None) -> Kept | None:
+        return to_keep(result, round_, self.ttl_s)
+
+    async def keep_replayed(self, call_id: str, round_: int, result: dict[str, Any]) -> None:
+        kept = to_keep(result, round_, self.ttl_s)
         if kept is None:
             return
         try:
@@ -48,7 +71,6 @@ class Outcomes:
             log.warning("outcome_not_kept", error=str(exc))
 
     async def answered_before(self, call_id: str, round_: int) -> dict[str, Any] | None:
-        """The outcome of a round resumed already, or None when none is kept."""
         try:
             remembered = await self.store.recall(call_id, round_)
         except StoreError:
@@ -59,6 +81,19 @@ class Outcomes:
         self.metrics.handoffs.labels("answered_again").inc()
         result: dict[str, Any] = jsonrpc.loads(remembered)
         return result
+
+
+class NoOutcomes:
+    """No outcome kept, none looked for: on a replica alone."""
+
+    def kept(self, result: dict[str, Any], round_: int | None) -> Kept | None:
+        return None
+
+    async def keep_replayed(self, call_id: str, round_: int, result: dict[str, Any]) -> None:
+        return None
+
+    async def answered_before(self, call_id: str, round_: int) -> dict[str, Any] | None:
+        return None
 
 
 def to_keep(result: dict[str, Any], round_: int | None, ttl_s: float) -> Kept | None:

@@ -3,8 +3,8 @@
 The state is opened (`Admission.open`: the security boundary); a replay-mode round's
 retry runs its call afresh with the journal the state carries. Any other round is
 claimed (`Admission.claim`), at most once; then the call is resumed here when this
-replica holds it, or, on a fleet, the retry goes where the call is (`Routing`: its
-owner, a takeover, a replay, or the error that it is lost). A retry whose round was
+replica holds it, or the retry goes where the call is (`Routes`: on a fleet its owner, a
+takeover, a replay, or the error that it is lost; alone, lost). A retry whose round was
 resumed already is answered with the outcome kept for it, where one is
 (`gateway.calls.outcomes`). A copy of a call that another replica took over while this
 one was cut off is handed over on the way.
@@ -18,10 +18,10 @@ from gateway.calls.admission import Admission
 from gateway.calls.forwarding import Forward
 from gateway.calls.lifecycle import Lifecycle
 from gateway.calls.outcomes import Outcomes
-from gateway.calls.routing import Routing
+from gateway.calls.replicas import Routes
 from gateway.calls.runner import Notify, Runner
 from gateway.config import REPLAY, UpstreamConfig
-from gateway.errors import CallLost, InvalidRequestState, LeaseLost, RoundInProgress
+from gateway.errors import InvalidRequestState, LeaseLost, RoundInProgress
 from gateway.fleet.port import Bus
 from gateway.protocol import state
 from gateway.protocol.call import CallMachine
@@ -35,15 +35,15 @@ class Retries:
         admission: Admission,
         lifecycle: Lifecycle,
         runner: Runner,
-        bus: Bus | None = None,
-        routing: Routing | None = None,
-        outcomes: Outcomes | None = None,
+        bus: Bus,
+        routing: Routes,
+        outcomes: Outcomes,
     ) -> None:
         self.admission = admission
         self.lifecycle = lifecycle
         self.calls = lifecycle.calls
         self.runner = runner
-        # On a fleet: the other replicas, where a retry goes, and the outcomes kept.
+        # The other replicas, where a retry goes, and the outcomes kept (none alone).
         self.bus = bus
         self.routing = routing
         self.outcomes = outcomes
@@ -70,9 +70,9 @@ class Retries:
                 upstream, front, principal, digest, notify, known=known, round_=claims.round
             )
         here = claims.call in self.calls
-        if here and self.bus is not None and not self.bus.holds_lease():
+        if here and not self.bus.holds_lease():
             raise LeaseLost()  # cut off from the fleet: another replica may own it now
-        if here or self.routing is None:
+        if here:
             return await self._claimed(upstream, claims, front, notify, None)
         # Another replica holds it (or nobody does): its claim can carry the forward.
         with self.routing.forwarding(front) as forward:
@@ -91,17 +91,11 @@ class Retries:
         try:
             record = await self.admission.claim(upstream, claims, responses, forward)
         except InvalidRequestState:
-            if self.outcomes is None:
-                raise
             before = await self.outcomes.answered_before(claims.call, claims.round)
             if before is None:
                 raise
             return before
         call = self.calls.get(record.call_id)
-        if self.routing is None:
-            if call is None:
-                raise CallLost()
-            return await self.runner.resume(call, front, notify, record.round)
         if call is not None and record.owner != self.lifecycle.owner:
             # A stale copy: the call was taken over while this replica was taken for dead
             # (and it has not let go of it yet). Its owner now resumes the round.

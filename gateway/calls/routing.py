@@ -170,8 +170,7 @@ class Routing:
                 known=CallMachine.known_answers(record.journal, responses),
                 round_=record.round,
             )
-            ttl_s = self.limits.suspension_ttl_s
-            await self.outcomes.keep_replayed(record.call_id, record.round, result, ttl_s)
+            await self.outcomes.keep_replayed(record.call_id, record.round, result)
             return result
         await self.takeover.cancel_stranded(upstream, record)
         self.metrics.handoffs.labels("lost").inc()

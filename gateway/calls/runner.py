@@ -120,7 +120,7 @@ class Runner:
             target=front.target,
             replayed_answers=sum(len(v) for v in known.values()),
         )
-        if held := session.held.take():
+        if session.held.items and (held := session.held.take()):
             # The server asked the session's caller something while no call of theirs ran
             # (roots at session start): asked first, the call's request sent once they are
             # answered, so that the server serves it knowing the answers.

@@ -20,7 +20,7 @@ import structlog
 from gateway import logging as log_context
 from gateway.calls.lifecycle import Lifecycle
 from gateway.calls.live import LiveCall
-from gateway.calls.outcomes import to_keep
+from gateway.calls.outcomes import Outcomes
 from gateway.clock import Clock
 from gateway.config import PARK, REPLAY, LimitsConfig, UpstreamConfig
 from gateway.errors import (
@@ -31,7 +31,7 @@ from gateway.errors import (
     StoreError,
     TooManyRounds,
 )
-from gateway.protocol import formats, keys, state
+from gateway.protocol import keys, state
 from gateway.protocol.call import Trigger
 from gateway.protocol.formats import FleetLevel, Kind
 from gateway.protocol.inbound import SERVER_INFO_KEY
@@ -40,6 +40,30 @@ from gateway.store.base import SuspendedCallStore
 log = structlog.get_logger("gateway.calls")
 
 Withdraw = Callable[[str, str | None], Awaitable[None]]  # (upstream, session id)
+#: Parks a call's record (the store's step, given) with whatever else must be done before
+#: its client is answered; whether the record was parked (within its principal's cap).
+Park = Callable[[Awaitable[bool], LiveCall], Awaitable[bool]]
+
+
+async def park_only(parking: Awaitable[bool], call: LiveCall) -> bool:
+    """Nothing but the record: on a replica alone (no ledger of sessions)."""
+    return await parking
+
+
+def withdrawing(withdraw: Withdraw) -> Park:
+    """The record parked while the call's session is taken off the ledger of those a
+    survivor may end should this replica die (`gateway.fleet.ledger`): both before the
+    client is answered, in one wait. Either failing fails the park."""
+
+    async def park(parking: Awaitable[bool], call: LiveCall) -> bool:
+        taken_off = withdraw(call.upstream.name, call.session.id)
+        both = await asyncio.gather(parking, taken_off, return_exceptions=True)
+        for failed in both:
+            if isinstance(failed, BaseException):
+                raise failed
+        return bool(both[0])
+
+    return park
 
 
 class Suspender:
@@ -52,23 +76,22 @@ class Suspender:
         audience: Callable[[UpstreamConfig], str],
         clock: Clock,
         limits: LimitsConfig,
-        keeps_outcomes: bool = False,
-        withdraw: Withdraw | None = None,
-        level: FleetLevel | None = None,
+        outcomes: Outcomes,
+        level: FleetLevel,
+        park: Park = park_only,
     ) -> None:
         self.lifecycle = lifecycle
         # Which version of a requestState's claims every live replica opens.
-        self.level = level or formats.single()
+        self.level = level
         self.store = store
         self.codec = codec
         self.audience = audience  # what every state minted for an upstream is bound to
         self.clock = clock
         self.limits = limits
         # On a fleet, a resumed round's outcome is parked with the next round's record.
-        self.keeps_outcomes = keeps_outcomes
-        # On a fleet, a session a call parks on is taken off the list of those a survivor
-        # may end should this replica die (`gateway.fleet.ledger`).
-        self.withdraw = withdraw
+        self.outcomes = outcomes
+        # On a fleet, a session a call parks on is taken off the ledger as it parks.
+        self.park = park
 
     async def suspend(self, call: LiveCall) -> dict[str, Any]:
         """Answer `input_required` for what the call asks now.
@@ -146,21 +169,11 @@ class Suspender:
         token, issued, deadline = self._mint(call, round_=machine.round, mode=PARK)
         call.parked_ms = (issued, deadline)
         result = input_required(call, token, machine.input_required())
-        kept = None
-        if self.keeps_outcomes:
-            kept = to_keep(result, call.resumed, self.limits.suspension_ttl_s)
+        kept = self.outcomes.kept(result, call.resumed)
         try:
             # Counted in the store, so the cap holds across the whole fleet.
             parking = self.store.park_held(call.record(self.lifecycle.owner), until, cap, kept)
-            if self.withdraw is None:
-                held = await parking
-            else:  # both before the client is answered, in one wait
-                withdrawing = self.withdraw(call.upstream.name, call.session.id)
-                both = await asyncio.gather(parking, withdrawing, return_exceptions=True)
-                for failed in both:
-                    if isinstance(failed, BaseException):
-                        raise failed
-                held = bool(both[0])
+            held = await self.park(parking, call)
         except StoreError:
             await self.lifecycle.end(call, Trigger.FAIL, "store unavailable")
             raise

@@ -9,6 +9,8 @@ they say.
                   each inbox message once
     ledger.py     the upstream sessions each replica holds, for a dead one's sweep
     changes.py    list changes heard by one replica, told to the others
+    single.py     a replica alone: the fleet of one (implements `Bus`), so nothing
+                  outside the fleet asks whether there is one
 
 The call core and the legacy lane may import `messages` and `port`, never the rest
 (`tests/test_architecture.py`).

@@ -46,7 +46,6 @@ class ChangeFeed:
         prefix: str,
         interval_s: float,
         clock: Clock,
-        relay: Relay,
         upstreams: frozenset[str],
     ) -> None:
         """`upstreams`: those every replica reaches alike (not stdio: each replica's
@@ -55,7 +54,6 @@ class ChangeFeed:
         self.key = f"{prefix}fleet:changes"
         self.interval_s = interval_s
         self.clock = clock
-        self.relay = relay
         self.upstreams = upstreams
         self.looked = asyncio.Event()  # the counts were read once
         self._seen: dict[str, int] = {}
@@ -66,8 +64,10 @@ class ChangeFeed:
         self._held = False  # Redis refused a count: the rest wait for a look that works
         self._unread = self._uncounted = False  # logged once until it works again
 
-    def start(self) -> None:
-        self._task = spawn(self._watch(), name="fleet-changes", detached=True)
+    def start(self, relay: Relay) -> None:
+        """Read the counts once a heartbeat: each change another replica heard, to `relay`
+        (this replica's listens)."""
+        self._task = spawn(self._watch(relay), name="fleet-changes", detached=True)
 
     async def close(self) -> None:
         """Stop reading; the count under way gets a moment to land. Bounded, whatever
@@ -132,7 +132,7 @@ class ChangeFeed:
         if count == self._seen.get(field, 0) + n:  # a field not seen yet was at 0
             self._seen[field] = count
 
-    async def _watch(self) -> None:
+    async def _watch(self, relay: Relay) -> None:
         first = True
         while True:
             try:
@@ -148,7 +148,8 @@ class ChangeFeed:
                 if self._unread:
                     log.info("fleet_changes_read_again")
                 self._unread = False
-                self.take(counts, first)
+                for upstream, method in self.take(counts, first):
+                    relay(upstream, method)
                 if self._held:  # Redis answers again: make the counts it refused
                     self._held = False
                     self._count_soon()
@@ -157,9 +158,12 @@ class ChangeFeed:
             stop_if_cancelled()  # a cancellation the client dropped (see there)
             await clocks.sleep(self.clock, self.interval_s)
 
-    def take(self, counts: dict[bytes | str, bytes | str], first: bool = False) -> None:
-        """Hand on each change whose count moved since the last look (the first look only
-        learns the counts)."""
+    def take(
+        self, counts: dict[bytes | str, bytes | str], first: bool = False
+    ) -> list[tuple[str, str]]:
+        """Each change whose count moved since the last look, as (upstream, method), to hand
+        on (the first look only learns the counts)."""
+        moved = []
         for raw_field, raw_count in counts.items():
             field = text(raw_field)
             try:
@@ -169,4 +173,5 @@ class ChangeFeed:
             seen, self._seen[field] = self._seen.get(field), count
             upstream, _, method = field.rpartition("|")
             if not first and count != seen and upstream:
-                self.relay(upstream, method)
+                moved.append((upstream, method))
+        return moved

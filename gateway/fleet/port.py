@@ -9,8 +9,9 @@ format `level`; the call core also needs the store's side of a forward (`deliver
 `retract`), the lease and what a store that lost its data has been given back
 (`holds_lease`, `lease_term`, `written_back`).
 
-`gateway.fleet.redis_bus.RedisBus` implements it; `tests.fakes.fleet.MemoryBus` is its
-in-memory twin. A port, not a transport: no I/O here.
+`gateway.fleet.redis_bus.RedisBus` implements it; `gateway.fleet.single.SingleReplica`
+is a replica alone's (the fleet of one); `tests.fakes.fleet.MemoryBus` is its in-memory
+twin. A port, not a transport: no I/O here.
 """
 
 from __future__ import annotations

@@ -151,7 +151,18 @@ class RedisBus:
     def new_reply_key(self) -> str:
         return f"{self.prefix}reply:{self.replica_id}:{secrets.token_hex(8)}"
 
-    def start(self, handler: Handler) -> None:
+    def start(
+        self,
+        handler: Handler,
+        *,
+        on_data_loss: Callable[[], Coroutine[Any, Any, None]] | None = None,
+        on_lease_regained: Callable[[], Coroutine[Any, Any, None]] | None = None,
+    ) -> None:
+        """Beat and read the inbox: each message to `handler`; told when the store lost
+        its data (`on_data_loss`: write back the records held here) and when the lease
+        is back after a lapse (`on_lease_regained`)."""
+        self.on_data_loss = on_data_loss
+        self.on_lease_regained = on_lease_regained
         self._tasks = [
             spawn(self._heartbeat(), name="fleet-heartbeat"),
             spawn(self._inbox(handler), name="fleet-inbox"),

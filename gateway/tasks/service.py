@@ -50,7 +50,7 @@ from gateway.errors import (
 from gateway.fleet import messages
 from gateway.fleet.port import Bus
 from gateway.protocol import formats, inputs, jsonrpc, legacy_tasks, state, tasks, translate
-from gateway.protocol.formats import FleetLevel, Kind
+from gateway.protocol.formats import Kind
 from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope
 from gateway.protocol.tasks import ACK, Task
 from gateway.protocol.versions import Version
@@ -76,12 +76,11 @@ class Tasks:
         limits: LimitsConfig,
         owner: str,
         pools: Mapping[str, UpstreamPool],
-        bus: Bus | None = None,
-        level: FleetLevel | None = None,
+        bus: Bus,
     ) -> None:
-        """`owner`: this replica, as records name it; `bus`: the other replicas, on a
-        fleet (a task's answers and cancel go to its owner through their inboxes);
-        `level`: the fleet's format level (no task while a replica of the previous
+        """`owner`: this replica, as records name it; `bus`: the other replicas (a task's
+        answers and cancel go to its owner through their inboxes; alone, the fleet of
+        one), and the fleet's format level (no task while a replica of the previous
         release, which knows none, still lives)."""
         self.bridge = bridge
         self.store = store
@@ -89,7 +88,7 @@ class Tasks:
         self.limits = limits
         self.owner = owner
         self.bus = bus
-        self.level = level or formats.single()
+        self.level = bus.level
         self.metrics = bridge.metrics
         self.metrics.tasks.set_function(lambda: float(len(self.runs)))
         self.pools = pools
@@ -307,7 +306,7 @@ class Tasks:
             raise tasks.unknown_task()
         if task.expires_ms <= self.clock.wall_ms():
             raise tasks.unknown_task()
-        if run is None and not task.final and task.owner != self.owner and self.bus is not None:
+        if run is None and not task.final and task.owner != self.owner:
             if not task.resumable and not await self.bus.alive(task.owner):
                 task = await self._owner_lost(task)
         return task
@@ -321,7 +320,7 @@ class Tasks:
             if run is not None:
                 await (run.cancel() if answers is None else run.give(answers))
                 return
-            if task.owner == self.owner or self.bus is None:
+            if task.owner == self.owner:
                 return  # its run has ended: the record is being written final
             message = messages.ForTask(
                 task=task.id,

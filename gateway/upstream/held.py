@@ -32,10 +32,10 @@ def is_question(message: dict[str, Any]) -> bool:
 class HeldQuestions:
     """The questions held for one session's next call, in the order they came."""
 
-    __slots__ = ("_items", "generation", "lapsed", "on_held")
+    __slots__ = ("items", "generation", "lapsed", "on_held")
 
     def __init__(self) -> None:
-        self._items: list[dict[str, Any]] = []
+        self.items: list[dict[str, Any]] = []  # read, not changed, by others
         # Counts the takes: a bound armed for questions a call has taken since is void.
         self.generation = 0
         # A question lapsed unasked (answered as outside any call): the session is spent.
@@ -44,20 +44,20 @@ class HeldQuestions:
         self.on_held: Callable[[], None] | None = None
 
     def __bool__(self) -> bool:
-        return bool(self._items)
+        return bool(self.items)
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self.items)
 
     def hold(self, message: dict[str, Any]) -> None:
-        first = not self._items
-        self._items.append(message)
+        first = not self.items
+        self.items.append(message)
         if first and self.on_held is not None:
             self.on_held()
 
     def take(self) -> list[dict[str, Any]]:
         """Every question held, now the caller's to ask (none is held after)."""
-        items, self._items = self._items, []
+        items, self.items = self.items, []
         if items:
             self.generation += 1
         return items

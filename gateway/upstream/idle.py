@@ -34,10 +34,10 @@ def bucket_of(session: PooledSession) -> Bucket:
 
 class IdleSessions:
     def __init__(self) -> None:
-        # Per bucket, oldest given back first; buckets emptied are dropped (callers come
-        # and go: nothing is kept per caller once it holds no idle session).
+        # Per bucket, oldest given back first. A bucket emptied stays until `stale` drops
+        # it (the periodic look): a caller's calls back to back reuse it, and callers who
+        # come and go leave nothing behind past that look.
         self._lists: dict[Bucket, list[PooledSession]] = {}
-        self._per_caller: Counter[str] = Counter()
 
     def __len__(self) -> int:
         return sum(len(idle) for idle in self._lists.values())
@@ -47,28 +47,30 @@ class IdleSessions:
             yield from idle
 
     def count(self, bucket: Bucket) -> int:
-        return len(self._lists.get(bucket, ()))
-
-    def held_by(self, principal: str) -> int:
-        """Idle sessions bound to `principal`, of any capability set."""
-        return self._per_caller[principal]
+        idle = self._lists.get(bucket)
+        return len(idle) if idle is not None else 0
 
     def callers(self) -> Counter[str]:
         """Idle sessions per caller holding any."""
-        return Counter(self._per_caller)
+        held: Counter[str] = Counter()
+        for (principal, _), idle in self._lists.items():
+            if principal is not None and idle:
+                held[principal] += len(idle)
+        return held
 
     def put(self, session: PooledSession) -> None:
         """Keep a session no call holds (its `last_used` stamped by the caller)."""
-        self._lists.setdefault(bucket_of(session), []).append(session)
-        if session.principal is not None:
-            self._per_caller[session.principal] += 1
+        bucket = (session.principal, session.caps.key)
+        idle = self._lists.get(bucket)
+        if idle is None:
+            self._lists[bucket] = [session]
+        else:
+            idle.append(session)
 
     def take(self, bucket: Bucket) -> PooledSession | None:
         """The most recently given back session of `bucket`, no longer idle."""
         idle = self._lists.get(bucket)
-        if not idle:
-            return None
-        return self._removed(bucket, -1)
+        return idle.pop() if idle else None
 
     def peek(self, bucket: Bucket) -> PooledSession | None:
         """The most recently given back session of `bucket`, left idle."""
@@ -77,11 +79,10 @@ class IdleSessions:
 
     def remove(self, session: PooledSession) -> bool:
         """Whether `session` was idle (it is not any more)."""
-        bucket = bucket_of(session)
-        idle = self._lists.get(bucket)
+        idle = self._lists.get(bucket_of(session))
         if not idle or session not in idle:
             return False
-        self._removed(bucket, idle.index(session))
+        idle.remove(session)
         return True
 
     def oldest(self, principal: str | None = None) -> PooledSession | None:
@@ -90,16 +91,16 @@ class IdleSessions:
         candidates = [
             (idle[0].last_used, bucket)
             for bucket, idle in self._lists.items()
-            if principal is None or bucket[0] == principal
+            if idle and (principal is None or bucket[0] == principal)
         ]
         if not candidates:
             return None
         _, bucket = min(candidates, key=lambda candidate: candidate[0])
-        return self._removed(bucket, 0)
+        return self._lists[bucket].pop(0)
 
     def stale(self, before: float, keep_unbound: int) -> list[PooledSession]:
         """Sessions idle since before `before`, or dead, no longer idle; each unbound
-        bucket keeps `keep_unbound` of them (the reserve opened ahead)."""
+        bucket keeps `keep_unbound` of them (the reserve opened ahead). Empty buckets go."""
         gone: list[PooledSession] = []
         for bucket, idle in list(self._lists.items()):
             keep: list[PooledSession] = []
@@ -109,35 +110,14 @@ class IdleSessions:
                     keep.append(session)
                 else:
                     gone.append(session)
-            self._replace(bucket, keep)
+            if keep:
+                self._lists[bucket] = keep
+            else:
+                del self._lists[bucket]
         return gone
 
     def clear(self) -> list[PooledSession]:
         """Every idle session, none idle after."""
         gone = list(self)
         self._lists.clear()
-        self._per_caller.clear()
         return gone
-
-    def _removed(self, bucket: Bucket, index: int) -> PooledSession:
-        idle = self._lists[bucket]
-        session = idle.pop(index)
-        if not idle:
-            del self._lists[bucket]
-        if bucket[0] is not None:
-            self._per_caller[bucket[0]] -= 1
-            if not self._per_caller[bucket[0]]:
-                del self._per_caller[bucket[0]]
-        return session
-
-    def _replace(self, bucket: Bucket, keep: list[PooledSession]) -> None:
-        before = len(self._lists[bucket])
-        if keep:
-            self._lists[bucket] = keep
-        else:
-            del self._lists[bucket]
-        principal = bucket[0]
-        if principal is not None and before != len(keep):
-            self._per_caller[principal] -= before - len(keep)
-            if not self._per_caller[principal]:
-                del self._per_caller[principal]

@@ -63,9 +63,11 @@ class SessionSupply:
         limits: PoolLimits,
         *,
         on_error: Callable[[], None] | None = None,
+        on_change: Callable[[dict[str, Any]], None] | None = None,
         clock: Clock | None = None,
         restart_backoff_s: float = 0.0,
     ) -> None:
+        """`on_change`: told of each list change its sessions hear."""
         self.name = name
         self.limits = limits
         self.clock = clock or SystemClock()
@@ -78,6 +80,7 @@ class SessionSupply:
             max_opening=limits.max_opening,
             turn_timeout_s=limits.acquire_timeout_s,
         )
+        self.maker.on_change = on_change
         self.demand = Demand()
         self._isolated = limits.isolation != SHARE_SESSIONS
         self._slots = Slots(name, limits.max_sessions, limits.acquire_timeout_s)

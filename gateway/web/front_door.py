@@ -32,12 +32,7 @@ from gateway.auth import (
     well_known_paths,
 )
 from gateway.auth.errors import RateLimited
-from gateway.auth.ratelimit import (
-    MemoryTokenBucket,
-    RateLimiter,
-    RedisTokenBucket,
-    retry_after_header,
-)
+from gateway.auth.ratelimit import RateLimiter, retry_after_header
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.protocol import state
 from gateway.protocol.lists import MaySee, field_of, filtered_result
@@ -187,22 +182,14 @@ def _may(identity: Identity, needs: Iterable[str]) -> bool:
 
 
 def build_front_doors(
-    config: GatewayConfig, *, fetcher: HttpFetcher, wall_s: WallClock, redis: Any | None
+    config: GatewayConfig,
+    *,
+    fetcher: HttpFetcher,
+    wall_s: WallClock,
+    limiter: RateLimiter | None,
 ) -> dict[str, FrontDoor]:
-    """One front door per upstream route; a shared rate limiter (Redis for a fleet)."""
-    limiter: RateLimiter | None = None
-    rate = config.limits.rate_per_principal
-    if rate.enabled:
-        if redis is not None:
-            limiter = RedisTokenBucket(
-                redis,
-                rate_per_s=rate.per_s,
-                burst=rate.burst,
-                clock=wall_s,
-                prefix=f"{config.store.key_prefix}rl:",
-            )
-        else:
-            limiter = MemoryTokenBucket(rate_per_s=rate.per_s, burst=rate.burst, clock=wall_s)
+    """One front door per upstream route; `limiter`: the rate limit every route shares
+    (on Redis for a fleet; None when `limits.rate_per_principal` is off)."""
     doors = {}
     salt = state.log_salt(config.sealing.keys)
     for upstream in config.upstreams:

@@ -17,6 +17,9 @@ chooses its public settings. What they give a client:
   the answer rather than a reset; a body not over by then closes the connection;
 - the port is bound before the application starts, so a port in use or an address not
   there refuses the start (`BindError`) before anything is opened or logged as started;
+- a start that fails midway (a resource that cannot open) closes, in reverse, what had
+  opened (aiohttp's runner, cleaning up, closes the cleanup contexts entered), and the
+  port, before the failure is raised;
 - on `Served.close`, the port stops accepting, idle connections close, and requests in
   flight get `SHUTDOWN_GRACE_S` to finish before their handlers are cancelled (and waited
   for) ahead of the application's clean-up.
@@ -120,8 +123,11 @@ async def serve(
     try:
         await runner.setup()
     except BaseException:
-        for sock in sockets:
-            sock.close()
+        try:
+            await runner.cleanup()  # what had opened before the failure closes
+        finally:
+            for sock in sockets:
+                sock.close()
         raise
     try:
         for sock in sockets:

@@ -7,9 +7,11 @@ from typing import Any
 
 from gateway.aio import spawn
 from gateway.calls.bridge import Bridge
-from gateway.calls.suspension import Withdraw
+from gateway.calls.replicas import Alone, Fleet, Replicas
+from gateway.calls.suspension import Withdraw, park_only, withdrawing
 from gateway.config import GatewayConfig, parse_config
 from gateway.fleet.port import Bus
+from gateway.fleet.single import SingleReplica
 from gateway.protocol.inbound import FrontRequest, read_envelope
 from gateway.protocol.state import AesGcmKeyRing, generate_key, parse_key
 from gateway.protocol.versions import Version
@@ -50,14 +52,21 @@ class Replica:
         self.config = settings or config()
         self.pool = ScriptedPool(server)
         self.store = store if store is not None else MemoryStore(clock)
+        # Alone without a bus (the fleet of one), as the gateway composes it.
+        among: Replicas = (
+            Alone(SingleReplica(self.config.replica_id))
+            if bus is None
+            else Fleet(bus, beat_s=self.config.fleet.heartbeat_s)
+        )
+        self.bus = among.bus
         self.bridge = Bridge(
             self.config,
             store=self.store,
             codec=AesGcmKeyRing([parse_key(KEY, "test key")]),
             pools={"up": self.pool},
+            replicas=among,
             clock=clock,
-            bus=bus,
-            withdraw=withdraw,
+            park=park_only if withdraw is None else withdrawing(withdraw),
         )
         self.upstream = self.config.upstreams[0]
         self.notified: list[dict[str, Any]] = []

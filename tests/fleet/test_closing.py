@@ -168,11 +168,10 @@ async def test_the_change_feed_stops_at_a_cancellation_its_client_dropped(
         prefix=prefix,
         interval_s=1.0,
         clock=ManualClock(),
-        relay=lambda _upstream, _method: None,
         upstreams=frozenset({"u"}),
     )
     dropping = DroppingCancellations(client)
-    feed.start()  # its first look is at once
+    feed.start(lambda _upstream, _method: None)  # its first look is at once
     try:
         assert feed._task is not None
         await stops_at_its_first_cancellation(feed._task, dropping, "HGETALL")
@@ -228,7 +227,6 @@ async def test_what_a_replica_runs_on_redis_closes_while_redis_does_not_answer(
         prefix=prefix,
         interval_s=1.0,
         clock=clock,
-        relay=lambda _upstream, _method: None,
         upstreams=frozenset({"u"}),
     )
     store = RedisStore(client, prefix=prefix, clock=clock)
@@ -238,7 +236,7 @@ async def test_what_a_replica_runs_on_redis_closes_while_redis_does_not_answer(
         async with redis_sees(own_redis.url, "BLMOVE", "SET", "HGETALL"):
             bus.start(ignore)
             ledger.start()
-            feed.start()
+            feed.start(lambda _upstream, _method: None)
         feed.heard("u", "notifications/tools/list_changed")  # a count on its way
         own_redis.pause()
         await ends(ledger.close(), "the ledger's close")

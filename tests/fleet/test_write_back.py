@@ -35,8 +35,7 @@ async def test_a_heartbeat_says_when_its_replica_has_written_back_its_records(
         writing.set()
         await done.wait()  # the records go back while the test looks
 
-    owner.on_data_loss = write_back
-    owner.start(ignore)
+    owner.start(ignore, on_data_loss=write_back)
     try:
         assert await other.written_back("nobody") is None  # no heartbeat
         await clock.armed(clock.now + BEAT)  # the first beat is in

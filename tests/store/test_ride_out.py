@@ -188,12 +188,11 @@ async def test_a_beat_that_comes_back_after_the_lease_ran_out_starts_a_new_term(
     bus = SlowBeat(
         connect(redis_server.url), prefix="slow:", replica_id="r1", heartbeat_s=1.0, clock=clock
     )
-    bus.on_lease_regained = hand_over
 
     async def ignore(_message: messages.Message) -> None:
         return None
 
-    bus.start(ignore)
+    bus.start(ignore, on_lease_regained=hand_over)
     try:
         await clock.armed(clock.now + 1.0)
         first = bus.lease_term()

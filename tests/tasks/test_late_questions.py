@@ -12,12 +12,14 @@ questions shown were answered, so a client waiting to see them all waited for ev
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import pytest
 
 from gateway.aio import spawn
+from gateway.calls.bridge import Bridge
+from gateway.fleet import messages
 from gateway.protocol.inbound import FrontRequest, read_envelope
 from gateway.protocol.state import AesGcmKeyRing, parse_key
 from gateway.protocol.tasks import EXTENSION
@@ -63,6 +65,18 @@ class WatchedTaskStore(MemoryTaskStore):
         return done
 
 
+def inbox(bridge: Bridge, tasks: Tasks) -> Callable[[messages.Message], Awaitable[None]]:
+    """A replica's inbox: a message for a task to its tasks, the rest to its call core."""
+
+    async def serve(message: messages.Message) -> None:
+        if isinstance(message, messages.ForTask):
+            await tasks.told(message)
+        else:
+            await bridge.serve_forwarded(message)
+
+    return serve
+
+
 class TaskFleet:
     """`Tasks` on replicas `a` (the owner of what it creates) and `b`."""
 
@@ -82,7 +96,7 @@ class TaskFleet:
                 pools={"up": replica.pool},
                 bus=network.bus(name),
             )
-            replica.bridge.on_task = tasks.told
+            network.join(name, inbox(replica.bridge, tasks))  # as `gateway.compose` does
             self.tasks[name] = tasks
 
     async def create(self) -> str:

@@ -70,6 +70,7 @@ class TaskReplica(Replica):
             limits=self.config.limits,
             owner="r1",
             pools={"up": self.pool},
+            bus=self.bus,  # the fleet of one
         )
 
     async def call_task(self, name: str = "greet", principal: str = "alice") -> dict[str, Any]:

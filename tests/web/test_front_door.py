@@ -462,7 +462,7 @@ def test_a_read_whose_contents_are_a_guarded_resource_is_refused(tmp_path: Path)
         env={},
         base=tmp_path,
     )
-    door = build_front_doors(config, fetcher=None, wall_s=time.time, redis=None)["u"]  # type: ignore[arg-type]
+    door = build_front_doors(config, fetcher=None, wall_s=time.time, limiter=None)["u"]  # type: ignore[arg-type]
     reader = Identity(Principal.for_api_key("reader"), frozenset({"mcp"}))
     keeper = Identity(Principal.for_api_key("keeper"), frozenset({"mcp", "vault"}))
     result = {
@@ -499,7 +499,7 @@ async def test_without_auth_a_callers_log_id_is_keyed_so_no_guess_of_its_credent
             env={"MRTR_GATEWAY_SEALING_KEYS": key},
             base=tmp_path,
         )
-        return build_front_doors(config, fetcher=None, wall_s=time.time, redis=None)["u"]  # type: ignore[arg-type]
+        return build_front_doors(config, fetcher=None, wall_s=time.time, limiter=None)["u"]  # type: ignore[arg-type]
 
     key = generate_key()
     caller = await door(key).admit("Bearer s3cret")
@@ -531,7 +531,7 @@ async def test_with_auth_a_callers_log_id_is_keyed_too_so_no_subject_can_be_chec
             env={"MRTR_GATEWAY_SEALING_KEYS": sealing},
             base=tmp_path,
         )
-        return build_front_doors(config, fetcher=None, wall_s=time.time, redis=None)["u"]  # type: ignore[arg-type]
+        return build_front_doors(config, fetcher=None, wall_s=time.time, limiter=None)["u"]  # type: ignore[arg-type]
 
     sealing = generate_key()
     caller = await door(sealing).admit(f"Bearer {api_key}")

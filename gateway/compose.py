@@ -1,0 +1,322 @@
+"""What a replica is made of, built once from its configuration: `compose(config)` returns
+`Components`, every long-lived part, each built in dependency order and handed what it
+needs through its constructor (or, for what a running resource tells, its `start`).
+
+One choice shapes the rest, made once from the store's URL (`gateway.membership`): a
+replica alone (its records in its own process, its bus the fleet of one) or one of a
+fleet (the store, the bus, the ledger of sessions and the change feed on Redis). Nothing
+after it asks which it is.
+
+`Components.resources` lists what opens and closes, in the order it opens (it closes in
+reverse): tracing, the HTTP clients, the store, the upstream pools, the bus, the ledger
+and the change feed (on a fleet), the replica-bound legacy sessions, and the calls and
+tasks. Opening and closing them, and the routes, are `gateway.app`'s.
+"""
+
+from __future__ import annotations
+
+import functools
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import structlog
+
+from gateway.auth import ClientCredentialsSource
+from gateway.auth.fetcher import AiohttpFetcher
+from gateway.calls.bridge import Bridge
+from gateway.clock import Clock, SystemClock
+from gateway.config import BOUND_TRANSPORTS, GatewayConfig
+from gateway.fleet import messages
+from gateway.http1 import Http1Client
+from gateway.legacy_clients.bound import BoundUpstream
+from gateway.legacy_clients.forwarding import Holder
+from gateway.legacy_clients.lane import LaneSettings, LegacyLane
+from gateway.legacy_clients.metrics import LaneMetrics
+from gateway.legacy_clients.streams import Streams
+from gateway.legacy_clients.upstream import HttpPassThrough, LegacyUpstream
+from gateway.listens import Listens
+from gateway.membership import Inbox, Remoter, Resource, membership
+from gateway.observability import Metrics
+from gateway.protocol import state
+from gateway.protocol.legacy_session import SESSION_PREFIX
+from gateway.protocol.state import AesGcmKeyRing
+from gateway.store.base import SuspendedCallStore, TimedStore
+from gateway.tasks.service import RECORD_PREFIX as TASK_RECORD_PREFIX
+from gateway.tasks.service import Tasks
+from gateway.tracing import TRACING
+from gateway.upstream.factory import http_endpoint, link_factory, restart_backoff_s, session_factory
+from gateway.upstream.pool import SessionPool
+from gateway.web.front_door import FrontDoor, build_front_doors
+from gateway.web.handlers import FrontStreams
+
+log = structlog.get_logger("gateway")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Components:
+    config: GatewayConfig
+    clock: Clock
+    owner: str  # this replica in the fleet: its name and this start's incarnation
+    incarnation: str
+    metrics: Metrics
+    store: SuspendedCallStore
+    pools: Mapping[str, SessionPool]
+    #: What readiness asks of the fleet, by name: on a fleet, whether the lease is held.
+    leases: Mapping[str, Callable[[], bool]]
+    listens: Listens
+    streams: Streams
+    bridge: Bridge
+    tasks: Tasks
+    doors: Mapping[str, FrontDoor]
+    lanes: Mapping[str, LegacyLane]
+    #: In the order they open; they close in reverse.
+    resources: tuple[Resource, ...]
+
+
+def compose(config: GatewayConfig, clock: Clock | None = None) -> Components:
+    """Every part of a replica, built in dependency order (nothing runs yet)."""
+    clock = SystemClock() if clock is None else clock
+    # This process's identity in the fleet: the configured name plus an incarnation that
+    # changes at every start, so a replica restarted under the same name (a pod keeps its
+    # name) is a new owner and its predecessor's calls go to takeover or replay.
+    incarnation = secrets.token_hex(4)
+    owner = f"{config.replica_id}~{incarnation}"
+    metrics = Metrics()
+    shared = membership(config, clock, owner)  # alone, or one of a fleet
+    store = TimedStore(shared.store, metrics)
+    limits = config.limits
+    fetcher = AiohttpFetcher()  # issuers' metadata and keys, upstream token endpoints
+    credentials = {
+        u.name: ClientCredentialsSource(u.oauth_client, fetcher=fetcher, clock=clock.wall_s)
+        for u in config.upstreams
+        if u.oauth_client is not None
+    }
+    # Every HTTP upstream's client (Streamable HTTP and HTTP+SSE, both lanes): no cookies,
+    # no connection limit (a parked call, a legacy GET stream holds its connection).
+    http = Http1Client()
+    listens = Listens(
+        limits.max_listens, limits.max_listens_per_principal, metrics.listens, fleet=shared.heard
+    )
+    pools = _pools(config, http, credentials, listens, metrics, clock)
+    ledger = shared.ledger(pools, metrics)
+    streams = Streams(config.legacy.max_streams, config.legacy.max_streams_per_principal)
+    codec = make_codec(config)
+    bridge = Bridge(
+        config,
+        store=store,
+        codec=codec,
+        pools=pools,
+        replicas=shared.calls,
+        metrics=metrics,
+        clock=clock,
+        owner=owner,
+        park=ledger.park,
+        listens=listens,
+        on_drain=(streams.end_all,),  # their clients reconnect elsewhere
+    )
+    tasks = Tasks(
+        bridge=bridge,
+        store=shared.task_store,
+        codec=codec.with_prefix(TASK_RECORD_PREFIX),
+        limits=limits,
+        owner=owner,
+        pools=pools,
+        bus=shared.bus,
+    )
+    metrics.bind(
+        parked=lambda: bridge.parked,
+        live=lambda: len(bridge.calls),
+        lost=lambda: bridge.calls.lost,
+        pools=pools,
+        lease=shared.bus.holds_lease,
+    )
+    rate = limits.rate_per_principal
+    limiter = shared.rate_limiter(rate, clock.wall_s) if rate.enabled else None
+    doors = build_front_doors(config, fetcher=fetcher, wall_s=clock.wall_s, limiter=limiter)
+    lanes = _legacy_lanes(
+        config, http, credentials, doors, codec, metrics, streams, owner, clock, shared.remote
+    )
+    bound = {
+        n: lane.upstream for n, lane in lanes.items() if isinstance(lane.upstream, BoundUpstream)
+    }
+    holder = Holder(shared.bus, bound, check_every_s=2 * config.fleet.heartbeat_s, clock=clock)
+    inbox = _inbox(bridge, tasks, holder)
+
+    async def close_calls() -> None:
+        await tasks.close()
+        await bridge.close()
+
+    resources = (
+        Resource("tracing", lambda: TRACING.configure("mrtr-gateway", owner), _flush_tracing),
+        Resource("fetcher", _nothing, fetcher.close),
+        Resource("http", _nothing, http.close),
+        Resource("store", _nothing, store.close),
+        *(Resource(f"pool {name}", pool.start, pool.close) for name, pool in pools.items()),
+        Resource(
+            "bus",
+            lambda: shared.bus.start(
+                inbox, on_data_loss=bridge.restore_records, on_lease_regained=bridge.hand_over_lost
+            ),
+            shared.bus.close,
+        ),
+        *ledger.resources,
+        *shared.feed(listens),
+        *(Resource(f"bound {name}", held.start, held.close) for name, held in bound.items()),
+        Resource("calls", _nothing, close_calls),
+    )
+    return Components(
+        config=config,
+        clock=clock,
+        owner=owner,
+        incarnation=incarnation,
+        metrics=metrics,
+        store=store,
+        pools=pools,
+        leases=shared.leases,
+        listens=listens,
+        streams=streams,
+        bridge=bridge,
+        tasks=tasks,
+        doors=doors,
+        lanes=lanes,
+        resources=resources,
+    )
+
+
+def make_codec(config: GatewayConfig) -> AesGcmKeyRing:
+    if config.sealing.ephemeral:
+        log.warning(
+            "sealing_key_ephemeral",
+            detail="no sealing key configured: a random key was generated for this process. "
+            "requestState minted here is refused by any other replica and after a restart. "
+            "Set sealing.keys_file or MRTR_GATEWAY_SEALING_KEYS "
+            "(generate with: mrtr-gateway keygen).",
+        )
+        return AesGcmKeyRing.ephemeral()
+    return AesGcmKeyRing(list(config.sealing.keys))
+
+
+# -- the parts ----------------------------------------------------------------------------
+
+
+def _pools(
+    config: GatewayConfig,
+    http: Http1Client,
+    credentials: Mapping[str, ClientCredentialsSource],
+    listens: Listens,
+    metrics: Metrics,
+    clock: Clock,
+) -> dict[str, SessionPool]:
+    """Each upstream's session pool (opened when the gateway starts); every list change
+    its sessions hear goes to that upstream's listens."""
+    pools = {}
+    for upstream in config.upstreams:
+        source = credentials.get(upstream.name)
+        pools[upstream.name] = SessionPool(
+            upstream.name,
+            session_factory(
+                http,
+                upstream,
+                source.authorization if source else None,
+                source.invalidate if source else None,
+                clock=clock,
+                max_message_bytes=config.limits.max_upstream_message_bytes,
+            ),
+            upstream.pool,
+            on_error=metrics.upstream_errors.labels(upstream.name, "open").inc,
+            on_change=functools.partial(listens.publish, upstream.name),
+            clock=clock,
+            restart_backoff_s=restart_backoff_s(upstream),
+        )
+    return pools
+
+
+def _inbox(bridge: Bridge, tasks: Tasks, holder: Holder) -> Inbox:
+    """This replica's inbox: other replicas' retries of the calls parked here, messages
+    for the tasks run here, and requests of the stdio and HTTP+SSE sessions held here,
+    each decoded once by the bus and served where its type says."""
+
+    async def serve(message: messages.Message) -> None:
+        if isinstance(message, messages.ForTask):
+            await tasks.told(message)
+        elif isinstance(message, messages.Exchange | messages.Stop) and holder.upstreams:
+            await holder.serve(message)
+        else:
+            await bridge.serve_forwarded(message)
+
+    return serve
+
+
+def _legacy_lanes(
+    config: GatewayConfig,
+    http: Http1Client,
+    credentials: Mapping[str, ClientCredentialsSource],
+    doors: Mapping[str, FrontDoor],
+    codec: AesGcmKeyRing,
+    metrics: Metrics,
+    streams: Streams,
+    owner: str,
+    clock: Clock,
+    remote: Callable[[str, float, Clock], Remoter | None],
+) -> dict[str, LegacyLane]:
+    """The legacy lane of every route, by upstream name; none when `legacy.enabled` is off.
+    A Streamable HTTP upstream is passed through; a stdio or HTTP+SSE one's sessions are
+    held by the replica that opens them."""
+    legacy = config.legacy
+    if not legacy.enabled:
+        return {}
+    lane_metrics = LaneMetrics(metrics, lambda: len(streams))
+    settings = LaneSettings(
+        legacy=legacy,
+        limits=config.limits,
+        audience=config.sealing.audience,
+        replica=owner,  # with its incarnation: a replica restarted holds no session
+        log_salt=state.log_salt(config.sealing.keys),
+    )
+    sessions = codec.with_prefix(SESSION_PREFIX)
+    hooks = FrontStreams()
+    lanes = {}
+    for upstream in config.upstreams:
+        passed: LegacyUpstream
+        source = credentials.get(upstream.name)
+        authorization = source.authorization if source else None
+        unauthorized = source.invalidate if source else None
+        most = config.limits.max_upstream_message_bytes
+        if upstream.transport in BOUND_TRANSPORTS:
+            passed = BoundUpstream(
+                upstream.name,
+                link_factory(
+                    http, upstream, authorization, unauthorized, clock=clock, max_message_bytes=most
+                ),
+                max_sessions=legacy.max_bound_sessions,
+                idle_s=legacy.bound_session_idle_s,
+                monotonic=clock.monotonic,
+            )
+            lane_metrics.held(upstream.name, functools.partial(len, passed.sessions))
+        else:
+            endpoint = http_endpoint(upstream, authorization, unauthorized, max_message_bytes=most)
+            passed = HttpPassThrough(
+                http, endpoint, wait_s=config.limits.hold_timeout_s, clock=clock
+            )
+        lanes[upstream.name] = LegacyLane(
+            route=upstream.name,
+            upstream=passed,
+            door=doors[upstream.name],
+            codec=sessions,
+            settings=settings,
+            streams=streams,
+            metrics=lane_metrics,
+            hooks=hooks,
+            clock=clock,
+            remote=remote(upstream.name, config.limits.hold_timeout_s, clock),
+        )
+    return lanes
+
+
+def _nothing() -> None:
+    return None
+
+
+async def _flush_tracing() -> None:
+    TRACING.shutdown()
