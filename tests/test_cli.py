@@ -98,7 +98,7 @@ def test_check_config_names_the_audit_sinks_and_the_content_kept_without_a_passw
     assert "audit trail: off (no audit section)\n" in capsys.readouterr().out
     config.write_text(
         upstreams + f"audit:\n  log: true\n  file: {{path: {tmp_path}/audit.jsonl}}\n"
-        "  redis: {url: 'redis://:hunter2@audit:6379/0'}\n"
+        "  stream: {url: 'redis://:hunter2@audit:6379/0'}\n"
         "  include_answers: true\n  redact: ['(?i)pin']\n"
     )
     assert main(["check-config", str(config)]) == 0

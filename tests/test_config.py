@@ -17,7 +17,7 @@ from gateway.config import (
     load_config,
     parse_config,
 )
-from gateway.config.audit import AuditConfig, AuditFileConfig, AuditRedisConfig
+from gateway.config.audit import AuditConfig, AuditFileConfig, AuditStreamConfig
 from gateway.errors import ConfigError
 from gateway.protocol.audit import ContentPolicy
 from gateway.protocol.state import generate_key
@@ -121,7 +121,7 @@ FULL = {
     "audit": {
         "log": True,
         "file": {"path": "/tmp/audit.jsonl"},
-        "redis": {"url": "redis://audit:6379/2", "stream": "trail", "max_len": 500},
+        "stream": {"url": "redis://audit:6379/2", "name": "trail", "max_len": 500},
         "buffer_events": 7,
         "include_arguments": True,
         "include_questions": True,
@@ -262,11 +262,11 @@ def test_every_audit_field_is_read_from_the_file() -> None:
     """The trail's section, leaf by leaf against its defaults (it has none as a whole)."""
     env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key(), "UP_SECRET": "s3cret"}
     audit = parse_config(FULL, env=env).audit
-    assert audit is not None and audit.file is not None and audit.redis is not None
+    assert audit is not None and audit.file is not None and audit.stream is not None
     loaded = _leaves(audit)
-    defaults = _leaves(AuditConfig(file=AuditFileConfig(), redis=AuditRedisConfig()))
+    defaults = _leaves(AuditConfig(file=AuditFileConfig(), stream=AuditStreamConfig()))
     assert [k for k in defaults if loaded[k] == defaults[k]] == []
-    assert audit.redis.key == "gw:{trail}:events"
+    assert audit.stream.key == "gw:{trail}:events"
     assert [p.pattern for p in audit.redact] == ["(?i)secret"]
     assert audit.policy == ContentPolicy(
         arguments=True,
@@ -284,17 +284,17 @@ def test_without_an_audit_section_there_is_no_trail() -> None:
 
 def test_the_audit_stream_is_on_the_stores_redis_unless_told_otherwise() -> None:
     env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key(), "AUDIT_PW": "pw"}
-    data = {"upstreams": [UP], "store": {"url": "redis://r:6379/0"}, "audit": {"redis": {}}}
-    redis = parse_config(data, env=env).audit.redis
+    data = {"upstreams": [UP], "store": {"url": "redis://r:6379/0"}, "audit": {"stream": {}}}
+    redis = parse_config(data, env=env).audit.stream
     assert (redis.url, redis.key, redis.max_len) == (
         "redis://r:6379/0",
         "mrtr:{audit}:events",
         100_000,
     )
     env["MRTR_GATEWAY_STORE_URL"] = "redis://elsewhere:6379/0"  # the store's, wherever it is set
-    assert parse_config(data, env=env).audit.redis.url == "redis://elsewhere:6379/0"
-    data["audit"] = {"redis": {"url": "redis://:${AUDIT_PW}@audit:6379/0"}}
-    assert parse_config(data, env=env).audit.redis.url == "redis://:pw@audit:6379/0"
+    assert parse_config(data, env=env).audit.stream.url == "redis://elsewhere:6379/0"
+    data["audit"] = {"stream": {"url": "redis://:${AUDIT_PW}@audit:6379/0"}}
+    assert parse_config(data, env=env).audit.stream.url == "redis://:pw@audit:6379/0"
 
 
 def test_an_audit_file_is_read_relative_to_the_config(tmp_path: Path) -> None:
@@ -323,17 +323,17 @@ def test_an_audit_file_is_read_relative_to_the_config(tmp_path: Path) -> None:
             "audit.file.path: the folder /no/such/folder does not exist",
         ),
         ({"file": {"path": "/tmp"}}, "audit.file.path: /tmp is a folder"),
-        ({"redis": {}}, "audit.redis.url: the store is in memory"),
-        ({"redis": {"url": "http://r"}}, "audit.redis.url: a Redis URL"),
-        ({"redis": {"url": "redis://r", "stream": "a{b}"}}, "audit.redis.stream: letters, digits"),
+        ({"stream": {}}, "audit.stream.url: the store is in memory"),
+        ({"stream": {"url": "http://r"}}, "audit.stream.url: a Redis URL"),
+        ({"stream": {"url": "redis://r", "name": "a{b}"}}, "audit.stream.name: letters, digits"),
         (
-            {"redis": {"url": "redis://r", "max_len": 0}},
-            "audit.redis.max_len: must be greater than 0",
+            {"stream": {"url": "redis://r", "max_len": 0}},
+            "audit.stream.max_len: must be greater than 0",
         ),
-        ({"redis": {"url": "redis://r", "key": "k"}}, "audit.redis.key: unknown key"),
+        ({"stream": {"url": "redis://r", "key": "k"}}, "audit.stream.key: unknown key"),
         (
-            {"redis": {"url": "redis://${NOT_SET}/0"}},
-            "audit.redis.url: environment variable NOT_SET is not set",
+            {"stream": {"url": "redis://${NOT_SET}/0"}},
+            "audit.stream.url: environment variable NOT_SET is not set",
         ),
         ({"log": True, "redact": "secret"}, "audit.redact: expected a list of regular expressions"),
         ({"log": True, "redact": ["ok", "("]}, "audit.redact[1]: not a regular expression"),

@@ -1,7 +1,7 @@
 """The audit trail of a configuration: its sinks, its content policy, its metrics.
 
-The Redis stream gets a client of its own (`owns_client`) unless it is handed one (the
-store's, when both name the same Redis); nothing connects until the writer sends.
+The Redis stream gets a client of its own (`owns_client`) unless it is handed one;
+nothing connects until the writer sends.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ def build_audit(
     replica: str,
     clock: Clock,
     registry: CollectorRegistry | None = None,
-    redis: RedisClient | None = None,
+    client: RedisClient | None = None,
 ) -> Audit:
-    """The trail `config` asks for (`OFF` without one). `redis`: a client of the stream's
-    Redis to share (else one is made).
+    """The trail `config` asks for (`OFF` without one). `client`: a client of the
+    stream's Redis to share (else one is made).
 
     Raises:
         ConfigError: the stream's URL is not a form the client knows.
@@ -41,17 +41,18 @@ def build_audit(
         sinks.append(
             FileSink(config.file.path, bound=config.buffer_events, metrics=metrics, clock=clock)
         )
-    if config.redis is not None:
-        client = redis if redis is not None else connect(config.redis.url)
+    stream = config.stream
+    if stream is not None:
+        owned = client is None
         sinks.append(
             StreamSink(
-                client,
-                config.redis.key,
-                max_len=config.redis.max_len,
+                connect(stream.url) if client is None else client,
+                stream.key,
+                max_len=stream.max_len,
                 bound=config.buffer_events,
                 metrics=metrics,
                 clock=clock,
-                owns_client=redis is None,
+                owns_client=owned,
             )
         )
     return Audit(replica=replica, sinks=sinks, policy=config.policy, clock=clock, metrics=metrics)

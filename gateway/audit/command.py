@@ -18,7 +18,7 @@ def add_parser(commands: Any) -> None:
     read = actions.add_parser(
         "tail",
         help="print the audit stream's events (JSON lines), oldest first",
-        description="Print the events of the fleet's audit stream (audit.redis), a JSON "
+        description="Print the events of the fleet's audit stream (audit.stream), a JSON "
         "line each, oldest first.",
     )
     read.add_argument(

@@ -3,7 +3,7 @@
 `mrtr_audit_events_total{sink}` (events written), `mrtr_audit_dropped_total{sink}`
 (events that will never be written: a sink's backlog full, a gateway stopping with some
 still held, or, as `sink="trail"`, an event that could not be made), and
-`mrtr_audit_backlog{sink}` (events held now). Sinks are `log`, `file` and `redis`.
+`mrtr_audit_backlog{sink}` (events held now). Sinks are `log`, `file` and `stream`.
 """
 
 from __future__ import annotations

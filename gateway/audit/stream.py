@@ -72,7 +72,7 @@ return added
 class StreamSink:
     """Events added to the Redis stream `key` (see the module docstring)."""
 
-    name = "redis"
+    name = "stream"
 
     def __init__(
         self,

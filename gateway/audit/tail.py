@@ -3,7 +3,7 @@
     mrtr-gateway audit tail [--config FILE] [--follow] [--since WHEN] [-n N]
                             [--principal WHO] [--tool NAME] [--kind KIND] [--call ID]
 
-It reads the gateway's own file for where the stream is (`audit.redis`), prints each
+It reads the gateway's own file for where the stream is (`audit.stream`), prints each
 event as its JSON line, oldest first, and with `--follow` waits for more, riding out a
 Redis that restarts. Without `--since` it starts with the last `-n` events. An event
 seen twice (a consumer's duty: see `gateway.protocol.audit`) is printed once; an entry
@@ -215,10 +215,10 @@ async def _top(client: RedisClient, key: str) -> str:
 def tail_command(args: argparse.Namespace) -> int:
     """Raises: ConfigError (the file, or one that writes no stream)."""
     config = load_config(args.config)
-    stream = None if config.audit is None else config.audit.redis
+    stream = None if config.audit is None else config.audit.stream
     if stream is None:
         raise ConfigError(
-            f"{args.config}: writes no audit stream (audit.redis); the events are where its "
+            f"{args.config}: writes no audit stream (audit.stream); the events are where its "
             "other sinks put them (audit.file, or the log stream)"
         )
     since = None

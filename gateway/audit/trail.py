@@ -12,6 +12,7 @@ making an event at all.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import signal
 from collections.abc import Callable, Sequence
 
@@ -125,3 +126,18 @@ def who(principal: str, log_id: str, identity: Identity | None) -> Who:
 
 
 ANONYMOUS = Who(kind="anonymous")
+
+#: Who the request being served is from, as the front door established it: what an event
+#: made while serving it names (`acting`). Bound per request, as log lines' context is; a
+#: task started with a copy of the context keeps it.
+_ACTING: contextvars.ContextVar[Who | None] = contextvars.ContextVar("audit_who", default=None)
+
+
+def act_as(who: Who | None) -> None:
+    """The request being served is `who`'s (the front door, once it knows)."""
+    _ACTING.set(who)
+
+
+def acting() -> Who | None:
+    """Who the request being served is from, if the front door said."""
+    return _ACTING.get()

@@ -3,7 +3,7 @@
     audit:
       log: true                                  # `audit` lines on the log stream
       file: {path: /var/log/mrtr/audit.jsonl}    # JSON lines, reopened on SIGHUP
-      redis: {stream: audit, max_len: 100000}    # a stream the fleet shares (store.url's Redis)
+      stream: {name: audit, max_len: 100000}     # a Redis stream the fleet shares (the store's)
       include_arguments: false                   # content: off by default
       redact: ['(?i)"password":"[^"]*"']
 
@@ -38,18 +38,18 @@ class AuditFileConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AuditRedisConfig:
+class AuditStreamConfig:
     url: str = field(default="", metadata={"default": "store.url"})
     """The Redis holding the stream (the forms of `store.url`; may use `${VAR}`); absent:
     the store's, which must then be Redis."""
-    stream: str = "audit"
-    """The stream's name; its key is `<store.key_prefix>{<stream>}:events`, what
+    name: str = "audit"
+    """The stream's name; its key is `<store.key_prefix>{<name>}:events`, what
     `mrtr-gateway audit tail` and a SIEM's shipper read."""
     max_len: int = 100_000
     """About how many events the stream keeps (`XADD MAXLEN ~`): older ones are trimmed,
     so ship them elsewhere before (operations.md)."""
     key: str = field(default="", metadata={"yaml": None})
-    """The stream's key (worked out from `stream` and `store.key_prefix`)."""
+    """The stream's key (worked out from `name` and `store.key_prefix`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,7 +59,7 @@ class AuditConfig:
     `logging.level` says."""
     file: AuditFileConfig | None = None
     """Append each event to a file (JSON lines)."""
-    redis: AuditRedisConfig | None = None
+    stream: AuditStreamConfig | None = None
     """Add each event to a Redis stream that every replica writes to (`XADD`)."""
     buffer_events: int = 10_000
     """Events each sink holds while it cannot write (Redis out of reach, a disk full),
@@ -95,8 +95,8 @@ class AuditConfig:
 
     @property
     def sinks(self) -> tuple[str, ...]:
-        """The sinks on, by name: `log`, `file`, `redis`."""
-        on = (("log", self.log), ("file", self.file), ("redis", self.redis))
+        """The sinks on, by name: `log`, `file`, `stream`."""
+        on = (("log", self.log), ("file", self.file), ("stream", self.stream))
         return tuple(name for name, given in on if given)
 
 
@@ -110,8 +110,8 @@ def audit_line(audit: AuditConfig | None) -> str:
         sinks.append("the log stream (audit lines)")
     if audit.file is not None:
         sinks.append(f"file {audit.file.path}")
-    if audit.redis is not None:
-        sinks.append(f"Redis stream {audit.redis.key} at {shown_url(audit.redis.url)}")
+    if audit.stream is not None:
+        sinks.append(f"Redis stream {audit.stream.key} at {shown_url(audit.stream.url)}")
     kept = [
         name
         for name, on in (
@@ -137,10 +137,10 @@ def shown_url(url: str) -> str:
     return f"{scheme}{sep}{rest.rsplit('@', 1)[-1]}" if sep else url
 
 
-def stream_key(prefix: str, stream: str) -> str:
-    """The key of stream `stream` under key prefix `prefix` (one Cluster slot with the
-    marks of its writes, `gateway.audit.stream`)."""
-    return f"{prefix}{{{stream}}}:events"
+def stream_key(prefix: str, name: str) -> str:
+    """The key of the stream named `name` under key prefix `prefix` (in braces: one
+    Cluster slot for whatever keys of the stream's may come)."""
+    return f"{prefix}{{{name}}}:events"
 
 
 def parse_audit(
@@ -166,15 +166,15 @@ def parse_audit(
     values: dict[str, Any] = sec.scalars(AuditConfig)
     if sec.has("file"):
         values["file"] = _file(sec.section("file"), base)
-    if sec.has("redis"):
-        values["redis"] = _redis(sec.section("redis"), env, store_url, key_prefix)
+    if sec.has("stream"):
+        values["stream"] = _stream(sec.section("stream"), env, store_url, key_prefix)
     values["redact"] = _patterns(sec.raw("redact"), sec.at("redact"))
     sec.done()
     config = AuditConfig(**values)
     if not config.sinks:
         raise ConfigError(
             f"{sec.path}: name at least one sink (log: true, file: {{path: ...}} or "
-            "redis: {}); leave the section out for no audit trail"
+            "stream: {}); leave the section out for no audit trail"
         )
     if config.max_value_bytes < 16:
         raise ConfigError(
@@ -199,15 +199,15 @@ def _file(sec: Section, base: Path) -> AuditFileConfig:
     return AuditFileConfig(path=str(where))
 
 
-def _redis(
+def _stream(
     sec: Section, env: Mapping[str, str], store_url: str | None, key_prefix: str
-) -> AuditRedisConfig:
+) -> AuditStreamConfig:
     # Read key by key: `key` is worked out here, never read from the file.
     values: dict[str, Any] = {}
-    for name, kind in (("url", str), ("stream", str), ("max_len", int)):
-        value = sec.get(name, kind)
+    for key, kind in (("url", str), ("name", str), ("max_len", int)):
+        value = sec.get(key, kind)
         if value is not None:
-            values[name] = value
+            values[key] = value
     sec.done()
     if values.get("max_len", 1) <= 0:
         raise ConfigError(f"{sec.at('max_len')}: must be greater than 0, got {values['max_len']}")
@@ -226,13 +226,13 @@ def _redis(
                 "that holds the stream, or a Redis store.url"
             )
         url = store_url
-    stream = values.get("stream", "audit")
-    if not _STREAM_NAME.fullmatch(stream):
+    name = values.get("name", "audit")
+    if not _STREAM_NAME.fullmatch(name):
         raise ConfigError(
-            f"{sec.at('stream')}: letters, digits and . _ : - (no braces), got {stream!r}"
+            f"{sec.at('name')}: letters, digits and . _ : - (no braces), got {name!r}"
         )
     values["url"] = url or ""
-    return AuditRedisConfig(**values, key=stream_key(key_prefix, stream))
+    return AuditStreamConfig(**values, key=stream_key(key_prefix, name))
 
 
 def _patterns(raw: Any, where: str) -> tuple[re.Pattern[str], ...]:

@@ -324,6 +324,19 @@ class Answer:
         return out
 
 
+def method_of(answer: Any) -> str:
+    """The method a question was asked by, told from its answer's shape (where the
+    question is not at hand: a replay's state carries answers only)."""
+    if isinstance(answer, Mapping):
+        if "action" in answer:
+            return "elicitation/create"
+        if "roots" in answer:
+            return "roots/list"
+        if "role" in answer or "model" in answer:
+            return "sampling/createMessage"
+    return "unknown"
+
+
 def answer_of(key: str, method: str, result: Any = None, *, error: bool = False) -> Answer:
     """An answer as its client gave it: `result` (an ElicitResult, CreateMessageResult or
     ListRootsResult), or `error` when the client answered with a JSON-RPC error. An

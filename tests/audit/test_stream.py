@@ -142,7 +142,7 @@ async def test_an_outage_is_held_and_written_when_redis_is_back() -> None:
         # and once each (the event written before the restart went with Redis's data).
         written = await calls_in(check, at)
         assert written == [f"c-{n}" for n in range(31, 81)]
-        assert metrics.dropped.labels("redis").value == 30
+        assert metrics.dropped.labels("stream").value == 30
         events = [log["event"] for log in logs]
         assert events.count("audit_sink_down") == 1
         assert events.count("audit_events_dropped") == 1
@@ -170,7 +170,7 @@ async def test_a_stop_with_redis_gone_counts_what_it_held_as_dropped(
             trail.emit(started(n))
         with capture_logs() as logs:
             await trail.close()
-        assert metrics.dropped.labels("redis").value == 3
+        assert metrics.dropped.labels("stream").value == 3
         assert "stopped before it could be written" in [log.get("why") for log in logs]
     finally:
         own.stop()

@@ -240,7 +240,7 @@ async def test_the_command_prints_the_configured_streams_events(
     at = stream_key("tailtest:", "cli")
     await client.delete(at)
     await add(client, at, event(1), event(2, tool="search"))
-    path = config_file(tmp_path, f"audit: {{redis: {{url: '{redis_server.url}', stream: cli}}}}\n")
+    path = config_file(tmp_path, f"audit: {{stream: {{url: '{redis_server.url}', name: cli}}}}\n")
     status = await asyncio.to_thread(
         main, ["audit", "tail", "--config", str(path), "--tool", "search"]
     )
@@ -254,5 +254,5 @@ def test_the_command_refuses_a_file_that_writes_no_stream(
 ) -> None:
     path = config_file(tmp_path, "audit: {log: true}\n")
     assert main(["audit", "tail", "--config", str(path)]) == 2
-    assert "writes no audit stream (audit.redis)" in capsys.readouterr().err
+    assert "writes no audit stream (audit.stream)" in capsys.readouterr().err
     assert main(["audit", "tail", "--config", str(path), "--since", "soon"]) == 2

@@ -148,7 +148,7 @@ def test_the_audit_trail_is_off_by_default_and_its_values_reach_the_config(tmp_p
     data = yaml.safe_load(m["ConfigMap"]["data"]["config.yaml"])
     assert data["audit"] == {
         "log": True,
-        "redis": {"stream": "trail", "max_len": 5000},
+        "stream": {"name": "trail", "max_len": 5000},
         "file": {"path": "/var/log/mrtr-gateway/audit.jsonl"},
         "buffer_events": 10000,
         "include_arguments": False,
@@ -166,8 +166,8 @@ def test_the_audit_trail_is_off_by_default_and_its_values_reach_the_config(tmp_p
         "MRTR_GATEWAY_SEALING_KEYS": generate_key(),
     }
     audit = parse_config(data, env=env).audit
-    assert audit is not None and audit.redis is not None
-    assert (audit.redis.url, audit.redis.key) == (FLEET["redis"]["url"], "mrtr:{trail}:events")
+    assert audit is not None and audit.stream is not None
+    assert (audit.stream.url, audit.stream.key) == (FLEET["redis"]["url"], "mrtr:{trail}:events")
     assert audit.include_answers and [p.pattern for p in audit.redact] == ["(?i)pin"]
     pod = m["Deployment"]["spec"]["template"]["spec"]
     assert {"name": "audit", "mountPath": "/var/log/mrtr-gateway"} in container(m)["volumeMounts"]
