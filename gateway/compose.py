@@ -8,9 +8,10 @@ fleet (the store, the bus, the ledger of sessions and the change feed on Redis).
 after it asks which it is.
 
 `Components.resources` lists what opens and closes, in the order it opens (it closes in
-reverse): tracing, the HTTP clients, the store, the upstream pools, the bus, the ledger
-and the change feed (on a fleet), the replica-bound legacy sessions, and the calls and
-tasks. Opening and closing them, and the routes, are `gateway.app`'s.
+reverse): tracing, the audit trail (closed after everything that records in it), the
+HTTP clients, the store, the upstream pools, the bus, the ledger and the change feed (on
+a fleet), the replica-bound legacy sessions, and the calls and tasks. Opening and
+closing them, and the routes, are `gateway.app`'s.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 
 import structlog
 
+from gateway.audit.build import build_audit
+from gateway.audit.trail import Audit, reopen_on_sighup
 from gateway.auth import ClientCredentialsSource
 from gateway.auth.fetcher import AiohttpFetcher
 from gateway.calls.bridge import Bridge
@@ -60,6 +63,7 @@ class Components:
     owner: str  # this replica in the fleet: its name and this start's incarnation
     incarnation: str
     metrics: Metrics
+    audit: Audit
     store: SuspendedCallStore
     pools: Mapping[str, SessionPool]
     #: What readiness asks of the fleet, by name: on a fleet, whether the lease is held.
@@ -83,6 +87,9 @@ def compose(config: GatewayConfig, clock: Clock | None = None) -> Components:
     incarnation = secrets.token_hex(4)
     owner = f"{config.replica_id}~{incarnation}"
     metrics = Metrics()
+    # Every call, round, task, refusal and 2025 session, recorded once (off without an
+    # `audit` section): what records is handed it.
+    audit = build_audit(config.audit, replica=owner, clock=clock, registry=metrics.registry)
     shared = membership(config, clock, owner)  # alone, or one of a fleet
     store = TimedStore(shared.store, metrics)
     limits = config.limits
@@ -114,6 +121,7 @@ def compose(config: GatewayConfig, clock: Clock | None = None) -> Components:
         park=ledger.park,
         listens=listens,
         on_drain=(streams.end_all,),  # their clients reconnect elsewhere
+        audit=audit,
     )
     tasks = Tasks(
         bridge=bridge,
@@ -123,6 +131,7 @@ def compose(config: GatewayConfig, clock: Clock | None = None) -> Components:
         owner=owner,
         pools=pools,
         bus=shared.bus,
+        audit=audit,
     )
     metrics.bind(
         parked=lambda: bridge.parked,
@@ -149,6 +158,7 @@ def compose(config: GatewayConfig, clock: Clock | None = None) -> Components:
 
     resources = (
         Resource("tracing", lambda: TRACING.configure("mrtr-gateway", owner), _flush_tracing),
+        *_audited(audit),
         Resource("fetcher", _nothing, fetcher.close),
         Resource("http", _nothing, http.close),
         Resource("store", _nothing, store.close),
@@ -171,6 +181,7 @@ def compose(config: GatewayConfig, clock: Clock | None = None) -> Components:
         owner=owner,
         incarnation=incarnation,
         metrics=metrics,
+        audit=audit,
         store=store,
         pools=pools,
         leases=shared.leases,
@@ -182,6 +193,25 @@ def compose(config: GatewayConfig, clock: Clock | None = None) -> Components:
         lanes=lanes,
         resources=resources,
     )
+
+
+def _audited(audit: Audit) -> tuple[Resource, ...]:
+    """The audit trail's sinks, open from the first request to the last event (a file
+    opened again at every SIGHUP, for logrotate); none without a trail."""
+    if not audit.on:
+        return ()
+    undo: list[Callable[[], None]] = []
+
+    def start() -> None:
+        audit.start()
+        undo.append(reopen_on_sighup(audit))
+
+    async def close() -> None:
+        for step in undo:
+            step()
+        await audit.close()
+
+    return (Resource("audit", start, close),)
 
 
 def make_codec(config: GatewayConfig) -> AesGcmKeyRing:

@@ -46,7 +46,9 @@ class Sink(Protocol):
         """Take one event: `event` as an object, `line` its JSON (no newline)."""
         ...
 
-    async def start(self) -> None: ...
+    def start(self) -> None:
+        """Begin (on the running loop): open what it writes to, start its writer."""
+        ...
 
     def reopen(self) -> None:
         """Open anew what the sink writes to (a file moved by logrotate)."""
@@ -80,7 +82,7 @@ class LogSink:
         (self._logger or self._made()).info("audit", audit=event)
         self._written.inc()
 
-    async def start(self) -> None:
+    def start(self) -> None:
         self._made()  # the logging configured by now, whatever was before
 
     def reopen(self) -> None:
@@ -116,7 +118,7 @@ class FileSink:
             self._flush_soon = True
             asyncio.get_running_loop().call_soon(self._flush)
 
-    async def start(self) -> None:
+    def start(self) -> None:
         self._open()
 
     def _open(self) -> bool:

@@ -105,7 +105,7 @@ class StreamSink:
         self._idle.clear()
         self._wake.set()
 
-    async def start(self) -> None:
+    def start(self) -> None:
         if self._task is None:
             self._task = spawn(self._run(), name="audit-stream", detached=True)
 

@@ -75,9 +75,10 @@ class Audit:
                 log.error("audit_sink_failed", sink=sink.name, exc_info=exc)
         return event_id
 
-    async def start(self) -> None:
+    def start(self) -> None:
+        """Start every sink (on the running loop)."""
         for sink in self.sinks:
-            await sink.start()
+            sink.start()
 
     def reopen(self) -> None:
         """Open anew what the sinks write to (a file logrotate moved): on SIGHUP."""

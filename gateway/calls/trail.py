@@ -119,7 +119,8 @@ class CallTrail:
             outcome = Outcome.LOST  # its upstream call is gone for good
         elif trigger is Trigger.FAIL or (trigger is Trigger.COMPLETE and error is not None):
             outcome = Outcome.ERROR
-            code = error.code if isinstance(error, RpcError) else INTERNAL_ERROR
+            # As its client is told (an upstream's code, translated, is no class's).
+            code = error.error_object()["code"] if isinstance(error, RpcError) else INTERNAL_ERROR
         is_error = None
         if result is not None and call.machine.method == "tools/call":
             is_error = bool(result.get("isError"))

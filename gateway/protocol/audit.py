@@ -30,15 +30,17 @@ Pure: no I/O, no clock (the time is handed in).
 from __future__ import annotations
 
 import datetime
-import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from gateway.protocol import formats, jsonrpc
+from gateway.protocol import formats
+from gateway.protocol.audit_content import NO_CONTENT, REDACTED, ContentPolicy
 from gateway.protocol.formats import Kind
+
+__all__ = ["NO_CONTENT", "REDACTED", "ContentPolicy"]  # with the events, for their users
 
 #: The version of the events this release writes (what `"v"` says).
 SCHEMA = formats.written(Kind.AUDIT_EVENT, formats.LEVEL)
@@ -130,54 +132,6 @@ class Who:
         if self.kind == "jwt":
             found.add(f"{self.issuer}|{self.subject}")
         return frozenset(n for n in found if n)
-
-
-# -- content -----------------------------------------------------------------------------
-
-REDACTED = "[redacted]"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ContentPolicy:
-    """Which content an event keeps (none by default), and how: through `redact` (each
-    match replaced by `REDACTED`), then cut to `max_bytes` of UTF-8."""
-
-    arguments: bool = False
-    answers: bool = False
-    results: bool = False
-    questions: bool = False
-    redact: tuple[re.Pattern[str], ...] = ()
-    max_bytes: int = 1024
-
-    def kept(self, value: Any) -> dict[str, Any] | None:
-        """`value` as recorded: `{"text", "bytes", "truncated"}` (`redacted`: how many
-        matches were replaced, when any), or None for no value.
-
-        `text` is the value's compact JSON (a string is kept as it is). The patterns see
-        at most four times `max_bytes` of it (what lies beyond is never recorded), so a
-        huge result costs a bounded scan; `bytes` is the whole value's size.
-        """
-        if value is None:
-            return None
-        text = value if isinstance(value, str) else jsonrpc.dumps(value).decode(errors="replace")
-        size = len(text.encode(errors="replace"))
-        examined = text[: 4 * self.max_bytes]
-        replaced = 0
-        for pattern in self.redact:
-            examined, n = pattern.subn(REDACTED, examined)
-            replaced += n
-        encoded = examined.encode(errors="replace")
-        truncated = len(encoded) > self.max_bytes or len(examined) < len(text)
-        if len(encoded) > self.max_bytes:
-            examined = encoded[: self.max_bytes].decode(errors="ignore")
-        out: dict[str, Any] = {"text": examined, "bytes": size, "truncated": truncated}
-        if replaced:
-            out["redacted"] = replaced
-        return out
-
-
-#: Keep no content at all: the defaults.
-NO_CONTENT = ContentPolicy()
 
 
 # -- the events --------------------------------------------------------------------------
@@ -406,13 +360,19 @@ TASK_CHANGES = frozenset(_TASK_KINDS)
 
 
 @dataclass(slots=True, kw_only=True)
-class TaskChanged(CallEvent):
+class TaskChanged(AuditEvent):
     """A task's transition (the tasks extension): `change` is `created`, a status it
     moved to (`working`, `input_required`, `completed`, `failed`, `cancelled`), or
-    `expired` (its time to live passed)."""
+    `expired` (its time to live passed). The call a task runs is recorded as any call;
+    `call_id` names it where the task's writer knows it."""
 
     task_id: str
     change: str
+    upstream: str
+    era: Era = Era.MODERN
+    method: str = "tools/call"
+    target: str | None = None
+    call_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.change not in _TASK_KINDS:
@@ -423,8 +383,13 @@ class TaskChanged(CallEvent):
         return _TASK_KINDS[self.change]
 
     def members(self, policy: ContentPolicy) -> dict[str, Any]:
-        out = self.call_members()
-        out["task_id"] = self.task_id
+        out: dict[str, Any] = {"task_id": self.task_id, "era": self.era.value}
+        if self.call_id is not None:
+            out["call_id"] = self.call_id
+        out["upstream"] = self.upstream
+        out["method"] = self.method
+        if self.target is not None:
+            out[TARGET_MEMBER.get(self.method, "target")] = self.target
         return out
 
 

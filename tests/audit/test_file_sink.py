@@ -47,7 +47,7 @@ async def test_the_events_of_a_step_are_appended_in_one_write_when_it_ends(
 
     monkeypatch.setattr(os, "write", counted)
     trail = Audit(replica="r", sinks=[sink])
-    await trail.start()
+    trail.start()
     for n in range(3):
         trail.emit(started(n))
     assert writes == []  # nothing written within the step: the caller goes on at once
@@ -69,7 +69,7 @@ async def test_a_file_that_cannot_be_written_holds_its_events_until_it_can(
     sink = FileSink(str(path), bound=100, metrics=metrics, clock=clock)
     trail = Audit(replica="r", sinks=[sink])
     with capture_logs() as logs:
-        await trail.start()  # the folder is not there: down from the start
+        trail.start()  # the folder is not there: down from the start
         trail.emit(started(1))
         await asyncio.sleep(0)
         assert len(sink.backlog) == 1
@@ -94,7 +94,7 @@ async def test_past_its_bound_the_oldest_events_are_dropped_counted_and_said(
     sink = FileSink(str(folder / "audit.jsonl"), bound=3, metrics=metrics, clock=clock)
     trail = Audit(replica="r", sinks=[sink])
     with capture_logs() as logs:
-        await trail.start()
+        trail.start()
         for n in range(7):
             trail.emit(started(n))
         await asyncio.sleep(0)
@@ -117,7 +117,7 @@ async def test_a_reopen_writes_what_is_held_to_the_old_file_and_goes_on_in_a_new
     path = tmp_path / "audit.jsonl"
     sink = FileSink(str(path), bound=100, metrics=AuditMetrics(), clock=clock)
     trail = Audit(replica="r", sinks=[sink])
-    await trail.start()
+    trail.start()
     trail.emit(started(1))
     path.rename(tmp_path / "audit.jsonl.1")
     trail.emit(started(2))  # still in the step: goes to the file open now
@@ -138,14 +138,14 @@ async def test_a_stop_writes_what_is_held_and_counts_what_cannot_be(
     written = Audit(
         replica="r", sinks=[FileSink(str(path), bound=10, metrics=metrics, clock=clock)]
     )
-    await written.start()
+    written.start()
     written.emit(started(1))
     await written.close()  # before the step ended
     assert calls(path) == ["c-1"]
     lost = FileSink(str(tmp_path / "gone" / "audit.jsonl"), bound=10, metrics=metrics, clock=clock)
     trail = Audit(replica="r", sinks=[lost])
     with capture_logs() as logs:
-        await trail.start()
+        trail.start()
         trail.emit(started(2))
         await trail.close()
     assert metrics.dropped.labels("file").value == 1

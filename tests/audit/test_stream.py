@@ -60,7 +60,7 @@ async def trails() -> AsyncIterator[list[Audit]]:
 async def trail_of(sink: StreamSink, trails: list[Audit]) -> Audit:
     trail = Audit(replica="r", sinks=[sink])
     trails.append(trail)
-    await trail.start()
+    trail.start()
     return trail
 
 
@@ -126,7 +126,7 @@ async def test_an_outage_is_held_and_written_when_redis_is_back() -> None:
     check = connect(own.url)
     try:
         with capture_logs() as logs:
-            await trail.start()
+            trail.start()
             trail.emit(started(0))
             async with asyncio.timeout(10):
                 await sink.drained()
@@ -164,7 +164,7 @@ async def test_a_stop_with_redis_gone_counts_what_it_held_as_dropped(
     )
     trail = Audit(replica="r", sinks=[sink])
     try:
-        await trail.start()
+        trail.start()
         own.kill()
         for n in range(3):
             trail.emit(started(n))

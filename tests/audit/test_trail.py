@@ -38,7 +38,7 @@ class Kept:
     def write(self, event: Mapping[str, Any], line: bytes) -> None:
         self.events.append((event, line))
 
-    async def start(self) -> None:
+    def start(self) -> None:
         pass
 
     def reopen(self) -> None:
@@ -121,7 +121,7 @@ async def test_the_log_sink_writes_an_audit_line_whatever_the_level(quiet_loggin
     metrics = AuditMetrics()
     sink = LogSink(metrics)
     with capture_logs() as logs:
-        await sink.start()
+        sink.start()
         structlog.get_logger("gateway.test").info("filtered_out")  # the level holds
         Audit(replica="r", sinks=[sink]).emit(CallStarted(**CALL))
     assert [log["event"] for log in logs] == ["audit"]
@@ -146,7 +146,7 @@ async def test_sighup_reopens_the_sinks(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     sink = FileSink(str(path), bound=10, metrics=AuditMetrics(), clock=ManualClock())
     trail = Audit(replica="r", sinks=[sink])
-    await trail.start()
+    trail.start()
     undo = reopen_on_sighup(trail)
     try:
         trail.emit(CallStarted(**CALL))
