@@ -212,6 +212,7 @@ class Admission:
         if stolen is None:
             raise InvalidRequestState("round already resumed (replay)")
         log.warning("round_claimed_from_dead_replica", dead=dead)
+        self.trail.maybe_answered(record.call_id, record.round)
         self.metrics.handoffs.labels("claimed_from_dead").inc()
         return stolen
 

@@ -235,6 +235,8 @@ class Routing:
                         # way nobody else resumes this round: this replica holds its claim.
                         retracted = await self.bus.retract(record.owner, sent)
                         log.warning("forward_owner_died", owner=record.owner, read=not retracted)
+                        if not retracted:  # it was resuming the round: may have said so
+                            self.trail.maybe_answered(record.call_id, record.round)
                         return None
                     if self.clock.monotonic() > give_up:
                         raise UpstreamError("the replica holding this call did not answer in time")

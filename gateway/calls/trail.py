@@ -20,6 +20,7 @@ It never raises and never waits: without a trail (`Audit.on` false) it does noth
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +54,8 @@ _OUTCOMES = {
 }
 #: The code of a failure whose error is not at hand (the gateway's own, or a deadline's).
 INTERNAL_ERROR = -32603
+#: Rounds remembered as maybe answered by a dead replica (each is gone once gone on).
+MAYBE_ANSWERED_KEPT = 1024
 
 
 class CallTrail:
@@ -60,6 +63,18 @@ class CallTrail:
         self.audit = audit
         self.on = audit.on
         self.clock = clock
+        # Rounds whose answers a replica that died may have recorded already (it claimed
+        # the round, or read its forward): not recorded again here (at most once).
+        self._maybe_answered: OrderedDict[tuple[str, int], None] = OrderedDict()
+
+    def maybe_answered(self, call_id: str, round_: int) -> None:
+        """Round `round_` of `call_id` went to a replica that died resuming it: its answers
+        may be in the trail already, and are not recorded when this replica goes on."""
+        if not self.on:
+            return
+        self._maybe_answered[(call_id, round_)] = None
+        while len(self._maybe_answered) > MAYBE_ANSWERED_KEPT:
+            self._maybe_answered.popitem(last=False)
 
     def begin(
         self, call: LiveCall, arguments: Any = None, *, trail_id: str | None = None, new: bool
@@ -95,6 +110,11 @@ class CallTrail:
         method for each (`methods`; else told from the answer's shape: a replay's
         state carries no question)."""
         if not self.on or not responses:
+            return
+        traced = call.trail
+        key = (traced.id if traced is not None else call.id, round_)
+        if self._maybe_answered and key in self._maybe_answered:
+            del self._maybe_answered[key]
             return
         answers = tuple(
             answer_of(key, (methods or {}).get(key) or method_of(answer), answer)
@@ -185,10 +205,11 @@ class CallTrail:
         traced = call.trail
         if traced is None:  # begun before the trail was on: none of its events is written
             traced = call.trail = Traced(id=call.id, who=None, request_id=None)
-        now = acting()
+        now, request_id = acting(), log_context.bound("request_id")
         if now is not None:
             traced.who = now
-            traced.request_id = log_context.bound("request_id")
+        if request_id is not None:
+            traced.request_id = request_id
         return {
             "principal": traced.who,
             "request_id": traced.request_id,

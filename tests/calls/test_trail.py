@@ -380,3 +380,26 @@ async def test_a_replay_mode_call_keeps_its_id_over_its_runs(
     assert sink.kinds() == ["call.started", "round.asked", "round.answered", "call.ended"]
     assert len({e["call_id"] for e in sink.events}) == 1
     assert joined.problems({"kept": sink.events}) == []
+
+
+async def test_a_round_claimed_by_a_replica_that_died_is_not_recorded_answered_twice(
+    clock: ManualClock, server: ScriptedServer, network: Network
+) -> None:
+    """The replica that claimed the round may have recorded its answers before it died:
+    the one that claims it again and goes on records the call's end, not the answers."""
+    a_trail, a_sink = kept_trail("a", clock)
+    b_trail, b_sink = kept_trail("b", clock)
+    a, b = two_replicas(clock, server, network, audits={"a": a_trail, "b": b_trail})
+    first, session = await ask_username(a, server, clock)
+    (call_id,) = a.bridge.calls
+    assert await a.store.claim(call_id, 1, "a") is not None  # a claimed it, then died
+    network.kill("a")
+    retry = spawn(b.call(call_tool(rid=2, state=first["requestState"], answers=ALICE)), name="r")
+    beat = b.config.fleet.heartbeat_s
+    taken = spawn(server.next_call(), name="taken")
+    await clock.run_until_done(taken, step=beat / 8, limit=10 * beat)
+    assert (await server.next_sent())["result"]["content"] == {"username": "alice"}
+    (await taken).respond()
+    await retry
+    assert b_sink.kinds() == ["call.ended"]
+    assert joined.problems({"a": a_sink.events, "b": b_sink.events}) == []
