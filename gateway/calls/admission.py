@@ -132,7 +132,7 @@ class Admission:
         Raises:
             InvalidRequestState, InvalidParams, StoreError
         """
-        with self._refusals(upstream, front, claims.call):
+        with self._refusals(upstream, front, state.first_id(claims.call)):
             record = await self.store.get(claims.call)
             if record is None:
                 record = await self._written_back(claims)
@@ -212,7 +212,7 @@ class Admission:
         if stolen is None:
             raise InvalidRequestState("round already resumed (replay)")
         log.warning("round_claimed_from_dead_replica", dead=dead)
-        self.trail.maybe_answered(record.call_id, record.round)
+        self.trail.maybe_answered(state.first_id(record.call_id), record.round)
         self.metrics.handoffs.labels("claimed_from_dead").inc()
         return stolen
 

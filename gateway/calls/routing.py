@@ -170,7 +170,7 @@ class Routing:
                 notify,
                 known=CallMachine.known_answers(record.journal, responses),
                 round_=record.round,
-                call_id=record.call_id,  # the same call, run again
+                call_id=state.rerun_id(record.call_id),  # the same call, run again
             )
             await self.outcomes.keep_replayed(record.call_id, record.round, result)
             return result
@@ -236,7 +236,7 @@ class Routing:
                         retracted = await self.bus.retract(record.owner, sent)
                         log.warning("forward_owner_died", owner=record.owner, read=not retracted)
                         if not retracted:  # it was resuming the round: may have said so
-                            self.trail.maybe_answered(record.call_id, record.round)
+                            self.trail.maybe_answered(state.first_id(record.call_id), record.round)
                         return None
                     if self.clock.monotonic() > give_up:
                         raise UpstreamError("the replica holding this call did not answer in time")

@@ -29,6 +29,7 @@ from gateway.audit.trail import OFF, Audit, acting
 from gateway.calls.live import LiveCall, Traced
 from gateway.clock import Clock
 from gateway.errors import CallLost, RpcError
+from gateway.protocol import state
 from gateway.protocol.audit import (
     CallEnded,
     CallStarted,
@@ -84,7 +85,9 @@ class CallTrail:
         if not self.on:
             return
         call.trail = Traced(
-            id=trail_id or call.id, who=acting(), request_id=log_context.bound("request_id")
+            id=trail_id or state.first_id(call.id),
+            who=acting(),
+            request_id=log_context.bound("request_id"),
         )
         if new:
             self.audit.emit(CallStarted(**self._of(call), arguments=arguments))
@@ -112,7 +115,7 @@ class CallTrail:
         if not self.on or not responses:
             return
         traced = call.trail
-        key = (traced.id if traced is not None else call.id, round_)
+        key = (traced.id if traced is not None else state.first_id(call.id), round_)
         if self._maybe_answered and key in self._maybe_answered:
             del self._maybe_answered[key]
             return
@@ -167,7 +170,7 @@ class CallTrail:
             CallEnded(
                 principal=acting(),
                 request_id=log_context.bound("request_id"),
-                call_id=record.call_id,
+                call_id=state.first_id(record.call_id),
                 era=Era.MODERN,
                 upstream=record.upstream,
                 method=record.method,
@@ -204,7 +207,7 @@ class CallTrail:
         being served (and remembered), else the call's."""
         traced = call.trail
         if traced is None:  # begun before the trail was on: none of its events is written
-            traced = call.trail = Traced(id=call.id, who=None, request_id=None)
+            traced = call.trail = Traced(id=state.first_id(call.id), who=None, request_id=None)
         now, request_id = acting(), log_context.bound("request_id")
         if now is not None:
             traced.who = now
