@@ -466,9 +466,22 @@ async def main() -> int:
         print(f"  {count:6d}  {kind}" + (f"  at {sorted(at)[:8]} s" if at else ""))
     counts = {name: len(events) for name, events in sinks.items()}
     print(f"audit events by sink: {counts}")
+    print(
+        f"facts recorded by two replicas around a crash (one id, kept once): "
+        f"{trail.around_a_crash(sinks)}"
+    )
     logged = "".join(replica.logs() for replica in fleet.replicas)
     moved = {e: logged.count(f'"event":"{e}"') for e in ("call_taken_over", "call_replayed")}
     print(f"calls that went on elsewhere (their events under their own call id): {moved}")
+    for problem in trail_broken[:3]:  # what the trail holds of a call it broke a promise for
+        call_id = problem.split()[1].rstrip(":")
+        held = {
+            e["id"]: e for events in sinks.values() for e in events if e.get("call_id") == call_id
+        }
+        print(f"  {problem}:")
+        for event in sorted(held.values(), key=lambda e: e["time"]):
+            fields = ("time", "replica", "kind", "round", "outcome", "request_id", "error")
+            print("    " + " ".join(str(event.get(f, "")) for f in fields))
     crashes = [
         f"{replica.replica_id}: {crash_summary(line)}"
         for replica in fleet.replicas

@@ -54,7 +54,8 @@ class Audit:
             return None
         try:
             wall_ms = self.clock.wall_ms()
-            event_id = self._ids.next(wall_ms)
+            fact = event.fact()
+            event_id = self._ids.next(wall_ms) if fact is None else schema.fact_id(fact)
             data = schema.record(
                 event,
                 event_id=event_id,

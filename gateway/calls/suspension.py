@@ -174,6 +174,10 @@ class Suspender:
         call.parked_ms = (issued, deadline)
         result = input_required(call, token, machine.input_required())
         kept = self.outcomes.kept(result, call.resumed)
+        # Recorded before the store can tell anyone of the round (its kept outcome may
+        # answer a retry sent again should this replica die now): a round that fails to
+        # park is recorded asked, then its call's end.
+        self.lifecycle.trail.asked(call, result["inputRequests"], machine.round)
         try:
             # Counted in the store, so the cap holds across the whole fleet.
             parking = self.store.park_held(call.record(self.lifecycle.owner), until, cap, kept)
@@ -186,7 +190,6 @@ class Suspender:
             await self.lifecycle.end(call, Trigger.FAIL, PrincipalBusy.reason, busy)
             raise busy
         self.lifecycle.parked(call)
-        self.lifecycle.trail.asked(call, result["inputRequests"], machine.round)
         asked = sorted(machine.pending)
         log_context.bind(round=machine.round, asked=asked)
         log.debug("call_suspended", round=machine.round, asked=asked)

@@ -4,17 +4,21 @@ versioned in `gateway.protocol.formats` as `Kind.AUDIT_EVENT`).
 
 Each event is a dataclass of its kind (`CallStarted`, `RoundAsked`, ...), made
 where the thing happens. The trail (`gateway.audit.Audit`) stamps it as it is emitted,
-with an event id unique across the fleet (`new_event_id`, sortable by time), the time
-and the replica, and `record` writes it as the object every sink carries:
+with its id, the time and the replica, and `record` writes it as the object every sink
+carries:
 
-    {"v": 1, "id": "0192...", "kind": "call.started", "time": "2026-10-01T12:00:00.123Z",
+    {"v": 1, "id": "5f0c...", "kind": "call.started", "time": "2026-10-01T12:00:00.123Z",
      "replica": "gw-0~1a2b3c4d", "principal": {"kind": "jwt", ...}, "call_id": "...",
      "era": "2026", "upstream": "tickets", "tool": "book", ...}
 
 A call's `call_id` is the same in all its events, whatever replica writes them: across its
-rounds, its retries, a takeover and a replay. A consumer joins on it, and drops an event
-whose `id` it has seen (a sink that could not tell whether a write landed writes it
-again rather than lose it).
+rounds, its retries, a takeover and a replay. A consumer joins on it. An event's id is
+unique to what it records: the facts of a call (its start, each round asked and
+answered, its end) and of a task (each change) are named by the fact (`fact_id`), any
+other event by its time, its process and a count (`EventIds`). So a fact recorded by a
+replica that died before the fleet knew it had, and again by the replica that went on
+with the call (a takeover that runs the call's end a second time), is one id, and a
+consumer drops an event whose `id` it has seen.
 
 What a call, a question or an answer holds (arguments, question text, answers' content,
 results, an error's message, which may quote the arguments) is content: events carry it
@@ -30,6 +34,7 @@ Pure: no I/O, no clock (the time is handed in).
 from __future__ import annotations
 
 import datetime
+import hashlib
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -152,6 +157,12 @@ class AuditEvent:
     def kind(self) -> EventKind:
         raise NotImplementedError
 
+    def fact(self) -> str | None:
+        """What a replica that goes on with a call another one recorded and died with
+        would record again, named (its id is named by it, `fact_id`); None for an event
+        no other replica can write."""
+        return None
+
     def members(self, policy: ContentPolicy) -> dict[str, Any]:
         """The event's own members (None ones left out), content as `policy` keeps it."""
         raise NotImplementedError
@@ -192,6 +203,9 @@ class CallStarted(CallEvent):
     def kind(self) -> EventKind:
         return EventKind.CALL_STARTED
 
+    def fact(self) -> str:
+        return f"{self.call_id} started"
+
     def members(self, policy: ContentPolicy) -> dict[str, Any]:
         out = self.call_members()
         if policy.arguments and (kept := policy.kept(self.arguments)) is not None:
@@ -214,6 +228,9 @@ class CallEnded(CallEvent):
     @property
     def kind(self) -> EventKind:
         return EventKind.CALL_ENDED
+
+    def fact(self) -> str:
+        return f"{self.call_id} ended"
 
     def members(self, policy: ContentPolicy) -> dict[str, Any]:
         out = self.call_members()
@@ -321,6 +338,9 @@ class RoundAsked(CallEvent):
     def kind(self) -> EventKind:
         return EventKind.ROUND_ASKED
 
+    def fact(self) -> str:
+        return f"{self.call_id} asked {self.round}"
+
     def members(self, policy: ContentPolicy) -> dict[str, Any]:
         out = self.call_members()
         out["round"] = self.round
@@ -339,6 +359,9 @@ class RoundAnswered(CallEvent):
     @property
     def kind(self) -> EventKind:
         return EventKind.ROUND_ANSWERED
+
+    def fact(self) -> str:
+        return f"{self.call_id} answered {self.round}"
 
     def members(self, policy: ContentPolicy) -> dict[str, Any]:
         out = self.call_members()
@@ -381,6 +404,9 @@ class TaskChanged(AuditEvent):
     @property
     def kind(self) -> EventKind:
         return _TASK_KINDS[self.change]
+
+    def fact(self) -> str:
+        return f"task {self.task_id} {self.change}"
 
     def members(self, policy: ContentPolicy) -> dict[str, Any]:
         out: dict[str, Any] = {"task_id": self.task_id, "era": self.era.value}
@@ -475,11 +501,19 @@ class SessionClosed(AuditEvent):
 # -- writing -----------------------------------------------------------------------------
 
 
+def fact_id(fact: str) -> str:
+    """The id of the event that records `fact` (`AuditEvent.fact`), whoever writes it:
+    32 hex digits. Two replicas that record one fact (the first died before the fleet
+    knew it had) write one id, which a consumer keeps once."""
+    return hashlib.blake2b(fact.encode(), digest_size=16).hexdigest()
+
+
 class EventIds:
-    """Event ids, unique across the fleet and sorted by time: 32 hex digits, the time in
-    milliseconds (12), this process's own random tag (10, drawn once: 40 bits), and a
-    count (10), so that two processes share no id and one process never repeats one.
-    Drawing random bits per event would cost a system call each."""
+    """Ids of events that record no fact another replica could record again, unique
+    across the fleet and sorted by time: 32 hex digits, the time in milliseconds (12),
+    this process's own random tag (10, drawn once: 40 bits), and a count (10), so that two
+    processes share no id and one process never repeats one. Drawing random bits per
+    event would cost a system call each."""
 
     __slots__ = ("_tag", "_count")
 

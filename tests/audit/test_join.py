@@ -82,9 +82,21 @@ def test_each_broken_promise_is_named() -> None:
         assert any(expected in problem for problem in found), (name, found)
 
 
+def test_one_fact_recorded_by_two_replicas_around_a_crash_is_kept_once() -> None:
+    """A replica recorded the call's end and died before the fleet knew: the one that went
+    on records it again, under the same id."""
+    events = two_round_call()
+    again = {**events[-1], "replica": "gw-2~3", "time": "later"}
+    held = {"gw-1 log": events, "gw-2 log": [again], "stream": [*events, again]}
+    assert trail.problems(held) == []
+    assert trail.around_a_crash(held) == 1
+    other_fact = {**again, "outcome": "error"}  # one id, another fact: not one event
+    assert trail.problems({"a": events, "b": [other_fact]}) != []
+
+
 def test_one_id_is_one_event_in_every_sink() -> None:
     events = two_round_call()
-    changed = [{**events[0], "replica": "gw-9~9"}, *events[1:]]
+    changed = [{**events[0], "principal": {"kind": "anonymous"}}, *events[1:]]
     assert "not the same in every sink" in " ".join(trail.problems({"a": events, "b": changed}))
 
 

@@ -20,7 +20,19 @@ from gateway.audit.metrics import AuditMetrics
 from gateway.audit.sinks import FileSink, LogSink
 from gateway.audit.trail import OFF, Audit, reopen_on_sighup, who
 from gateway.auth.principal import Identity, Principal
-from gateway.protocol.audit import CallStarted, ContentPolicy, Era, TaskChanged, Who
+from gateway.protocol.audit import (
+    CallEnded,
+    CallStarted,
+    ContentPolicy,
+    Era,
+    Outcome,
+    Refusal,
+    RequestRefused,
+    RoundAnswered,
+    RoundAsked,
+    TaskChanged,
+    Who,
+)
 from tests.fakes.clock import START_WALL_MS, ManualClock
 
 CALL = {"call_id": "c-1", "era": Era.MODERN, "upstream": "tickets", "target": "book"}
@@ -60,12 +72,35 @@ def test_an_event_is_stamped_once_and_given_to_every_sink_alike() -> None:
     clock = ManualClock()
     trail = Audit(replica="gw-0~1a2b", sinks=[first, second], clock=clock)
     event_id = trail.emit(CallStarted(principal=Who(kind="anonymous"), **CALL))
-    assert event_id is not None and event_id.startswith(f"{START_WALL_MS:012x}")
+    assert event_id is not None and len(event_id) == 32
     assert first.events == second.events
     (event, line), *_ = first.events
     assert orjson.loads(line) == event
     assert event["id"] == event_id and event["replica"] == "gw-0~1a2b"
     assert event["kind"] == "call.started"
+
+
+def test_a_fact_is_one_id_whoever_records_it_and_any_other_event_an_id_of_its_own() -> None:
+    """A replica that recorded a call's end and died before the fleet knew, and the one
+    that went on with the call and ran its end again, write one id: kept once."""
+    clock = ManualClock()
+    a = Audit(replica="gw-0~1", sinks=[Kept()], clock=clock)
+    b = Audit(replica="gw-1~2", sinks=[Kept()], clock=clock)
+    ended = {"outcome": Outcome.COMPLETE, "duration_ms": 1, "rounds": 1, **CALL}
+    assert a.emit(CallEnded(**ended)) == b.emit(CallEnded(**ended))
+    facts = {
+        a.emit(CallStarted(**CALL)),
+        a.emit(CallEnded(**ended)),
+        a.emit(RoundAsked(round=1, questions=(), **CALL)),
+        a.emit(RoundAsked(round=2, questions=(), **CALL)),
+        a.emit(RoundAnswered(round=1, answers=(), **CALL)),
+        a.emit(CallStarted(**{**CALL, "call_id": "c-2"})),
+    }
+    assert len(facts) == 6
+    refused = RequestRefused(refusal=Refusal.RATE, reason="over its rate")
+    others = [a.emit(refused), a.emit(refused), b.emit(refused)]
+    assert len(set(others)) == 3
+    assert all(i is not None and i.startswith(f"{START_WALL_MS:012x}") for i in others)
 
 
 def test_content_is_kept_as_the_policy_says() -> None:
