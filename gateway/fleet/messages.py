@@ -33,7 +33,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from gateway.errors import CallLost
-from gateway.protocol import formats
+from gateway.protocol import formats, jsonrpc
 from gateway.protocol.formats import Kind
 from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope
 from gateway.protocol.jsonrpc import RequestId
@@ -189,7 +189,7 @@ def encode(message: Message, version: int | None = None) -> str:
     if version is None:
         version = formats.written(kind, formats.LEVEL)
     data = formats.stamped(kind, {"op": _OPS[type(message)], **asdict(message)}, version)
-    return json.dumps(data, separators=(",", ":"))
+    return json.dumps(data, separators=(",", ":"), default=jsonrpc.plain)  # a large result's bulk
 
 
 def decode(text: str | bytes) -> Message:

@@ -190,11 +190,23 @@ def dumps(obj: Any) -> bytes:
     try:
         return orjson.dumps(obj)
     except orjson.JSONEncodeError:
-        text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+        text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=plain)
     try:
         return text.encode()
     except UnicodeEncodeError:  # a lone surrogate (from upstream): written as its escape
-        return json.dumps(obj, separators=(",", ":")).encode()
+        return json.dumps(obj, separators=(",", ":"), default=plain).encode()
+
+
+def plain(value: Any) -> Any:
+    """`default` for the standard library's writer: JSON kept as the bytes it came in
+    (an `orjson.Fragment` of a large result, `gateway.protocol.large`) read to a value.
+
+    Raises:
+        TypeError: anything else, as the writer would.
+    """
+    if isinstance(value, orjson.Fragment):
+        return loads(orjson.dumps(value))
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _valid_id(value: Any) -> bool:

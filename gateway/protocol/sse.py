@@ -10,6 +10,11 @@ once when its chunk arrives, a line cut between chunks waits as a list of pieces
 joined once at its end, and no buffer is sliced again as it grows. An event past
 `max_event_bytes` (its lines so far, comments and line ends included) raises
 `EventTooLarge`; the parser is then spent, as is the stream it read.
+
+A parser given `raw_over` holds an event whose data is larger than that, undecoded
+(`held`, a `LargeEvent`: a large result is read from its bytes in steps, by
+`gateway.protocol.large`), and goes no further until `release()`: what is fed meanwhile
+is kept, and read by the next `feed()` after it, in order.
 """
 
 from __future__ import annotations
@@ -34,12 +39,23 @@ class Event:
     retry: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class LargeEvent(Event):
+    """An event whose data is over the parser's `raw_over`: `raw` is its data undecoded
+    (UTF-8, its lines joined by LF) and `data` is empty."""
+
+    raw: bytes = b""
+
+
 class Parser:
     """Incremental event-stream parser. `feed()` returns the events completed so far."""
 
     __slots__ = (
         "max_event_bytes",
+        "raw_over",
         "last_event_id",
+        "held",
+        "_after",
         "_pieces",
         "_size",
         "_skip_lf",
@@ -50,9 +66,12 @@ class Parser:
         "_has_fields",
     )
 
-    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES, raw_over: int | None = None) -> None:
         self.max_event_bytes = max_event_bytes
+        self.raw_over = raw_over
         self.last_event_id: str | None = None
+        self.held: LargeEvent | None = None  # a large event, until `release()`
+        self._after: list[bytes] | None = None  # what came after it, not yet read
         self._pieces: list[bytes] = []  # a line not yet ended, as it arrived
         self._size = 0  # the bytes of the event under way, pieces included
         self._skip_lf = False  # the last chunk ended with CR: a first LF is its pair
@@ -68,6 +87,12 @@ class Parser:
         Raises:
             EventTooLarge: the event under way passed `max_event_bytes`.
         """
+        if self._after is not None:
+            if self.held is not None:
+                self._after.append(chunk)  # read once the large event is released
+                return []
+            self._after.append(chunk)
+            chunk, self._after = b"".join(self._after), None
         events: list[Event] = []
         end = len(chunk)
         pos = 0
@@ -94,19 +119,34 @@ class Parser:
                 cr = chunk.find(b"\r", after)
             self._grow(after - pos)
             line = chunk[pos:stop]
+            pos = after
             if self._pieces:
                 self._pieces.append(line)
-                line = b"".join(self._pieces)
-                self._pieces = []
-            pos = after
+                pieces, self._pieces = self._pieces, []
+                first = pieces[0]
+                if first[:5] == b"data:" and len(first) > 5:
+                    # A data line that came in pieces (a large event's): its value joined
+                    # once, not joined with its field name and then sliced from it.
+                    pieces[0] = first[6:] if first[5] == 0x20 else first[5:]
+                    self._has_fields = True
+                    self._data.append(b"".join(pieces))
+                    continue
+                line = b"".join(pieces)
             event = self._line(line)
             if event is not None:
+                if type(event) is LargeEvent:
+                    self.held, self._after = event, [chunk[pos:]]
+                    return events
                 events.append(event)
         if pos < end:
             rest = chunk[pos:] if pos else chunk
             self._pieces.append(rest)
             self._grow(len(rest))
         return events
+
+    def release(self) -> None:
+        """The held event has been read: the next `feed()` goes on after it."""
+        self.held = None
 
     def _grow(self, size: int) -> None:
         self._size += size
@@ -141,12 +181,14 @@ class Parser:
         self._size = 0
         if not self._has_fields:
             return None
-        event = Event(
-            data=b"\n".join(self._data).decode("utf-8", "replace"),
-            event=self._event.decode("utf-8", "replace") or "message",
-            id=self._id,
-            retry=self._retry,
-        )
+        data = b"\n".join(self._data)
+        kind = self._event.decode("utf-8", "replace") or "message"
+        if self.raw_over is not None and len(data) > self.raw_over:
+            event: Event = LargeEvent("", kind, self._id, self._retry, data)
+        else:
+            event = Event(
+                data=data.decode("utf-8", "replace"), event=kind, id=self._id, retry=self._retry
+            )
         self._data, self._event, self._id, self._retry = [], b"", None, None
         self._has_fields = False
         return event
@@ -155,6 +197,12 @@ class Parser:
 def encode(data: str, *, event: str = "message") -> bytes:
     """One SSE frame carrying `data` (which must not contain newlines: compact JSON)."""
     return f"event: {event}\ndata: {data}\n\n".encode()
+
+
+def frame(data: bytes) -> bytes:
+    """One `message` frame carrying `data`, which holds no CR or LF (compact JSON, as
+    `jsonrpc.dumps` writes it): `encode` without decoding and encoding the data again."""
+    return b"event: message\ndata: " + data + b"\n\n"
 
 
 def encode_event(event: Event) -> bytes:

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from gateway.aio import cancel_and_wait, spawn
 from gateway.protocol import jsonrpc, sse
+from gateway.protocol.large import LARGE_BYTES
 from gateway.web.middleware import REQUEST_ID, STREAM
 
 SSE_HEADERS = {
@@ -71,17 +72,20 @@ class ResponseChannel:
         """Relay a notification about this request (commits the response to SSE)."""
         async with self._guard():
             stream = await self._commit()
-            await stream.write(sse.encode(jsonrpc.dumps(message).decode()))
+            await stream.write(sse.frame(jsonrpc.dumps(message)))
 
     async def finish(self, message: dict[str, Any], status: int = 200) -> web.StreamResponse:
         """Send the final JSON-RPC message; on a stream nothing may follow it."""
         await self.close()
+        body = jsonrpc.dumps(message)
+        if len(body) >= LARGE_BYTES:
+            await asyncio.sleep(0)  # a large result: written in a step of its own
         if self._lock is None:  # nothing streamed, nor about to: no lock to take
-            return self._json(message, status)
+            return self._json(body, status)
         async with self._lock:
             if self._stream is None:
-                return self._json(message, status)
-            await self._stream.write(sse.encode(jsonrpc.dumps(message).decode()))
+                return self._json(body, status)
+            await self._stream.write(sse.frame(body))
             await self._stream.write_eof()
             return self._stream
 
@@ -94,11 +98,10 @@ class ResponseChannel:
             await stream.write_eof()
             return stream
 
-    def _json(self, message: dict[str, Any], status: int) -> web.StreamResponse:
+    def _json(self, body: bytes, status: int) -> web.StreamResponse:
         # Sent once the handler returns, after its log line and metrics: sending it first
         # was measured 0.2 to 0.35 ms slower per request at one client (the client it
         # wakes seems to wait for this process's core).
-        body = jsonrpc.dumps(message)
         return web.Response(body=body, status=status, content_type="application/json")
 
     async def close(self) -> None:

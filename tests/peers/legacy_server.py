@@ -40,7 +40,7 @@ import anyio
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.streamable_http import EventStore
 from mcp.shared.exceptions import UrlElicitationRequiredError
-from mcp.types import ElicitRequestURLParams, SamplingMessage, TextContent
+from mcp.types import CallToolResult, ElicitRequestURLParams, SamplingMessage, TextContent
 from pydantic import BaseModel, Field
 from serving import serve
 
@@ -421,6 +421,24 @@ def build(event_store: EventStore | None = None, *, json_response: bool = False)
     async def authorization_seen(ctx: Context) -> str:
         request = ctx.request_context.request
         return str(request.headers.get("authorization") if request is not None else None)
+
+    @mcp.tool(
+        description="A result of about `size` bytes: `text` (one text block), `prose` (text "
+        "whose JSON has escapes), `records` (structuredContent: many small objects).",
+        structured_output=False,
+    )
+    async def big(size: int, shape: str = "text") -> CallToolResult:
+        if shape == "records":
+            count = size // 64
+            row = {"ok": True}
+            items = [{"id": i, "name": f"item-{i}", **row, "score": i / 2} for i in range(count)]
+            return CallToolResult(
+                content=[TextContent(type="text", text=f"{count} records")],
+                structuredContent={"items": items},
+            )
+        unit = 'lorem "ipsum"\tdolor\n' if shape == "prose" else "x"
+        text = (unit * (size // len(unit) + 1))[:size]
+        return CallToolResult(content=[TextContent(type="text", text=text)])
 
     @mcp.tool(description="Pings the client (the gateway answers), then returns.")
     async def pinger(ctx: Context) -> str:

@@ -6,7 +6,9 @@ the messages into the call's inbox up to the call's response, then lets the rest
 the stream run out (for at most `DRAIN_S`) so its connection is reused. A stream the
 server ends before the response is resumed with GET + Last-Event-ID in a task of its
 own (the rare case); one that breaks, or ends without an event id to resume from,
-ends the call's stream with a `StreamEnd`.
+ends the call's stream with a `StreamEnd`. A large event (held by the stream's parser)
+is read in steps by a task of its own (`HttpWire.read_large`), the loop free between
+them; what arrives meanwhile waits in the parser, and the stream's end for the task.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class CallStream:
         "_done",
         "_drain",
         "_resume",
+        "_reading",
+        "_ended",
     )
 
     def __init__(
@@ -55,10 +59,13 @@ class CallStream:
         self._rid = rid
         self._inbox = inbox
         self._cursor = cursor
-        self._parser = wire.sse_parser()
+        self._parser = wire.sse_parser(large_raw=True)
         self._done: Callable[[], None] | None = done  # told once, when the stream is over
         self._drain: asyncio.TimerHandle | None = None
         self._resume: asyncio.Task[None] | None = None
+        # A large event being read, and the stream's end if it came meanwhile (its error).
+        self._reading: asyncio.Task[None] | None = None
+        self._ended: tuple[BaseException | None] | None = None
 
     # -- BodySink: called by the connection as the body arrives --------------------------
 
@@ -70,8 +77,14 @@ class CallStream:
             self._inbox.put_nowait(item)
         if cursor.answered:
             self._drain = asyncio.get_running_loop().call_later(DRAIN_S, self._stop_draining)
+        elif self._parser.held is not None and self._reading is None:
+            # A large event: read in steps, what follows it waiting in the parser.
+            self._reading = spawn(self._read(), name="upstream-large-message")
 
     def end(self, error: BaseException | None) -> None:
+        if self._reading is not None:
+            self._ended = (error,)  # once the large event is read
+            return
         if self._drain is not None:
             self._drain.cancel()
             self._drain = None
@@ -92,12 +105,32 @@ class CallStream:
             self._drain.cancel()
             self._drain = None
         await cancel_and_wait(self._resume)
+        await cancel_and_wait(self._reading)
         self._finish()
 
     def done(self) -> bool:
         return self._done is None
 
     # -- the rest ------------------------------------------------------------------------
+
+    async def _read(self) -> None:
+        """The large event the parser holds read in steps, then what came after it."""
+        wire, parser, cursor = self._wire, self._parser, self._cursor
+        try:
+            while parser.held is not None and not cursor.answered:
+                for item in await wire.read_large(parser, self._rid, cursor):
+                    self._inbox.put_nowait(item)
+        except ValueError as broken:  # what came after it broke the stream's bounds
+            self._reading = None
+            self._resp.release()
+            self._fail(failure("posting a request", broken))
+            return
+        self._reading = None
+        ended, self._ended = self._ended, None
+        if ended is not None:
+            self.end(ended[0])
+        elif cursor.answered:
+            self._drain = asyncio.get_running_loop().call_later(DRAIN_S, self._stop_draining)
 
     def _stop_draining(self) -> None:
         """The stream went on after the response: give its connection up."""

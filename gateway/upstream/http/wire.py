@@ -7,6 +7,12 @@ ids. A 404 for a request that carried the session id means the server forgot the
 session: `SessionExpired`. A JSON answer must be the response to the request it
 answers; an answer read whole, and each event of a stream, is at most
 `Endpoint.max_message_bytes`. Foreign errors become `UpstreamError` here.
+
+A response of `large.LARGE_BYTES` or more (a JSON body, or one event of a call's stream)
+is read in steps (`gateway.protocol.large`), the event loop serving everyone else
+between two of them, its bulk kept as the bytes it came in and written out as such;
+one the steps do not read is read whole, as any other. A list's result (`tools/list`,
+...) is always read whole: the gateway filters its entries.
 """
 
 from __future__ import annotations
@@ -14,13 +20,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
 from gateway.errors import UpstreamError
 from gateway.http1 import Http1Client, Response
-from gateway.protocol import jsonrpc, sse
+from gateway.protocol import jsonrpc, large, methods, sse
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
 from gateway.upstream.port import SessionExpired, StreamCursor
 from gateway.upstream.transport import (
@@ -33,6 +39,8 @@ from gateway.upstream.transport import (
 )
 
 log = structlog.get_logger("gateway.upstream")
+
+T = TypeVar("T")
 
 SESSION_HEADER = "Mcp-Session-Id"
 _SESSION_KEY = SESSION_HEADER.lower()  # response header names arrive lower-cased
@@ -77,6 +85,21 @@ class Endpoint:
             headers["Authorization"] = await self.authorization()
         headers.update(more)
         return headers
+
+
+async def stepped(raw: bytes, whole: Callable[[], T]) -> dict[str, Any] | T:
+    """The response `raw` read in steps, the loop running between two of them; `whole()`
+    where the steps do not read it (`large.Unstepped`): the message read whole."""
+    steps = large.reading(raw)
+    try:
+        while True:
+            next(steps)
+            await asyncio.sleep(0)
+    except StopIteration as done:
+        message: dict[str, Any] = done.value
+        return message
+    except large.Unstepped:
+        return whole()
 
 
 class HttpWire:
@@ -163,9 +186,11 @@ class HttpWire:
             max_body_bytes=endpoint.max_message_bytes,
         )
 
-    def sse_parser(self) -> sse.Parser:
-        """A parser for one of this server's streams, bounded as its messages are."""
-        return sse.Parser(self.endpoint.max_message_bytes)
+    def sse_parser(self, *, large_raw: bool = False) -> sse.Parser:
+        """A parser for one of this server's streams, bounded as its messages are;
+        `large_raw`: a large event held undecoded, for `read_large` (a call's stream)."""
+        raw_over = large.LARGE_BYTES - 1 if large_raw else None
+        return sse.Parser(self.endpoint.max_message_bytes, raw_over)
 
     async def post_call(
         self,
@@ -194,7 +219,11 @@ class HttpWire:
                     raise UpstreamError(f"upstream answered HTTP {resp.status}: {error_text(body)}")
                 if ctype == "application/json":
                     async with resp:  # read whole: its connection goes back to the pool
-                        item = parse_message(await resp.read())
+                        body = await resp.read()
+                    if len(body) < large.LARGE_BYTES or message.get("method") in methods.LISTS:
+                        item = parse_message(body)
+                    else:
+                        item = await stepped(body, lambda: parse_message(body))
                     if not is_response_to(item, message.get("id")):
                         raise UpstreamError(
                             "upstream answered with JSON that is not the response to its request"
@@ -223,9 +252,10 @@ class HttpWire:
         if isinstance(answer, dict):
             yield answer
             return
+        lists = message.get("method") in methods.LISTS
         with mapped_errors("posting a request"):
             async with answer as resp:
-                async for item in self.read_stream(resp, rid, cursor):
+                async for item in self.read_stream(resp, rid, cursor, large_raw=not lists):
                     yield item
         if cursor.answered:
             return
@@ -271,17 +301,21 @@ class HttpWire:
         raise UpstreamError("upstream stream could not be resumed")
 
     async def read_stream(
-        self, resp: Response, rid: Any, cursor: StreamCursor
+        self, resp: Response, rid: Any, cursor: StreamCursor, *, large_raw: bool = True
     ) -> AsyncIterator[dict[str, Any]]:
-        """Yield a stream's messages until the response to `rid`, keeping the resume cursor.
+        """Yield a stream's messages until the response to `rid`, keeping the resume cursor;
+        `large_raw`: a large event read in steps (`read_large`), else whole.
 
         Raises:
             OSError, ValueError (`sse.EventTooLarge` among them): for `mapped_errors`.
         """
-        parser = self.sse_parser()
+        parser = self.sse_parser(large_raw=large_raw)
         while (chunk := await resp.next_chunk()) is not None:
             for item in self.call_messages(parser, chunk, rid, cursor):
                 yield item
+            while parser.held is not None and not cursor.answered:
+                for item in await self.read_large(parser, rid, cursor):
+                    yield item
             if cursor.answered:
                 await drain(resp.next_chunk)
                 return
@@ -290,7 +324,8 @@ class HttpWire:
         self, parser: sse.Parser, chunk: bytes, rid: Any, cursor: StreamCursor
     ) -> list[dict[str, Any]]:
         """The messages a piece of a call's stream completes, up to the response to `rid`
-        (then `cursor.answered`); `cursor` keeps the server's retry hint and last event id.
+        (then `cursor.answered`) or a large event (`parser.held`: `read_large` reads it and
+        what follows it); `cursor` keeps the server's retry hint and last event id.
         Shared by the awaited reader above and the callbacks' (`gateway.upstream.http.stream`)."""
         items: list[dict[str, Any]] = []
         for event in parser.feed(chunk):
@@ -298,6 +333,9 @@ class HttpWire:
                 cursor.retry_ms = event.retry
             if not event.data and event.id is not None and cursor.live is not None:
                 cursor.live.set()  # a priming event: from here on the stream is live
+            # The stream resumes after the last event read whole: not after one whose id
+            # line came but not yet its end (a large one, held for its reading, neither).
+            cursor.last_id = event.id or cursor.last_id
             item = self.message(event)
             if item is None:
                 continue
@@ -305,8 +343,32 @@ class HttpWire:
             if is_response_to(item, rid):
                 cursor.answered = True
                 return items
-        cursor.last_id = parser.last_event_id or cursor.last_id
         return items
+
+    async def read_large(
+        self, parser: sse.Parser, rid: Any, cursor: StreamCursor
+    ) -> list[dict[str, Any]]:
+        """The message of the large event `parser` holds, read in steps, then those of the
+        events after it (`call_messages`: the parser may hold the next large one)."""
+        held = parser.held
+        assert held is not None
+        if held.retry is not None:
+            cursor.retry_ms = held.retry
+        item = None
+        if held.event == "message":
+
+            def whole() -> dict[str, Any] | None:  # as a parser without `raw_over` gives it
+                text = held.raw.decode("utf-8", "replace")
+                return self.message(sse.Event(text, held.event, held.id, held.retry))
+
+            item = await stepped(held.raw, whole)
+        parser.release()
+        cursor.last_id = held.id or cursor.last_id
+        if item is not None and is_response_to(item, rid):
+            cursor.answered = True
+            return [item]
+        rest = self.call_messages(parser, b"", rid, cursor)
+        return rest if item is None else [item, *rest]
 
     def message(self, event: sse.Event) -> dict[str, Any] | None:
         """The message an event carries; bad JSON is logged and skipped."""
