@@ -89,7 +89,13 @@ def compose(config: GatewayConfig, clock: Clock | None = None) -> Components:
     metrics = Metrics()
     # Every call, round, task, refusal and 2025 session, recorded once (off without an
     # `audit` section): what records is handed it.
-    audit = build_audit(config.audit, replica=owner, clock=clock, registry=metrics.registry)
+    audit = build_audit(
+        config.audit,
+        replica=owner,
+        clock=clock,
+        registry=metrics.registry,
+        log_salt=state.log_salt(config.sealing.keys),  # callers named as log lines name them
+    )
     shared = membership(config, clock, owner)  # alone, or one of a fleet
     store = TimedStore(shared.store, metrics)
     limits = config.limits

@@ -24,6 +24,7 @@ def build_audit(
     clock: Clock,
     registry: CollectorRegistry | None = None,
     client: RedisClient | None = None,
+    log_salt: bytes = b"",
 ) -> Audit:
     """The trail `config` asks for (`OFF` without one). `client`: a client of the
     stream's Redis to share (else one is made).
@@ -55,4 +56,11 @@ def build_audit(
                 owns_client=owned,
             )
         )
-    return Audit(replica=replica, sinks=sinks, policy=config.policy, clock=clock, metrics=metrics)
+    return Audit(
+        replica=replica,
+        sinks=sinks,
+        policy=config.policy,
+        clock=clock,
+        metrics=metrics,
+        log_salt=log_salt,
+    )

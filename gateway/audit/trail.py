@@ -21,12 +21,16 @@ import structlog
 
 from gateway.audit.metrics import AuditMetrics
 from gateway.audit.sinks import Sink
-from gateway.auth.principal import Identity
+from gateway.auth.principal import Identity, parsed
 from gateway.clock import Clock, SystemClock
 from gateway.protocol import audit as schema
 from gateway.protocol.audit import NO_CONTENT, AuditEvent, ContentPolicy, Who
+from gateway.protocol.state import log_id_of
 
 log = structlog.get_logger("gateway.audit")
+
+#: Callers whose `Who` is kept made (`Audit.act_for`), at most; then made again.
+CALLERS_KEPT = 4096
 
 
 class Audit:
@@ -38,8 +42,12 @@ class Audit:
         policy: ContentPolicy = NO_CONTENT,
         clock: Clock | None = None,
         metrics: AuditMetrics | None = None,
+        log_salt: bytes = b"",
     ) -> None:
+        """`log_salt`: what keys callers' log ids (`state.log_salt`), for `act_for`."""
         self.replica = replica
+        self.log_salt = log_salt
+        self._whos: dict[str, Who] = {}
         self.sinks = tuple(sinks)
         self.policy = policy
         self.clock = clock or SystemClock()
@@ -76,6 +84,18 @@ class Audit:
                 log.error("audit_sink_failed", sink=sink.name, exc_info=exc)
         return event_id
 
+    def act_for(self, principal: str) -> None:
+        """The request being served is `principal`'s (its key, as requestState binds it),
+        unless the front door said who it is already (`act_as`)."""
+        if not self.on or _ACTING.get() is not None:
+            return
+        found = self._whos.get(principal)
+        if found is None:
+            if len(self._whos) >= CALLERS_KEPT:
+                self._whos.clear()
+            found = self._whos[principal] = who(principal, log_id_of(principal, self.log_salt))
+        _ACTING.set(found)
+
     def start(self) -> None:
         """Start every sink (on the running loop)."""
         for sink in self.sinks:
@@ -110,12 +130,14 @@ def reopen_on_sighup(audit: Audit) -> Callable[[], None]:
     return undo
 
 
-def who(principal: str, log_id: str, identity: Identity | None) -> Who:
+def who(principal: str, log_id: str, identity: Identity | None = None) -> Who:
     """The principal of an event, from a caller as the front door knows it
-    (`gateway.web.front_door.Caller`): the identity's parts under `auth`; without,
-    whether a credential came (its keyed hash is `log_id`; never the credential)."""
-    if identity is not None:
-        p = identity.principal
+    (`gateway.web.front_door.Caller`: its principal's key, its log id, its identity): the
+    identity's parts under `auth` (read from the key when no identity is at hand);
+    without, whether a credential came (its keyed hash is `log_id`; never the
+    credential)."""
+    p = identity.principal if identity is not None else parsed(principal)
+    if p is not None:
         if p.kind == "jwt":
             return Who(
                 kind="jwt", log_id=log_id, issuer=p.issuer, subject=p.subject, client=p.client

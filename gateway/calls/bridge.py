@@ -69,6 +69,7 @@ class Bridge:
         self.draining = False
         owner = owner or config.replica_id
         bus = replicas.bus
+        self.audit = audit
         trail = CallTrail(audit, clock)
         self.admission = Admission(
             codec=codec,
@@ -153,6 +154,7 @@ class Bridge:
         digest = state.RequestDigest(front.method, front.target, front.params.get("arguments"))
         token = front.params.get("requestState")
         responses = front.params.get("inputResponses") or {}
+        self.audit.act_for(principal)  # what the trail records names the caller
         if token is None:
             if self.draining:
                 raise Draining()

@@ -130,6 +130,7 @@ class Tasks:
             RpcError: as `Bridge.handle`; -32021 for a `required` tool without the
             extension; TasksFull, PrincipalTasksBusy at the caps.
         """
+        self.audit.act_for(principal)  # what the trail records names the caller
         policy = upstream.target(front.method, front.target).task
         if front.method != "tools/call":
             policy, task_support = NO_TASKS, None
@@ -290,6 +291,7 @@ class Tasks:
         """
         if not front.envelope.tasks:
             raise tasks.extension_required(front.method)
+        self.audit.act_for(principal)
         task_id = tasks.read_task_id(front.params)
         if front.method == "tasks/update":
             responses = tasks.read_responses(front.params)

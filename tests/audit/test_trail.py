@@ -4,6 +4,7 @@ log sink at every level; who a caller is, never its credential."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import signal
@@ -18,7 +19,7 @@ from structlog.testing import capture_logs
 
 from gateway.audit.metrics import AuditMetrics
 from gateway.audit.sinks import FileSink, LogSink
-from gateway.audit.trail import OFF, Audit, reopen_on_sighup, who
+from gateway.audit.trail import OFF, Audit, act_as, acting, reopen_on_sighup, who
 from gateway.auth.principal import Identity, Principal
 from gateway.protocol.audit import (
     CallEnded,
@@ -33,6 +34,7 @@ from gateway.protocol.audit import (
     TaskChanged,
     Who,
 )
+from gateway.protocol.state import log_id_of
 from tests.fakes.clock import START_WALL_MS, ManualClock
 
 CALL = {"call_id": "c-1", "era": Era.MODERN, "upstream": "tickets", "target": "book"}
@@ -175,6 +177,37 @@ def test_a_caller_is_recorded_by_who_it_is_never_by_its_credential() -> None:
     # keyed log id stands for it.
     assert who("sha256:0123", "p_3", None) == Who(kind="unauthenticated", log_id="p_3")
     assert who("anonymous", "anonymous", None) == Who(kind="anonymous")
+
+
+def test_a_request_is_named_by_its_principal_unless_the_front_door_said_who() -> None:
+    """The call core knows a caller by its principal's key: the trail names it from that,
+    its log id keyed as log lines key it; the front door's word, given, stands."""
+    trail = Audit(replica="r", sinks=[Kept()], log_salt=b"s" * 32)
+    jwt = Principal.for_token("https://id.example", "alice", "app").key
+    cases = {
+        jwt: Who(kind="jwt", issuer="https://id.example", subject="alice", client="app"),
+        "key:ci-bot": Who(kind="key", subject="ci-bot"),
+        "sha256:0123abcd": Who(kind="unauthenticated"),
+        "anonymous": Who(kind="anonymous"),
+    }
+    for key, expected in cases.items():
+        context = contextvars.copy_context()
+        context.run(trail.act_for, key)
+        named = context.run(acting)
+        assert named is not None and named.kind == expected.kind
+        assert (named.issuer, named.subject, named.client) == (
+            expected.issuer,
+            expected.subject,
+            expected.client,
+        )
+        if key != "anonymous":
+            assert named.log_id == log_id_of(key, b"s" * 32)
+        assert "0123abcd" not in str(named.to_json())  # never the credential's hash
+    context = contextvars.copy_context()
+    said = Who(kind="key", subject="from-the-front-door")
+    context.run(act_as, said)
+    context.run(trail.act_for, jwt)
+    assert context.run(acting) is said
 
 
 async def test_sighup_reopens_the_sinks(tmp_path: Path) -> None:

@@ -116,6 +116,7 @@ async def test_with_the_defaults_no_value_of_a_call_reaches_any_sink(trail: Trai
     assert {e["id"] for e in sinks["log"]} == {e["id"] for e in sinks["file"]}
     assert {e["id"] for e in sinks["file"]} == {e["id"] for e in sinks["stream"]}
     assert joined.problems(sinks) == []
+    assert {str(e["principal"]) for e in sinks["file"]} == {str({"kind": "anonymous"})}
     (declined_round, accepted_round) = [e for e in sinks["file"] if e["kind"] == "round.answered"]
     assert declined_round["answers"] == [
         {"key": key, "method": "elicitation/create", "action": "decline"}
