@@ -23,9 +23,10 @@ from gateway.clock import Clock
 from gateway.compose import Components, compose
 from gateway.config import STDIO, GatewayConfig, UpstreamConfig
 from gateway.membership import Resource
+from gateway.seams import NO_SEAMS, Seams
 from gateway.web.front_door import add_metadata_routes
-from gateway.web.handlers import McpEndpoint
 from gateway.web.middleware import error_middleware, request_id_middleware
+from gateway.web.pipeline import Pipeline
 from gateway.web.probes import Probes
 
 log = structlog.get_logger("gateway")
@@ -48,10 +49,12 @@ def where(upstream: UpstreamConfig) -> str:
     return f"{upstream.transport}:{redact(upstream.url)}"
 
 
-def build_app(config: GatewayConfig, *, clock: Clock | None = None) -> web.Application:
+def build_app(
+    config: GatewayConfig, *, clock: Clock | None = None, seams: Seams = NO_SEAMS
+) -> web.Application:
     """The gateway; `clock`: the time it reads and waits on (the event loop's unless a
-    test moves one by hand)."""
-    parts = compose(config, clock)
+    test moves one by hand); `seams`: where capabilities hook into requests, both eras."""
+    parts = compose(config, clock, seams=seams)
     app = web.Application(
         middlewares=[request_id_middleware, error_middleware],
         client_max_size=config.limits.max_body_bytes + 1,
@@ -63,7 +66,7 @@ def build_app(config: GatewayConfig, *, clock: Clock | None = None) -> web.Appli
     app.on_startup.append(_started(parts))  # after every resource opened
     app.on_shutdown.append(_end_streams(parts))
     for upstream in config.upstreams:
-        endpoint = McpEndpoint(
+        endpoint = Pipeline(
             config,
             upstream,
             parts.bridge,
@@ -72,6 +75,7 @@ def build_app(config: GatewayConfig, *, clock: Clock | None = None) -> web.Appli
             parts.listens,
             parts.tasks,
             parts.lanes.get(upstream.name),
+            seams=seams,
         )
         app.router.add_route("*", upstream.path, endpoint.handle)
     add_metadata_routes(app, config)

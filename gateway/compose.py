@@ -11,7 +11,9 @@ after it asks which it is.
 reverse): tracing, the audit trail (closed after everything that records in it), the
 HTTP clients, the store, the upstream pools, the bus, the ledger and the change feed (on
 a fleet), the replica-bound legacy sessions, and the calls and tasks. Opening and
-closing them, and the routes, are `gateway.app`'s.
+closing them, and the routes, are `gateway.app`'s. The seams where capabilities hook
+into requests (`gateway.seams`) are handed to the legacy lanes here and to the 2026 lanes
+with the routes.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.legacy_session import SESSION_PREFIX
 from gateway.protocol.state import AesGcmKeyRing
+from gateway.seams import NO_SEAMS, Seams
 from gateway.store.base import SuspendedCallStore, TimedStore
 from gateway.tasks.service import RECORD_PREFIX as TASK_RECORD_PREFIX
 from gateway.tasks.service import Tasks
@@ -51,7 +54,7 @@ from gateway.tracing import TRACING
 from gateway.upstream.factory import http_endpoint, link_factory, restart_backoff_s, session_factory
 from gateway.upstream.pool import SessionPool
 from gateway.web.front_door import FrontDoor, build_front_doors
-from gateway.web.handlers import FrontStreams
+from gateway.web.middleware import FrontStreams
 
 log = structlog.get_logger("gateway")
 
@@ -78,7 +81,9 @@ class Components:
     resources: tuple[Resource, ...]
 
 
-def compose(config: GatewayConfig, clock: Clock | None = None) -> Components:
+def compose(
+    config: GatewayConfig, clock: Clock | None = None, *, seams: Seams = NO_SEAMS
+) -> Components:
     """Every part of a replica, built in dependency order (nothing runs yet)."""
     clock = SystemClock() if clock is None else clock
     # This process's identity in the fleet: the configured name plus an incarnation that
@@ -149,8 +154,9 @@ def compose(config: GatewayConfig, clock: Clock | None = None) -> Components:
     rate = limits.rate_per_principal
     limiter = shared.rate_limiter(rate, clock.wall_s) if rate.enabled else None
     doors = build_front_doors(config, fetcher=fetcher, wall_s=clock.wall_s, limiter=limiter)
+    remote = shared.remote  # how a lane reaches the sessions another replica holds
     lanes = _legacy_lanes(
-        config, http, credentials, doors, codec, metrics, streams, owner, clock, shared.remote
+        config, http, credentials, doors, codec, metrics, streams, owner, clock, remote, seams
     )
     bound = {
         n: lane.upstream for n, lane in lanes.items() if isinstance(lane.upstream, BoundUpstream)
@@ -294,7 +300,8 @@ def _legacy_lanes(
     streams: Streams,
     owner: str,
     clock: Clock,
-    remote: Callable[[str, float, Clock], Remoter | None],
+    remote: Callable[[str, float, Clock], Remoter],
+    seams: Seams,
 ) -> dict[str, LegacyLane]:
     """The legacy lane of every route, by upstream name; none when `legacy.enabled` is off.
     A Streamable HTTP upstream is passed through; a stdio or HTTP+SSE one's sessions are
@@ -346,6 +353,7 @@ def _legacy_lanes(
             hooks=hooks,
             clock=clock,
             remote=remote(upstream.name, config.limits.hold_timeout_s, clock),
+            seams=seams,
         )
     return lanes
 

@@ -2,8 +2,9 @@
 
 Every error the gateway raises on purpose derives from `GatewayError` and carries
 its HTTP status and (where the wire has one) its JSON-RPC code as class
-attributes; one middleware turns them into responses. Foreign exceptions are
-translated at the boundary (`raise UpstreamError(...) from exc`).
+attributes; one renderer turns them into answers (`gateway.protocol.rendering`), for
+both eras. Foreign exceptions are translated at the boundary
+(`raise UpstreamError(...) from exc`).
 
 The whole tree, with the errors defined beside the code that raises them (their line
 names their module); `tests/test_errors.py` holds it to the classes:
@@ -17,7 +18,7 @@ names their module); `tests/test_errors.py` holds it to the classes:
     │   ├── UnsupportedMediaType       415  Content-Type is not application/json
     │   ├── PayloadTooLarge            413  body over the configured limit
     │   ├── ForbiddenOrigin            403  Origin not allowed
-    │   ├── SessionNotFound            404  legacy session gone (gateway.legacy_clients.lane)
+    │   ├── SessionNotFound            404  legacy session gone (gateway.legacy_clients.upstream)
     │   ├── MissingSession             400  no legacy session id (gateway.legacy_clients.lane)
     │   └── AuthError                  401  headers per instance (gateway.auth.errors)
     │       ├── Unauthenticated        401  no usable credential (gateway.auth.errors)
@@ -35,6 +36,7 @@ names their module); `tests/test_errors.py` holds it to the classes:
     │   ├── UnsupportedProtocolVersion -32022 / 400, data.supported / requested
     │   ├── UpstreamRpcError           the legacy server's own error, translated
     │   ├── RelayedError               an error another replica answered with
+    │   ├── ResultRefused              -32603, in a stream (gateway.legacy_clients.answers)
     │   ├── LimitExceeded              -32603, data.reason names the bound
     │   │   ├── CapacityExceeded       503 + Retry-After, busy now: retry later
     │   │   │   ├── Draining           503, this replica is shutting down

@@ -49,7 +49,7 @@ from gateway.upstream.pool import SessionPool
 Inbox = Callable[[messages.Message], Coroutine[Any, Any, None]]
 Told = Callable[[], Coroutine[Any, Any, None]]
 #: How the legacy lane reaches a route's sessions that another replica holds.
-Remoter = Callable[[str], SessionUpstream]
+Remoter = Callable[[str], SessionUpstream | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +115,9 @@ class Membership(Protocol):
         """What relays the list changes other replicas heard to this one's listens."""
         ...
 
-    def remote(self, route: str, wait_s: float, clock: Clock) -> Remoter | None:
-        """How the lane reaches a route's sessions another replica holds (None: it can't)."""
+    def remote(self, route: str, wait_s: float, clock: Clock) -> Remoter:
+        """How the lane reaches a route's sessions another replica holds, by its owner
+        (None: that owner cannot be reached)."""
         ...
 
 
@@ -125,6 +126,11 @@ def membership(config: GatewayConfig, clock: Clock, owner: str) -> Membership:
     if config.store.shared:
         return OnRedis(config, clock, owner)
     return InProcess(config, clock, owner)
+
+
+def _gone(owner: str) -> None:
+    """No other replica's session can be reached by a replica alone."""
+    return None
 
 
 class InProcess:
@@ -149,8 +155,8 @@ class InProcess:
     def feed(self, listens: Listens) -> tuple[Resource, ...]:
         return ()
 
-    def remote(self, route: str, wait_s: float, clock: Clock) -> Remoter | None:
-        return None  # a session of another incarnation's is gone with it
+    def remote(self, route: str, wait_s: float, clock: Clock) -> Remoter:
+        return _gone  # a session of another incarnation's is gone with it
 
 
 class OnRedis:
@@ -220,6 +226,6 @@ class OnRedis:
         changes = self.changes
         return (Resource("changes", lambda: changes.start(listens.relay), changes.close),)
 
-    def remote(self, route: str, wait_s: float, clock: Clock) -> Remoter | None:
+    def remote(self, route: str, wait_s: float, clock: Clock) -> Remoter:
         bus = self.bus
         return lambda owner: Remote(bus, owner, route, wait_s=wait_s, clock=clock)

@@ -1,13 +1,14 @@
 """What the legacy lane looks at in an upstream's answer to a request, and nothing else.
 
-The answer passes on as it came but for two things policy needs: a list result
+The answer passes on as it came but for what policy and the seams need: a list result
 (`tools/list`, `prompts/list`, `resources/list`, `resources/templates/list`) leaves out
-the entries the caller may not see, and a resource read whose contents the caller may
-not see is refused (a 403 while nothing was sent; inside a stream already begun, an
-error in place of the result). On the way it notes the request's outcome for the logs
-and metrics. A JSON body is looked at whole (`checked_body`), a stream event by event
-(`StreamView`), where it also notes whether the response came and whether the client
-could resume the stream (an event id came).
+the entries the caller may not see, then goes through the `listing` seam
+(`gateway.seams`); a resource read whose contents the caller may not see is refused (a
+403 while nothing was sent; inside a stream already begun, an error in place of the
+result, `ResultRefused`). On the way it notes the request's outcome for the logs and
+metrics. A JSON body is looked at whole (`AnswerView.whole`), a stream event by event
+(`AnswerView.see`), where it also notes whether the response came and whether the
+client could resume the stream (an event id came).
 
 It must not change anything else of an answer, nor parse more than it looks at.
 """
@@ -21,21 +22,28 @@ from typing import Any
 import structlog
 
 from gateway.auth.errors import AuthError
+from gateway.errors import RpcError
 from gateway.protocol import jsonrpc, lists, sse
 from gateway.protocol.lists import MaySee
+from gateway.protocol.methods import LISTS
+from gateway.protocol.rendering import rendered
 
 log = structlog.get_logger("gateway.legacy")
 
 #: Refuses a result the caller may not see (raises `InsufficientScope`).
 Check = Callable[[dict[str, Any]], None]
+#: A list result as the `listing` seam shows it, given its list method.
+Listed = Callable[[str, dict[str, Any]], dict[str, Any]]
 
-#: What a streamed result the caller may not see is replaced with: on a stream already
-#: begun (200) there is no 403 to send any more.
-INSUFFICIENT_SCOPE_RESULT = {
-    "code": -32603,
-    "message": "Insufficient scope for this result",
-    "data": {"reason": "insufficient_scope"},
-}
+
+class ResultRefused(RpcError):
+    """A result the caller may not see, inside a stream already begun (200): there is no
+    403 to send any more, so an error takes the result's place."""
+
+    default_message = "Insufficient scope for this result"
+
+    def __init__(self) -> None:
+        super().__init__(data={"reason": "insufficient_scope"})
 
 
 def outcome_of(status: int) -> str:
@@ -47,37 +55,21 @@ def outcome_of(status: int) -> str:
     return "refused"  # the upstream's own refusal, passed on
 
 
-def checked_body(
-    body: bytes, *, method: str, may_see: MaySee | None, check: Check
-) -> tuple[bytes, str]:
-    """A JSON answer to a `method` request, as the caller may see it, and its outcome.
+class AnswerView:
+    """What the lane looks at in an answer to its request, whole or as the stream it
+    relays: the response to the request (its outcome; a list filtered; a read checked)
+    and whether the client could resume the stream."""
 
-    Raises:
-        InsufficientScope: from `check`, for a result the caller may not see.
-    """
-    try:
-        message = jsonrpc.loads(body)
-    except (ValueError, RecursionError):
-        return body, "complete"  # not JSON: the client's to judge, as it would directly
-    if not isinstance(message, dict):
-        return body, "complete"
-    if "error" in message:
-        return body, "error"
-    result = message.get("result")
-    if isinstance(result, dict):
-        check(result)
-    if may_see is not None:
-        kept = lists.filtered_message(message, method, may_see)
-        if kept is not None:
-            return jsonrpc.dumps(kept), "complete"
-    return body, "complete"
-
-
-class StreamView:
-    """What the lane looks at in a stream it relays: the response to its request (its
-    outcome; a list filtered; a read checked) and whether the client could resume it."""
-
-    __slots__ = ("rid", "method", "may_see", "check", "answered", "resumable", "outcome")
+    __slots__ = (
+        "rid",
+        "method",
+        "may_see",
+        "check",
+        "listed",
+        "answered",
+        "resumable",
+        "outcome",
+    )
 
     def __init__(
         self,
@@ -85,15 +77,37 @@ class StreamView:
         rid: jsonrpc.RequestId | None,
         method: str | None,
         may_see: MaySee | None,
-        check: Callable[[dict[str, Any]], None] | None = None,
+        check: Check | None = None,
+        listed: Listed | None = None,
     ) -> None:
         self.rid = rid  # None: a GET stream, whose responses are replays of other streams'
         self.method = method
         self.may_see = may_see
         self.check = check
+        self.listed = listed  # None: no `listing` seam is plugged in
         self.answered = False
         self.resumable = False  # an event id came: the client can resume with it
         self.outcome = "cut_short"
+
+    def whole(self, body: bytes) -> tuple[bytes, str]:
+        """A JSON answer to the request, as the caller may see it, and its outcome.
+
+        Raises:
+            InsufficientScope: from `check`, for a result the caller may not see.
+        """
+        try:
+            message = jsonrpc.loads(body)
+        except (ValueError, RecursionError):
+            return body, "complete"  # not JSON: the client's to judge, as it would directly
+        if not isinstance(message, dict):
+            return body, "complete"
+        if "error" in message:
+            return body, "error"
+        result = message.get("result")
+        if self.check is not None and isinstance(result, dict):
+            self.check(result)
+        shown = self._shown(message)
+        return (body if shown is None else jsonrpc.dumps(shown)), "complete"
 
     def has_answer(self) -> bool:
         """Whether the client has the response it waits for (a POST's stream only)."""
@@ -104,7 +118,7 @@ class StreamView:
             self.resumable = True
         if not event.data or (self.rid is not None and self.answered):
             return event
-        if self.rid is None and self.may_see is None:
+        if self.rid is None and self.may_see is None and self.listed is None:
             return event  # nothing to look for on a GET stream
         try:
             message = jsonrpc.loads(event.data)
@@ -124,10 +138,26 @@ class StreamView:
             except AuthError as refused:
                 log.info("result_refused", reason=refused.reason)
                 self.outcome = "error"
-                reply = jsonrpc.error(message.get("id"), INSUFFICIENT_SCOPE_RESULT)
+                reply = rendered(ResultRefused(), message.get("id")).message
                 return replace(event, data=jsonrpc.dumps(reply).decode())
+        shown = self._shown(message)
+        if shown is not None:
+            return replace(event, data=jsonrpc.dumps(shown).decode())
+        return event
+
+    def _shown(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        """`message` as the caller may see it, or None when it passes as it is: a list
+        result without the entries its scopes hide, then as the `listing` seam shows it."""
+        kept = None
         if self.may_see is not None:
             kept = lists.filtered_message(message, self.method, self.may_see)
-            if kept is not None:
-                return replace(event, data=jsonrpc.dumps(kept).decode())
-        return event
+        if self.listed is not None:
+            current = message if kept is None else kept
+            result = current.get("result")
+            # A response on a GET stream (a replay) is known by its shape.
+            method = self.method or lists.list_method_of(result)
+            if method in LISTS and isinstance(result, dict):
+                shown = self.listed(method, result)
+                if shown is not result:
+                    kept = {**current, "result": shown}
+        return kept

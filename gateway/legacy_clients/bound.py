@@ -39,8 +39,9 @@ import structlog
 
 from gateway.aio import cancel_and_wait, spawn
 from gateway.errors import CapacityExceeded, InvalidRequest, UpstreamError
-from gateway.legacy_clients.upstream import Answer
+from gateway.legacy_clients.upstream import Answer, SessionNotFound
 from gateway.protocol import jsonrpc, sse
+from gateway.protocol.rendering import rendered
 from gateway.upstream.duplex import DuplexSession
 
 log = structlog.get_logger("gateway.legacy")
@@ -63,8 +64,8 @@ class BoundSessionsFull(CapacityExceeded):
 
 def not_found() -> Answer:
     """What a session this replica does not hold (any more) is answered: 404, start over."""
-    error = {"code": -32600, "message": "Session not found: start a new session"}
-    return Answer(404, _JSON, jsonrpc.dumps(jsonrpc.error(None, error)))
+    answer = rendered(SessionNotFound("Session not found: start a new session"))
+    return Answer(answer.status, _JSON, jsonrpc.dumps(answer.message))
 
 
 class Channel:

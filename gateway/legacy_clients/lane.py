@@ -1,8 +1,10 @@
 """The legacy lane's handlers: a 2025 client's POST, GET and DELETE on the MCP endpoint.
 
-The endpoint (`gateway.web.handlers`) has classified the request (`gateway.protocol.era`),
-checked its HTTP layer (Origin, Host, Accept, media type, body size) and admitted its
-caller (authentication, route scopes, the per-principal rate) before it gets here. Then:
+The request pipeline (`gateway.web.pipeline`) has classified the request
+(`gateway.protocol.era`), checked its HTTP layer (Origin, Host, Accept, media type, body
+size) and admitted its caller (authentication, route scopes, the per-principal rate)
+before it gets here, and hands it on with its record (`gateway.seams.RequestServed`).
+Then:
 
 - `initialize` opens an upstream session of the caller's own (`LegacyUpstream.initialize`,
   the client's request as it came) and answers with the upstream's answer and the
@@ -11,17 +13,18 @@ caller (authentication, route scopes, the per-principal rate) before it gets her
 - any other POST, a GET or a DELETE needs that id (400 "Missing session ID" without
   one); one that does not open, has expired, names another route or another principal
   gets 404 (the client starts over). A refreshed token of the same principal keeps it.
-- a request is held to the route's per-target scopes read from its body (`tools/call`,
-  `prompts/get`, `resources/read`, `completion/complete`, a resource subscription): 403
-  with the `insufficient_scope` challenge; list results leave out what the caller may not
-  see, in a JSON answer and inside a stream;
-- the upstream's answer passes on: its status and body (JSON as it came), or its stream
-  event by event (`gateway.legacy_clients.relay`), with the gateway's session id and
-  never the upstream's. A POST's stream whose first message, within a keepalive's wait,
-  is the response (most are) is sent whole, as a body, the rest of the upstream's stream
-  read in the background. A POST's stream whose upstream fails, or says nothing for
-  `limits.hold_timeout_s`, before its response and without an event id to resume from,
-  ends with a JSON-RPC error for the request;
+- a call goes through the `calling` seam (`gateway.seams`) and a request is held to the
+  route's per-target scopes read from its body (`tools/call`, `prompts/get`,
+  `resources/read`, `completion/complete`, a resource subscription): 403 with the
+  `insufficient_scope` challenge; list results leave out what the caller may not see and
+  go through the `listing` seam, in a JSON answer and inside a stream;
+- the upstream's answer passes on: its status and body (JSON as it came, `_whole`), or
+  its stream event by event (`_streamed`, `gateway.legacy_clients.relay`), with the
+  gateway's session id and never the upstream's. A POST's stream whose first message,
+  within a keepalive's wait, is the response (most are) is sent whole, as a body, the
+  rest of the upstream's stream read in the background. A POST's stream whose upstream
+  fails, or says nothing for `limits.hold_timeout_s`, before its response and without an
+  event id to resume from, ends with a JSON-RPC error for the request;
 - a GET stream counts against the caller's streams (`gateway.legacy_clients.streams`) and
   ends at the session's expiry, the credential's, or when the replica drains.
 
@@ -31,11 +34,13 @@ another replica is checked here all the same and then passed to the owner over t
 fleet bus (`remote`, `gateway.legacy_clients.forwarding`). With no bus, or the owner
 gone, its id gets 404 (the client starts over).
 
-One `request_served` line per POST (`era=legacy`, a keyed hash of the session id, never the
-id nor the upstream's), and the lane's metrics. Nothing is kept per session but the
-replica-bound sessions' links, in their owner, and, to serve a session's next requests
-sooner, what its id opened to (`OpenedSessions`, bounded: the id alone is the session).
-It must not import the web part (`gateway.web`) nor the call core (`gateway.calls`).
+What a POST was and how it ended is noted on its record (its method, a keyed hash of
+its session id, never the id nor the upstream's; its status and outcome); its
+`request_served` line, its metrics and an error's answer are the pipeline's. Nothing is
+kept per session but the replica-bound sessions' links, in their owner, and, to serve a
+session's next requests sooner, what its id opened to (`OpenedSessions`, bounded: the id
+alone is the session). It must not import the web part (`gateway.web`) nor the call
+core (`gateway.calls`).
 """
 
 from __future__ import annotations
@@ -44,13 +49,12 @@ import functools
 import hashlib
 import hmac
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import structlog
 from aiohttp import web
 
-from gateway.auth import Identity
 from gateway.clock import Clock
 from gateway.config import LegacyConfig, LimitsConfig
 from gateway.errors import (
@@ -58,11 +62,10 @@ from gateway.errors import (
     HttpError,
     MethodNotAllowed,
     NotAcceptable,
-    RpcError,
     UpstreamError,
     UpstreamTimeout,
 )
-from gateway.legacy_clients.answers import StreamView, checked_body, outcome_of
+from gateway.legacy_clients.answers import AnswerView, Listed, outcome_of
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.relay import ENDED, IDLE, Held, Relay, StreamHooks, drain, hold_head
 from gateway.legacy_clients.streams import Streams
@@ -70,13 +73,17 @@ from gateway.legacy_clients.upstream import (
     Answer,
     EventStream,
     LegacyUpstream,
+    SessionNotFound,
     SessionUpstream,
     crossing_headers,
 )
-from gateway.protocol import inbound, jsonrpc, methods, sse
+from gateway.protocol import inbound, jsonrpc, sse
 from gateway.protocol import legacy_session as sessions
 from gateway.protocol.lists import MaySee
+from gateway.protocol.methods import INTERRUPTIBLE
+from gateway.protocol.rendering import rendered
 from gateway.protocol.state import StateCodec
+from gateway.seams import NO_SEAMS, Caller, RequestServed, Seams
 
 log = structlog.get_logger("gateway.legacy")
 
@@ -87,13 +94,6 @@ SSE_HEADERS = {
     "Cache-Control": "no-cache, no-transform",
     "X-Accel-Buffering": "no",
 }
-
-
-class SessionNotFound(HttpError):
-    """A session id that does not open here: the client must start a new session."""
-
-    http_status = 404
-    message = "Session not found: start a new session with initialize"
 
 
 class MissingSession(HttpError):
@@ -111,32 +111,19 @@ class NoGetStreams(MethodNotAllowed):
     headers: ClassVar[dict[str, str]] = {"Allow": "POST, DELETE"}
 
 
-class Caller(Protocol):
-    """Who sends a request (`gateway.web.front_door.Caller`)."""
-
-    @property
-    def principal(self) -> str: ...
-
-    @property
-    def log_id(self) -> str: ...
-
-    @property
-    def identity(self) -> Identity | None: ...
-
-
 class Door(Protocol):
     """What the lane asks of its route's front door (`gateway.web.front_door.FrontDoor`)."""
 
-    def check_request(self, caller: Any, method: str, params: dict[str, Any]) -> None: ...
+    def check_request(self, caller: Caller, method: str, params: dict[str, Any]) -> None: ...
 
-    def check_result(self, caller: Any, method: str, result: dict[str, Any]) -> None: ...
+    def check_result(self, caller: Caller, method: str, result: dict[str, Any]) -> None: ...
 
-    def list_filter(self, caller: Any) -> MaySee | None: ...
+    def list_filter(self, caller: Caller) -> MaySee | None: ...
 
 
-#: The methods a legacy client sends, as metric labels ("response": a client's answer to
-#: a server request); any other is counted as "other".
-KNOWN_METHODS = methods.LEGACY_CLIENT | {"response"}
+def _unreachable(owner: str) -> None:
+    """A replica alone reaches no other replica's session."""
+    return None
 
 
 #: Session ids kept opened for their later requests, per route (`OpenedSessions`).
@@ -169,12 +156,14 @@ class LegacyLane:
         metrics: LaneMetrics,
         hooks: StreamHooks,
         clock: Clock,
-        remote: Callable[[str], SessionUpstream] | None = None,
+        remote: Callable[[str], SessionUpstream | None] = _unreachable,
+        seams: Seams = NO_SEAMS,
     ) -> None:
         """`route`: the name of the route's upstream; `clock`: every time the lane reads or
         waits for (sessions' expiry, streams' bounds, durations). `remote`:
         the upstream as another replica (named) holds its sessions, over the fleet bus;
-        None without one (a single replica)."""
+        None for an owner that cannot be reached (any other, for a replica alone).
+        `seams`: the gateway's, as the 2026 lane's."""
         self.route = route
         self.upstream = upstream
         self.door = door
@@ -185,6 +174,7 @@ class LegacyLane:
         self.hooks = hooks
         self.clock = clock
         self.remote = remote
+        self.seams = seams
         self.opened = sessions.OpenedSessions(OPENED_SESSIONS)
 
     # -- POST ------------------------------------------------------------------------
@@ -192,59 +182,71 @@ class LegacyLane:
     async def post(
         self,
         request: web.Request,
-        caller: Caller,
+        served: RequestServed,
         headers: Mapping[str, str],
         body: bytes,
         decoded: Any,
     ) -> web.StreamResponse:
-        """Serve one legacy POST: `body` as it came, `decoded` its JSON."""
-        started = self.clock.monotonic()
-        served = Served(method="unknown")
+        """Serve one legacy POST: `body` as it came, `decoded` its JSON; what it is and how
+        it ends are noted on `served`.
+
+        Raises:
+            HttpError, RpcError: the pipeline answers them (an upstream's failure counted).
+        """
         try:
-            response = await self._post(request, caller, headers, body, decoded, served)
-        except HttpError as exc:  # rendered by the error middleware, with its headers
-            served.status, served.outcome = exc.http_status, "refused"
+            return await self._post(request, served, headers, body, decoded)
+        except UpstreamError as exc:
+            self.metrics.upstream_errors.labels(self.upstream.name, exc.kind).inc()
             raise
-        except RpcError as exc:
-            response = self._rpc_error(exc, served)
-        finally:
-            self._served(served, caller, self.clock.monotonic() - started)
-        return response
 
     async def _post(
         self,
         request: web.Request,
-        caller: Caller,
+        served: RequestServed,
         headers: Mapping[str, str],
         body: bytes,
         decoded: Any,
-        served: Served,
     ) -> web.StreamResponse:
         message = jsonrpc.parse_message(decoded)  # InvalidRequest: batches too
         if isinstance(message, jsonrpc.Request):
             served.method, served.rid = message.method, message.id
             served.target = inbound.logged_target(message.method, message.params)
             if message.method == "initialize":
-                return await self._initialize(request, caller, headers, body, served)
+                return await self._initialize(request, served, headers, body)
         else:
             served.method = (
                 message.method if isinstance(message, jsonrpc.Notification) else "response"
             )
-        token, claims = self._session(headers, caller, served)
+        token, claims = self._session(headers, served)
         upstream = self._reach(claims, served)
         if isinstance(message, jsonrpc.Request):
-            method, params = sessions.scoped(message.method, message.params)
-            self.door.check_request(caller, method, params)
+            body = await self._entering(served, message, decoded, body)
         answer = await upstream.post(claims.session, body, crossing_headers(headers))
-        return await self._answer(request, caller, answer, served, token)
+        return await self._answer(request, answer, served, token)
+
+    async def _entering(
+        self, served: RequestServed, message: jsonrpc.Request, decoded: Any, body: bytes
+    ) -> bytes:
+        """The body a request goes upstream with, once a call has passed the `calling`
+        seam (which may change its params) and the request its target's scopes.
+
+        Raises:
+            InsufficientScope (403), and what a seam refuses a call with
+        """
+        params = message.params
+        if self.seams.calling and message.method in INTERRUPTIBLE:
+            params = await self.seams.called(served, params)
+            if params is not message.params:
+                body = jsonrpc.dumps({**decoded, "params": params})
+        self.door.check_request(served.caller, *sessions.scoped(message.method, params))
+        return body
 
     async def _initialize(
         self,
         request: web.Request,
-        caller: Caller,
+        served: RequestServed,
         headers: Mapping[str, str],
         body: bytes,
-        served: Served,
     ) -> web.StreamResponse:
         if self.upstream.replica_bound and self.streams.draining:
             # Its process or connection would end with this replica in a moment.
@@ -260,7 +262,7 @@ class LegacyLane:
             claims = sessions.SessionClaims(
                 upstream=self.upstream.name,
                 session=answer.session,
-                principal=sessions.principal_tag(caller.principal),
+                principal=sessions.principal_tag(served.caller.principal),
                 owner=settings.replica if self.upstream.replica_bound else "",
                 audience=settings.audience,
                 created_ms=now,
@@ -268,20 +270,20 @@ class LegacyLane:
             )
             token = sessions.seal_session(self.codec, claims)
             served.session = self._log_id(token)
-        return await self._answer(request, caller, answer, served, token)
+        return await self._answer(request, answer, served, token)
 
     # -- GET and DELETE --------------------------------------------------------------
 
     async def get(
-        self, request: web.Request, caller: Caller, headers: Mapping[str, str]
+        self, request: web.Request, served: RequestServed, headers: Mapping[str, str]
     ) -> web.StreamResponse:
         """The session's standalone stream (or its resumption: `Last-Event-ID`)."""
         if not inbound.accepts(headers.get("accept", ""), "text/event-stream"):
             raise NotAcceptable("Accept must list text/event-stream")
         if self.settings.legacy.max_streams_per_principal == 0:
             raise NoGetStreams()
-        served = Served(method="GET")
-        token, claims = self._session(headers, caller, served)
+        caller = served.caller
+        token, claims = self._session(headers, served)
         upstream = self._reach(claims, served)
         head = {**SSE_HEADERS, SESSION_HEADER: token}
         relay = Relay(request, head, self.hooks, keepalive_s=self._keepalive, clock=self.clock)
@@ -292,7 +294,12 @@ class LegacyLane:
             await _started(relay, answer.body)
             started = self.clock.monotonic()
             log.info("legacy_stream_opened", principal=caller.log_id, session=served.session)
-            view = StreamView(rid=None, method=None, may_see=self.door.list_filter(caller))
+            view = AnswerView(
+                rid=None,
+                method=None,
+                may_see=self.door.list_filter(caller),
+                listed=self._listed(served),
+            )
             how = "client_gone"
             try:
                 how = await relay.run(answer.body, view.see, end_at=self._end_at(claims, caller))
@@ -308,12 +315,11 @@ class LegacyLane:
             return await relay.finish()
 
     async def delete(
-        self, request: web.Request, caller: Caller, headers: Mapping[str, str]
+        self, request: web.Request, served: RequestServed, headers: Mapping[str, str]
     ) -> web.StreamResponse:
         """End the session upstream; its id then leads to the upstream's 404."""
-        served = Served(method="DELETE")
-        token, claims = self._session(headers, caller, served)
-        self.opened.forget(token, caller.principal)
+        token, claims = self._session(headers, served)
+        self.opened.forget(token, served.caller.principal)
         answer = await self._reach(claims, served).delete(claims.session, crossing_headers(headers))
         if not isinstance(answer.body, bytes):
             await answer.body.aclose()
@@ -324,9 +330,9 @@ class LegacyLane:
     # -- the session -----------------------------------------------------------------
 
     def _session(
-        self, headers: Mapping[str, str], caller: Caller, served: Served
+        self, headers: Mapping[str, str], served: RequestServed
     ) -> tuple[str, sessions.SessionClaims]:
-        """The session id sent and its claims.
+        """The session id sent and its claims (its log stand-in noted on `served`).
 
         Raises:
             MissingSession (400), SessionNotFound (404)
@@ -334,15 +340,16 @@ class LegacyLane:
         token = headers.get(_SESSION_KEY)
         if token is None:
             raise MissingSession()
+        principal = served.caller.principal
         now_ms = self.clock.wall_ms()
-        known = self.opened.get(token, caller.principal, now_ms)
+        known = self.opened.get(token, principal, now_ms)
         if known is None:
             served.session = self._log_id(token)
             claims = sessions.open_session(
                 self.codec,
                 token,
                 now_ms=now_ms,
-                principal=sessions.principal_tag(caller.principal),
+                principal=sessions.principal_tag(principal),
                 upstream=self.upstream.name,
                 audience=self.settings.audience,
             )
@@ -351,24 +358,25 @@ class LegacyLane:
                 log.info("legacy_session_refused", reason=claims.reason, session=served.session)
                 raise SessionNotFound()
             known = sessions.Opened(claims, served.session)
-            self.opened.put(token, caller.principal, known)
+            self.opened.put(token, principal, known)
         served.session = known.log_id
         return token, known.claims
 
-    def _reach(self, claims: sessions.SessionClaims, served: Served) -> SessionUpstream:
+    def _reach(self, claims: sessions.SessionClaims, served: RequestServed) -> SessionUpstream:
         """Where the session's requests go: its upstream, through the replica holding the
         session if that is another one.
 
         Raises:
-            SessionNotFound (404): the session's owner cannot be reached (no fleet bus).
+            SessionNotFound (404): the session's owner cannot be reached (a replica alone).
         """
         if not claims.owner or claims.owner == self.settings.replica:
             return self.upstream
-        if self.remote is None:  # a single replica: another incarnation's session
+        upstream = self.remote(claims.owner)
+        if upstream is None:  # a replica alone: another incarnation's session, gone with it
             self.metrics.refusals.labels("owned elsewhere").inc()
             log.info("legacy_session_refused", reason="owned elsewhere", session=served.session)
             raise SessionNotFound()
-        return self.remote(claims.owner)
+        return upstream
 
     def _log_id(self, token: str) -> str:
         """A session id's stand-in in logs: a keyed hash (the id is a bearer of the session)."""
@@ -390,36 +398,61 @@ class LegacyLane:
     def _keepalive(self) -> float:
         return self.settings.limits.keepalive_s
 
+    def _listed(self, served: RequestServed) -> Listed | None:
+        """The `listing` seam for `served`'s answer, None when nothing is plugged in."""
+        if not self.seams.listing:
+            return None
+        return functools.partial(self.seams.listed, served)
+
     async def _answer(
-        self,
-        request: web.Request,
-        caller: Caller,
-        answer: Answer,
-        served: Served,
-        token: str | None,
+        self, request: web.Request, answer: Answer, served: RequestServed, token: str | None
     ) -> web.StreamResponse:
-        """The upstream's answer to a POST, passed on."""
+        """The upstream's answer to a POST, passed on: whole, or its stream."""
         served.status = answer.status
-        may_see = self.door.list_filter(caller)
-        check = functools.partial(self.door.check_result, caller, served.method)
+        caller = served.caller
+        view = AnswerView(
+            rid=served.rid,
+            method=served.method,
+            may_see=self.door.list_filter(caller),
+            check=functools.partial(self.door.check_result, caller, served.method),
+            listed=self._listed(served),
+        )
         if isinstance(answer.body, bytes):
-            served.outcome = outcome_of(answer.status)
-            body = answer.body
-            if answer.status == 200 and served.rid is not None:
-                body, served.outcome = checked_body(
-                    body, method=served.method, may_see=may_see, check=check
-                )
-            return self._plain(answer, token, body)
-        events = answer.body
+            return self._whole(answer, served, token, view)
         headers = dict(SSE_HEADERS)
         if token is not None:
             headers[SESSION_HEADER] = token
-        view = StreamView(rid=served.rid, method=served.method, may_see=may_see, check=check)
-        hold_s = self.settings.limits.hold_timeout_s
+        return await self._streamed(request, answer.body, headers, served, view)
+
+    def _whole(
+        self, answer: Answer, served: RequestServed, token: str | None, view: AnswerView
+    ) -> web.Response:
+        """A JSON answer (or any whole body), as the caller may see it.
+
+        Raises:
+            InsufficientScope: a result the caller may not see (nothing was sent yet).
+        """
+        assert isinstance(answer.body, bytes)
+        served.outcome = outcome_of(answer.status)
+        body = answer.body
+        if answer.status == 200 and served.rid is not None:
+            body, served.outcome = view.whole(body)
+        return self._plain(answer, token, body)
+
+    async def _streamed(
+        self,
+        request: web.Request,
+        events: EventStream,
+        headers: dict[str, str],
+        served: RequestServed,
+        view: AnswerView,
+    ) -> web.StreamResponse:
+        """An SSE answer: sent whole when its response comes first, else relayed."""
         held = Held(self.clock.monotonic())
         if served.rid is not None:
             # Its head waits for the first message, as long as a keepalive would: a
             # response that comes first (most answers) is sent whole, no stream relayed.
+            hold_s = self.settings.limits.hold_timeout_s
             wait_s = min(self._keepalive, hold_s)
             held = await hold_head(
                 events,
@@ -436,32 +469,49 @@ class LegacyLane:
         relay = Relay(request, headers, self.hooks, keepalive_s=self._keepalive, clock=self.clock)
         await _started(relay, events)
         try:
-            try:
-                for event in held.events:
-                    await relay.write(sse.encode_event(event))
-            except BaseException:
-                await events.aclose()
-                raise
-            how = held.how
-            if how is None:
-                how = await relay.run(
-                    events, view.see, idle_s=hold_s, done=view.has_answer, quiet_since=held.heard
-                )
-            else:
-                await events.aclose()
-                relay.error = held.error
-            if how != ENDED and served.rid is not None and not view.answered:
-                log.info("legacy_stream_cut", how=how, error=str(relay.error or ""))
-                if not view.resumable:  # the client has no way to get the rest: it is told
-                    failure = relay.error or UpstreamTimeout(
-                        "The upstream MCP server said nothing for limits.hold_timeout_s"
-                    )
-                    reply = jsonrpc.error(served.rid, failure.error_object())
-                    await relay.write(sse.encode(jsonrpc.dumps(reply).decode()))
+            await self._relay(relay, events, held, served, view)
         finally:
             await relay.close()
             served.outcome = view.outcome  # also when the client went first
         return await relay.finish()
+
+    async def _relay(
+        self,
+        relay: Relay,
+        events: EventStream,
+        held: Held,
+        served: RequestServed,
+        view: AnswerView,
+    ) -> None:
+        """Relay a POST's stream (what was held back first) to its end; one that ends
+        before its response, with no event id to resume from, ends with an error for it."""
+        try:
+            for event in held.events:
+                await relay.write(sse.encode_event(event))
+        except BaseException:
+            await events.aclose()
+            raise
+        how = held.how
+        if how is None:
+            how = await relay.run(
+                events,
+                view.see,
+                idle_s=self.settings.limits.hold_timeout_s,
+                done=view.has_answer,
+                quiet_since=held.heard,
+            )
+        else:
+            await events.aclose()
+            relay.error = held.error
+        if how == ENDED or served.rid is None or view.answered:
+            return
+        log.info("legacy_stream_cut", how=how, error=str(relay.error or ""))
+        if not view.resumable:  # the client has no way to get the rest: it is told
+            failure = relay.error or UpstreamTimeout(
+                "The upstream MCP server said nothing for limits.hold_timeout_s"
+            )
+            reply = rendered(failure, served.rid).message
+            await relay.write(sse.encode(jsonrpc.dumps(reply).decode()))
 
     def _plain(self, answer: Answer, token: str | None, body: bytes | None = None) -> web.Response:
         """`answer` whole (its body, or `body` in its place), with the gateway's session id."""
@@ -472,47 +522,6 @@ class LegacyLane:
         return web.Response(
             status=answer.status, body=answer.body if body is None else body, headers=headers
         )
-
-    def _rpc_error(self, exc: RpcError, served: Served) -> web.Response:
-        served.status, served.outcome = exc.status, "error"
-        if isinstance(exc, UpstreamError):
-            log.info("upstream_failed", error=exc.message, kind=type(exc).__name__)
-            if self.upstream is not None:
-                self.metrics.upstream_errors.labels(self.upstream.name, exc.kind).inc()
-        else:
-            log.info("request_failed", code=exc.error_object()["code"], error=exc.message)
-        reply = jsonrpc.error(served.rid, exc.error_object())
-        return web.Response(
-            body=jsonrpc.dumps(reply), status=exc.status, content_type="application/json"
-        )
-
-    def _served(self, served: Served, caller: Caller, elapsed: float) -> None:
-        label = served.method if served.method in KNOWN_METHODS else "other"
-        self.metrics.requests.labels(label, served.outcome).inc()
-        self.metrics.request_seconds.labels(label).observe(elapsed)
-        log.info(
-            "request_served",
-            era="legacy",
-            rpc_method=served.method,
-            status=served.status,
-            outcome=served.outcome,
-            duration_ms=round(elapsed * 1000, 1),
-            principal=caller.log_id,
-            session=served.session,
-            **served.target,
-        )
-
-
-@dataclass(slots=True)
-class Served:
-    """What one POST's `request_served` line says, filled in as the request is served."""
-
-    method: str
-    rid: jsonrpc.RequestId | None = None
-    status: int = 500
-    outcome: str = "error"
-    session: str | None = None  # the session id's log stand-in
-    target: dict[str, str] = field(default_factory=dict)  # `inbound.logged_target`
 
 
 async def _started(relay: Relay, events: EventStream) -> None:

@@ -38,7 +38,7 @@ import structlog
 
 from gateway import clock as clocks
 from gateway.clock import Clock
-from gateway.errors import UpstreamError
+from gateway.errors import HttpError, UpstreamError
 from gateway.http1 import Http1Client, Response
 from gateway.protocol import sse
 from gateway.protocol.inbound import trace_context
@@ -65,6 +65,14 @@ class Answer:
     headers: Mapping[str, str]  # what the client may see (Content-Type, Allow, Retry-After)
     body: bytes | EventStream
     session: str | None = None  # `initialize` only: the upstream's session handle
+
+
+class SessionNotFound(HttpError):
+    """A session id that does not open here, or whose session its upstream does not hold
+    (any more): the client must start a new session."""
+
+    http_status = 404
+    message = "Session not found: start a new session with initialize"
 
 
 class SessionUpstream(Protocol):

@@ -38,6 +38,9 @@ class Lane(Enum):
 
 
 _NO_CLAIM = object()
+# Read once: on Python 3.11 an enum member read off its class is a descriptor call, and
+# every request on the MCP endpoint is classified.
+_LEGACY, _MODERN = Lane.LEGACY, Lane.MODERN
 
 
 def lane_of(method: str, headers: Mapping[str, str], body: Any = None) -> Lane:
@@ -46,11 +49,11 @@ def lane_of(method: str, headers: Mapping[str, str], body: Any = None) -> Lane:
     if method == "POST":
         claim = claimed_version(body)
         if claim is not _NO_CLAIM:
-            return Lane.LEGACY if Version.parse(claim) in LEGACY_ERA else Lane.MODERN
+            return _LEGACY if Version.parse(claim) in LEGACY_ERA else _MODERN
     named = headers.get(VERSION_HEADER)
     if named is None or Version.parse(named) in LEGACY_ERA:
-        return Lane.LEGACY
-    return Lane.MODERN
+        return _LEGACY
+    return _MODERN
 
 
 def claimed_version(body: Any) -> Any:

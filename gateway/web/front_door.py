@@ -14,7 +14,6 @@ secret derived from the sealing key (`state.log_id_of`), never the principal.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -37,17 +36,9 @@ from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.protocol import state
 from gateway.protocol.lists import MaySee, field_of, filtered_result
 from gateway.protocol.methods import LISTS
+from gateway.seams import Caller
 
 log = structlog.get_logger("gateway.web")
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """The principal of one request, and what it may do."""
-
-    principal: str  # sealed into requestState, keys the caps and limits
-    log_id: str  # what logs carry
-    identity: Identity | None  # None: the route is not authenticated
 
 
 class FrontDoor:

@@ -1,110 +1,55 @@
-"""Thin handlers: parse -> protocol / bridge / pool -> serialize.
+"""What serves a 2026 client's request on one route, by method: the 2026 lane.
 
-One `McpEndpoint` serves one upstream on its own path, to clients of both eras. Each
-request is classified first (`gateway.protocol.era`): a 2025 client's goes to the
-legacy lane (`gateway.legacy_clients.lane`) once its HTTP layer is checked and its
-caller admitted; a 2026 client's takes the path below, exactly as with the lane off.
-There, interruptible methods go to the bridge after their `Mcp-Param-*` headers are
-checked (a tool with a task policy through `gateway.tasks`, which also serves
-`tasks/*`); `server/discover` is answered from the upstream's `initialize`;
-`subscriptions/listen` is served on a session of its own (`gateway.listens`); every
-other method passes straight through.
+The request pipeline (`gateway.web.pipeline`) has read, classified and admitted the
+request, and ends it; here each method's server does the work between, through the
+table `ModernLane.served_by`:
+
+- `tools/call`, `prompts/get`, `resources/read`: through the bridge after a tool's
+  `Mcp-Param-*` headers are checked (a tool with a task policy through `gateway.tasks`);
+  a `resources/read` result is held to the caller's scopes;
+- `tasks/*`: the tasks extension (`gateway.tasks`);
+- `server/discover`: answered from the upstream's `initialize`;
+- `subscriptions/listen`: served on a session of its own (`gateway.listens`);
+- the lists and `completion/complete`: passed straight through, a list left without what
+  the caller may not see and through the `listing` seam (`gateway.seams`).
+
+A server notes what it learns on the request's record (`gateway.seams.RequestServed`:
+the outcome of a call, a listen cut short) and returns the result, None for a stream
+cut short; it raises an `RpcError` for the pipeline to answer.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import structlog
-from aiohttp import StreamReader, web
-
-from gateway import logging as log_context
 from gateway.calls.bridge import Bridge
 from gateway.config import GatewayConfig, UpstreamConfig
-from gateway.errors import (
-    GatewayError,
-    MethodNotFound,
-    PayloadTooLarge,
-    RpcError,
-    UpstreamError,
-)
-from gateway.legacy_clients.lane import LegacyLane, LegacyMethodNotAllowed
+from gateway.errors import GatewayError, MethodNotFound, UpstreamError
 from gateway.listens import Listens, serve
-from gateway.protocol import inbound, jsonrpc, methods, params, translate
+from gateway.protocol import inbound, methods, params, translate
 from gateway.protocol import listen as listen_wire
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
-from gateway.protocol.era import Lane, lane_of
 from gateway.protocol.legacy_tasks import serves_legacy_tasks
+from gateway.seams import RequestServed, Seams
 from gateway.tasks.service import Tasks
-from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool
 from gateway.web.channel import ResponseChannel
-from gateway.web.front_door import Caller, FrontDoor
-from gateway.web.middleware import (
-    NO_HEADERS,
-    REQUEST_ID,
-    STREAM,
-    closing_refusal,
-    rpc_error_headers,
-    rpc_error_reply,
-)
+from gateway.web.front_door import FrontDoor
 from gateway.web.tool_headers import ToolHeaders
 
-log = structlog.get_logger("gateway.web")
+#: What serves one 2026 request: its record, the request, its headers by lower-case
+#: name, its response channel -> its result (None: a stream cut short).
+Server = Callable[
+    [RequestServed, inbound.FrontRequest, Mapping[str, str], ResponseChannel],
+    Awaitable[dict[str, Any] | None],
+]
 
 
-async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes:
-    """The whole body, refused with 413 as soon as it passes `limit`. A body that stops
-    short of its `Content-Length` is returned as far as it came (it fails to parse).
+class ModernLane:
+    """The 2026 lane of one route (one upstream)."""
 
-    A body not all there yet gets `timeout_s` to arrive: aiohttp's own timer
-    (`limits.idle_timeout_s`) does not run while a handler reads, so a body that trickles
-    or never ends (or a chunk aiohttp's parser refuses after the head) would otherwise
-    hold its connection for ever.
-
-    Raises:
-        PayloadTooLarge
-        web.HTTPRequestTimeout: 408, the body did not arrive in time; the connection closes
-        web.HTTPBadRequest: 400, a body aiohttp could not decode; the connection closes
-    """
-    length = request.content_length
-    if length is not None and length > limit:
-        raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
-    content = request.content
-    try:
-        if content.is_eof():  # all here (nearly every request): no timer to arm
-            return await _read(content, length, limit)
-        async with asyncio.timeout(timeout_s):
-            return await _read(content, length, limit)
-    except TimeoutError:
-        log.info("request_body_timed_out", timeout_s=timeout_s)
-        raise closing_refusal(
-            web.HTTPRequestTimeout, f"The request body did not arrive within {timeout_s:g} s"
-        ) from None
-    except web.RequestPayloadError:
-        # aiohttp logs what was wrong as it drains the body (`request_malformed`, one line).
-        raise closing_refusal(web.HTTPBadRequest, "The request body could not be decoded") from None
-
-
-async def _read(content: StreamReader, length: int | None, limit: int) -> bytes:
-    if length is not None:
-        try:
-            return await content.readexactly(length)  # one read when it is here
-        except asyncio.IncompleteReadError as exc:
-            return exc.partial
-    chunks, size = [], 0
-    async for chunk in content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-class McpEndpoint:
     def __init__(
         self,
         config: GatewayConfig,
@@ -114,156 +59,100 @@ class McpEndpoint:
         front_door: FrontDoor,
         listens: Listens,
         tasks: Tasks,
-        legacy: LegacyLane | None = None,
+        *,
+        legacy: bool,
+        seams: Seams,
     ) -> None:
-        """`legacy`: the route's legacy lane, None when it is off (`legacy.enabled`);
-        `tasks`: the tasks extension's service."""
-        self.config = config
+        """`legacy`: whether the route serves 2025 clients too (`server/discover` says so)."""
         self.tasks = tasks
         self.listens = listens
         self.legacy = legacy
         self.upstream = upstream
         self.bridge = bridge
         self.front_door = front_door
+        self.seams = seams
         self._pools = pools  # filled when the app starts
         self.tool_headers = ToolHeaders(self._list_tools, clock=bridge.clock)
-        self.policy = inbound.OriginPolicy(
-            origins=config.allowed_origins,
-            hosts=config.allowed_hosts,
-            loopback_only=config.loopback,
-        )
 
     @property
     def pool(self) -> UpstreamPool:
         return self._pools[self.upstream.name]
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        legacy = self.legacy
-        if legacy is not None and request.method != "POST":
-            lower, _ = inbound.read_headers(request.headers.items())
-            if lane_of(request.method, lower) is Lane.LEGACY:
-                return await self._legacy_stream(request, legacy, lower)
-        inbound.check_http(request.method, request.headers, policy=self.policy)
-        caller = await self.front_door.admit(request.headers.get("Authorization"))
-        limits = self.config.limits
-        body = await read_body(request, limits.max_body_bytes, limits.body_timeout_s)
-        headers, duplicate = inbound.read_headers(request.headers.items())
-        decoded = jsonrpc.decode(body)
-        if legacy is not None and lane_of("POST", headers, decoded) is Lane.LEGACY:
-            log_context.bind(era="legacy", upstream=self.upstream.name)
-            return await legacy.post(request, caller, headers, body, decoded)
-        try:
-            message = inbound.classify(decoded, headers, duplicate)
-        except RpcError as exc:
-            log.info("request_rejected", code=exc.error_object()["code"], error=exc.message)
-            reply, status = rpc_error_reply(exc, jsonrpc.id_of(decoded))
-            return web.Response(
-                body=jsonrpc.dumps(reply), status=status, content_type="application/json"
-            )
-        if isinstance(message, jsonrpc.Notification):
-            inbound.check_notification(headers)
-            return web.Response(status=202)
-        log_context.bind(rpc_method=message.method, upstream=self.upstream.name)
-        principal = caller.principal
-        channel = ResponseChannel(request, keepalive_s=limits.keepalive_s)
-        started = time.monotonic()
-        outcome = "complete"
-        extra = NO_HEADERS
-        result: dict[str, Any] | None
-        cut = False  # a listen cut short: its stream ends without a result
-        span = TRACING.span(
-            f"mcp {message.method}",
-            parent=message.trace,
-            kind="server",
-            attributes={"mcp.method": message.method, "mcp.upstream": self.upstream.name},
-        )
-        with span:
-            try:
-                self.front_door.check_request(caller, message.method, message.params)
-                task_support = None
-                if message.method == "tools/call":
-                    declared = await self.tool_headers.for_tool(message.target)
-                    params.check_param_headers(declared, message.params.get("arguments"), headers)
-                    task_support = self.tool_headers.task_support(message.target)
-                if message.method in methods.INTERRUPTIBLE:
-                    channel.start_keepalive()
-                    result = await self.tasks.call(
-                        self.upstream, message, principal, channel.notify, task_support
-                    )
-                    outcome = result.get("resultType", "complete")
-                    self.front_door.check_result(caller, message.method, result)
-                elif message.method in methods.TASKS:
-                    result = await self.tasks.serve(message, principal)
-                elif message.method == "server/discover":
-                    info = await self.pool.upstream_info()
-                    result = translate.discover_result(
-                        info,
-                        self.upstream.cache,
-                        listens=self.listens.enabled,
-                        legacy=legacy is not None,
-                        tasks=self.upstream.has_tasks or serves_legacy_tasks(info.capabilities),
-                    )
-                elif message.method == "subscriptions/listen":
-                    result = await self._listen(caller, message, channel)
-                else:
-                    result = await self._pass_through(message, principal)
-                    result = self.front_door.visible(caller, message.method, result)
-                if result is None:
-                    outcome, cut = "cut_short", True
-                reply, status = jsonrpc.result(message.id, result or {}), 200
-            except RpcError as exc:
-                outcome = "error"
-                reply, status = rpc_error_reply(exc, message.id)
-                extra = rpc_error_headers(exc)
-                log.info(
-                    "request_failed",
-                    code=exc.error_object()["code"],
-                    error=exc.message,
-                    kind=type(exc).__name__,
-                )
-            finally:
-                await channel.close()
-        elapsed = time.monotonic() - started
-        metrics = self.bridge.metrics
-        metrics.requests.labels(message.method, outcome).inc()
-        metrics.request_seconds.labels(message.method).observe(elapsed)
-        log.info(
-            "request_served",
-            status=status,
-            outcome=outcome,
-            duration_ms=round(elapsed * 1000, 1),
-            principal=caller.log_id,
-            **inbound.logged_target(message.method, message.params),
-        )
-        response = await (channel.cut_short() if cut else channel.finish(reply, status))
-        if extra and not response.prepared:  # a stream said 200 already
-            response.headers.update(extra)
-        return response
+    def served_by(self) -> dict[str, Server]:
+        """The server of every method a 2026 client may send (`methods.FRONT`)."""
+        table: dict[str, Server] = {
+            "server/discover": self.discover,
+            "subscriptions/listen": self.listen,
+            "completion/complete": self.pass_through,
+        }
+        table.update(dict.fromkeys(methods.LISTS, self.pass_through))
+        table.update(dict.fromkeys(methods.INTERRUPTIBLE, self.call))
+        table.update(dict.fromkeys(methods.TASKS, self.task))
+        return table
 
-    async def _legacy_stream(
-        self, request: web.Request, legacy: LegacyLane, headers: Mapping[str, str]
-    ) -> web.StreamResponse:
-        """A legacy client's GET (its session's stream) or DELETE (its session's end).
+    async def call(
+        self,
+        served: RequestServed,
+        message: inbound.FrontRequest,
+        headers: Mapping[str, str],
+        channel: ResponseChannel,
+    ) -> dict[str, Any]:
+        """A call, through the bridge (or as a task); its outcome is its `resultType`.
 
         Raises:
-            LegacyMethodNotAllowed, ForbiddenOrigin, and what the front door and the lane raise
+            RpcError; InsufficientScope for a `resources/read` result the caller may not see
         """
-        if request.method not in ("GET", "DELETE"):
-            raise LegacyMethodNotAllowed()
-        self.policy.check(headers)
-        caller = await self.front_door.admit(request.headers.get("Authorization"))
-        log_context.bind(era="legacy", upstream=self.upstream.name)
-        if request.method == "GET":
-            return await legacy.get(request, caller, headers)
-        return await legacy.delete(request, caller, headers)
+        task_support = None
+        if message.method == "tools/call":
+            declared = await self.tool_headers.for_tool(message.target)
+            params.check_param_headers(declared, message.params.get("arguments"), headers)
+            task_support = self.tool_headers.task_support(message.target)
+        channel.start_keepalive()
+        caller = served.caller
+        result = await self.tasks.call(
+            self.upstream, message, caller.principal, channel.notify, task_support
+        )
+        served.outcome = result.get("resultType", "complete")
+        self.front_door.check_result(caller, message.method, result)
+        return result
 
-    async def _listen(
-        self, caller: Caller, message: inbound.FrontRequest, channel: ResponseChannel
+    async def task(
+        self,
+        served: RequestServed,
+        message: inbound.FrontRequest,
+        headers: Mapping[str, str],
+        channel: ResponseChannel,
+    ) -> dict[str, Any]:
+        return await self.tasks.serve(message, served.caller.principal)
+
+    async def discover(
+        self,
+        served: RequestServed,
+        message: inbound.FrontRequest,
+        headers: Mapping[str, str],
+        channel: ResponseChannel,
+    ) -> dict[str, Any]:
+        info = await self.pool.upstream_info()
+        return translate.discover_result(
+            info,
+            self.upstream.cache,
+            listens=self.listens.enabled,
+            legacy=self.legacy,
+            tasks=self.upstream.has_tasks or serves_legacy_tasks(info.capabilities),
+        )
+
+    async def listen(
+        self,
+        served: RequestServed,
+        message: inbound.FrontRequest,
+        headers: Mapping[str, str],
+        channel: ResponseChannel,
     ) -> dict[str, Any] | None:
         """Serve a `subscriptions/listen` stream until it ends (its result, or None when it
         is cut short). Raises: RpcError, before the stream is acknowledged."""
         if not self.listens.enabled:
             raise MethodNotFound("Method not found: subscriptions/listen (limits.max_listens is 0)")
+        caller = served.caller
         asked = listen_wire.read_filter(message.params)
         for uri in asked.resources:
             self.front_door.check_target(caller, "resources/read", uri)
@@ -276,9 +165,10 @@ class McpEndpoint:
             return True
 
         expires_at = caller.identity.expires_at if caller.identity is not None else None
+        clock = self.bridge.clock
         with self.listens.opened(self.upstream.name, caller.principal) as inbox:
             channel.start_keepalive()
-            return await serve(
+            result = await serve(
                 self.pool,
                 inbox,
                 message.id,
@@ -286,27 +176,43 @@ class McpEndpoint:
                 channel.notify,
                 may_read,
                 self.upstream.name,
-                None if expires_at is None else max(0.0, expires_at - self.bridge.clock.wall_s()),
-                clock=self.bridge.clock,
+                None if expires_at is None else max(0.0, expires_at - clock.wall_s()),
+                clock=clock,
             )
+        if result is None:
+            served.outcome = "cut_short"
+        return result
 
-    async def _pass_through(self, message: inbound.FrontRequest, principal: str) -> dict[str, Any]:
+    async def pass_through(
+        self,
+        served: RequestServed,
+        message: inbound.FrontRequest,
+        headers: Mapping[str, str],
+        channel: ResponseChannel,
+    ) -> dict[str, Any]:
+        """A list or a completion, passed straight through; a list as the caller may see
+        it (its scopes, then the `listing` seam)."""
+        method = message.method
         result = await self._request(
             message.envelope.capabilities,
-            principal,
-            message.method,
+            served.caller.principal,
+            method,
             translate.upstream_params(message, None),
             message.trace,
         )
-        if message.method == "tools/list":
+        if method == "tools/list":
             self.tool_headers.learn(result)
         info = self.pool.info
-        return translate.decorate_result(
-            message.method,
+        result = translate.decorate_result(
+            method,
             result,
             server_info=info.server_info if info else None,
             cache=self.upstream.cache,
         )
+        result = self.front_door.visible(served.caller, method, result)
+        if self.seams.listing and method in methods.LISTS:
+            result = self.seams.listed(served, method, result)
+        return result
 
     async def _request(
         self,
@@ -338,16 +244,3 @@ class McpEndpoint:
         return await self._request(
             NO_CAPABILITIES, None, "tools/list", {"cursor": cursor} if cursor else {}
         )
-
-
-class FrontStreams:
-    """`gateway.legacy_clients.relay.StreamHooks` for the front: a stream the legacy lane
-    answers names its request (`X-Request-Id`), and the error middleware knows it began."""
-
-    def heading(self, request: web.Request, headers: dict[str, str]) -> None:
-        request_id = request.get(REQUEST_ID)
-        if request_id is not None:
-            headers["X-Request-Id"] = request_id
-
-    def begun(self, request: web.Request, response: web.StreamResponse) -> None:
-        request[STREAM] = response

@@ -1,18 +1,18 @@
-"""Middlewares: request ids and the one place errors become HTTP responses.
+"""Middlewares: request ids and the error middleware, and how an error is answered.
 
 Order (stated once, in `gateway.app`): request id -> errors -> handler. A
 `GatewayError` becomes its mapped status and body; anything unexpected becomes
 a generic 500 whose details go only to the log, never a traceback on the wire
 (or, once a streamed answer has begun, the end of that stream and its connection).
+What an error is answered with is `gateway.protocol.rendering`'s, for every error of
+either era: here it is sent as JSON (`error_response`), and an error refused before
+any request was read is logged once (`rejected`: `request_rejected`).
 """
 
 from __future__ import annotations
 
 import itertools
 import secrets
-from collections.abc import Mapping
-from types import MappingProxyType
-from typing import Any
 
 import structlog
 from aiohttp import web
@@ -23,31 +23,37 @@ from gateway.auth.errors import AuthError
 from gateway.errors import HttpError, RpcError
 from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import RequestId
+from gateway.protocol.rendering import rendered
 
 log = structlog.get_logger("gateway.web")
 
 
-def rpc_error_reply(exc: RpcError, rid: RequestId | None) -> tuple[dict[str, Any], int]:
-    """The JSON-RPC error message and HTTP status answering `exc`: the one mapping.
-
-    The error's class carries both (`RpcError.error_object`, `RpcError.status`).
-    """
-    return jsonrpc.error(rid, exc.error_object()), exc.status
-
-
-#: No headers beyond the answer's own (what most errors send).
-NO_HEADERS: Mapping[str, str] = MappingProxyType({})
-
-
-def rpc_error_headers(exc: RpcError) -> Mapping[str, str]:
-    """The headers a JSON answer to `exc` carries: `Retry-After` for an error of a moment."""
-    if exc.retry_after_s is None:
-        return NO_HEADERS
-    return {"Retry-After": str(exc.retry_after_s)}
+def error_response(error: BaseException, rid: RequestId | None = None) -> web.Response:
+    """`error` answered as JSON (`gateway.protocol.rendering.rendered`), for the request
+    of id `rid` (None: none was read)."""
+    answer = rendered(error, rid)
+    if answer.message is None:
+        return web.Response(status=answer.status, headers=answer.headers)
+    return web.Response(
+        status=answer.status,
+        body=jsonrpc.dumps(answer.message),
+        content_type="application/json",
+        headers=answer.headers,
+    )
 
 
-#: The body of a 500: what went wrong is for the log only, never on the wire.
-INTERNAL_ERROR_BODY = jsonrpc.dumps(jsonrpc.error(None, RpcError().error_object()))
+def rejected(error: RpcError, rid: RequestId | None = None) -> web.Response:
+    """The answer to a body refused before it was a request the gateway serves (not
+    JSON, not a valid 2026 request): one `request_rejected` line, no `request_served`."""
+    response = error_response(error, rid)
+    log.info(
+        "request_rejected",
+        code=error.error_object()["code"],
+        error=error.message,
+        status=response.status,
+    )
+    return response
+
 
 _REQUEST_IDS = itertools.count(1)
 _REQUEST_ID_PREFIX = secrets.token_hex(4)
@@ -72,8 +78,7 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
     request_id = (
         incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else _next_request_id()
     )
-    log_context.clear()
-    log_context.bind(request_id=request_id)
+    log_context.begin(request_id=request_id)
     request[REQUEST_ID] = request_id
     # Every response names its request: set here on a JSON answer or an error, on
     # aiohttp's own refusals (a path nothing is served at), and by `ResponseChannel` on
@@ -89,29 +94,25 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
     return response
 
 
-def _refusal_body(detail: str) -> bytes:
-    """The body of an HTTP-level refusal: a JSON-RPC error without id saying what is wrong."""
-    return jsonrpc.dumps(jsonrpc.error(None, {"code": -32600, "message": detail}))
+class FrontStreams:
+    """`gateway.legacy_clients.relay.StreamHooks` for the front: a stream the legacy lane
+    answers names its request (`X-Request-Id`), and the error middleware knows it began."""
 
+    def heading(self, request: web.Request, headers: dict[str, str]) -> None:
+        request_id = request.get(REQUEST_ID)
+        if request_id is not None:
+            headers["X-Request-Id"] = request_id
 
-def _http_error(exc: HttpError) -> web.Response:
-    """An error of the HTTP layer: its status and headers (a challenge, Allow, Retry-After),
-    and a JSON-RPC error without id saying what is wrong (405 has no body)."""
-    if exc.http_status == 405:
-        return web.Response(status=405, headers=exc.headers)
-    return web.Response(
-        status=exc.http_status,
-        body=_refusal_body(exc.detail),
-        content_type="application/json",
-        headers=exc.headers,
-    )
+    def begun(self, request: web.Request, response: web.StreamResponse) -> None:
+        request[STREAM] = response
 
 
 def closing_refusal(kind: type[web.HTTPException], detail: str) -> web.HTTPException:
     """aiohttp's answer `kind`, with the body of the gateway's HTTP refusals, after which
     the connection closes (`Connection: close`): for a request whose body cannot be read
     to its end, after which the connection holds no sound next request."""
-    refusal = kind(text=_refusal_body(detail).decode(), content_type="application/json")
+    message = rendered(HttpError(detail)).message
+    refusal = kind(text=jsonrpc.dumps(message).decode(), content_type="application/json")
     refusal.force_close()
     return refusal
 
@@ -121,28 +122,19 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         response: web.StreamResponse = await handler(request)
         return response
-    except AuthError as exc:
-        # The reason (expired, wrong audience, missing scope ...) is for the log only.
-        log.info("request_refused", status=exc.http_status, reason=exc.reason, path=request.path)
-        return _http_error(exc)
     except HttpError as exc:
-        log.info("request_refused", status=exc.http_status, reason=exc.detail, path=request.path)
-        return _http_error(exc)
+        # An identity's reason (expired, wrong audience, missing scope ...) is for the log only.
+        reason = exc.reason if isinstance(exc, AuthError) else exc.detail
+        log.info("request_refused", status=exc.http_status, reason=reason, path=request.path)
+        return error_response(exc)
     except RpcError as exc:  # before the body was a request (e.g. not JSON): no id to answer
-        body, status = rpc_error_reply(exc, None)
-        log.info("request_rejected", code=body["error"]["code"], error=exc.message, status=status)
-        return web.Response(
-            status=status,
-            body=jsonrpc.dumps(body),
-            content_type="application/json",
-            headers=rpc_error_headers(exc),
-        )
+        return rejected(exc)
     except (web.HTTPException, ConnectionResetError):  # the latter: its connection ends
         raise
-    except Exception:
+    except Exception as exc:
         log.exception("unhandled_error", path=request.path)
         begun: web.StreamResponse | None = request.get(STREAM)
         if begun is not None:  # nothing may follow a stream's head but its end
             begun.force_close()
             return begun
-        return web.Response(status=500, body=INTERNAL_ERROR_BODY, content_type="application/json")
+        return error_response(exc)

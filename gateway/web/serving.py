@@ -24,7 +24,7 @@ chooses its public settings. What they give a client:
   flight get `SHUTDOWN_GRACE_S` to finish before their handlers are cancelled (and waited
   for) ahead of the application's clean-up.
 
-The body's own bound (`limits.body_timeout_s`) is the handlers' (`handlers.read_body`):
+The body's own bound (`limits.body_timeout_s`) is the request pipeline's (`pipeline.read_body`):
 aiohttp's timer does not run while a handler reads. Nothing here parses HTTP or reaches
 into aiohttp's internals.
 """

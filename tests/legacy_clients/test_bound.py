@@ -19,7 +19,7 @@ import pytest
 
 from gateway.legacy_clients.bound import BoundUpstream
 from gateway.legacy_clients.lane import LegacyLane
-from gateway.web.handlers import McpEndpoint
+from gateway.web.pipeline import Pipeline
 from tests.legacy_clients.test_sdk_client import STEPS, run_script
 from tests.peers.tooling import LegacyClient, LegacyServer, legacy_stdio_command
 from tests.support.inprocess import Gateway
@@ -39,7 +39,7 @@ def lane(gateway: Gateway) -> LegacyLane:
     for resource in gateway.app.router.resources():
         for route in resource:
             endpoint = getattr(route.handler, "__self__", None)
-            if isinstance(endpoint, McpEndpoint) and endpoint.legacy is not None:
+            if isinstance(endpoint, Pipeline) and endpoint.legacy is not None:
                 return endpoint.legacy
     raise AssertionError("no legacy lane")
 

@@ -19,8 +19,8 @@ from structlog.testing import capture_logs
 
 from gateway.aio import spawn
 from gateway.web.channel import ResponseChannel
-from gateway.web.handlers import read_body
 from gateway.web.middleware import error_middleware, request_id_middleware
+from gateway.web.pipeline import read_body
 from gateway.web.serving import Served, serve
 from tests.support.raw_http import closed, post, read_response
 

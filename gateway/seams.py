@@ -1,0 +1,130 @@
+"""A request as the pipeline hands it on, to either era's lane and to the seams.
+
+Who sends it (`Caller`), what its end says (`RequestServed`: its `request_served` line,
+its metrics), and the seams where the gateway's next capabilities hook in (`Seams`),
+each plugged once for both eras (`gateway.web.pipeline` serves 2026 clients and hands
+2025 clients' requests to `gateway.legacy_clients.lane`; both call the same seams):
+
+- `listing`: a list result (`tools/list`, `prompts/list`, `resources/list`,
+  `resources/templates/list`) on its way out, after the route's scopes left out what the
+  caller may not see: a catalog filters or renames its entries;
+- `calling`: a call (`tools/call`, `prompts/get`, `resources/read`; a 2026 retry is one
+  too: it carries `requestState`) on its way in, before its target's scopes are checked
+  or anything is sent upstream: a catalog refuses a hidden tool or gives the name the
+  upstream knows it by, an approval is asked and waited for;
+- `ended`: a request at its end, as its `request_served` line says it (a call's round or
+  its end, a client's answer to a server request, a list): an audit trail.
+
+Each seam is a tuple of callables run in order; empty (`NO_SEAMS`), a request pays one
+attribute read for it. Nothing here does I/O nor knows aiohttp, so the legacy lane, which
+must not import the web part, is handed the same objects as the 2026 lane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from gateway.protocol.era import Lane
+from gateway.protocol.jsonrpc import RequestId
+
+if TYPE_CHECKING:
+    from gateway.auth import Identity
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """The principal of one request, and what it may do (`gateway.web.front_door`)."""
+
+    principal: str  # sealed into requestState and session ids, keys the caps and limits
+    log_id: str  # what logs carry
+    identity: Identity | None  # None: the route is not authenticated
+
+
+#: A request that names no tool, prompt or resource.
+NO_TARGET: Mapping[str, str] = MappingProxyType({})
+
+
+class RequestServed:
+    """One request as it is served, either era, filled in as it goes: what its end reads
+    (its `request_served` line and metrics, the `ended` seam). The pipeline makes it once
+    the request is read; a lane sets what it learns (the method of a 2025 client's
+    message, its session, how its answer ended)."""
+
+    __slots__ = (
+        "lane",
+        "caller",
+        "started",
+        "method",
+        "rid",
+        "target",
+        "status",
+        "outcome",
+        "session",
+    )
+
+    def __init__(
+        self,
+        lane: Lane,
+        caller: Caller,
+        started: float,
+        method: str = "unknown",
+        rid: RequestId | None = None,
+        target: Mapping[str, str] = NO_TARGET,
+        status: int = 500,
+        outcome: str = "error",
+    ) -> None:
+        self.lane = lane  # which era's client sent it
+        self.caller = caller
+        self.started = started  # on the era's clock, where its duration is counted from
+        self.method = method  # the JSON-RPC method ("response": a client's answer)
+        self.rid = rid  # the JSON-RPC id its answer carries; None for a notification
+        self.target = target  # what a call names, as a log line's key (`inbound.logged_target`)
+        self.status = status  # the HTTP status answered
+        self.outcome = outcome  # complete, input_required, error, refused, cut_short, ...
+        self.session: str | None = None  # a 2025 session id's stand-in in logs
+
+
+#: A list result on its way out, with its list method: the result to send (the same
+#: object when unchanged).
+ListSeam = Callable[[RequestServed, str, dict[str, Any]], dict[str, Any]]
+#: A call on its way in: the params to go on with (the same object when unchanged).
+#: Raises a `GatewayError` to refuse the call (it is answered as any other).
+CallSeam = Callable[[RequestServed, dict[str, Any]], Awaitable[dict[str, Any]]]
+#: A request at its end, as its `request_served` line says it.
+EndSeam = Callable[[RequestServed], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Seams:
+    """The seams of one gateway, the same for both eras (see the module docstring)."""
+
+    listing: tuple[ListSeam, ...] = ()
+    calling: tuple[CallSeam, ...] = ()
+    ended: tuple[EndSeam, ...] = ()
+
+    def listed(self, served: RequestServed, method: str, result: dict[str, Any]) -> dict[str, Any]:
+        """`result` of list method `method` as the `listing` seams show it."""
+        for seam in self.listing:
+            result = seam(served, method, result)
+        return result
+
+    async def called(self, served: RequestServed, params: dict[str, Any]) -> dict[str, Any]:
+        """The params a call goes on with, once every `calling` seam let it in.
+
+        Raises:
+            GatewayError: a seam refused the call.
+        """
+        for seam in self.calling:
+            params = await seam(served, params)
+        return params
+
+    def end(self, served: RequestServed) -> None:
+        for seam in self.ended:
+            seam(served)
+
+
+#: No capability plugged in: every seam passes what it is given on.
+NO_SEAMS = Seams()
