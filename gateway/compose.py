@@ -39,11 +39,13 @@ from gateway.legacy_clients.forwarding import Holder
 from gateway.legacy_clients.lane import LaneSettings, LegacyLane
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.streams import Streams
+from gateway.legacy_clients.trail import LaneTrail
 from gateway.legacy_clients.upstream import HttpPassThrough, LegacyUpstream
 from gateway.listens import Listens
 from gateway.membership import Inbox, Remoter, Resource, membership
 from gateway.observability import Metrics
 from gateway.protocol import state
+from gateway.protocol.formats import FleetLevel
 from gateway.protocol.legacy_session import SESSION_PREFIX
 from gateway.protocol.state import AesGcmKeyRing
 from gateway.seams import NO_SEAMS, Seams
@@ -92,15 +94,7 @@ def compose(
     incarnation = secrets.token_hex(4)
     owner = f"{config.replica_id}~{incarnation}"
     metrics = Metrics()
-    # Every call, round, task, refusal and 2025 session, recorded once (off without an
-    # `audit` section): what records is handed it.
-    audit = build_audit(
-        config.audit,
-        replica=owner,
-        clock=clock,
-        registry=metrics.registry,
-        log_salt=state.log_salt(config.sealing.keys),  # callers named as log lines name them
-    )
+    audit = _trail(config, owner, clock, metrics)  # what records is handed it
     shared = membership(config, clock, owner)  # alone, or one of a fleet
     store = TimedStore(shared.store, metrics)
     limits = config.limits
@@ -156,7 +150,18 @@ def compose(
     doors = build_front_doors(config, fetcher=fetcher, wall_s=clock.wall_s, limiter=limiter)
     remote = shared.remote  # how a lane reaches the sessions another replica holds
     lanes = _legacy_lanes(
-        config, http, credentials, doors, codec, metrics, streams, owner, clock, remote, seams
+        config,
+        http,
+        credentials,
+        doors,
+        codec,
+        metrics,
+        streams,
+        owner,
+        clock,
+        remote,
+        seams,
+        LaneTrails(audit, clock, shared.bus.level),
     )
     bound = {
         n: lane.upstream for n, lane in lanes.items() if isinstance(lane.upstream, BoundUpstream)
@@ -205,6 +210,31 @@ def compose(
         lanes=lanes,
         resources=resources,
     )
+
+
+def _trail(config: GatewayConfig, owner: str, clock: Clock, metrics: Metrics) -> Audit:
+    """The audit trail: every call, round, task, refusal and 2025 session, recorded once
+    (off without an `audit` section); its callers named as log lines name them."""
+    return build_audit(
+        config.audit,
+        replica=owner,
+        clock=clock,
+        registry=metrics.registry,
+        log_salt=state.log_salt(config.sealing.keys),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LaneTrails:
+    """What each legacy lane records in the trail with: the trail, the clock, and which
+    formats every replica reads (a call's questions are tagged once all read them)."""
+
+    audit: Audit
+    clock: Clock
+    level: FleetLevel
+
+    def of(self, route: str) -> LaneTrail:
+        return LaneTrail(self.audit, route=route, clock=self.clock, level=self.level)
 
 
 def _audited(audit: Audit) -> tuple[Resource, ...]:
@@ -302,6 +332,7 @@ def _legacy_lanes(
     clock: Clock,
     remote: Callable[[str, float, Clock], Remoter],
     seams: Seams,
+    trails: LaneTrails,
 ) -> dict[str, LegacyLane]:
     """The legacy lane of every route, by upstream name; none when `legacy.enabled` is off.
     A Streamable HTTP upstream is passed through; a stdio or HTTP+SSE one's sessions are
@@ -354,6 +385,7 @@ def _legacy_lanes(
             clock=clock,
             remote=remote(upstream.name, config.limits.hold_timeout_s, clock),
             seams=seams,
+            trail=trails.of(upstream.name),
         )
     return lanes
 

@@ -52,6 +52,7 @@ class Kind(StrEnum):
     LEGACY_SESSION = "legacy session"  # a sealed legacy session id (`legacy_session`)
     TASK = "task"  # a task's sealed record (`gateway.tasks`, `gateway.protocol.tasks`)
     AUDIT_EVENT = "audit event"  # an event of the audit trail (`gateway.protocol.audit`)
+    LEGACY_QUESTION = "legacy question id"  # a tagged question id (`legacy_questions`)
 
 
 #: The version of each kind written at each level; None: that level does not know the kind.
@@ -77,6 +78,11 @@ VERSIONS: dict[Kind, dict[int, int | None]] = {
     # kind they never read, its version at every level. Its version is its schema's
     # (`gateway.protocol.audit.SCHEMA`): raise it when a field changes meaning.
     Kind.AUDIT_EVENT: {1: 1, 2: 1},
+    # A question a 2025 client is asked within a call, its id tagged with the call (for
+    # the audit trail), came with level 2: its answer may reach any replica, and one of
+    # level 1 would pass the tagged id on to the server, which would not know it. Held
+    # back while a replica of level 1 lives (the lane then relays ids as they came).
+    Kind.LEGACY_QUESTION: {1: None, 2: 1},
 }
 
 
