@@ -147,7 +147,9 @@ def compose(
     )
     rate = limits.rate_per_principal
     limiter = shared.rate_limiter(rate, clock.wall_s) if rate.enabled else None
-    doors = build_front_doors(config, fetcher=fetcher, wall_s=clock.wall_s, limiter=limiter)
+    doors = build_front_doors(
+        config, fetcher=fetcher, wall_s=clock.wall_s, limiter=limiter, audit=audit
+    )
     remote = shared.remote  # how a lane reaches the sessions another replica holds
     lanes = _legacy_lanes(
         config,
