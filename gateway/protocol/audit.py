@@ -478,8 +478,8 @@ class SessionOpened(AuditEvent):
 
 @dataclass(slots=True, kw_only=True)
 class SessionClosed(AuditEvent):
-    """A 2025 client's session ended: `how` is `deleted` (by its client), `expired` (its
-    lifetime, or idle), or `lost` (its upstream session is gone)."""
+    """A 2025 client's session ended: `how` is `deleted` (by its client; a session that
+    lapses is not noticed: nothing is kept per session)."""
 
     session: str
     upstream: str
