@@ -31,13 +31,17 @@ from typing import Any
 
 import structlog
 
+from gateway import logging as log_context
 from gateway.aio import spawn
+from gateway.audit.trail import OFF, Audit, who
 from gateway.clock import Clock
 from gateway.config import PINNING_BLOCK, PINNING_OFF, UpstreamConfig
 from gateway.errors import InvalidParams, RpcError, StoreError, UpstreamError
 from gateway.protocol import pins as pinning
 from gateway.protocol import translate
+from gateway.protocol.audit import Era, Refusal, RequestRefused
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
+from gateway.protocol.era import Lane
 from gateway.protocol.methods import LISTS
 from gateway.protocol.translate import CachePolicy
 from gateway.seams import NO_SEAMS, RequestServed, Seams
@@ -300,8 +304,10 @@ class Catalog:
     eras through (`gateway.seams`): `lists` (a list from the catalog), `listing` (a list
     as clients see it), `calling` (a name admitted, or refused as unknown)."""
 
-    def __init__(self, catalogs: Mapping[str, UpstreamCatalog]) -> None:
+    def __init__(self, catalogs: Mapping[str, UpstreamCatalog], audit: Audit = OFF) -> None:
+        """`audit`: the trail, told of each hidden or blocked name a client asked for."""
         self._catalogs = dict(catalogs)
+        self.audit = audit
 
     def __getitem__(self, upstream: str) -> UpstreamCatalog:
         return self._catalogs[upstream]
@@ -352,5 +358,36 @@ class Catalog:
         name = params.get(member)
         if not isinstance(name, str):
             return params  # malformed: the request's own checks answer it
-        own = await catalog.admit(method, name, NO_CAPABILITIES, served.caller.principal)
+        try:
+            own = await catalog.admit(method, name, NO_CAPABILITIES, served.caller.principal)
+        except UnknownTarget:
+            if catalog.upstream.exposure.upstream_name(method, name) is None:
+                self._refused(served, Refusal.TOOL_HIDDEN, "hidden by the exposure rules", name)
+            raise
+        except ToolNotApproved as exc:
+            self._refused(served, Refusal.TOOL_BLOCKED, exc.message, name, exc.http_status)
+            raise
         return params if own == name else {**params, member: own}
+
+    def _refused(
+        self, served: RequestServed, refusal: Refusal, reason: str, name: str, status: int = 400
+    ) -> None:
+        """A refusal of the catalog's in the audit trail (the client gets the answer an
+        unknown name gets, or the tool's refusal)."""
+        if not self.audit.on:
+            return
+        caller = served.caller
+        self.audit.emit(
+            RequestRefused(
+                principal=who(caller.principal, caller.log_id, caller.identity),
+                request_id=log_context.bound("request_id"),
+                refusal=refusal,
+                reason=reason,
+                era=Era.MODERN if served.lane is Lane.MODERN else Era.LEGACY,
+                upstream=served.upstream,
+                method=served.method,
+                target=name,
+                status=status,
+                session=served.session,
+            )
+        )

@@ -6,6 +6,7 @@ mrtr-gateway serve --upstream-command 'node server.js stdio' [--path /mcp] [--ho
 mrtr-gateway check-config FILE
 mrtr-gateway keygen
 mrtr-gateway apikey --id ID --scopes S [S ...]
+mrtr-gateway audit tail [--config FILE] [--follow] [--since WHEN] [--principal P] [--tool T]
 
 A flag overrides the same setting from the environment and from the file:
 flag > environment variable > file > default. The flags are written into the YAML
@@ -13,7 +14,8 @@ data before validation, so every rule (a Redis store needs a shared sealing key,
 ...) applies to the combined result. Quick-start flags (--path, --transport) describe
 the one upstream of --upstream or --upstream-command and are refused with --config.
 
-Only `serve` imports aiohttp and the app: check-config and keygen stay light.
+Only `serve` imports aiohttp and the app: check-config and keygen stay light (`audit
+tail` imports the Redis client).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import structlog
 
 from gateway import __version__
 from gateway.aio import spawn
+from gateway.audit.command import add_parser as add_audit
 from gateway.config import (
     BOUND_TRANSPORTS,
     ENV_KEYS,
@@ -48,6 +51,7 @@ from gateway.config import (
     load_config,
     parse_config,
 )
+from gateway.config.audit import audit_line
 from gateway.errors import ConfigError
 from gateway.protocol.state import generate_key
 
@@ -165,6 +169,7 @@ def _parser() -> argparse.ArgumentParser:
     which = approve.add_mutually_exclusive_group(required=True)
     which.add_argument("--tool", action="append", help="a tool, by the server's own name")
     which.add_argument("--all", action="store_true", help="every drifted tool of the upstream")
+    add_audit(commands)
     return parser
 
 
@@ -390,7 +395,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "pins":
             from gateway.pins_cli import pins_command
 
-            return pins_command(args)
+            try:
+                return pins_command(args)
+            except ConfigError as exc:
+                _print_mistakes(args.config, exc)
+                return 2
+        if args.command == "audit":
+            from gateway.audit.tail import tail_command
+
+            try:
+                return tail_command(args)
+            except ConfigError as exc:
+                _print_mistakes(args.config, exc)
+                return 2
         if args.command == "check-config":
             try:
                 config = load_config(args.file)
@@ -403,6 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{args.file}: OK; upstreams: {names}")
             print(_legacy_line(config))
             print(_tasks_line(config))
+            print(audit_line(config.audit))
             if config.sealing.ephemeral:
                 print(
                     "warning: no sealing key configured; "

@@ -8,11 +8,12 @@ fleet (the store, the bus, the ledger of sessions and the change feed on Redis).
 after it asks which it is.
 
 `Components.resources` lists what opens and closes, in the order it opens (it closes in
-reverse): tracing, the HTTP clients, the store, the upstream pools, the bus, the ledger
-and the change feed (on a fleet), the replica-bound legacy sessions, and the calls and
-tasks. Opening and closing them, and the routes, are `gateway.app`'s. The seams where
-capabilities hook into requests (`gateway.seams`) are handed to the legacy lanes here
-and to the 2026 lanes with the routes.
+reverse): tracing, the audit trail (closed after everything that records in it), the
+HTTP clients, the store, the upstream pools, the bus, the ledger and the change feed (on
+a fleet), the replica-bound legacy sessions, and the calls and tasks. Opening and
+closing them, and the routes, are `gateway.app`'s. The seams where capabilities hook
+into requests (`gateway.seams`) are handed to the legacy lanes here and to the 2026 lanes
+with the routes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 
 import structlog
 
+from gateway.audit.build import build_audit
+from gateway.audit.trail import Audit, reopen_on_sighup
 from gateway.auth import ClientCredentialsSource
 from gateway.auth.fetcher import AiohttpFetcher
 from gateway.calls.bridge import Bridge
@@ -37,11 +40,13 @@ from gateway.legacy_clients.forwarding import Holder
 from gateway.legacy_clients.lane import LaneSettings, LegacyLane
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.streams import Streams
+from gateway.legacy_clients.trail import LaneTrail
 from gateway.legacy_clients.upstream import HttpPassThrough, LegacyUpstream
 from gateway.listens import Listens
 from gateway.membership import Inbox, Remoter, Resource, membership
 from gateway.observability import Metrics
 from gateway.protocol import state
+from gateway.protocol.formats import FleetLevel
 from gateway.protocol.legacy_session import SESSION_PREFIX
 from gateway.protocol.pins import Drift
 from gateway.protocol.state import AesGcmKeyRing
@@ -66,6 +71,7 @@ class Components:
     owner: str  # this replica in the fleet: its name and this start's incarnation
     incarnation: str
     metrics: Metrics
+    audit: Audit
     store: SuspendedCallStore
     pools: Mapping[str, SessionPool]
     #: What readiness asks of the fleet, by name: on a fleet, whether the lease is held.
@@ -94,6 +100,7 @@ def compose(
     incarnation = secrets.token_hex(4)
     owner = f"{config.replica_id}~{incarnation}"
     metrics = Metrics()
+    audit = _trail(config, owner, clock, metrics)  # what records is handed it
     shared = membership(config, clock, owner)  # alone, or one of a fleet
     store = TimedStore(shared.store, metrics)
     limits = config.limits
@@ -117,7 +124,7 @@ def compose(
         changed=changed,
     )
     pools = _pools(config, http, credentials, listens, metrics, clock)
-    catalog = changed.catalog = _catalog(config, pools, shared.pins, metrics, clock)
+    catalog = changed.catalog = _catalog(config, pools, shared.pins, metrics, clock, audit)
     seams = catalog.seams(seams)  # the catalog's first, for both eras
     ledger = shared.ledger(pools, metrics)
     streams = Streams(config.legacy.max_streams, config.legacy.max_streams_per_principal)
@@ -134,6 +141,7 @@ def compose(
         park=ledger.park,
         listens=listens,
         on_drain=(streams.end_all,),  # their clients reconnect elsewhere
+        audit=audit,
     )
     tasks = Tasks(
         bridge=bridge,
@@ -143,6 +151,7 @@ def compose(
         owner=owner,
         pools=pools,
         bus=shared.bus,
+        audit=audit,
     )
     metrics.bind(
         parked=lambda: bridge.parked,
@@ -153,10 +162,23 @@ def compose(
     )
     rate = limits.rate_per_principal
     limiter = shared.rate_limiter(rate, clock.wall_s) if rate.enabled else None
-    doors = build_front_doors(config, fetcher=fetcher, wall_s=clock.wall_s, limiter=limiter)
+    doors = build_front_doors(
+        config, fetcher=fetcher, wall_s=clock.wall_s, limiter=limiter, audit=audit
+    )
     remote = shared.remote  # how a lane reaches the sessions another replica holds
     lanes = _legacy_lanes(
-        config, http, credentials, doors, codec, metrics, streams, owner, clock, remote, seams
+        config,
+        http,
+        credentials,
+        doors,
+        codec,
+        metrics,
+        streams,
+        owner,
+        clock,
+        remote,
+        seams,
+        LaneTrails(audit, clock, shared.bus.level),
     )
     bound = {
         n: lane.upstream for n, lane in lanes.items() if isinstance(lane.upstream, BoundUpstream)
@@ -170,6 +192,7 @@ def compose(
 
     resources = (
         Resource("tracing", lambda: TRACING.configure("mrtr-gateway", owner), _flush_tracing),
+        *_audited(audit),
         Resource("fetcher", _nothing, fetcher.close),
         Resource("http", _nothing, http.close),
         Resource("store", _nothing, store.close),
@@ -192,6 +215,7 @@ def compose(
         owner=owner,
         incarnation=incarnation,
         metrics=metrics,
+        audit=audit,
         store=store,
         pools=pools,
         leases=shared.leases,
@@ -205,6 +229,50 @@ def compose(
         lanes=lanes,
         resources=resources,
     )
+
+
+def _trail(config: GatewayConfig, owner: str, clock: Clock, metrics: Metrics) -> Audit:
+    """The audit trail: every call, round, task, refusal and 2025 session, recorded once
+    (off without an `audit` section); its callers named as log lines name them."""
+    return build_audit(
+        config.audit,
+        replica=owner,
+        clock=clock,
+        registry=metrics.registry,
+        log_salt=state.log_salt(config.sealing.keys),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LaneTrails:
+    """What each legacy lane records in the trail with: the trail, the clock, and which
+    formats every replica reads (a call's questions are tagged once all read them)."""
+
+    audit: Audit
+    clock: Clock
+    level: FleetLevel
+
+    def of(self, route: str) -> LaneTrail:
+        return LaneTrail(self.audit, route=route, clock=self.clock, level=self.level)
+
+
+def _audited(audit: Audit) -> tuple[Resource, ...]:
+    """The audit trail's sinks, open from the first request to the last event (a file
+    opened again at every SIGHUP, for logrotate); none without a trail."""
+    if not audit.on:
+        return ()
+    undo: list[Callable[[], None]] = []
+
+    def start() -> None:
+        audit.start()
+        undo.append(reopen_on_sighup(audit))
+
+    async def close() -> None:
+        for step in undo:
+            step()
+        await audit.close()
+
+    return (Resource("audit", start, close),)
 
 
 def make_codec(config: GatewayConfig) -> AesGcmKeyRing:
@@ -271,6 +339,7 @@ def _catalog(
     pins: PinStore,
     metrics: Metrics,
     clock: Clock,
+    audit: Audit,
 ) -> Catalog:
     def drifted(upstream: str, drift: Drift) -> None:
         metrics.catalog_drift.labels(upstream, drift.severity).inc()
@@ -279,7 +348,8 @@ def _catalog(
         {
             u.name: UpstreamCatalog(u, pools[u.name], pins, clock, on_drift=drifted)
             for u in config.upstreams
-        }
+        },
+        audit,
     )
 
 
@@ -311,6 +381,7 @@ def _legacy_lanes(
     clock: Clock,
     remote: Callable[[str, float, Clock], Remoter],
     seams: Seams,
+    trails: LaneTrails,
 ) -> dict[str, LegacyLane]:
     """The legacy lane of every route, by upstream name; none when `legacy.enabled` is off.
     A Streamable HTTP upstream is passed through; a stdio or HTTP+SSE one's sessions are
@@ -363,6 +434,7 @@ def _legacy_lanes(
             clock=clock,
             remote=remote(upstream.name, config.limits.hold_timeout_s, clock),
             seams=seams,
+            trail=trails.of(upstream.name),
         )
     return lanes
 

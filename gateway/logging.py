@@ -73,6 +73,11 @@ def unbind(*keys: str) -> None:
     _BOUND.set({k: v for k, v in bound.items() if k not in keys})
 
 
+def bound(key: str) -> Any:
+    """What is bound under `key` for this request (None when nothing is)."""
+    return _BOUND.get().get(key)
+
+
 def clear() -> None:
     """Forget what was bound: a new request starts bare."""
     _BOUND.set({})

@@ -32,7 +32,13 @@ Checks, printed at the end (exit status 1 if any fails):
 - no duplicated tool body where none may run twice (takeover never re-runs a body;
   a replay re-runs only a replay-safe one), and no completion whose body never ran;
 - no call lost where the upstream allows takeover or the tool is replay-safe;
-- no call failed by the Redis restart; no call still parked once the clients are done.
+- no call failed by the Redis restart; no call still parked once the clients are done;
+- the audit trail, every sink's events joined (each replica's log stream and file, and
+  the fleet's Redis stream, which a Redis restart empties): no event id twice in a sink,
+  a call that ended started and ended once, each round asked once and answered at most
+  once; and every call a client completed is there under one call id (found by the
+  `X-Request-Id` its first request carried), started once and ended `complete`, however
+  many replicas, takeovers and replays it went through.
 With `--store sentinel|cluster` (a failover), calls may fail with a documented error
 (their numbers are printed); none may run twice, none may fail dirty.
 """
@@ -61,10 +67,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gateway.aio import spawn  # noqa: E402
+from gateway.config.audit import stream_key  # noqa: E402
 from gateway.protocol.state import generate_key  # noqa: E402
+from gateway.store.redis_client import connect  # noqa: E402
 from tests.peers.balancer import RoundRobin  # noqa: E402
 from tests.peers.redis_topologies import ClusterSet, SentinelSet  # noqa: E402
 from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer  # noqa: E402
+from tests.support import trail  # noqa: E402
 from tests.support.legacy import LegacyClient  # noqa: E402
 from tests.support.wire import default_headers, parse_sse_messages, rpc  # noqa: E402
 
@@ -139,10 +148,16 @@ class Fleet:
                 {"name": "resumable", "url": self.resumable.url, "path": "/resumable"},
             ],
         }
-        path = folder / "gateway.yaml"
-        path.write_text(yaml.safe_dump(config))
+        self.store_url = store_url
+        self.audit_files: list[Path] = []
         env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key()}
         for i in range(3):
+            # Each replica's trail: its log stream, a file of its own, the fleet's stream.
+            audit_file = folder / f"audit-gw-{i}.jsonl"
+            self.audit_files.append(audit_file)
+            config["audit"] = {"log": True, "file": {"path": str(audit_file)}, "stream": {}}
+            path = folder / f"gw-{i}.yaml"
+            path.write_text(yaml.safe_dump(config))
             self.replicas.append(GatewayProcess(path, env, f"gw-{i}"))
         self.balancer = RoundRobin([r.base for r in self.replicas], skip_refused=True)
 
@@ -221,8 +236,11 @@ async def faults(fleet: Fleet, tally: Tally, short: bool, log: list[str]) -> Non
         note(f"{victim.replica_id} restarted")
 
 
-async def post(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> tuple[int, Any]:
-    async with http.post(url, json=body, headers=default_headers(body)) as resp:
+async def post(
+    http: aiohttp.ClientSession, url: str, body: dict[str, Any], request_id: str
+) -> tuple[int, Any]:
+    headers = {**default_headers(body), "X-Request-Id": request_id}
+    async with http.post(url, json=body, headers=headers) as resp:
         raw = await resp.read()
         if resp.headers.get("Content-Type", "").startswith("text/event-stream"):
             messages = parse_sse_messages(raw)
@@ -245,7 +263,8 @@ async def one_call(
         sent = time.monotonic()
         for attempt in range(1, 6):
             try:
-                status, reply = await post(http, base + path, rpc("tools/call", params, rid=rid))
+                body = rpc("tools/call", params, rid=rid)
+                status, reply = await post(http, base + path, body, f"{run_id}-{rid}-{attempt}")
                 if status in (502, 503) and not isinstance(reply, dict):  # the balancer's
                     raise aiohttp.ClientError(str(reply))
                 if status == 503 and attempt < 5:  # draining, busy: as it says, send it again
@@ -308,6 +327,47 @@ async def body_runs(client: LegacyClient, tool: str, run_id: str) -> int:
     """How many times the body ran for `run_id`, asked of the legacy server directly."""
     result = await client.call_tool("runs", {"tool": tool, "run_id": run_id})
     return int(result["content"][0]["text"])
+
+
+async def trail_sinks(fleet: Fleet) -> dict[str, list[trail.Event]]:
+    """Every sink's events: each replica's log stream and file, and the fleet's stream."""
+    sinks: dict[str, list[trail.Event]] = {}
+    for replica, path in zip(fleet.replicas, fleet.audit_files, strict=True):
+        sinks[f"{replica.replica_id} log"] = trail.from_log(replica.logs().splitlines())
+        lines = path.read_bytes().splitlines() if path.exists() else []
+        sinks[f"{replica.replica_id} file"] = trail.from_lines(lines)
+    client = connect(fleet.store_url)
+    try:
+        entries = await client.xrange(stream_key("mrtr:", "audit"), "-", "+")
+    except Exception as exc:  # noqa: BLE001 - a failover may still be under way: said
+        print(f"the audit stream could not be read: {exc}")
+        entries = []
+    finally:
+        await client.aclose()
+    sinks["stream"] = trail.from_stream(entries)
+    return sinks
+
+
+def trail_checks(
+    sinks: dict[str, list[trail.Event]], completed: list[tuple[str, str, str]]
+) -> tuple[list[str], list[str]]:
+    """What the trail broke, and the calls clients completed that it does not hold whole."""
+    broken = trail.problems(sinks)
+    started: dict[str, list[str]] = collections.defaultdict(list)
+    for events in sinks.values():
+        for event in events:
+            if event["kind"] == "call.started":
+                run_id = str(event.get("request_id", "")).split("-", 1)[0]
+                if event["call_id"] not in started[run_id]:
+                    started[run_id].append(event["call_id"])
+    ended = trail.completed(sinks)
+    missing = []
+    for path, tool, run_id in completed:
+        calls = started.get(run_id, [])
+        if len(calls) != 1 or calls[0] not in ended:
+            found = {c: c in ended for c in calls}
+            missing.append(f"{path} {tool} {run_id}: started as {found} (ended complete?)")
+    return broken, missing
 
 
 async def parked_now(
@@ -389,6 +449,8 @@ async def main() -> int:
                     if not left or time.monotonic() > deadline:
                         break
                     await asyncio.sleep(0.5)
+            sinks = await trail_sinks(fleet)
+            trail_broken, not_in_trail = trail_checks(sinks, tally.completed)
         finally:
             if args.keep_logs:
                 args.keep_logs.mkdir(parents=True, exist_ok=True)
@@ -402,6 +464,24 @@ async def main() -> int:
     for kind, count in sorted(tally.outcomes.items(), key=lambda kv: -kv[1]):
         at = tally.when.get(kind)
         print(f"  {count:6d}  {kind}" + (f"  at {sorted(at)[:8]} s" if at else ""))
+    counts = {name: len(events) for name, events in sinks.items()}
+    print(f"audit events by sink: {counts}")
+    print(
+        f"facts recorded by two replicas around a crash (one id, kept once): "
+        f"{trail.around_a_crash(sinks)}"
+    )
+    logged = "".join(replica.logs() for replica in fleet.replicas)
+    moved = {e: logged.count(f'"event":"{e}"') for e in ("call_taken_over", "call_replayed")}
+    print(f"calls that went on elsewhere (their events under their own call id): {moved}")
+    for problem in trail_broken[:3]:  # what the trail holds of a call it broke a promise for
+        call_id = problem.split()[1].rstrip(":")
+        held = {
+            e["id"]: e for events in sinks.values() for e in events if e.get("call_id") == call_id
+        }
+        print(f"  {problem}:")
+        for event in sorted(held.values(), key=lambda e: e["time"]):
+            fields = ("time", "replica", "kind", "round", "outcome", "request_id", "error")
+            print("    " + " ".join(str(event.get(f, "")) for f in fields))
     crashes = [
         f"{replica.replica_id}: {crash_summary(line)}"
         for replica in fleet.replicas
@@ -430,6 +510,9 @@ async def main() -> int:
             [f"{k}={v:g}" for k, v in left.items()] if args.store == "standalone" else None
         ),
         "no unhandled error in a gateway": crashes,
+        "the audit trail: one start and one end a call, a round asked once and answered "
+        "at most once, no event id twice": trail_broken,
+        "every completed call in the audit trail, under one call id": not_in_trail,
     }
     if args.store != "standalone":
         print(

@@ -194,6 +194,26 @@ def test_listens_use_the_upstream_port_only() -> None:
     assert offenders("gateway.listens", forbidden) == set()
 
 
+#: What of the audit trail records may import: the trail (`Audit`, `emit`) and the
+#: schema. The sinks, the stream on Redis and the command are the wiring's business.
+AUDIT_SINKS = {
+    "gateway.audit.sinks",
+    "gateway.audit.backlog",
+    "gateway.audit.stream",
+    "gateway.audit.build",
+    "gateway.audit.tail",
+    "gateway.audit.command",
+}
+
+
+def test_what_records_the_audit_trail_is_handed_it_and_knows_no_sink() -> None:
+    for part in ("gateway.calls", "gateway.tasks", "gateway.legacy_clients", "gateway.web"):
+        assert offenders(part, AUDIT_SINKS) == set()
+    # The trail itself is no transport: it hands lines to sinks it is given.
+    forbidden = {"aiohttp", "redis", "gateway.store", "gateway.fleet", "gateway.web"}
+    assert offenders("gateway.audit.trail", forbidden | {"gateway.audit.stream"}) == set()
+
+
 def test_the_rule_finder_names_a_forbidden_import() -> None:
     assert "gateway.tasks.service: gateway.store.tasks" in offenders(
         "gateway.tasks", {"gateway.store"}

@@ -88,6 +88,32 @@ def test_check_config_names_the_tools_that_run_as_tasks(tmp_path: Path, capsys) 
     )
 
 
+def test_check_config_names_the_audit_sinks_and_the_content_kept_without_a_password(
+    tmp_path: Path, capsys
+) -> None:
+    config = tmp_path / "audit.yaml"
+    upstreams = "upstreams: [{name: web, url: 'http://127.0.0.1:9000/mcp'}]\n"
+    config.write_text(upstreams)
+    assert main(["check-config", str(config)]) == 0
+    assert "audit trail: off (no audit section)\n" in capsys.readouterr().out
+    config.write_text(
+        upstreams + f"audit:\n  log: true\n  file: {{path: {tmp_path}/audit.jsonl}}\n"
+        "  stream: {url: 'redis://:hunter2@audit:6379/0'}\n"
+        "  include_answers: true\n  redact: ['(?i)pin']\n"
+    )
+    assert main(["check-config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"audit trail: the log stream (audit lines); file {tmp_path}/audit.jsonl; "
+        "Redis stream mrtr:{audit}:events at redis://audit:6379/0; content recorded: "
+        "answers (through 1 redact patterns, at most 1024 bytes each)\n"
+    ) in out
+    assert "hunter2" not in out
+    config.write_text(upstreams + "audit: {}\n")
+    assert main(["check-config", str(config)]) == 2
+    assert "audit: name at least one sink" in capsys.readouterr().err
+
+
 _IO_MODULES_AFTER = """
 import json, sys
 from gateway.cli import main

@@ -17,7 +17,9 @@ from gateway.config import (
     load_config,
     parse_config,
 )
+from gateway.config.audit import AuditConfig, AuditFileConfig, AuditStreamConfig
 from gateway.errors import ConfigError
+from gateway.protocol.audit import ContentPolicy
 from gateway.protocol.state import generate_key
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,6 +118,18 @@ FULL = {
         "oauth": {"issuer": "https://login.example.com", "scopes": ["mcp"]},
     },
     "sealing": {"audience": "staging"},
+    "audit": {
+        "log": True,
+        "file": {"path": "/tmp/audit.jsonl"},
+        "stream": {"url": "redis://audit:6379/2", "name": "trail", "max_len": 500},
+        "buffer_events": 7,
+        "include_arguments": True,
+        "include_questions": True,
+        "include_answers": True,
+        "include_results": True,
+        "redact": ["(?i)secret"],
+        "max_value_bytes": 64,
+    },
     "store": {
         "url": "redis://redis:6379/1",
         "key_prefix": "gw:",
@@ -248,6 +262,97 @@ def test_every_field_is_read_from_the_file() -> None:
     assert config.allowed_hosts == {"mcp.example.com"} and config.upstreams[0].pool.min_idle == 0
     assert config.upstreams[0].tools["long"].task == TaskPolicy(
         support="required", after_s=2.0, ttl_s=60.0, poll_interval_ms=500
+    )
+
+
+def test_every_audit_field_is_read_from_the_file() -> None:
+    """The trail's section, leaf by leaf against its defaults (it has none as a whole)."""
+    env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key(), "UP_SECRET": "s3cret"}
+    audit = parse_config(FULL, env=env).audit
+    assert audit is not None and audit.file is not None and audit.stream is not None
+    loaded = _leaves(audit)
+    defaults = _leaves(AuditConfig(file=AuditFileConfig(), stream=AuditStreamConfig()))
+    assert [k for k in defaults if loaded[k] == defaults[k]] == []
+    assert audit.stream.key == "gw:{trail}:events"
+    assert [p.pattern for p in audit.redact] == ["(?i)secret"]
+    assert audit.policy == ContentPolicy(
+        arguments=True,
+        questions=True,
+        answers=True,
+        results=True,
+        redact=audit.redact,
+        max_bytes=64,
+    )
+
+
+def test_without_an_audit_section_there_is_no_trail() -> None:
+    assert parse_config({"upstreams": [UP]}, env={}).audit is None
+
+
+def test_the_audit_stream_is_on_the_stores_redis_unless_told_otherwise() -> None:
+    env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key(), "AUDIT_PW": "pw"}
+    data = {"upstreams": [UP], "store": {"url": "redis://r:6379/0"}, "audit": {"stream": {}}}
+    redis = parse_config(data, env=env).audit.stream
+    assert (redis.url, redis.key, redis.max_len) == (
+        "redis://r:6379/0",
+        "mrtr:{audit}:events",
+        100_000,
+    )
+    env["MRTR_GATEWAY_STORE_URL"] = "redis://elsewhere:6379/0"  # the store's, wherever it is set
+    assert parse_config(data, env=env).audit.stream.url == "redis://elsewhere:6379/0"
+    data["audit"] = {"stream": {"url": "redis://:${AUDIT_PW}@audit:6379/0"}}
+    assert parse_config(data, env=env).audit.stream.url == "redis://:pw@audit:6379/0"
+
+
+def test_an_audit_file_is_read_relative_to_the_config(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "upstreams: [{name: u, url: 'http://127.0.0.1:1/mcp'}]\n"
+        "audit: {file: {path: logs/audit.jsonl}}\n"
+    )
+    audit = load_config(path, env={}).audit
+    assert audit is not None and audit.file is not None
+    assert audit.file.path == str(tmp_path / "logs" / "audit.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("audit", "message"),
+    [
+        ({}, "audit: name at least one sink"),
+        (None, "audit: name at least one sink"),
+        ({"log": False}, "audit: name at least one sink"),
+        ({"lg": True}, "audit.lg: unknown key; did you mean log?"),
+        ({"log": "yes"}, "audit.log: expected bool"),
+        ({"file": {}}, "audit.file.path: the file to append events to is required"),
+        (
+            {"file": {"path": "/no/such/folder/a.jsonl"}},
+            "audit.file.path: the folder /no/such/folder does not exist",
+        ),
+        ({"file": {"path": "/tmp"}}, "audit.file.path: /tmp is a folder"),
+        ({"stream": {}}, "audit.stream.url: the store is in memory"),
+        ({"stream": {"url": "http://r"}}, "audit.stream.url: a Redis URL"),
+        ({"stream": {"url": "redis://r", "name": "a{b}"}}, "audit.stream.name: letters, digits"),
+        (
+            {"stream": {"url": "redis://r", "max_len": 0}},
+            "audit.stream.max_len: must be greater than 0",
+        ),
+        ({"stream": {"url": "redis://r", "key": "k"}}, "audit.stream.key: unknown key"),
+        (
+            {"stream": {"url": "redis://${NOT_SET}/0"}},
+            "audit.stream.url: environment variable NOT_SET is not set",
+        ),
+        ({"log": True, "redact": "secret"}, "audit.redact: expected a list of regular expressions"),
+        ({"log": True, "redact": ["ok", "("]}, "audit.redact[1]: not a regular expression"),
+        ({"log": True, "buffer_events": 0}, "audit.buffer_events: must be greater than 0"),
+        ({"log": True, "max_value_bytes": 8}, "audit.max_value_bytes: at least 16 bytes"),
+    ],
+)
+def test_bad_audit_sections_name_the_key_and_the_fix(audit: object, message: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"upstreams": [UP], "audit": audit}, env={})
+    assert any(problem.startswith(message) for problem in refused.value.problems), (
+        refused.value.problems
     )
 
 

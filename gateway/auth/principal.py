@@ -60,6 +60,24 @@ class Principal:
         return "anonymous"
 
 
+def parsed(key: str) -> Principal | None:
+    """The principal whose `key` this is (`jwt:...`, `key:...`, `anonymous`); None for
+    another form (no `auth`: a hash of a credential, which names no one)."""
+    if key == "anonymous":
+        return Principal.anonymous()
+    if key.startswith("key:"):
+        return Principal.for_api_key(key[4:])
+    if key.startswith("jwt:"):
+        parts = key[4:].split("|")
+        if len(parts) in (2, 3):
+            return Principal.for_token(*(_unescaped(p) for p in parts))
+    return None
+
+
+def _unescaped(part: str) -> str:
+    return part.replace("%7C", "|").replace("%25", "%")
+
+
 def _escaped(part: str) -> str:
     """`part` with `%` and `|` escaped: a subject's `|` cannot pass for the client's."""
     if "%" not in part and "|" not in part:

@@ -21,12 +21,14 @@ from gateway import clock as clocks
 from gateway import logging as log_context
 from gateway.aio import spawn
 from gateway.calls.forwarding import Forward
+from gateway.calls.trail import CallTrail
 from gateway.clock import Clock
 from gateway.config import UpstreamConfig
 from gateway.errors import ErrorWatch, InvalidRequestState, StoreError
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.call import Pending, check_answers
+from gateway.protocol.inbound import FrontRequest
 from gateway.store.base import PARKED, SuspendedCall, SuspendedCallStore
 
 log = structlog.get_logger("gateway.calls")
@@ -56,6 +58,7 @@ class Admission:
         alive: Callable[[str], Awaitable[bool]],
         written_back: Callable[[str], Awaitable[bool | None]],
         beat_s: float,
+        trail: CallTrail | None = None,
     ) -> None:
         """`beat_s`: the fleet's heartbeat, in which every wait here is counted (0 alone:
         no wait, there is no heartbeat to wait on)."""
@@ -76,23 +79,33 @@ class Admission:
         self.clock = clock
         self.metrics = metrics
         self._audience = audience
+        self.trail = trail or CallTrail()  # a refusal is recorded with its reason
 
     def audience(self, upstream: UpstreamConfig) -> str:
         """What every state minted for `upstream` is bound to."""
         return f"{self._audience}|{upstream.name}"
 
-    def _refusals(self, upstream: UpstreamConfig) -> _Refusals:
-        return _Refusals(self.metrics, upstream.name)
+    def _refusals(
+        self, upstream: UpstreamConfig, front: FrontRequest | None, call_id: str | None = None
+    ) -> _Refusals:
+        method, target = ("tools/call", None) if front is None else (front.method, front.target)
+        return _Refusals(self.metrics, upstream.name, self.trail, call_id, method, target)
 
     def open(
-        self, upstream: UpstreamConfig, token: Any, principal: str, digest: str
+        self,
+        upstream: UpstreamConfig,
+        token: Any,
+        principal: str,
+        digest: str,
+        front: FrontRequest | None = None,
     ) -> state.Claims:
-        """The verified claims of a retry's `requestState`.
+        """The verified claims of a retry's `requestState` (`front`'s, when given: what a
+        refusal names).
 
         Raises:
             InvalidRequestState
         """
-        with self._refusals(upstream):
+        with self._refusals(upstream, front):
             claims = state.open_claims(
                 self.codec,
                 token,
@@ -110,6 +123,7 @@ class Admission:
         claims: state.Claims,
         responses: Any,
         forward: Forward | None = None,
+        front: FrontRequest | None = None,
     ) -> SuspendedCall:
         """The parked record, claimed for this retry; bad answers are refused first.
         `forward`, the retry's way to another replica holding the call, goes with the
@@ -118,7 +132,7 @@ class Admission:
         Raises:
             InvalidRequestState, InvalidParams, StoreError
         """
-        with self._refusals(upstream):
+        with self._refusals(upstream, front, state.first_id(claims.call)):
             record = await self.store.get(claims.call)
             if record is None:
                 record = await self._written_back(claims)
@@ -198,6 +212,7 @@ class Admission:
         if stolen is None:
             raise InvalidRequestState("round already resumed (replay)")
         log.warning("round_claimed_from_dead_replica", dead=dead)
+        self.trail.maybe_answered(state.first_id(record.call_id), record.round)
         self.metrics.handoffs.labels("claimed_from_dead").inc()
         return stolen
 
@@ -267,15 +282,28 @@ def _unless_pushed(result: tuple[Claim, bool | None]) -> Claim:
 
 
 class _Refusals(ErrorWatch):
-    """Logs and counts a refused `requestState`."""
+    """Logs, counts and records in the audit trail a refused `requestState`."""
 
-    __slots__ = ("metrics", "upstream")
+    __slots__ = ("metrics", "upstream", "trail", "call_id", "method", "target")
 
-    def __init__(self, metrics: Metrics, upstream: str) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        upstream: str,
+        trail: CallTrail,
+        call_id: str | None,
+        method: str,
+        target: str | None,
+    ) -> None:
         self.metrics = metrics
         self.upstream = upstream
+        self.trail = trail
+        self.call_id = call_id
+        self.method = method
+        self.target = target
 
     def seen(self, error: BaseException) -> None:
         if isinstance(error, InvalidRequestState):
             log.warning("request_state_refused", reason=error.reason, upstream=self.upstream)
             self.metrics.state_refusals.labels(error.reason).inc()
+            self.trail.refused(self.upstream, error.reason, self.call_id, self.method, self.target)

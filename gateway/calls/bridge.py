@@ -15,12 +15,14 @@ from typing import Any
 import structlog
 
 from gateway import clock as clocks
+from gateway.audit.trail import OFF, Audit
 from gateway.calls.admission import Admission
 from gateway.calls.lifecycle import Lifecycle, Registry
 from gateway.calls.replicas import Replicas
 from gateway.calls.retries import Retries
 from gateway.calls.runner import Notify, Runner
 from gateway.calls.suspension import Park, Suspender, park_only
+from gateway.calls.trail import CallTrail
 from gateway.clock import Clock, SystemClock
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import Draining, RpcError
@@ -51,11 +53,13 @@ class Bridge:
         park: Park = park_only,
         listens: Listens | None = None,
         on_drain: Iterable[Callable[[], None]] = (),
+        audit: Audit = OFF,
     ) -> None:
         """`replicas`: this replica alone or in a fleet (`gateway.calls.replicas`);
         `park`: how a call's record is parked (on a fleet, its session withdrawn from the
         ledger meanwhile, `suspension.withdrawing`); `on_drain`: told when the replica
-        starts draining (what else it serves ends: legacy GET streams)."""
+        starts draining (what else it serves ends: legacy GET streams); `audit`: the
+        audit trail, told every call's start, rounds and end (`gateway.calls.trail`)."""
         self.config = config
         self.listens = listens
         self.on_drain = tuple(on_drain)
@@ -65,6 +69,8 @@ class Bridge:
         self.draining = False
         owner = owner or config.replica_id
         bus = replicas.bus
+        self.audit = audit
+        trail = CallTrail(audit, clock)
         self.admission = Admission(
             codec=codec,
             store=store,
@@ -75,6 +81,7 @@ class Bridge:
             alive=bus.alive,
             written_back=bus.written_back,
             beat_s=replicas.beat_s,
+            trail=trail,
         )
         # Whoever resumes a round keeps its outcome, on a fleet (`gateway.calls.outcomes`).
         outcomes = replicas.outcomes(store=store, metrics=metrics, ttl_s=limits.suspension_ttl_s)
@@ -86,6 +93,7 @@ class Bridge:
             owner=owner,
             lease_term=bus.lease_term,
             outcomes=outcomes,
+            trail=trail,
         )
         self.suspender = suspender = Suspender(
             lifecycle=lifecycle,
@@ -146,6 +154,7 @@ class Bridge:
         digest = state.RequestDigest(front.method, front.target, front.params.get("arguments"))
         token = front.params.get("requestState")
         responses = front.params.get("inputResponses") or {}
+        self.audit.act_for(principal)  # what the trail records names the caller
         if token is None:
             if self.draining:
                 raise Draining()
@@ -161,7 +170,7 @@ class Bridge:
         call cancelled upstream (a task cancelled while it waits for answers)."""
         digest = state.RequestDigest(front.method, front.target, front.params.get("arguments"))
         try:
-            claims = self.admission.open(upstream, token, principal, digest.value)
+            claims = self.admission.open(upstream, token, principal, digest.value, front)
         except RpcError:
             return  # expired meanwhile: its deadline ends it
         call = self.calls.get(claims.call)

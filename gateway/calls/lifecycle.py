@@ -35,6 +35,7 @@ from gateway import clock as clocks
 from gateway.aio import spawn
 from gateway.calls.live import LiveCall
 from gateway.calls.outcomes import Outcomes
+from gateway.calls.trail import CallTrail
 from gateway.clock import Clock, Later
 from gateway.config import LimitsConfig, UpstreamConfig
 from gateway.errors import CallLost, LeaseLost, RoundInProgress, StoreError, UpstreamError
@@ -145,6 +146,7 @@ class Lifecycle:
         owner: str,
         lease_term: Callable[[], int | None],
         outcomes: Outcomes,
+        trail: CallTrail | None = None,
     ) -> None:
         self.calls = Registry()
         self.store = store
@@ -156,6 +158,8 @@ class Lifecycle:
         self.lease_term = lease_term
         # What is kept of a resumed round's outcome (on a fleet; nothing alone).
         self.outcomes = outcomes
+        # What the audit trail records of calls: their endings are told it here.
+        self.trail = trail or CallTrail()
 
     # -- beginnings ----------------------------------------------------------------------
 
@@ -245,16 +249,23 @@ class Lifecycle:
 
     # -- endings ----------------------------------------------------------------------------
 
-    async def complete(self, call: LiveCall, result: dict[str, Any] | None = None) -> None:
+    async def complete(
+        self,
+        call: LiveCall,
+        result: dict[str, Any] | None = None,
+        error: BaseException | None = None,
+    ) -> None:
         """The upstream answered the call: its session goes back for reuse.
 
         `result` is the client's answer: on a fleet it is kept as the resumed round's
         outcome with the deletion of the call's record (`gateway.calls.outcomes`), and a
         forwarded retry's reply goes with that write where the store can push it.
+        `error`, instead: the upstream's answer was an error, as its client is told.
         """
         if self._doubtful(call) and await self._taken_over(call):
             return  # its record is the new owner's; the upstream call is over anyway
         ending = self._ending(call, Trigger.COMPLETE)
+        self.trail.ended(call, Trigger.COMPLETE, error, result)
         if call.in_store:
             kept = reply = None
             if result is not None:
@@ -269,27 +280,37 @@ class Lifecycle:
         self.metrics.call_endings.labels(ending.phase).inc()
         self.metrics.rounds_per_call.observe(call.machine.round)
 
-    async def fail(self, call: LiveCall, reason: str) -> None:
-        """A round failed (the upstream, a timeout, a gateway error): the call ends, unless
-        it ended already or is parked (its deadline or retry ends that)."""
+    async def fail(self, call: LiveCall, reason: str, error: BaseException | None = None) -> None:
+        """A round failed (the upstream, a timeout, a gateway error: `error`, as its client
+        is told): the call ends, unless it ended already or is parked (its deadline or
+        retry ends that)."""
         if call.phase is Phase.RUNNING:
-            await self.end(call, Trigger.FAIL, reason)
+            await self.end(call, Trigger.FAIL, reason, error)
 
-    async def end(self, call: LiveCall, trigger: Trigger, reason: str) -> None:
-        """Give the call up (`trigger`: fail, expire or cancel): the server's questions
-        released, the call cancelled upstream, its session closed, its record forgotten.
-        Does nothing for a call that has ended already, or that another replica holds now
-        (handed over instead)."""
+    async def end(
+        self,
+        call: LiveCall,
+        trigger: Trigger,
+        reason: str,
+        error: BaseException | None = None,
+    ) -> None:
+        """Give the call up (`trigger`: fail, expire or cancel; `error`, what its client
+        is told): the server's questions released, the call cancelled upstream, its
+        session closed, its record forgotten. Does nothing for a call that has ended
+        already, or that another replica holds now (handed over instead)."""
         if call.phase in FINAL_PHASES or (self._doubtful(call) and await self._taken_over(call)):
             return
         ending = self._ending(call, trigger, reason)
+        self.trail.ended(call, trigger, error)
         wind_up = spawn(self._wind_up(call, ending, reason), name=f"call-end-{call.id}")
         await asyncio.shield(wind_up)
 
-    def end_soon(self, call: LiveCall, trigger: Trigger, reason: str) -> None:
+    def end_soon(
+        self, call: LiveCall, trigger: Trigger, reason: str, error: BaseException | None = None
+    ) -> None:
         """`end`, from a task that is being cancelled and must not wait for it."""
         if call.phase not in FINAL_PHASES:
-            spawn(self.end(call, trigger, reason), name=f"call-cancel-{call.id}")
+            spawn(self.end(call, trigger, reason, error), name=f"call-cancel-{call.id}")
 
     async def stop(self, call: LiveCall, reason: str) -> None:
         """A replay-mode round: the run stops where it asks (its questions unanswered, the

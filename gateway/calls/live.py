@@ -1,5 +1,5 @@
 """A call held by this replica: its machine, the upstream session and stream it owns,
-and what its store record says of it.
+what its store record says of it, and what the audit trail knows of it (`Traced`).
 
 Data only: `gateway.calls.lifecycle` changes a call's phase and keeps the registry of
 them.
@@ -14,11 +14,23 @@ from typing import Any
 from gateway.aio import Once
 from gateway.clock import Later
 from gateway.config import UpstreamConfig
+from gateway.protocol.audit import Who
 from gateway.protocol.call import CallMachine, Phase
 from gateway.protocol.record import PARKED, SuspendedCall
 from gateway.protocol.state import RequestDigest
 from gateway.store.base import Reply
 from gateway.upstream.port import Inbox, Pumping, StreamCursor, UpstreamPool, UpstreamSession
+
+
+@dataclass(slots=True)
+class Traced:
+    """What the audit trail knows of a call beside what the call core does
+    (`gateway.calls.trail`): its id in the trail, kept across replays that run it again
+    under another id, who it is for, and the request that brought it here."""
+
+    id: str
+    who: Who | None
+    request_id: str | None
 
 
 @dataclass(eq=False, slots=True)
@@ -52,6 +64,8 @@ class LiveCall:
     # Its session given back to the pool already (`Lifecycle`, the one place): at its
     # end, or earlier when its stream was lost while it was parked.
     session_released: bool = False
+    # What the audit trail knows of it (None: no trail, or not yet begun there).
+    trail: Traced | None = None
 
     @property
     def id(self) -> str:

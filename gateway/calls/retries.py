@@ -62,12 +62,19 @@ class Retries:
         Raises:
             RpcError: every failure, with its wire mapping.
         """
-        claims = self.admission.open(upstream, token, principal, digest.value)
+        claims = self.admission.open(upstream, token, principal, digest.value, front)
         if claims.mode == REPLAY:
             responses = front.params.get("inputResponses") or {}
             known = CallMachine.known_answers(claims.journal, responses)
             return await self.runner.start(
-                upstream, front, principal, digest, notify, known=known, round_=claims.round
+                upstream,
+                front,
+                principal,
+                digest,
+                notify,
+                known=known,
+                round_=claims.round,
+                trail_id=claims.call,
             )
         here = claims.call in self.calls
         if here and not self.bus.holds_lease():
@@ -89,7 +96,7 @@ class Retries:
         """Claim the retry's round; resume it here, or route it (`forward` to its owner)."""
         responses = front.params.get("inputResponses") or {}
         try:
-            record = await self.admission.claim(upstream, claims, responses, forward)
+            record = await self.admission.claim(upstream, claims, responses, forward, front)
         except InvalidRequestState:
             before = await self.outcomes.answered_before(claims.call, claims.round)
             if before is None:

@@ -80,6 +80,7 @@ class Routing:
         self.bus = bus
         self.runner = runner
         self.calls = lifecycle.calls
+        self.trail = lifecycle.trail  # a call lost with its owner is recorded here
         self.store = store
         self.clock = clock
         self.limits = limits
@@ -169,10 +170,12 @@ class Routing:
                 notify,
                 known=CallMachine.known_answers(record.journal, responses),
                 round_=record.round,
+                call_id=state.rerun_id(record.call_id),  # the same call, run again
             )
             await self.outcomes.keep_replayed(record.call_id, record.round, result)
             return result
         await self.takeover.cancel_stranded(upstream, record)
+        self.trail.lost(record)
         self.metrics.handoffs.labels("lost").inc()
         raise CallLost(f"The call was lost: {LOST}")
 
@@ -232,6 +235,8 @@ class Routing:
                         # way nobody else resumes this round: this replica holds its claim.
                         retracted = await self.bus.retract(record.owner, sent)
                         log.warning("forward_owner_died", owner=record.owner, read=not retracted)
+                        if not retracted:  # it was resuming the round: may have said so
+                            self.trail.maybe_answered(state.first_id(record.call_id), record.round)
                         return None
                     if self.clock.monotonic() > give_up:
                         raise UpstreamError("the replica holding this call did not answer in time")

@@ -89,11 +89,18 @@ class Runner:
         *,
         known: dict[str, list[Any]],
         round_: int = 0,
+        call_id: str | None = None,
+        trail_id: str | None = None,
     ) -> dict[str, Any]:
-        """Run the legacy call from the beginning, answering `known` questions itself."""
+        """Run the legacy call from the beginning, answering `known` questions itself.
+
+        A call run again (`round_` past 0) is not a new call: a replay-mode round's retry
+        (`trail_id`, its id in the audit trail) or a replay of a call whose owner died
+        (`call_id`, its own); its retry's answers are the round's."""
         pool = self.pools[upstream.name]
         session = await pool.acquire(front.envelope.capabilities, principal)
-        call_id = state.new_call_id()
+        again = call_id is not None or trail_id is not None
+        call_id = call_id or state.new_call_id()
         machine = CallMachine(
             call_id=call_id,
             method=front.method,
@@ -112,6 +119,10 @@ class Runner:
             upstream, pool, session, machine, principal, digest, front.target
         )
         call.stateless = upstream.target(front.method, front.target).mode == REPLAY
+        trail = self.lifecycle.trail
+        trail.begin(call, front.params.get("arguments"), trail_id=trail_id, new=not again)
+        if again:
+            trail.answered(call, round_, front.params.get("inputResponses") or {})
         log_context.bind(call_id=call_id)
         log.debug(
             "call_started",
@@ -149,6 +160,12 @@ class Runner:
                 self.pace.sibling_late(_target(call))
             responses = front.params.get("inputResponses") or {}
             answered = sorted(set(responses) & set(call.machine.pending))
+            self.lifecycle.trail.answered(
+                call,
+                round_,
+                {key: responses[key] for key in answered},
+                {key: call.machine.pending[key].method for key in answered},
+            )
             log_context.bind(answered=answered)
             log.debug("call_resumed", round=call.machine.round, answered=answered)
             try:
@@ -225,20 +242,23 @@ class Runner:
             raise
         except TimeoutError:
             self.metrics.upstream_errors.labels(call.upstream.name, UpstreamTimeout.kind).inc()
-            await self.lifecycle.fail(call, "hold timeout")
-            raise UpstreamTimeout(f"the upstream did not answer within {hold_s:g} s") from None
+            timeout = UpstreamTimeout(f"the upstream did not answer within {hold_s:g} s")
+            await self.lifecycle.fail(call, "hold timeout", timeout)
+            raise timeout from None
         except UpstreamError as exc:
             self.metrics.upstream_errors.labels(call.upstream.name, exc.kind).inc()
-            await self.lifecycle.fail(call, type(exc).__name__)
-            if call.machine.round:
-                # It had already asked the client: say plainly that this call is gone.
-                raise CallLost(
-                    f"The upstream call was lost ({exc.message}); "
-                    "start the request again without requestState"
-                ) from exc
-            raise
+            if not call.machine.round:
+                await self.lifecycle.fail(call, type(exc).__name__, exc)
+                raise
+            # It had already asked the client: say plainly that this call is gone.
+            lost = CallLost(
+                f"The upstream call was lost ({exc.message}); "
+                "start the request again without requestState"
+            )
+            await self.lifecycle.fail(call, type(exc).__name__, lost)
+            raise lost from exc
         except GatewayError as exc:
-            await self.lifecycle.fail(call, type(exc).__name__)
+            await self.lifecycle.fail(call, type(exc).__name__, exc)
             raise
         except Exception:
             # A defect of the gateway's own (the middleware answers 500): the call must not
@@ -281,8 +301,9 @@ class Runner:
                     asked += 1
                     closes_at = self.clock.monotonic() + grace
                 elif isinstance(action, Refused):
-                    await self.lifecycle.end(call, Trigger.FAIL, "capability not declared")
-                    raise MissingClientCapability(action.required)
+                    refused = MissingClientCapability(action.required)
+                    await self.lifecycle.end(call, Trigger.FAIL, "capability not declared", refused)
+                    raise refused
                 elif isinstance(action, Finished):
                     return await self._finish(call, action)
                 elif isinstance(action, Changed) and self.on_change is not None:
@@ -306,8 +327,8 @@ class Runner:
         )
         try:
             result = self._answer(call, finished)
-        except GatewayError:
-            await self.lifecycle.complete(call)
+        except GatewayError as exc:
+            await self.lifecycle.complete(call, error=exc)
             raise
         await self.lifecycle.complete(call, result)  # on a fleet, kept as the round's outcome
         return result

@@ -105,7 +105,7 @@ class Suspender:
             if not call.stateless:
                 self._check_capacity()
         except (TooManyRounds, GatewayFull) as exc:
-            await self.lifecycle.end(call, Trigger.FAIL, exc.reason)
+            await self.lifecycle.end(call, Trigger.FAIL, exc.reason, exc)
             raise
         if call.stateless:
             return await self._replay_round(call)
@@ -129,6 +129,7 @@ class Suspender:
             key = keys.assign_key("elicitation/create", params, machine.rules, requests)
             requests[key] = {"method": "elicitation/create", "params": params}
         token, _, _ = self._mint(call, round_=machine.round + 1, mode=REPLAY)
+        self.lifecycle.trail.asked(call, requests, machine.round + 1)
         log.info("call_needs_url_elicitation", asked=sorted(requests))
         return input_required(call, token, requests)
 
@@ -146,8 +147,11 @@ class Suspender:
         """The sealed `requestState` of a round, with its issue time and deadline (wall ms)."""
         issued = self.clock.wall_ms()
         deadline = issued + int(self.limits.suspension_ttl_s * 1000)
+        # A replay-mode round names the call as the trail knows it: its next run is the
+        # same call (nothing is parked under its id).
+        trail = call.trail.id if mode == REPLAY and call.trail is not None else call.id
         claims = state.Claims(
-            call=call.id,
+            call=trail,
             round=round_,
             principal=call.principal,
             digest=call.digest.value,
@@ -170,16 +174,21 @@ class Suspender:
         call.parked_ms = (issued, deadline)
         result = input_required(call, token, machine.input_required())
         kept = self.outcomes.kept(result, call.resumed)
+        # Recorded before the store can tell anyone of the round (its kept outcome may
+        # answer a retry sent again should this replica die now): a round that fails to
+        # park is recorded asked, then its call's end.
+        self.lifecycle.trail.asked(call, result["inputRequests"], machine.round)
         try:
             # Counted in the store, so the cap holds across the whole fleet.
             parking = self.store.park_held(call.record(self.lifecycle.owner), until, cap, kept)
             held = await self.park(parking, call)
-        except StoreError:
-            await self.lifecycle.end(call, Trigger.FAIL, "store unavailable")
+        except StoreError as exc:
+            await self.lifecycle.end(call, Trigger.FAIL, "store unavailable", exc)
             raise
         if not held:
-            await self.lifecycle.end(call, Trigger.FAIL, PrincipalBusy.reason)
-            raise PrincipalBusy()
+            busy = PrincipalBusy()
+            await self.lifecycle.end(call, Trigger.FAIL, PrincipalBusy.reason, busy)
+            raise busy
         self.lifecycle.parked(call)
         asked = sorted(machine.pending)
         log_context.bind(round=machine.round, asked=asked)
@@ -196,6 +205,7 @@ class Suspender:
                 f"the answers of this call no longer fit in requestState "
                 f"({len(token)} > {self.limits.max_state_bytes} bytes)"
             )
+        self.lifecycle.trail.asked(call, asked, machine.round)
         log_context.bind(round=machine.round, asked=sorted(asked))
         log.debug("call_suspended", round=machine.round, asked=sorted(asked), mode=REPLAY)
         return input_required(call, token, asked)

@@ -128,6 +128,7 @@ class Takeover:
             cursor,
         )
         call.resumed = record.round
+        self.lifecycle.trail.begin(call, new=False)
         resumed = session.pump_resumed(record.upstream_request_id, call.inbox, cursor)
         call.pump = TaskPump(spawn(resumed, name=f"call-pump-{record.call_id}"))
         try:
@@ -137,7 +138,10 @@ class Takeover:
             raise
         log.info("call_taken_over", previous_owner=record.owner, round=record.round)
         self.metrics.handoffs.labels("taken_over").inc()
-        answers = machine.deliver(front.params.get("inputResponses") or {})
+        responses = front.params.get("inputResponses") or {}
+        asked = {key: p.method for key, p in machine.pending.items() if key in responses}
+        self.lifecycle.trail.answered(call, record.round, responses, asked)
+        answers = machine.deliver(responses)
         return await self.runner.drive(call, front, notify, answers)
 
     @staticmethod

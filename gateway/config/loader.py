@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from gateway.config.audit import parse_audit
 from gateway.config.auth import parse_auth
 from gateway.config.model import (
     FleetConfig,
@@ -248,6 +249,19 @@ def parse_config(
         value = problems.attempt(read)
         if value is not None:
             values[key] = value
+    store_read: StoreConfig | None = values.get("store")
+    audit = problems.attempt(
+        lambda: parse_audit(
+            root.section("audit"),
+            base,
+            env,
+            None if store_read is None else store_read.url,
+            (store_read or StoreConfig()).key_prefix,
+            present=root.has("audit"),
+        )
+    )
+    if audit is not None:
+        values["audit"] = audit
     sealing, store = values.get("sealing"), values.get("store")
     if sealing is not None and store is not None and store.shared and sealing.ephemeral:
         problems.add(

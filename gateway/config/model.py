@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from gateway.auth import ClientCredentials
+from gateway.config.audit import AuditConfig
 from gateway.config.auth import AuthConfig
 from gateway.protocol.exposure import EVERYTHING, Exposure, Globs, Shown
 from gateway.protocol.keys import KeyRule
@@ -501,6 +502,9 @@ class GatewayConfig:
     """Who may call: without it there is no authentication (the gateway warns when it
     listens beyond loopback); with it every request must be authenticated (see
     auth.md)."""
+    audit: AuditConfig | None = None
+    """The audit trail: every call, round, task, refusal and 2025 session, written to the
+    sinks it names (see operations.md); without it there is none."""
     replica_id: str = field(
         default_factory=lambda: "replica-" + secrets.token_hex(4),
         metadata={"default": "replica-<random>"},

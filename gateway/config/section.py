@@ -13,7 +13,7 @@ import dataclasses
 import difflib
 import re
 import typing
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, TypeVar
 
 from gateway.errors import ConfigError
@@ -21,6 +21,7 @@ from gateway.errors import ConfigError
 T = TypeVar("T")
 
 _SCALARS = (str, int, float, bool)
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def _scalar_fields(cls: type[Any]) -> dict[str, type[Any]]:
@@ -58,6 +59,22 @@ class Problems:
         """Raises: ConfigError holding every mistake, by key path, if there is any."""
         if self._found:
             raise ConfigError.of(tuple(sorted(self._found.values(), key=_natural)))
+
+
+def expand_env(value: str, where: str, env: Mapping[str, str]) -> str:
+    """`value` with each `${NAME}` replaced by that environment variable.
+
+    Raises:
+        ConfigError: a variable named is not set.
+    """
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise ConfigError(f"{where}: environment variable {name} is not set")
+        return env[name]
+
+    return _ENV_REF.sub(sub, value)
 
 
 def did_you_mean(word: str, known: Collection[str]) -> str:

@@ -36,7 +36,7 @@ from gateway.config.model import (
     TaskPolicy,
     UpstreamConfig,
 )
-from gateway.config.section import Section
+from gateway.config.section import Section, expand_env
 from gateway.errors import ConfigError
 from gateway.protocol.keys import KeyRule
 from gateway.protocol.methods import INPUT as INPUT_METHODS
@@ -45,20 +45,9 @@ from gateway.protocol.uris import normal as normal_uri
 
 T = TypeVar("T")
 
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: A tool name as the spec advises: 1 to 128 of letters, digits, `_`, `-` and `.`.
 _SHOWN_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
-
-
-def _expand_env(value: str, where: str, env: Mapping[str, str]) -> str:
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in env:
-            raise ConfigError(f"{where}: environment variable {name} is not set")
-        return env[name]
-
-    return _ENV_REF.sub(sub, value)
 
 
 def _key_rules(owner: Section, key: str) -> tuple[KeyRule, ...]:
@@ -323,7 +312,7 @@ def _http(sec: Section, values: dict[str, Any], env: Mapping[str, str]) -> dict[
                 f"{sec.at(key)}: only a stdio upstream runs a command; "
                 f"this one has transport {values['transport']}"
             )
-    url = values["url"] = _expand_env(values.get("url", ""), sec.at("url"), env)
+    url = values["url"] = expand_env(values.get("url", ""), sec.at("url"), env)
     if not url.startswith(("http://", "https://")):
         example = "http://host:port/sse" if values["transport"] == SSE else "http://host:port/mcp"
         raise ConfigError(
@@ -335,7 +324,7 @@ def _http(sec: Section, values: dict[str, Any], env: Mapping[str, str]) -> dict[
     for key, value in headers_sec.items():
         if not isinstance(value, str):
             raise ConfigError(f"{headers_sec.at(key)}: header values must be strings")
-        headers[key] = _expand_env(value, headers_sec.at(key), env)
+        headers[key] = expand_env(value, headers_sec.at(key), env)
     return headers
 
 
@@ -365,7 +354,7 @@ def _process(
     for key, value in env_sec.items():
         if not isinstance(value, str):
             raise ConfigError(f"{env_sec.at(key)}: values must be strings (quote numbers)")
-        child_env[key] = _expand_env(value, env_sec.at(key), env)
+        child_env[key] = expand_env(value, env_sec.at(key), env)
     cwd = sec.get("cwd", str)
     if cwd is not None:
         folder = base / cwd  # an absolute path stays as it is

@@ -23,6 +23,7 @@ import structlog
 
 from gateway.auth.errors import AuthError
 from gateway.errors import RpcError
+from gateway.legacy_clients.trail import LegacyCall
 from gateway.protocol import jsonrpc, lists, sse
 from gateway.protocol.lists import MaySee
 from gateway.protocol.methods import LISTS
@@ -66,6 +67,7 @@ class AnswerView:
         "may_see",
         "check",
         "listed",
+        "call",
         "answered",
         "resumable",
         "outcome",
@@ -79,12 +81,15 @@ class AnswerView:
         may_see: MaySee | None,
         check: Check | None = None,
         listed: Listed | None = None,
+        call: LegacyCall | None = None,
     ) -> None:
         self.rid = rid  # None: a GET stream, whose responses are replays of other streams'
         self.method = method
         self.may_see = may_see
         self.check = check
         self.listed = listed  # None: no `listing` seam is plugged in
+        # The call the audit trail follows (its questions and its response), if any.
+        self.call = call
         self.answered = False
         self.resumable = False  # an event id came: the client can resume with it
         self.outcome = "cut_short"
@@ -98,7 +103,9 @@ class AnswerView:
         try:
             message = jsonrpc.loads(body)
         except (ValueError, RecursionError):
-            return body, "complete"  # not JSON: the client's to judge, as it would directly
+            message = None  # not JSON: the client's to judge, as it would directly
+        if self.call is not None:
+            self.call.ended(message)
         if not isinstance(message, dict):
             return body, "complete"
         if "error" in message:
@@ -124,13 +131,19 @@ class AnswerView:
             message = jsonrpc.loads(event.data)
         except (ValueError, RecursionError):
             return event
-        if not isinstance(message, dict) or "method" in message:
+        if not isinstance(message, dict):
+            return event
+        if "method" in message:
+            if self.call is not None and "id" in message:  # the server asks the client
+                return self.call.asked_on(event, message)
             return event
         if self.rid is not None:
             if message.get("id") != self.rid:
                 return event
             self.answered = True
             self.outcome = "error" if "error" in message else "complete"
+            if self.call is not None:
+                self.call.ended(message)
         result = message.get("result")
         if self.check is not None and isinstance(result, dict):
             try:

@@ -69,6 +69,7 @@ from gateway.legacy_clients.answers import AnswerView, Listed, outcome_of
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.relay import ENDED, IDLE, Held, Relay, StreamHooks, drain, hold_head
 from gateway.legacy_clients.streams import Streams
+from gateway.legacy_clients.trail import LaneTrail, LegacyCall, untag
 from gateway.legacy_clients.upstream import (
     Answer,
     EventStream,
@@ -157,12 +158,14 @@ class LegacyLane:
         clock: Clock,
         remote: Callable[[str], SessionUpstream | None] = _unreachable,
         seams: Seams = NO_SEAMS,
+        trail: LaneTrail | None = None,
     ) -> None:
         """`route`: the name of the route's upstream; `clock`: every time the lane reads or
         waits for (sessions' expiry, streams' bounds, durations). `remote`:
         the upstream as another replica (named) holds its sessions, over the fleet bus;
         None for an owner that cannot be reached (any other, for a replica alone).
-        `seams`: the gateway's, as the 2026 lane's."""
+        `seams`: the gateway's, as the 2026 lane's; `trail`: what the audit trail records
+        of the route's 2025 clients (`gateway.legacy_clients.trail`)."""
         self.route = route
         self.upstream = upstream
         self.door = door
@@ -174,6 +177,7 @@ class LegacyLane:
         self.clock = clock
         self.remote = remote
         self.seams = seams
+        self.trail = trail or LaneTrail()
         self.opened = sessions.OpenedSessions(OPENED_SESSIONS)
 
     # -- POST ------------------------------------------------------------------------
@@ -211,17 +215,25 @@ class LegacyLane:
             served.method, served.rid = message.method, message.id
             served.target = inbound.logged_target(message.method, message.params)
             if message.method == "initialize":
-                return await self._initialize(request, served, headers, body)
+                return await self._initialize(request, served, headers, body, message.params)
         else:
             served.method = (
                 message.method if isinstance(message, jsonrpc.Notification) else "response"
             )
         token, claims = self._session(headers, served)
         upstream = self._reach(claims, served)
+        call = None
         if isinstance(message, jsonrpc.Request):
             body = await self._entering(served, message, decoded, body)
+            call = self.trail.call(served, message)
+        elif isinstance(message, jsonrpc.Response):
+            # An answer to a question of a call goes back to its server with its own id.
+            answer_to, tag = untag(decoded)
+            if tag is not None:
+                body = jsonrpc.dumps(answer_to)
+                self.trail.answered(served, tag, answer_to)
         answer = await upstream.post(claims.session, body, crossing_headers(headers))
-        return await self._answer(request, answer, served, token)
+        return await self._answer(request, answer, served, token, call)
 
     async def _entering(
         self, served: RequestServed, message: jsonrpc.Request, decoded: Any, body: bytes
@@ -246,6 +258,7 @@ class LegacyLane:
         served: RequestServed,
         headers: Mapping[str, str],
         body: bytes,
+        params: dict[str, Any],
     ) -> web.StreamResponse:
         if self.upstream.replica_bound and self.streams.draining:
             # Its process or connection would end with this replica in a moment.
@@ -269,6 +282,7 @@ class LegacyLane:
             )
             token = sessions.seal_session(self.codec, claims)
             served.session = self._log_id(token)
+            self.trail.opened(served, params)
         return await self._answer(request, answer, served, token)
 
     # -- GET and DELETE --------------------------------------------------------------
@@ -324,6 +338,7 @@ class LegacyLane:
             await answer.body.aclose()
             raise UpstreamError("upstream answered DELETE with a stream")
         log.info("legacy_session_deleted", session=served.session, status=answer.status)
+        self.trail.closed(served, "deleted")
         return self._plain(answer, None)
 
     # -- the session -----------------------------------------------------------------
@@ -355,6 +370,7 @@ class LegacyLane:
             if isinstance(claims, sessions.Refusal):
                 self.metrics.refusals.labels(claims.reason).inc()
                 log.info("legacy_session_refused", reason=claims.reason, session=served.session)
+                self.trail.refused(served, claims.reason)
                 raise SessionNotFound()
             known = sessions.Opened(claims, served.session)
             self.opened.put(token, principal, known)
@@ -374,6 +390,7 @@ class LegacyLane:
         if upstream is None:  # a replica alone: another incarnation's session, gone with it
             self.metrics.refusals.labels("owned elsewhere").inc()
             log.info("legacy_session_refused", reason="owned elsewhere", session=served.session)
+            self.trail.refused(served, "owned elsewhere")
             raise SessionNotFound()
         return upstream
 
@@ -404,9 +421,15 @@ class LegacyLane:
         return functools.partial(self.seams.listed, served)
 
     async def _answer(
-        self, request: web.Request, answer: Answer, served: RequestServed, token: str | None
+        self,
+        request: web.Request,
+        answer: Answer,
+        served: RequestServed,
+        token: str | None,
+        call: LegacyCall | None = None,
     ) -> web.StreamResponse:
-        """The upstream's answer to a POST, passed on: whole, or its stream."""
+        """The upstream's answer to a POST, passed on: whole, or its stream (a call's
+        questions and response followed by the audit trail, `call`)."""
         served.status = answer.status
         caller = served.caller
         view = AnswerView(
@@ -415,6 +438,7 @@ class LegacyLane:
             may_see=self.door.list_filter(caller),
             check=functools.partial(self.door.check_result, caller, served.method),
             listed=self._listed(served),
+            call=call,
         )
         if isinstance(answer.body, bytes):
             return self._whole(answer, served, token, view)
@@ -436,6 +460,8 @@ class LegacyLane:
         body = answer.body
         if answer.status == 200 and served.rid is not None:
             body, served.outcome = view.whole(body)
+        elif view.call is not None:  # the server refused the call's POST
+            view.call.ended({"error": {"code": -32603, "message": f"HTTP {answer.status}"}})
         return self._plain(answer, token, body)
 
     async def _streamed(
@@ -510,6 +536,8 @@ class LegacyLane:
                 "The upstream MCP server said nothing for limits.hold_timeout_s"
             )
             reply = rendered(failure, served.rid).message
+            if view.call is not None:
+                view.call.ended(reply)
             await relay.write(sse.encode(jsonrpc.dumps(reply).decode()))
 
     def _plain(self, answer: Answer, token: str | None, body: bytes | None = None) -> web.Response:

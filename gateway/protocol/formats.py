@@ -52,6 +52,8 @@ class Kind(StrEnum):
     LEGACY_SESSION = "legacy session"  # a sealed legacy session id (`legacy_session`)
     TASK = "task"  # a task's sealed record (`gateway.tasks`, `gateway.protocol.tasks`)
     PIN = "pin"  # a tool's pin (`gateway.store.pins`)
+    AUDIT_EVENT = "audit event"  # an event of the audit trail (`gateway.protocol.audit`)
+    LEGACY_QUESTION = "legacy question id"  # a tagged question id (`legacy_questions`)
 
 
 #: The version of each kind written at each level; None: that level does not know the kind.
@@ -75,6 +77,16 @@ VERSIONS: dict[Kind, dict[int, int | None]] = {
     # Pins came with level 2; level 1 never reads them (it has no catalog): a kind they never
     # read, its version at every level.
     Kind.PIN: {1: 1, 2: 1},
+    # The audit trail came with level 2. No replica reads an audit event (its readers are
+    # `mrtr-gateway audit tail` and the operator's SIEM), and level 1 never wrote one: a
+    # kind they never read, its version at every level. Its version is its schema's
+    # (`gateway.protocol.audit.SCHEMA`): raise it when a field changes meaning.
+    Kind.AUDIT_EVENT: {1: 1, 2: 1},
+    # A question a 2025 client is asked within a call, its id tagged with the call (for
+    # the audit trail), came with level 2: its answer may reach any replica, and one of
+    # level 1 would pass the tagged id on to the server, which would not know it. Held
+    # back while a replica of level 1 lives (the lane then relays ids as they came).
+    Kind.LEGACY_QUESTION: {1: None, 2: 1},
 }
 
 
@@ -116,6 +128,7 @@ MARKS: dict[Kind, tuple[str, int]] = {
     Kind.TASK: ("v", 1),
     Kind.LANE_MESSAGE: ("v", 1),
     Kind.PIN: ("v", 1),
+    Kind.AUDIT_EVENT: ("v", 1),
 }
 
 

@@ -347,3 +347,18 @@ def log_id_of(principal: str, salt: bytes) -> str:
 
 def new_call_id() -> str:
     return _b64u(secrets.token_bytes(16))
+
+
+#: Between a call's first id and what a run of it again adds (no base64url character).
+RERUN = "."
+
+
+def rerun_id(call_id: str) -> str:
+    """The id of a call run again (replayed after its owner died): a new one, which
+    names the call it runs again (`first_id`), whatever runs it next."""
+    return f"{first_id(call_id)}{RERUN}{_b64u(secrets.token_bytes(6))}"
+
+
+def first_id(call_id: str) -> str:
+    """The id a call had before any run of it again (`rerun_id`): the same across all."""
+    return call_id.partition(RERUN)[0]

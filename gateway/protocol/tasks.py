@@ -148,6 +148,9 @@ class Task:
     # The request that started it (`id`, `method`, `params`): another replica carries the
     # call on with it, as a retry, if the owner dies while the call waits for answers.
     request: dict[str, Any] | None = None
+    # The changes not yet recorded in the audit trail (`created`, then each status it
+    # moved to): its writer records them, once (not part of the record).
+    changes: list[str] = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.updated_ms = self.updated_ms or self.created_ms
@@ -178,7 +181,9 @@ class Task:
         """
         if self.final:
             raise TaskEnded(self.status)
-        self.status = TRANSITIONS[(self.status, event)]
+        before, self.status = self.status, TRANSITIONS[(self.status, event)]
+        if self.status is not before:
+            self.changes.append(self.status.value)
         self.updated_ms = max(now_ms, self.updated_ms)
         if self.final:
             self.inputs.clear()

@@ -29,6 +29,7 @@ import structlog
 
 from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
+from gateway.audit.trail import OFF, Audit, acting
 from gateway.calls.bridge import Bridge
 from gateway.calls.runner import Notify
 from gateway.config import (
@@ -50,6 +51,7 @@ from gateway.errors import (
 from gateway.fleet import messages
 from gateway.fleet.port import Bus
 from gateway.protocol import formats, inputs, jsonrpc, legacy_tasks, state, tasks, translate
+from gateway.protocol.audit import TaskChanged, Who
 from gateway.protocol.formats import Kind
 from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope
 from gateway.protocol.tasks import ACK, Task
@@ -77,12 +79,15 @@ class Tasks:
         owner: str,
         pools: Mapping[str, UpstreamPool],
         bus: Bus,
+        audit: Audit = OFF,
     ) -> None:
         """`owner`: this replica, as records name it; `bus`: the other replicas (a task's
         answers and cancel go to its owner through their inboxes; alone, the fleet of
         one), and the fleet's format level (no task while a replica of the previous
         release, which knows none, still lives)."""
         self.bridge = bridge
+        self.audit = audit  # told each task's changes, as its record is written
+        self._callers: dict[str, Who | None] = {}  # who each task run here is for
         self.store = store
         self.codec = codec
         self.limits = limits
@@ -125,6 +130,7 @@ class Tasks:
             RpcError: as `Bridge.handle`; -32021 for a `required` tool without the
             extension; TasksFull, PrincipalTasksBusy at the caps.
         """
+        self.audit.act_for(principal)  # what the trail records names the caller
         policy = upstream.target(front.method, front.target).task
         if front.method != "tools/call":
             policy, task_support = NO_TASKS, None
@@ -182,7 +188,9 @@ class Tasks:
                 ttl_ms=round(policy.ttl_s * 1000),
                 poll_ms=policy.poll_interval_ms,
                 request=_request_of(front),
+                changes=["created"],
             )
+            self._callers[task.id] = acting()
             run.task = task
             try:
                 await self._write(task)  # found by tasks/get before the client hears of it
@@ -241,7 +249,9 @@ class Tasks:
                 ttl_ms=_ms(legacy.get("ttl"), round(policy.ttl_s * 1000)),
                 poll_ms=_ms(legacy.get("pollInterval"), policy.poll_interval_ms),
                 message=status if isinstance(status, str) else None,
+                changes=["created"],
             )
+            self._callers[task.id] = acting()
             run.task = task
             try:
                 await self._write(task)
@@ -262,6 +272,10 @@ class Tasks:
         if task is not None:
             self.runs.pop(task.id, None)
             self._locks.pop(task.id, None)
+            if not task.final:  # its time to live passed
+                task.changes.append("expired")
+                self._recorded(task)
+            self._callers.pop(task.id, None)
             self.metrics.task_endings.labels(str(task.status) if task.final else "expired").inc()
         self.quota.release(run.principal)
 
@@ -277,6 +291,7 @@ class Tasks:
         """
         if not front.envelope.tasks:
             raise tasks.extension_required(front.method)
+        self.audit.act_for(principal)
         task_id = tasks.read_task_id(front.params)
         if front.method == "tasks/update":
             responses = tasks.read_responses(front.params)
@@ -373,6 +388,7 @@ class Tasks:
         )
         self.quota.add(task.principal)  # over the caps, rather than lose the call
         self.runs[task.id] = run
+        self._callers[task.id] = acting()
         run.carry_on(task)
         await self._write(task)
         log.warning("task_carried_on", task=task.id, dead_owner=dead)
@@ -398,6 +414,26 @@ class Tasks:
 
     # -- records -------------------------------------------------------------------------
 
+    def _recorded(self, task: Task) -> None:
+        """The audit trail told the task's changes since its last record (once each)."""
+        changes, task.changes = task.changes, []
+        if not self.audit.on:
+            return
+        who = acting() or self._callers.get(task.id)
+        request = task.request or {}
+        params = request.get("params") if isinstance(request.get("params"), dict) else {}
+        name = params.get("name") if isinstance(params, dict) else None
+        for change in changes:
+            self.audit.emit(
+                TaskChanged(
+                    principal=who,
+                    task_id=task.id,
+                    change=change,
+                    upstream=task.upstream,
+                    target=name if isinstance(name, str) else None,
+                )
+            )
+
     async def _write(self, task: Task) -> None:
         """Seal and keep the task's record (one write at a time per task: the last one
         made holds the newest state). A record another replica ended (its owner taken
@@ -413,6 +449,8 @@ class Tasks:
             written = await self.store.put(
                 task.id, sealed, task.expires_ms, final=task.final, owner=task.owner
             )
+            if written:
+                self._recorded(task)
         run = self.runs.get(task.id)
         if not written and run is not None and not run.stopping:
             log.warning("task_ended_elsewhere", task=task.id)

@@ -20,6 +20,8 @@ from urllib.parse import urlsplit
 import structlog
 from aiohttp import web
 
+from gateway import logging as log_context
+from gateway.audit.trail import OFF, Audit, who
 from gateway.auth import (
     Authenticator,
     HttpFetcher,
@@ -30,15 +32,23 @@ from gateway.auth import (
     route_metadata,
     well_known_paths,
 )
-from gateway.auth.errors import RateLimited
+from gateway.auth.errors import AuthError, InsufficientScope, RateLimited, Unauthenticated
 from gateway.auth.ratelimit import RateLimiter, retry_after_header
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.protocol import state
+from gateway.protocol.audit import Refusal, RequestRefused
 from gateway.protocol.lists import MaySee, field_of, filtered_result
 from gateway.protocol.methods import LISTS
 from gateway.seams import Caller
 
 log = structlog.get_logger("gateway.web")
+
+#: What refused a request, by the refusal raised (the audit trail's `refusal`).
+_REFUSALS = {
+    Unauthenticated: Refusal.AUTHENTICATION,
+    InsufficientScope: Refusal.SCOPE,
+    RateLimited: Refusal.RATE,
+}
 
 
 class FrontDoor:
@@ -48,8 +58,12 @@ class FrontDoor:
         authenticator: Authenticator | None,
         limiter: RateLimiter | None,
         log_salt: bytes = b"",
+        audit: Audit = OFF,
     ) -> None:
+        """`audit`: the trail, told every refusal (authentication, scope, rate) with its
+        reason, which the client is not told."""
         self.upstream = upstream
+        self.audit = audit
         self.log_salt = log_salt or state.log_salt(())
         self.authenticator = authenticator
         self.limiter = limiter
@@ -69,21 +83,26 @@ class FrontDoor:
             Unauthenticated (401), InsufficientScope (403), AuthUnavailable (503),
             RateLimited (429), StoreError (the shared rate limit's store failed)
         """
-        if self.authenticator is None:
-            principal = state.principal_of(authorization)
-            caller = Caller(principal, state.log_id_of(principal, self.log_salt), None)
-        else:
-            identity = await self.authenticator.authenticate(authorization)
-            self.authenticator.require(identity, self.authenticator.scopes)
-            key = identity.principal.key
-            caller = Caller(key, state.log_id_of(key, self.log_salt), identity)
-        if self.limiter is not None:
-            decision = await self.limiter.take(caller.principal)
-            if not decision.allowed:
-                raise RateLimited(
-                    f"rate limit for {caller.log_id}",
-                    retry_after=retry_after_header(decision.retry_after_s),
-                )
+        caller = None
+        try:
+            if self.authenticator is None:
+                principal = state.principal_of(authorization)
+                caller = Caller(principal, state.log_id_of(principal, self.log_salt), None)
+            else:
+                identity = await self.authenticator.authenticate(authorization)
+                key = identity.principal.key
+                caller = Caller(key, state.log_id_of(key, self.log_salt), identity)
+                self.authenticator.require(identity, self.authenticator.scopes)
+            if self.limiter is not None:
+                decision = await self.limiter.take(caller.principal)
+                if not decision.allowed:
+                    raise RateLimited(
+                        f"rate limit for {caller.log_id}",
+                        retry_after=retry_after_header(decision.retry_after_s),
+                    )
+        except AuthError as refused:
+            self._refused(refused, caller)
+            raise
         return caller
 
     def _needs(self, method: str, target: str | None) -> tuple[str, ...]:
@@ -136,7 +155,38 @@ class FrontDoor:
             return
         needs = self._needs(method, target)
         if needs:
-            self.authenticator.require(caller.identity, (*self.authenticator.scopes, *needs))
+            try:
+                self.authenticator.require(caller.identity, (*self.authenticator.scopes, *needs))
+            except AuthError as refused:
+                self._refused(refused, caller, method, target)
+                raise
+
+    def _refused(
+        self,
+        error: AuthError,
+        caller: Caller | None,
+        method: str | None = None,
+        target: str | None = None,
+    ) -> None:
+        """A refusal in the audit trail, with its reason (the client gets the challenge)."""
+        refusal = _REFUSALS.get(type(error))
+        if not self.audit.on or refusal is None:
+            return  # (the gateway unable to check tokens refuses nobody in particular)
+        principal = None
+        if caller is not None:
+            principal = who(caller.principal, caller.log_id, caller.identity)
+        self.audit.emit(
+            RequestRefused(
+                principal=principal,
+                request_id=log_context.bound("request_id"),
+                refusal=refusal,
+                reason=error.reason,
+                upstream=self.upstream.name,
+                method=method,
+                target=target,
+                status=error.http_status,
+            )
+        )
 
     def visible(self, caller: Caller, method: str, result: dict[str, Any]) -> dict[str, Any]:
         """A list (`gateway.protocol.methods.LISTS`) as this caller may see it: entries
@@ -178,9 +228,11 @@ def build_front_doors(
     fetcher: HttpFetcher,
     wall_s: WallClock,
     limiter: RateLimiter | None,
+    audit: Audit = OFF,
 ) -> dict[str, FrontDoor]:
     """One front door per upstream route; `limiter`: the rate limit every route shares
-    (on Redis for a fleet; None when `limits.rate_per_principal` is off)."""
+    (on Redis for a fleet; None when `limits.rate_per_principal` is off); `audit`: the
+    trail its refusals are recorded in."""
     doors = {}
     salt = state.log_salt(config.sealing.keys)
     for upstream in config.upstreams:
@@ -188,7 +240,7 @@ def build_front_doors(
         if config.auth is not None:
             settings = config.auth.route(upstream.path)
             authenticator = build_authenticator(settings, fetcher=fetcher, clock=wall_s)
-        doors[upstream.name] = FrontDoor(upstream, authenticator, limiter, salt)
+        doors[upstream.name] = FrontDoor(upstream, authenticator, limiter, salt, audit)
     return doors
 
 

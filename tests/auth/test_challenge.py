@@ -15,6 +15,7 @@ from gateway.auth import (
     well_known_paths,
 )
 from gateway.auth.challenge import quote
+from gateway.auth.principal import parsed
 
 PRM = "https://gw.example/.well-known/oauth-protected-resource/mcp"
 
@@ -121,6 +122,25 @@ def test_a_subject_or_client_holding_a_bar_cannot_pass_for_another_principal() -
     assert one.key != other.key
     assert Principal.for_token(issuer, "alice%7Capp").key != split_one_way.key  # `%` too
     assert Principal.for_token(issuer, "alice").key == f"jwt:{issuer}|alice"  # unchanged
+
+
+@pytest.mark.parametrize(
+    "principal",
+    [
+        Principal.for_token("https://as.example", "alice"),
+        Principal.for_token("https://as.example", "alice|app", "cli%7C|x"),
+        Principal.for_token("https://as.example", "a%25b", "c"),
+        Principal.for_api_key("ci-bot"),
+        Principal.anonymous(),
+    ],
+)
+def test_a_principal_is_read_back_from_its_key(principal: Principal) -> None:
+    assert parsed(principal.key) == principal
+
+
+def test_a_key_of_no_principal_form_reads_as_none() -> None:
+    assert parsed("sha256:0123abcd") is None  # no auth: a hash of a credential, no one
+    assert parsed("jwt:only-one-part") is None
 
 
 def test_the_package_namespace_loads_no_transport() -> None:

@@ -129,6 +129,59 @@ def test_a_tools_task_policy_reaches_the_config() -> None:
     )
 
 
+AUDIT = {
+    "log": True,
+    "stream": {"enabled": True, "name": "trail", "maxLen": 5000},
+    "file": {"enabled": True},
+    "includeAnswers": True,
+    "redact": ["(?i)pin"],
+}
+
+
+def test_the_audit_trail_is_off_by_default_and_its_values_reach_the_config(tmp_path) -> None:
+    m = render({})
+    assert "audit" not in yaml.safe_load(m["ConfigMap"]["data"]["config.yaml"])
+    assert "audit" not in {
+        v["name"] for v in m["Deployment"]["spec"]["template"]["spec"]["volumes"]
+    }
+    m = render({**FLEET, "audit": AUDIT})
+    data = yaml.safe_load(m["ConfigMap"]["data"]["config.yaml"])
+    assert data["audit"] == {
+        "log": True,
+        "stream": {"name": "trail", "max_len": 5000},
+        "file": {"path": "/var/log/mrtr-gateway/audit.jsonl"},
+        "buffer_events": 10000,
+        "include_arguments": False,
+        "include_questions": False,
+        "include_answers": True,
+        "include_results": False,
+        "redact": ["(?i)pin"],
+        "max_value_bytes": 1024,
+    }
+    # The gateway reads it as meant (the file's folder is the pod's volume: here, a folder
+    # of the test's), the stream on the store's Redis.
+    data["audit"]["file"]["path"] = str(tmp_path / "audit.jsonl")
+    env = {
+        "MRTR_GATEWAY_STORE_URL": FLEET["redis"]["url"],
+        "MRTR_GATEWAY_SEALING_KEYS": generate_key(),
+    }
+    audit = parse_config(data, env=env).audit
+    assert audit is not None and audit.stream is not None
+    assert (audit.stream.url, audit.stream.key) == (FLEET["redis"]["url"], "mrtr:{trail}:events")
+    assert audit.include_answers and [p.pattern for p in audit.redact] == ["(?i)pin"]
+    pod = m["Deployment"]["spec"]["template"]["spec"]
+    assert {"name": "audit", "mountPath": "/var/log/mrtr-gateway"} in container(m)["volumeMounts"]
+    assert {"name": "audit", "emptyDir": {"sizeLimit": "1Gi"}} in pod["volumes"]
+
+
+def test_the_audit_file_may_live_on_a_volume_of_the_operators() -> None:
+    claim = {"persistentVolumeClaim": {"claimName": "audit"}}
+    m = render({"audit": {"file": {"enabled": True, "volume": claim}}})
+    assert {"name": "audit", **claim} in m["Deployment"]["spec"]["template"]["spec"]["volumes"]
+    for manifest in m.values():
+        kubernetes_validate.validate(manifest, KUBE, strict=True)
+
+
 def test_a_three_replica_redis_fleet_renders_with_shared_keys_and_a_budget() -> None:
     m = render(FLEET)
     assert m["Deployment"]["spec"]["replicas"] == 3
@@ -184,6 +237,7 @@ def test_the_charts_format_levels_are_the_gateways() -> None:
         ({"replicaCount": 3}, "replicaCount > 1 (or autoscaling) needs a shared Redis store"),
         ({"autoscaling": {"enabled": True}}, "needs a shared Redis store"),
         ({"redis": {"url": "redis://r:6379/0"}}, "needs a sealing key every replica shares"),
+        ({"audit": {"stream": {"enabled": True}}}, "audit.stream.enabled needs the store's Redis"),
     ],
 )
 def test_configurations_that_cannot_work_are_refused_at_render_time(
@@ -207,6 +261,11 @@ def test_configurations_that_cannot_work_are_refused_at_render_time(
         {"legacy": {"maxBoundSessions": 0}},
         {"legacy": {"boundSessionIdleSeconds": 0}},
         {"config": {"upstreams": [{"name": "x", "url": "http://x/mcp"}], "legacy": {}}},
+        {"config": {"upstreams": [{"name": "x", "url": "http://x/mcp"}], "audit": {"log": True}}},
+        {"audit": {"log": "yes"}},
+        {"audit": {"stream": {"name": "a{b}"}}},
+        {"audit": {"maxValueBytes": 8}},
+        {"audit": {"includeArgs": True}},
         {
             "config": {
                 "upstreams": [{"name": "x", "url": "http://x", "tools": {"t": {"task": "no"}}}]
@@ -229,6 +288,7 @@ def test_the_values_schema_refuses_bad_values(values: dict) -> None:
 EVERYTHING = {
     **FLEET,
     "redis": {"enabled": True},
+    "audit": AUDIT,
     "sealing": {"keys": [generate_key()]},
     "autoscaling": {"enabled": True},
     "serviceMonitor": {"enabled": True},

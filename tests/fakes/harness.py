@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from gateway.aio import spawn
+from gateway.audit.trail import OFF, Audit
 from gateway.calls.bridge import Bridge
 from gateway.calls.replicas import Alone, Fleet, Replicas
 from gateway.calls.suspension import Withdraw, park_only, withdrawing
@@ -48,6 +49,7 @@ class Replica:
         bus: Bus | None = None,
         settings: GatewayConfig | None = None,
         withdraw: Withdraw | None = None,
+        audit: Audit = OFF,
     ) -> None:
         self.config = settings or config()
         self.pool = ScriptedPool(server)
@@ -67,6 +69,7 @@ class Replica:
             replicas=among,
             clock=clock,
             park=park_only if withdraw is None else withdrawing(withdraw),
+            audit=audit,
         )
         self.upstream = self.config.upstreams[0]
         self.notified: list[dict[str, Any]] = []
@@ -153,9 +156,11 @@ def replicas(
     names: tuple[str, ...],
     tools: dict | None = None,
     store: SuspendedCallStore | None = None,
+    audits: dict[str, Audit] | None = None,
     **limits: Any,
 ) -> tuple[Replica, ...]:
-    """A fleet of replicas named `names`, as `two_replicas` makes two."""
+    """A fleet of replicas named `names`, as `two_replicas` makes two (each with its
+    audit trail in `audits`, by name, if it has one)."""
     store = store if store is not None else MemoryStore(clock)
     fleet = tuple(
         Replica(
@@ -164,6 +169,7 @@ def replicas(
             store=store,
             bus=network.bus(n),
             settings=config(n, tools=tools, **limits),
+            audit=(audits or {}).get(n, OFF),
         )
         for n in names
     )

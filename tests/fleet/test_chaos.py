@@ -1,7 +1,9 @@
 """The chaos suite's short form: the fleet under load through a replica `kill -9` and
 restart under the same name, and a store fault: a Redis restart that loses every key,
 a Sentinel failover (the primary killed), a Cluster primary killed. The script checks
-every guarantee and exits 1 if one fails (its report is printed on failure)."""
+every guarantee, the audit trail's among them (every sink's events joined: a call started
+and ended once, each round asked once and answered at most once, every completed call
+there under one call id), and exits 1 if one fails (its report is printed on failure)."""
 
 from __future__ import annotations
 

@@ -203,3 +203,11 @@ def test_generated_keys_parse_in_base64url_and_hex() -> None:
 def test_a_ring_rejects_duplicate_keys() -> None:
     with pytest.raises(ConfigError, match="repeats"):
         state.AesGcmKeyRing([KEY, KEY])
+
+
+def test_a_call_run_again_gets_a_new_id_that_names_its_first() -> None:
+    first = state.new_call_id()
+    again = state.rerun_id(first)
+    third = state.rerun_id(again)
+    assert len({first, again, third}) == 3  # each run its own record
+    assert state.first_id(again) == state.first_id(third) == state.first_id(first) == first

@@ -3,7 +3,7 @@ app), for tests of the gateway that need no real peer: what the test plays is wh
 server says.
 
 It gives each `initialize` a session of its own (`s1`, `s2`, ...: `sessions` names the
-client each was opened for), answers notifications with 202, a GET with
+client each was opened for), answers notifications and the client's answers with 202, a GET with
 405 (it holds no standalone stream, unless `"GET"` is in `streamed`), a DELETE with 200,
 and any other request with the result `results` has for its method (`{}` otherwise). A
 request whose method is in `streamed` is answered with an SSE stream the test speaks on
@@ -115,7 +115,7 @@ class StreamableServer:
             return web.Response(status=200)
         body = await request.json()
         self.received.append(body)
-        if "id" not in body:
+        if "id" not in body or "method" not in body:  # a notification, or a client's answer
             return web.Response(status=202)
         method = body["method"]
         if method in self.streamed:

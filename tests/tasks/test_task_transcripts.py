@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from gateway.aio import spawn
+from gateway.audit.trail import OFF, Audit
 from gateway.errors import InvalidParams, PrincipalTasksBusy, TasksFull
 from gateway.protocol.inbound import FrontRequest, read_envelope
 from gateway.protocol.state import AesGcmKeyRing, parse_key
@@ -26,6 +27,7 @@ from gateway.protocol.tasks import EXTENSION
 from gateway.protocol.versions import Version
 from gateway.store.tasks import MemoryTaskStore
 from gateway.tasks.service import Tasks
+from tests.fakes.audit import kept_trail
 from tests.fakes.clock import SETTLE_TURNS, ManualClock
 from tests.fakes.harness import EVERYTHING, KEY, WINDOW, Replica, call_tool, config
 from tests.fakes.upstream import ScriptedServer, ScriptedSession
@@ -60,8 +62,10 @@ class WatchedTaskStore(MemoryTaskStore):
 class TaskReplica(Replica):
     """A replica's call core with the tasks extension's service in front of it."""
 
-    def __init__(self, clock: ManualClock, server: ScriptedServer, **limits: Any) -> None:
-        super().__init__(clock, server, settings=config(tools=TOOLS, **limits))
+    def __init__(
+        self, clock: ManualClock, server: ScriptedServer, audit: Audit = OFF, **limits: Any
+    ) -> None:
+        super().__init__(clock, server, settings=config(tools=TOOLS, **limits), audit=audit)
         self.task_store = WatchedTaskStore(clock)
         self.tasks = Tasks(
             bridge=self.bridge,
@@ -71,6 +75,7 @@ class TaskReplica(Replica):
             owner="r1",
             pools={"up": self.pool},
             bus=self.bus,  # the fleet of one
+            audit=audit,
         )
 
     async def call_task(self, name: str = "greet", principal: str = "alice") -> dict[str, Any]:
@@ -233,6 +238,30 @@ async def test_an_answer_given_with_tasks_update_resumes_the_call(
     await replica.run_ended(task_id)
     done = await replica.tasks_rpc("tasks/get", {"taskId": task_id})
     assert done["status"] == "completed" and done["result"]["content"] == RESULT["content"]
+
+
+async def test_a_tasks_changes_are_recorded_once_each_beside_its_calls_rounds(
+    clock: ManualClock, server: ScriptedServer
+) -> None:
+    audit, sink = kept_trail("r1", clock)
+    replica = TaskReplica(clock, server, audit=audit)
+    task_id, session = await asked(replica, server, clock)
+    (key,) = (await replica.tasks_rpc("tasks/get", {"taskId": task_id}))["inputRequests"]
+    answer = {"action": "decline"}
+    await replica.tasks_rpc("tasks/update", {"taskId": task_id, "inputResponses": {key: answer}})
+    await server.next_sent()
+    session.respond(RESULT)
+    await replica.run_ended(task_id)
+    changes = [e["kind"] for e in sink.events if e["kind"].startswith("task.")]
+    assert changes == ["task.created", "task.input_required", "task.working", "task.completed"]
+    assert {e["task_id"] for e in sink.events if e["kind"].startswith("task.")} == {task_id}
+    assert [e["tool"] for e in sink.events if e["kind"] == "task.created"] == ["greet"]
+    # The call the task runs is recorded as any: started and ended once, its round
+    # asked and answered once, `decline` without content.
+    calls = [e["kind"] for e in sink.events if not e["kind"].startswith("task.")]
+    assert calls == ["call.started", "round.asked", "round.answered", "call.ended"]
+    (answered,) = [e for e in sink.events if e["kind"] == "round.answered"]
+    assert [a["action"] for a in answered["answers"]] == ["decline"]
 
 
 async def test_questions_left_unanswered_fail_the_task_and_end_its_call(

@@ -79,6 +79,9 @@ matchExpressions:
 {{- if and (or (gt $replicas 1) .Values.autoscaling.enabled) (not (include "mrtr-gateway.sharedStore" .)) }}
 {{- fail "replicaCount > 1 (or autoscaling) needs a shared Redis store: set redis.url, redis.existingSecret or redis.enabled. Each replica would otherwise hold its own parked calls and refuse the others' retries." }}
 {{- end }}
+{{- if and .Values.audit.stream.enabled (not (include "mrtr-gateway.sharedStore" .)) }}
+{{- fail "audit.stream.enabled needs the store's Redis (the fleet's stream lives there): set redis.url, redis.existingSecret or redis.enabled." }}
+{{- end }}
 {{- if and (include "mrtr-gateway.sharedStore" .) (not (include "mrtr-gateway.keysSecret" .)) }}
 {{- fail "a shared Redis store needs a sealing key every replica shares: set sealing.existingSecret (kubectl create secret generic mrtr-keys --from-literal=keys=\"$(mrtr-gateway keygen)\")." }}
 {{- end }}
