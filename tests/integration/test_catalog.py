@@ -7,7 +7,9 @@ task, while the server gets its own name; lists are served from what the server 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -142,3 +144,17 @@ async def test_lists_are_served_from_the_catalog_within_its_ttl(make_gateway: An
     assert listed["result"]["ttlMs"] > 0
     served = int(await legacy_tool(gw.upstream_url, "lists_served", {})) - before
     assert served <= 2  # the catalog's fetch (and the tools' headers' own look)
+
+
+async def test_a_hidden_tool_asked_for_is_a_refusal_in_the_audit_trail(
+    make_gateway: Any, tmp_path: Path
+) -> None:
+    file = tmp_path / "audit.jsonl"
+    gw = await make_gateway(upstream=RULES, audit={"file": {"path": str(file)}})
+    status, _ = await modern(gw, rpc("tools/call", {"name": "increment_counter", "arguments": {}}))
+    assert status == 400
+    await modern(gw, rpc("tools/call", {"name": "no_such_tool", "arguments": {}}))
+    await asyncio.sleep(0)  # the file's lines of the step are written as it ends
+    events = [json.loads(line) for line in file.read_bytes().splitlines()]
+    refused = [e for e in events if e["kind"] == "request.refused"]
+    assert [(e["refusal"], e["tool"]) for e in refused] == [("tool_hidden", "increment_counter")]
