@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 
 from gateway.clock import SystemClock
-from gateway.config import load_config
+from gateway.config import ENV_KEYS, ENV_KEYS_FILE, load_config
+from gateway.protocol.state import generate_key
 from gateway.errors import ConfigError, StoreError
 from gateway.store.pins import RedisPins
 from gateway.store.redis_client import connect, ride_out
@@ -22,7 +24,12 @@ from gateway.store.redis_client import connect, ride_out
 
 def pins_command(args: argparse.Namespace) -> int:
     """Raises: ConfigError (the file, or a store that is not Redis)."""
-    config = load_config(args.config)
+    # It seals nothing: where the file names no key, a throwaway one stands in for the
+    # check that a fleet's replicas share one.
+    env = dict(os.environ)
+    if not env.get(ENV_KEYS) and not env.get(ENV_KEYS_FILE):
+        env[ENV_KEYS] = generate_key()
+    config = load_config(args.config, env=env)
     if not config.store.url.startswith(("redis", "unix")):
         raise ConfigError(
             f"{args.config}: store.url is {config.store.url}: pins are kept in each gateway's "
