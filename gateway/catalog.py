@@ -6,12 +6,11 @@ Per upstream, the four lists (`tools/list`, `prompts/list`, `resources/list`,
 `catalog.ttl_s` and as soon as a `list_changed` for that list is heard (here, or by
 another replica: `gateway.fleet.changes`), on the gateway's own session (or, with
 `catalog.per_caller`, on the caller's, and kept per caller). Both eras are served from
-it, with the exposure rules applied (`gateway.protocol.exposure`). Where there are rules,
-a name that is hidden, or absent from the list, is unknown: a client gets the one answer
-an unknown name gets, and the server is never asked. Without rules, and with `ttl_s: 0`,
-calls are checked against the rules alone (a name they do not hide goes to the server,
-which answers an unknown one its own way); with `ttl_s: 0` every list is asked of the
-server as before.
+it, with the exposure rules applied (`gateway.protocol.exposure`). A call to a hidden
+name is answered, without reaching the server, with what the server answers a name it
+does not know (asked of it once, with a name of nothing of its, and kept), so a client
+cannot tell hidden from absent; a name the rules do not hide goes to the server as before.
+With `ttl_s: 0` every list is asked of the server as before.
 
 Each tool seen is pinned (`gateway.store.pins`); a definition that differs from its
 pin is `catalog_drift` in the log (once per definition seen, on every replica that sees
@@ -25,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +45,7 @@ from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.era import Lane
 from gateway.protocol.methods import LISTS
 from gateway.protocol.translate import CachePolicy
-from gateway.seams import NO_SEAMS, RequestServed, Seams
+from gateway.seams import NO_SEAMS, Answered, RequestServed, Seams
 from gateway.store.pins import PinStore
 from gateway.upstream.port import UpstreamPool
 
@@ -52,6 +53,16 @@ log = structlog.get_logger("gateway.catalog")
 
 #: The most pages of one list fetched (a server that pages without end is cut off here).
 MAX_PAGES = 100
+
+#: The names the server is asked for to learn what it answers an unknown one (each with
+#: random letters after it).
+PROBE = "mrtr-gateway-unknown-"
+
+
+def _escaped(name: str) -> str:
+    """`name` as it appears inside a JSON string."""
+    return json.dumps(name)[1:-1]
+
 
 #: What a request about one target is told when the name is hidden or absent.
 UNKNOWN = {
@@ -113,6 +124,9 @@ class UpstreamCatalog:
         self._lists: dict[tuple[str, str | None], _Listed] = {}
         self._fetching: dict[tuple[str, str | None], asyncio.Future[_Listed]] = {}
         self._drifted: dict[str, pinning.Drift] = {}  # by own tool name
+        # What the server answers a name it does not know, per method: (the name asked, its
+        # reply), the answer a hidden name gets.
+        self._unknown: dict[str, tuple[str, dict[str, Any]]] = {}
         self._told: set[tuple[str, str]] = set()  # (tool, fingerprint seen) logged here
 
     @property
@@ -208,24 +222,16 @@ class UpstreamCatalog:
         """The server's own name (or URI) for what a client asks for by `name`.
 
         Raises:
-            UnknownTarget: hidden by the rules, or (when lists are cached) absent from
-                the list: the answer an unknown name gets.
+            Answered: hidden by the rules: the answer the server gives a name it does not
+                know (`unknown`), so that hidden and absent cannot be told apart.
+            RpcError: likewise, where the server's answer to an unknown name is an error.
             ToolNotApproved: a tool that drifted, under `pinning: block`.
-            RpcError, UpstreamError: the list could not be fetched.
+            UpstreamError: the list (under block) or the server's answer could not be had.
         """
-        exposure = self.upstream.exposure
-        own = exposure.upstream_name(method, name)
+        own = self.upstream.exposure.upstream_name(method, name)
         if own is None:
-            raise UnknownTarget(method, name)
-        listing = LIST_OF.get(method)
-        # With rules, what is known is what is listed: hidden and absent answer alike.
-        if listing is not None and self.caching and not exposure.everything:
-            listed = await self._fresh(listing, caps, principal)
-            names = {
-                e.get("name") for e in listed.result[LISTS[listing].member] if isinstance(e, dict)
-            }
-            if own not in names:
-                raise UnknownTarget(method, name)
+            await self.unknown(method, name)
+        assert own is not None
         if method == "tools/call" and self.upstream.catalog.pinning == PINNING_BLOCK:
             if self.caching:  # what drifted is known as of the list's last fetch
                 await self._fresh("tools/list", caps, principal)
@@ -233,6 +239,31 @@ class UpstreamCatalog:
             if drift is not None:
                 raise ToolNotApproved(self.upstream.exposure.exposed_name(own), drift)
         return own
+
+    async def unknown(self, method: str, name: str) -> None:
+        """Answer for `name` what the server answers a name it does not know: asked of it
+        once (a name of no tool, prompt or resource of its), and kept.
+
+        Raises:
+            Answered: the server answers an unknown name with a result (a tool's error).
+            RpcError: it answers with an error (translated as any upstream error is).
+        """
+        reply = self._unknown.get(method)
+        if reply is None:
+            probe = f"{PROBE}{secrets.token_hex(8)}"
+            member = "uri" if method == "resources/read" else "name"
+            params: dict[str, Any] = {member: probe if member == "name" else f"{probe}://x"}
+            if method == "tools/call":
+                params["arguments"] = {}
+            asked = await self.pool.request(NO_CAPABILITIES, None, method, params)
+            reply = self._unknown[method] = (params[member], asked)
+        probe, asked = reply
+        said = json.loads(json.dumps(asked).replace(json.dumps(probe)[1:-1], _escaped(name)))
+        error = said.get("error")
+        if isinstance(error, dict):
+            raise translate.translate_error(error)
+        result = said.get("result")
+        raise Answered(result if isinstance(result, dict) else {})
 
     def check_ref(self, ref: Any) -> None:
         """A completion's reference to a prompt or a resource (template) must be shown.
@@ -360,12 +391,11 @@ class Catalog:
             return params  # malformed: the request's own checks answer it
         try:
             own = await catalog.admit(method, name, NO_CAPABILITIES, served.caller.principal)
-        except UnknownTarget:
-            if catalog.upstream.exposure.upstream_name(method, name) is None:
+        except (Answered, RpcError) as exc:
+            if isinstance(exc, ToolNotApproved):
+                self._refused(served, Refusal.TOOL_BLOCKED, exc.message, name, exc.http_status)
+            elif catalog.upstream.exposure.upstream_name(method, name) is None:
                 self._refused(served, Refusal.TOOL_HIDDEN, "hidden by the exposure rules", name)
-            raise
-        except ToolNotApproved as exc:
-            self._refused(served, Refusal.TOOL_BLOCKED, exc.message, name, exc.http_status)
             raise
         return params if own == name else {**params, member: own}
 

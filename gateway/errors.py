@@ -31,7 +31,7 @@ names their module); `tests/test_errors.py` holds it to the classes:
     │   ├── MethodNotFound             -32601 / 404
     │   ├── InvalidParams              -32602 / 400
     │   │   ├── InvalidRequestState    -32602 / 400, one frozen message
-    │   │   └── UnknownTarget          -32602 / 400, hidden or unknown (gateway.catalog)
+    │   │   └── UnknownTarget          -32602 / 400, a completion's hidden reference (gateway.catalog)
     │   ├── HeaderMismatch             -32020 / 400
     │   ├── MissingClientCapability    -32021 / 400, data.requiredCapabilities
     │   ├── UnsupportedProtocolVersion -32022 / 400, data.supported / requested
@@ -65,6 +65,7 @@ names their module); `tests/test_errors.py` holds it to the classes:
     │   │   └── UpstreamCredentialsError -32603 / 502, no token (gateway.auth.errors)
     │   └── StoreError                 -32603 / 503 + Retry-After, the store failed
     │       └── LeaseLost              -32603 / 503, this replica cannot renew its lease
+    ├── Answered                       a call a seam answers itself (gateway.seams)
     └── ConfigError                    startup only; never reaches the wire
 
 Security failures (`InvalidRequestState`) keep their reason for the log; the wire

@@ -16,8 +16,8 @@ import sys
 
 from gateway.clock import SystemClock
 from gateway.config import ENV_KEYS, ENV_KEYS_FILE, load_config
-from gateway.protocol.state import generate_key
 from gateway.errors import ConfigError, StoreError
+from gateway.protocol.state import generate_key
 from gateway.store.pins import RedisPins
 from gateway.store.redis_client import connect, ride_out
 

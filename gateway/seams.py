@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from gateway.errors import GatewayError
 from gateway.protocol.era import Lane
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.methods import INTERRUPTIBLE
@@ -48,6 +49,16 @@ class Caller:
     principal: str  # sealed into requestState and session ids, keys the caps and limits
     log_id: str  # what logs carry
     identity: Identity | None  # None: the route is not authenticated
+
+
+class Answered(GatewayError):
+    """Raised by a `calling` seam that answers the call itself with `result` (as the
+    upstream would have: each era gives it as it gives an upstream's result); nothing goes
+    upstream."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__("answered at the gateway")
+        self.result = result
 
 
 #: A request that names no tool, prompt or resource.
@@ -102,7 +113,8 @@ class RequestServed:
 #: object when unchanged).
 ListSeam = Callable[[RequestServed, str, dict[str, Any]], dict[str, Any]]
 #: A call on its way in: the params to go on with (the same object when unchanged).
-#: Raises a `GatewayError` to refuse the call (it is answered as any other).
+#: Raises a `GatewayError` to refuse the call (it is answered as any other), or `Answered`
+#: to answer it with a result.
 CallSeam = Callable[[RequestServed, dict[str, Any]], Awaitable[dict[str, Any]]]
 #: A request at its end, as its `request_served` line says it.
 EndSeam = Callable[[RequestServed], None]

@@ -83,7 +83,7 @@ from gateway.protocol import legacy_session as sessions
 from gateway.protocol.lists import MaySee
 from gateway.protocol.rendering import rendered
 from gateway.protocol.state import StateCodec
-from gateway.seams import CALLING, NO_SEAMS, Caller, RequestServed, Seams
+from gateway.seams import CALLING, NO_SEAMS, Answered, Caller, RequestServed, Seams
 
 log = structlog.get_logger("gateway.legacy")
 
@@ -224,7 +224,12 @@ class LegacyLane:
         upstream = self._reach(claims, served)
         call = None
         if isinstance(message, jsonrpc.Request):
-            body = await self._entering(served, message, decoded, body)
+            try:
+                body = await self._entering(served, message, decoded, body)
+            except Answered as answered:  # by a seam, as the upstream would have
+                reply = jsonrpc.dumps(jsonrpc.result(message.id, answered.result))
+                answer = Answer(200, {"Content-Type": "application/json"}, reply)
+                return await self._answer(request, answer, served, token)
             call = self.trail.call(served, message)
         elif isinstance(message, jsonrpc.Response):
             # An answer to a question of a call goes back to its server with its own id.

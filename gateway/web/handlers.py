@@ -226,6 +226,16 @@ class ModernLane:
             result = self.seams.listed(served, method, result)
         return result
 
+    def answered(self, message: inbound.FrontRequest, result: dict[str, Any]) -> dict[str, Any]:
+        """A call a seam answered itself, as a call the upstream answered at once is."""
+        info = self.pool.info
+        return translate.decorate_result(
+            message.method,
+            result,
+            server_info=info.server_info if info else None,
+            cache=self.upstream.cache,
+        )
+
     async def _request(
         self,
         caps: ClientCaps,

@@ -49,7 +49,7 @@ from gateway.observability import TalliedCounter, TalliedHistogram
 from gateway.protocol import inbound, jsonrpc, methods
 from gateway.protocol.era import Lane, lane_of
 from gateway.protocol.rendering import rendered
-from gateway.seams import CALLING, NO_SEAMS, Caller, RequestServed, Seams
+from gateway.seams import CALLING, NO_SEAMS, Answered, Caller, RequestServed, Seams
 from gateway.tasks.service import Tasks
 from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool
@@ -241,6 +241,8 @@ class Pipeline:
                     message = await self._entering(served, message)
                 self.front_door.check_request(caller, method, message.params)
                 result = await self.served_by[method](served, message, headers, channel)
+            except Answered as answered:  # by a seam, as the upstream would have
+                result = self.modern.answered(message, answered.result)
             except RpcError as exc:
                 failure = exc
                 self._failed(served, exc)

@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.catalog import Catalog, ToolNotApproved, UnknownTarget, UpstreamCatalog
+from gateway.catalog import Catalog, ToolNotApproved, UpstreamCatalog
 from gateway.config import parse_config
+from gateway.errors import UpstreamRpcError
 from gateway.protocol.capabilities import NO_CAPABILITIES
 from gateway.protocol.state import generate_key
+from gateway.seams import Answered
 from gateway.store.pins import MemoryPins
 from tests.fakes.clock import ManualClock
 
@@ -35,6 +37,11 @@ class Lists:
             if not params.get("cursor"):
                 return {"result": {"tools": self.tools[:2], "nextCursor": "page-2"}}
             return {"result": {"tools": self.tools[2:]}}
+        if method == "tools/call":  # as mcp 1.x answers a tool it does not have
+            text = f"Unknown tool: {params['name']}"
+            return {"result": {"content": [{"type": "text", "text": text}], "isError": True}}
+        if method == "prompts/get":
+            return {"error": {"code": -32602, "message": f"Unknown prompt: {params['name']}"}}
         return {"result": {"prompts": []}}
 
 
@@ -90,32 +97,38 @@ async def test_without_a_ttl_every_list_is_the_servers_page_as_before() -> None:
     assert result == {"tools": [{"name": "list_notes"}]} and lists.asked[0][2] == {
         "cursor": "page-2"
     }
-    with pytest.raises(UnknownTarget):
-        await up.admit("tools/call", "delete_note", NO_CAPABILITIES, "alice")
-    assert await up.admit("tools/call", "absent", NO_CAPABILITIES, "alice") == "absent"
+    assert up.upstream.exposure.view("tools/list", result) == result
 
 
-async def test_without_rules_a_name_absent_from_the_list_goes_to_the_server() -> None:
+async def test_a_name_the_rules_do_not_hide_goes_to_the_server_as_it_is() -> None:
     clock, lists = ManualClock(), Lists()
-    up = catalog(clock, lists)
+    up = catalog(clock, lists, expose={"tools": {"deny": ["delete_*"]}})
     assert await up.admit("tools/call", "absent", NO_CAPABILITIES, "alice") == "absent"
     assert lists.asked == []  # no list was needed to let it through
 
 
-async def test_hidden_and_absent_names_get_the_one_unknown_answer() -> None:
+async def test_a_hidden_name_gets_what_the_server_answers_a_name_it_does_not_know() -> None:
     clock, lists = ManualClock(), Lists()
     up = catalog(
         clock,
         lists,
-        expose={"tools": {"deny": ["delete_*"]}},
+        expose={"tools": {"deny": ["delete_*"]}, "prompts": {"deny": ["internal_*"]}},
         tools={"read_note": {"name": "fetch_note"}},
     )
     answers = []
-    for name in ("delete_note", "absent_tool", "read_note"):
-        with pytest.raises(UnknownTarget) as caught:
+    for name in ("delete_note", "read_note", "delete_all"):
+        with pytest.raises(Answered) as caught:
             await up.admit("tools/call", name, NO_CAPABILITIES, "alice")
-        answers.append(caught.value.error_object()["message"].replace(name, "X"))
-    assert answers == ["Unknown tool: X"] * 3
+        answers.append(caught.value.result)
+    assert answers == [
+        {"content": [{"type": "text", "text": f"Unknown tool: {n}"}], "isError": True}
+        for n in ("delete_note", "read_note", "delete_all")
+    ]
+    (probe,) = [p for _, m, p in lists.asked if m == "tools/call"]  # asked once, then kept
+    assert probe["name"].startswith("mrtr-gateway-unknown-") and probe["arguments"] == {}
+    with pytest.raises(UpstreamRpcError) as refused:  # a server that answers with an error
+        await up.admit("prompts/get", "internal_x", NO_CAPABILITIES, "alice")
+    assert refused.value.error_object()["message"] == "Unknown prompt: internal_x"
     assert await up.admit("tools/call", "fetch_note", NO_CAPABILITIES, "alice") == "read_note"
     assert await listed(up) == ["fetch_note", "list_notes"]
 
