@@ -31,7 +31,7 @@ names their module); `tests/test_errors.py` holds it to the classes:
     │   ├── MethodNotFound             -32601 / 404
     │   ├── InvalidParams              -32602 / 400
     │   │   ├── InvalidRequestState    -32602 / 400, one frozen message
-    │   │   └── UnknownTarget          -32602 / 400, a completion's hidden reference (gateway.catalog)
+    │   │   └── UnknownTarget          -32602 / 400, a completion's hidden ref (gateway.catalog)
     │   ├── HeaderMismatch             -32020 / 400
     │   ├── MissingClientCapability    -32021 / 400, data.requiredCapabilities
     │   ├── UnsupportedProtocolVersion -32022 / 400, data.supported / requested
