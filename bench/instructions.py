@@ -89,7 +89,11 @@ async def counted_run(
         "gateway",
     ]
     env = {"PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-    config = {**upstream("legacy", legacy.url, pool={"min_idle": 4}), "logging": {"level": level}}
+    extra = report.OP_UPSTREAM.get(op, {})
+    config = {
+        **upstream("legacy", legacy.url, pool={"min_idle": 4}, **extra),
+        "logging": {"level": level},
+    }
     gateway = Gateway(config, folder, f"counted-{calls}", env=env, launcher=launcher)
     try:
         await measure("counted", 4, WARM + calls // 4, OPS[op][0](gateway.url), quiet=True)

@@ -19,6 +19,7 @@ Sections (each starts its own processes and stops them):
   legacy       a 2025 client's `tools/call echo` on its session through the legacy lane,
                against the same server direct, the server answering in JSON and in SSE:
                32 clients and 1
+  catalog      `tools/list` from the catalog against the same asked of the server
   callers      what a session per caller costs (`bench/callers.py`): `echo` and `greet` at 1
                and 32 callers isolated against shared (`pool.isolation: none`), and a cold
                burst of 32 new callers on a stdio upstream against its warm throughput
@@ -223,6 +224,36 @@ def greet_at(url: str) -> MakeOp:
     return make
 
 
+async def modern_list(http: aiohttp.ClientSession, url: str, rid: int) -> None:
+    body = {
+        "jsonrpc": "2.0",
+        "id": rid,
+        "method": "tools/list",
+        "params": {
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }
+        },
+    }
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": ACCEPT,
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/list",
+    }
+    async with http.post(url, json=body, headers=headers) as resp:
+        reply = await read_reply(resp)
+    assert reply.get("result", {}).get("tools"), reply
+
+
+def list_at(url: str) -> MakeOp:
+    async def make(http: aiohttp.ClientSession) -> Op:
+        return lambda rid: modern_list(http, url, rid)
+
+    return make
+
+
 def direct_echo(url: str) -> MakeOp:
     async def make(http: aiohttp.ClientSession) -> Op:
         client = LegacyClient(http, url)
@@ -262,7 +293,11 @@ OPS: dict[str, tuple[Callable[[str], MakeOp], bool]] = {
     "greet": (greet_at, False),
     "legacy-echo": (legacy_echo, False),
     "legacy-echo-json": (legacy_echo, True),
+    "list": (list_at, False),  # `tools/list` from the catalog
+    "list-passthrough": (list_at, False),  # the same asked of the server (catalog.ttl_s 0)
 }
+#: What an op's gateway is configured with beyond the defaults.
+OP_UPSTREAM: dict[str, dict[str, Any]] = {"list-passthrough": {"catalog": {"ttl_s": 0}}}
 
 
 @dataclass(frozen=True)
@@ -722,6 +757,35 @@ async def callers(args: argparse.Namespace, folder: Path) -> None:
         legacy.stop()
 
 
+async def catalog(args: argparse.Namespace, folder: Path) -> None:
+    n = 100 if args.quick else 400
+    print("catalog: tools/list from the catalog against the same asked of the server")
+    legacy = LegacyServer()
+    cached = Gateway(upstream("legacy", legacy.url), folder, "catalog")
+    asked = Gateway(
+        upstream("legacy", legacy.url, catalog={"ttl_s": 0}), folder, "catalog-passthrough"
+    )
+    try:
+        served, passed = await interleaved(
+            [
+                Variant("tools/list from the catalog, 1 client", list_at(cached.url)),
+                Variant("tools/list asked of the server, 1 client", list_at(asked.url)),
+            ],
+            1,
+            n,
+        )
+    finally:
+        cached.stop()
+        asked.stop()
+        legacy.stop()
+    goal(
+        "tools/list p50, catalog / asked of the server",
+        served["p50_ms"] / passed["p50_ms"],
+        1.0,
+        False,
+    )
+
+
 SECTIONS = {
     "passthrough": passthrough,
     "roundtrip": roundtrip,
@@ -730,6 +794,7 @@ SECTIONS = {
     "stdio": stdio,
     "legacy": legacy,
     "callers": callers,
+    "catalog": catalog,
 }
 
 
