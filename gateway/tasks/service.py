@@ -54,6 +54,7 @@ from gateway.protocol import formats, inputs, jsonrpc, legacy_tasks, state, task
 from gateway.protocol.audit import TaskChanged, Who
 from gateway.protocol.formats import Kind
 from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope
+from gateway.protocol.methods import NAME_FIELD
 from gateway.protocol.tasks import ACK, Task
 from gateway.protocol.versions import Version
 from gateway.quota import Quota
@@ -309,6 +310,18 @@ class Tasks:
             return dict(ACK)
         return task.detailed()
 
+    def _hidden(self, task: Task) -> bool:
+        """Whether the task's tool is hidden now (a rule changed since it was created):
+        its task is then unknown, as the tool is (`gateway.catalog`)."""
+        upstream = self.upstreams.get(task.upstream)
+        request = task.request
+        if upstream is None or upstream.exposure.everything or request is None:
+            return False
+        method = str(request.get("method"))
+        member = NAME_FIELD.get(method)
+        name = (request.get("params") or {}).get(member) if member else None
+        return isinstance(name, str) and not upstream.exposure.shows(method, name)
+
     async def find(self, task_id: str, principal: str) -> Task:
         """The task, as its record says now.
 
@@ -317,7 +330,7 @@ class Tasks:
         """
         run = self.runs.get(task_id)
         task = run.task if run is not None else await self._read(task_id)
-        if task is None or task.principal != principal:
+        if task is None or task.principal != principal or self._hidden(task):
             raise tasks.unknown_task()
         if task.expires_ms <= self.clock.wall_ms():
             raise tasks.unknown_task()

@@ -129,6 +129,23 @@ def test_a_tools_task_policy_reaches_the_config() -> None:
     )
 
 
+def test_the_catalog_and_isolation_reach_the_config() -> None:
+    upstream = {
+        "name": "notes",
+        "url": "http://notes/mcp",
+        "expose": {"tools": {"deny": ["delete_*"]}},
+        "tools": {"read_note": {"name": "fetch_note", "description": "One note."}},
+        "catalog": {"ttl_s": 30, "pinning": "block"},
+        "pool": {"isolation": "caller", "max_opening": 2},
+    }
+    config = gateway_config(render({"config": {"upstreams": [upstream]}}), env={})
+    notes = config.upstreams[0]
+    assert notes.exposure.upstream_name("tools/call", "fetch_note") == "read_note"
+    assert not notes.exposure.shows("tools/call", "delete_note")
+    assert (notes.catalog.ttl_s, notes.catalog.pinning) == (30, "block")
+    assert (notes.pool.isolation, notes.pool.max_opening) == ("caller", 2)
+
+
 AUDIT = {
     "log": True,
     "stream": {"enabled": True, "name": "trail", "maxLen": 5000},
@@ -271,6 +288,9 @@ def test_configurations_that_cannot_work_are_refused_at_render_time(
                 "upstreams": [{"name": "x", "url": "http://x", "tools": {"t": {"task": "no"}}}]
             }
         },
+        {"config": {"upstreams": [{"name": "x", "url": "http://x", "catalog": {"pinning": "no"}}]}},
+        {"config": {"upstreams": [{"name": "x", "url": "http://x", "expose": {"tool": {}}}]}},
+        {"config": {"upstreams": [{"name": "x", "url": "http://x", "pool": {"isolation": "x"}}]}},
         {
             "config": {
                 "upstreams": [

@@ -14,12 +14,14 @@ in-memory task store). Time moves when the test moves it; nothing sleeps.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
 
 from gateway.aio import spawn
 from gateway.audit.trail import OFF, Audit
+from gateway.config.model import ExposeConfig, ExposedList
 from gateway.errors import InvalidParams, PrincipalTasksBusy, TasksFull
 from gateway.protocol.inbound import FrontRequest, read_envelope
 from gateway.protocol.state import AesGcmKeyRing, parse_key
@@ -332,3 +334,18 @@ async def test_a_task_too_many_is_refused_and_one_ended_gives_its_place_back(
     again = spawn(replica.call_task(), name="again")
     (await server.next_call()).respond(RESULT)
     assert (await asyncio.wait_for(again, 5))["resultType"] == "complete"
+
+
+async def test_a_task_of_a_tool_hidden_since_it_was_created_is_unknown(
+    replica: TaskReplica, server: ScriptedServer, clock: ManualClock
+) -> None:
+    created, _ = await a_task(replica, server, clock)
+    task_id = created["taskId"]
+    assert (await replica.tasks_rpc("tasks/get", {"taskId": task_id}))["taskId"] == task_id
+    # The gateway comes back with rules that hide the tool (a rolling change of config).
+    upstream = replica.tasks.upstreams["up"]
+    hidden = ExposeConfig(tools=ExposedList(deny=("greet",)))
+    replica.tasks.upstreams["up"] = dataclasses.replace(upstream, expose=hidden)
+    for method in ("tasks/get", "tasks/cancel"):
+        with pytest.raises(InvalidParams):
+            await replica.tasks_rpc(method, {"taskId": task_id})
