@@ -83,9 +83,12 @@ async def guarded_fleet(
             if transport == "streamable-http"
             else {"command": legacy_stdio_command(tmp_path)}
         )
-        # No session opened ahead: without isolation the second caller then takes the
-        # very session the first gave back, so the control below sees the leak at once.
-        pool = {"isolation": isolation, "min_idle": 0}
+        # Without isolation, one session for calls per replica (beside the gateway's own):
+        # the second caller can only take the very session the first gave back, so the
+        # control below sees the leak however the pool would otherwise open ahead.
+        pool: dict[str, Any] = {"isolation": isolation, "min_idle": 0}
+        if isolation == "none":
+            pool["max_sessions"] = 2
         upstreams.append({"name": path.strip("/"), "path": path, "pool": pool, **where})
     config = {
         "store": {"url": redis_server.url, "key_prefix": f"t{uuid.uuid4().hex[:8]}:"},
