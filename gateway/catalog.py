@@ -156,6 +156,20 @@ class UpstreamCatalog:
         scope = "private" if self.upstream.catalog.per_caller else self.upstream.cache.scope
         return listed.result, CachePolicy(ttl_ms=left_ms, scope=scope)
 
+    async def tool(self, own: str, principal: str) -> dict[str, Any] | None:
+        """The entry of the tool the server calls `own` in its latest `tools/list` (fetched
+        now when the catalog serves no list or its list is stale); None when the server
+        does not list it.
+
+        Raises:
+            RpcError: the upstream's error, translated; UpstreamError.
+        """
+        listed = await self._fresh("tools/list", NO_CAPABILITIES, principal)
+        for entry in listed.result.get("tools", ()):
+            if isinstance(entry, dict) and entry.get("name") == own:
+                return entry
+        return None
+
     def changed(self, method: str) -> None:
         """The server's `notifications/<list>/list_changed` (heard anywhere): its list is
         fetched again when next asked."""

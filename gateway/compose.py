@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from gateway.approvals import Approvals
 from gateway.audit.build import build_audit
 from gateway.audit.trail import Audit, reopen_on_sighup
 from gateway.auth import ClientCredentialsSource
@@ -46,6 +47,7 @@ from gateway.listens import Listens
 from gateway.membership import Inbox, Remoter, Resource, membership
 from gateway.observability import Metrics
 from gateway.protocol import state
+from gateway.protocol.approval import PREFIX as APPROVAL_PREFIX
 from gateway.protocol.formats import FleetLevel
 from gateway.protocol.legacy_session import SESSION_PREFIX
 from gateway.protocol.pins import Drift
@@ -129,6 +131,17 @@ def compose(
     ledger = shared.ledger(pools, metrics)
     streams = Streams(config.legacy.max_streams, config.legacy.max_streams_per_principal)
     codec = make_codec(config)
+    approvals = Approvals(
+        catalog=catalog,
+        upstreams={u.name: u for u in config.upstreams},
+        store=shared.approvals,
+        codec=codec.with_prefix(APPROVAL_PREFIX),
+        audience=config.sealing.audience,
+        answer_within_s=limits.suspension_ttl_s,
+        clock=clock,
+        pools=pools,
+        audit=audit,
+    )
     bridge = Bridge(
         config,
         store=store,
@@ -142,6 +155,7 @@ def compose(
         listens=listens,
         on_drain=(streams.end_all,),  # their clients reconnect elsewhere
         audit=audit,
+        gate=approvals if any(Approvals.asks(u) for u in config.upstreams) else None,
     )
     tasks = Tasks(
         bridge=bridge,

@@ -38,6 +38,7 @@ from gateway.listens import Listens
 from gateway.observability import Metrics
 from gateway.protocol import formats
 from gateway.protocol.formats import FleetLevel, Kind
+from gateway.store.approvals import ApprovalStore, MemoryApprovals, RedisApprovals
 from gateway.store.base import SuspendedCallStore
 from gateway.store.memory import MemoryStore
 from gateway.store.pins import MemoryPins, PinStore, RedisPins
@@ -95,6 +96,12 @@ class Membership(Protocol):
         ...
 
     @property
+    def approvals(self) -> ApprovalStore:
+        """Approvals used and remembered (`gateway.approvals`): the fleet's, or this
+        process's."""
+        ...
+
+    @property
     def bus(self) -> Member: ...
 
     @property
@@ -146,6 +153,7 @@ class InProcess:
         self.store: SuspendedCallStore = MemoryStore(clock)
         self.task_store: TaskStore = MemoryTaskStore(clock)
         self.pins: PinStore = MemoryPins()
+        self.approvals: ApprovalStore = MemoryApprovals(clock)
         self.bus = SingleReplica(owner, formats.single(config.fleet.format_level))
         self.calls = replicas.Alone(self.bus)
         self.leases: Mapping[str, Callable[[], bool]] = {}
@@ -185,6 +193,9 @@ class OnRedis:
         )
         self.pins = RedisPins(
             client, prefix=prefix, version=lambda: level.version(Kind.PIN), clock=clock
+        )
+        self.approvals = RedisApprovals(
+            client, prefix=prefix, version=lambda: level.version(Kind.APPROVAL), clock=clock
         )
         beat = config.fleet.heartbeat_s
         self.bus = RedisBus(

@@ -219,8 +219,17 @@ FULL = {
                 "prompts": {"allow": ["p*"], "deny": ["internal_*"]},
                 "resources": {"allow": ["note://*"], "deny": ["note://secret/*"]},
             },
-            "tools": {"t": {"name": "shown", "title": "Shown", "description": "Shown so."}},
+            "tools": {
+                "t": {
+                    "name": "shown",
+                    "title": "Shown",
+                    "description": "Shown so.",
+                    "approval": "required",
+                }
+            },
             "catalog": {"ttl_s": 5, "per_caller": True, "pinning": "block"},
+            "approval": "destructive",
+            "approval_ttl_s": 60,
         },
     ],
 }

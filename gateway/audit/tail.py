@@ -28,7 +28,7 @@ import orjson
 from gateway.clock import Backoff
 from gateway.config import load_config
 from gateway.errors import ConfigError
-from gateway.protocol import audit as schema
+from gateway.protocol import audit_record
 from gateway.store.redis_client import (
     RedisClient,
     close_client,
@@ -131,7 +131,7 @@ class Reader:
             last = text(entry_id)
             raw = fields.get(b"event", fields.get("event"))
             try:
-                event = schema.read(orjson.loads(raw or b""))
+                event = audit_record.read(orjson.loads(raw or b""))
             except ValueError as exc:
                 self.skipped(f"entry {last}: {exc}")
                 continue

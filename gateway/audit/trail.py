@@ -23,7 +23,7 @@ from gateway.audit.metrics import AuditMetrics
 from gateway.audit.sinks import Sink
 from gateway.auth.principal import Identity, parsed
 from gateway.clock import Clock, SystemClock
-from gateway.protocol import audit as schema
+from gateway.protocol import audit_record
 from gateway.protocol.audit import NO_CONTENT, AuditEvent, ContentPolicy, Who
 from gateway.protocol.state import log_id_of
 
@@ -53,8 +53,8 @@ class Audit:
         self.clock = clock or SystemClock()
         self.on = bool(self.sinks)
         self._unmade = (metrics or AuditMetrics()).dropped.labels("trail")
-        self._ids = schema.EventIds()
-        self._times = schema.IsoTimes()
+        self._ids = audit_record.EventIds()
+        self._times = audit_record.IsoTimes()
 
     def emit(self, event: AuditEvent) -> str | None:
         """Record `event` in every sink; its id, or None when it was not recorded."""
@@ -63,8 +63,8 @@ class Audit:
         try:
             wall_ms = self.clock.wall_ms()
             fact = event.fact()
-            event_id = self._ids.next(wall_ms) if fact is None else schema.fact_id(fact)
-            data = schema.record(
+            event_id = self._ids.next(wall_ms) if fact is None else audit_record.fact_id(fact)
+            data = audit_record.record(
                 event,
                 event_id=event_id,
                 wall_ms=wall_ms,

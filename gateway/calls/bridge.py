@@ -10,7 +10,7 @@ differs between a replica alone and one of a fleet, `replicas`'.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -38,6 +38,16 @@ from gateway.upstream.port import UpstreamPool
 log = structlog.get_logger("gateway.calls")
 
 
+class Gate(Protocol):
+    """What a call passes before the call core serves it (`gateway.approvals`: a
+    person's approval): the request to serve (the same, or changed), or the result to
+    answer at once. Raises: RpcError, answered as any call's."""
+
+    async def admit(
+        self, upstream: UpstreamConfig, front: FrontRequest, principal: str
+    ) -> FrontRequest | dict[str, Any]: ...
+
+
 class Bridge:
     def __init__(
         self,
@@ -54,13 +64,16 @@ class Bridge:
         listens: Listens | None = None,
         on_drain: Iterable[Callable[[], None]] = (),
         audit: Audit = OFF,
+        gate: Gate | None = None,
     ) -> None:
         """`replicas`: this replica alone or in a fleet (`gateway.calls.replicas`);
         `park`: how a call's record is parked (on a fleet, its session withdrawn from the
         ledger meanwhile, `suspension.withdrawing`); `on_drain`: told when the replica
         starts draining (what else it serves ends: legacy GET streams); `audit`: the
-        audit trail, told every call's start, rounds and end (`gateway.calls.trail`)."""
+        audit trail, told every call's start, rounds and end (`gateway.calls.trail`);
+        `gate`: what every `tools/call` passes first (its rounds, a task's too)."""
         self.config = config
+        self.gate = gate
         self.listens = listens
         self.on_drain = tuple(on_drain)
         limits = self.limits = config.limits
@@ -151,10 +164,15 @@ class Bridge:
         Raises:
             RpcError: every failure, with its wire mapping.
         """
+        self.audit.act_for(principal)  # what the trail records names the caller
+        if self.gate is not None and front.method == "tools/call":
+            admitted = await self.gate.admit(upstream, front, principal)
+            if isinstance(admitted, dict):
+                return admitted  # answered at the gate: nothing went upstream
+            front = admitted
         digest = state.RequestDigest(front.method, front.target, front.params.get("arguments"))
         token = front.params.get("requestState")
         responses = front.params.get("inputResponses") or {}
-        self.audit.act_for(principal)  # what the trail records names the caller
         if token is None:
             if self.draining:
                 raise Draining()

@@ -23,6 +23,10 @@ from gateway.config.loader import (
     parse_config,
 )
 from gateway.config.model import (
+    APPROVAL_ALL,
+    APPROVAL_DESTRUCTIVE,
+    APPROVAL_NONE,
+    APPROVAL_REQUIRED,
     BOUND_TRANSPORTS,
     ISOLATE_CALLERS,
     LEGACY_TRANSPORTS,
@@ -56,6 +60,10 @@ from gateway.config.model import (
 )
 
 __all__ = [
+    "APPROVAL_ALL",
+    "APPROVAL_DESTRUCTIVE",
+    "APPROVAL_NONE",
+    "APPROVAL_REQUIRED",
     "ENV_KEYS",
     "ENV_KEYS_FILE",
     "ENV_LOG_FORMAT",

@@ -308,7 +308,17 @@ class TargetConfig:
     """Tools only: the title clients see instead of the server's."""
     description: str | None = None
     """Tools only: the description clients see instead of the server's."""
+    approval: str | None = None
+    """Tools only: `required` (a person approves every call before it reaches the
+    server) or `none` (never asked); overrides the upstream's `approval`."""
 
+
+APPROVAL_NONE = "none"  # `approval`: never asked
+APPROVAL_DESTRUCTIVE = "destructive"  # tools whose annotations say they may destroy
+APPROVAL_ALL = "all"
+APPROVALS = (APPROVAL_NONE, APPROVAL_DESTRUCTIVE, APPROVAL_ALL)
+APPROVAL_REQUIRED = "required"  # a tool's `approval`: asked at every call (or within the ttl)
+TOOL_APPROVALS = (APPROVAL_REQUIRED, APPROVAL_NONE)
 
 PINNING_OFF = "off"
 PINNING_WARN = "warn"
@@ -410,6 +420,14 @@ class UpstreamConfig:
     """What clients see of this upstream's tools, prompts and resources (and may reach)."""
     catalog: CatalogConfig = CatalogConfig()
     """How lists are served and tools pinned."""
+    approval: str = APPROVAL_NONE
+    """Which tools a person approves before a call reaches the server (the gateway asks
+    by elicitation): `none`, `destructive` (every tool whose annotations do not say
+    `readOnlyHint: true` and say, or leave at its default, `destructiveHint: true`) or
+    `all`. A tool's own `approval` wins."""
+    approval_ttl_s: float = 0.0
+    """How long one approval covers the same caller's calls of the same tool (as long as
+    its definition does not change); 0 asks at every call."""
     exposure: Exposure = field(
         default=EVERYTHING, init=False, repr=False, compare=False, metadata={"yaml": None}
     )

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from gateway.auth import ClientCredentials, require_secure_url
 from gateway.config.auth import parse_oauth_client, parse_scopes
 from gateway.config.model import (
+    APPROVALS,
     ISOLATE_CALLERS,
     PARK,
     PINNING,
@@ -27,6 +28,7 @@ from gateway.config.model import (
     STREAMABLE_HTTP,
     TASK_NONE,
     TASK_SUPPORT,
+    TOOL_APPROVALS,
     TRANSPORTS,
     CatalogConfig,
     ExposeConfig,
@@ -144,6 +146,16 @@ def _target(section: Section, body: Any, name: str, tasks: bool) -> TargetConfig
         raise ConfigError(
             f"{target.at(key)}: only a tool is shown under another name, title or description"
         )
+    approval = target.get("approval", str)
+    if approval is not None and not tasks:
+        raise ConfigError(
+            f"{target.at('approval')}: only a tool's call is approved (prompts and "
+            "resources are read, not run)"
+        )
+    if approval is not None and approval not in TOOL_APPROVALS:
+        raise ConfigError(
+            f"{target.at('approval')}: must be {' or '.join(TOOL_APPROVALS)}, not {approval!r}"
+        )
     if shown["name"] is not None and not _SHOWN_NAME.match(shown["name"]):
         raise ConfigError(
             f"{target.at('name')}: a tool name of letters, digits, '_', '-' or '.' "
@@ -156,6 +168,7 @@ def _target(section: Section, body: Any, name: str, tasks: bool) -> TargetConfig
         name=shown["name"],
         title=shown["title"],
         description=shown["description"],
+        approval=approval,
         **target.scalars(TargetConfig),
     )
     target.done()
@@ -178,7 +191,7 @@ def _attempt(sec: Section, read: Callable[[], T]) -> T | None:
 
 def parse_upstream(sec: Section, env: Mapping[str, str], base: Path) -> UpstreamConfig:
     """One `upstreams[]` entry. Raises: ConfigError naming the key path and the fix."""
-    values = sec.scalars(UpstreamConfig)
+    values = sec.scalars(UpstreamConfig, zero_ok={"approval_ttl_s"})
     name = values.get("name", "")
     if not _NAME.match(name):
         raise ConfigError(
@@ -187,6 +200,11 @@ def parse_upstream(sec: Section, env: Mapping[str, str], base: Path) -> Upstream
     transport = values.setdefault("transport", STDIO if sec.has("command") else STREAMABLE_HTTP)
     if transport not in TRANSPORTS:
         raise ConfigError(f"{sec.at('transport')}: must be one of {', '.join(TRANSPORTS)}")
+    if values.get("approval", APPROVALS[0]) not in APPROVALS:
+        raise ConfigError(
+            f"{sec.at('approval')}: must be one of {', '.join(APPROVALS)}, "
+            f"not {values['approval']!r}"
+        )
     if "path" in values and not values["path"].startswith("/"):
         raise ConfigError(f"{sec.at('path')}: must start with '/', e.g. /mcp")
     if transport == STDIO:

@@ -54,6 +54,8 @@ class Kind(StrEnum):
     PIN = "pin"  # a tool's pin (`gateway.store.pins`)
     AUDIT_EVENT = "audit event"  # an event of the audit trail (`gateway.protocol.audit`)
     LEGACY_QUESTION = "legacy question id"  # a tagged question id (`legacy_questions`)
+    APPROVAL_STATE = "approval state"  # an approval round's sealed claims (`protocol.approval`)
+    APPROVAL = "approval"  # an approval used, or remembered (`gateway.store.approvals`)
 
 
 #: The version of each kind written at each level; None: that level does not know the kind.
@@ -87,6 +89,13 @@ VERSIONS: dict[Kind, dict[int, int | None]] = {
     # level 1 would pass the tagged id on to the server, which would not know it. Held
     # back while a replica of level 1 lives (the lane then relays ids as they came).
     Kind.LEGACY_QUESTION: {1: None, 2: 1},
+    # Approvals came with level 2, and level 1 reads none of them: an approval round's
+    # state has a prefix of its own, which level 1 refuses as any foreign requestState (the
+    # client is told its state is invalid, and nothing runs), and the marks of approvals
+    # used or remembered are keys it never reads. Kinds they never read: their version at
+    # every level.
+    Kind.APPROVAL_STATE: {1: 1, 2: 1},
+    Kind.APPROVAL: {1: 1, 2: 1},
 }
 
 
@@ -129,6 +138,8 @@ MARKS: dict[Kind, tuple[str, int]] = {
     Kind.LANE_MESSAGE: ("v", 1),
     Kind.PIN: ("v", 1),
     Kind.AUDIT_EVENT: ("v", 1),
+    Kind.APPROVAL_STATE: ("v", 1),
+    Kind.APPROVAL: ("v", 1),
 }
 
 

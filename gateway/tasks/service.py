@@ -50,7 +50,16 @@ from gateway.errors import (
 )
 from gateway.fleet import messages
 from gateway.fleet.port import Bus
-from gateway.protocol import formats, inputs, jsonrpc, legacy_tasks, state, tasks, translate
+from gateway.protocol import (
+    approval,
+    formats,
+    inputs,
+    jsonrpc,
+    legacy_tasks,
+    state,
+    tasks,
+    translate,
+)
 from gateway.protocol.audit import TaskChanged, Who
 from gateway.protocol.formats import Kind
 from gateway.protocol.inbound import PROTOCOL_VERSION_KEY, FrontRequest, read_envelope
@@ -177,7 +186,11 @@ class Tasks:
                 raise
             if round_.done():
                 result = round_.result()  # raises the round's error: the request's
-                if result.get("resultType") == "input_required" or policy.support == TASK_OPTIONAL:
+                # An approval the gateway asks is the task's first question, not an MRTR round.
+                asking = approval.is_approval_state(result.get("requestState"))
+                if not asking and (
+                    result.get("resultType") == "input_required" or policy.support == TASK_OPTIONAL
+                ):
                     return result  # an MRTR round, or an optional tool's quick answer
             now = self.clock.wall_ms()
             task = Task(

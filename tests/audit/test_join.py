@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from gateway.protocol import audit
+from gateway.protocol import audit, audit_record
 from gateway.protocol.audit import (
     CallEnded,
     CallStarted,
@@ -21,11 +21,11 @@ from gateway.protocol.audit import (
 from tests.support import trail
 
 CALL = {"call_id": "c-1", "era": Era.MODERN, "upstream": "u", "target": "greet"}
-_ids = audit.EventIds("0123456789")
+_ids = audit_record.EventIds("0123456789")
 
 
 def written(event: audit.AuditEvent, replica: str = "gw-0~1") -> dict[str, Any]:
-    return audit.record(event, event_id=_ids.next(1), wall_ms=1, replica=replica)
+    return audit_record.record(event, event_id=_ids.next(1), wall_ms=1, replica=replica)
 
 
 def two_round_call(call_id: str = "c-1") -> list[dict[str, Any]]:

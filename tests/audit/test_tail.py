@@ -17,7 +17,7 @@ from gateway.aio import cancel_and_wait, spawn
 from gateway.audit.tail import Filter, Reader, since_id, tail
 from gateway.cli import main
 from gateway.config.audit import stream_key
-from gateway.protocol import audit
+from gateway.protocol import audit, audit_record
 from gateway.protocol.audit import (
     CallEnded,
     CallStarted,
@@ -38,7 +38,7 @@ EVERY = Filter()
 
 def event(n: int, who: Who = ALICE, tool: str = "book", **more: Any) -> dict[str, Any]:
     made = CallStarted(principal=who, call_id=f"c-{n}", era=Era.MODERN, upstream="u", target=tool)
-    return audit.record(made, event_id=f"e-{n}", wall_ms=NOW_MS + n, replica="r") | more
+    return audit_record.record(made, event_id=f"e-{n}", wall_ms=NOW_MS + n, replica="r") | more
 
 
 async def add(client: RedisClient, at: str, *events: dict[str, Any]) -> None:
@@ -127,7 +127,7 @@ def test_a_filter_keeps_the_events_that_match_every_criterion(
         event(1),
         event(2, BOT),
         event(3, tool="search"),
-        audit.record(
+        audit_record.record(
             CallEnded(
                 call_id="c-1",
                 era=Era.MODERN,
@@ -140,14 +140,14 @@ def test_a_filter_keeps_the_events_that_match_every_criterion(
             wall_ms=NOW_MS,
             replica="r",
         ),
-        audit.record(
+        audit_record.record(
             RequestRefused(refusal=Refusal.AUTHENTICATION, reason="no token"),
             event_id="e-5",
             wall_ms=NOW_MS,
             replica="r",
         ),
     ]
-    assert {e["id"] for e in events if match.matches(audit.read(e))} == printed
+    assert {e["id"] for e in events if match.matches(audit_record.read(e))} == printed
 
 
 async def test_the_last_events_are_printed_oldest_first_each_once(

@@ -487,6 +487,22 @@ def build(event_store: EventStore | None = None, *, json_response: bool = False)
     async def lists_served() -> str:
         return str(counted("tools/list:served"))
 
+    @mcp.tool(
+        description="Deletes a note (a destructive tool: counts its runs).",
+        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True),
+    )
+    async def delete_note(note_id: str, run_id: str = "") -> str:
+        ran("delete_note", run_id)
+        return f"deleted {note_id}"
+
+    @mcp.tool(
+        description="Reads a note (read-only: counts its runs).",
+        annotations=ToolAnnotations(readOnlyHint=True),
+    )
+    async def read_note(note_id: str, run_id: str = "") -> str:
+        ran("read_note", run_id)
+        return f"note {note_id}"
+
     return mcp
 
 

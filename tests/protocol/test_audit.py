@@ -8,11 +8,13 @@ from typing import Any
 
 import pytest
 
-from gateway.protocol import audit, formats
+from gateway.protocol import audit, audit_record, formats
 from gateway.protocol.audit import (
     NO_CONTENT,
     REDACTED,
     Answer,
+    ApprovalAnswered,
+    ApprovalAsked,
     CallEnded,
     CallStarted,
     ContentPolicy,
@@ -40,7 +42,9 @@ EVERYTHING = ContentPolicy(arguments=True, answers=True, results=True, questions
 
 
 def written(event: audit.AuditEvent, policy: ContentPolicy = NO_CONTENT) -> dict[str, Any]:
-    return audit.record(event, event_id="e-1", wall_ms=WALL_MS, replica="gw-0~1a2b", policy=policy)
+    return audit_record.record(
+        event, event_id="e-1", wall_ms=WALL_MS, replica="gw-0~1a2b", policy=policy
+    )
 
 
 def test_every_event_starts_with_its_version_id_kind_time_replica_and_principal() -> None:
@@ -128,6 +132,23 @@ CONTENT_EVENTS = [
         ),
         **CALL,
     ),
+    ApprovalAsked(
+        approval_id="a-1",
+        era=Era.MODERN,
+        upstream="tickets",
+        tool="pay",
+        question=question_of("gateway.approval", "elicitation/create", {"message": SECRET}),
+    ),
+    ApprovalAnswered(
+        approval_id="a-1",
+        era=Era.MODERN,
+        upstream="tickets",
+        tool="pay",
+        answer=answer_of(
+            "gateway.approval", "elicitation/create", {"action": "accept", "content": {"x": SECRET}}
+        ),
+        approved=False,
+    ),
 ]
 
 
@@ -142,8 +163,8 @@ def test_by_default_no_content_is_written(event: audit.AuditEvent) -> None:
     [
         (ContentPolicy(arguments=True), {"call.started"}),
         (ContentPolicy(results=True), {"call.ended"}),
-        (ContentPolicy(questions=True), {"round.asked"}),
-        (ContentPolicy(answers=True), {"round.answered"}),
+        (ContentPolicy(questions=True), {"round.asked", "approval.asked"}),
+        (ContentPolicy(answers=True), {"round.answered", "approval.answered"}),
     ],
 )
 def test_each_switch_keeps_its_own_content_only(policy: ContentPolicy, kept: set[str]) -> None:
@@ -297,14 +318,18 @@ def test_every_kind_has_an_event() -> None:
 
 
 def test_event_ids_are_unique_and_sorted_by_time() -> None:
-    ids = audit.EventIds()
+    ids = audit_record.EventIds()
     made = [ids.next(WALL_MS + i // 100) for i in range(1000)]
     assert len(set(made)) == 1000 and all(len(i) == 32 for i in made)
     assert made == sorted(made)
     assert ids.next(WALL_MS + 10) > made[-1]
     # Another process draws another tag: the same millisecond and count, another id.
-    assert audit.EventIds("aaaaaaaaaa").next(WALL_MS) != audit.EventIds("bbbbbbbbbb").next(WALL_MS)
-    assert audit.EventIds().next(WALL_MS)[12:22] != audit.EventIds().next(WALL_MS)[12:22]
+    assert audit_record.EventIds("aaaaaaaaaa").next(WALL_MS) != audit_record.EventIds(
+        "bbbbbbbbbb"
+    ).next(WALL_MS)
+    assert (
+        audit_record.EventIds().next(WALL_MS)[12:22] != audit_record.EventIds().next(WALL_MS)[12:22]
+    )
 
 
 @pytest.mark.parametrize(
@@ -317,18 +342,18 @@ def test_event_ids_are_unique_and_sorted_by_time() -> None:
     ],
 )
 def test_times_are_iso_8601_in_utc_to_the_millisecond(wall_ms: int, text: str) -> None:
-    times = audit.IsoTimes()
-    assert times.of(wall_ms) == text == audit.iso_time(wall_ms)
+    times = audit_record.IsoTimes()
+    assert times.of(wall_ms) == text == audit_record.iso_time(wall_ms)
     assert times.of(wall_ms + 1000)[:19] != text[:19]  # the next second is written anew
 
 
 def test_a_reader_takes_an_event_of_a_version_it_reads_and_refuses_others() -> None:
     event = written(CallStarted(**CALL))
-    assert audit.read(event) == {k: v for k, v in event.items() if k != "v"}
+    assert audit_record.read(event) == {k: v for k, v in event.items() if k != "v"}
     with pytest.raises(ValueError):
-        audit.read({**event, "v": audit.SCHEMA + 1})
+        audit_record.read({**event, "v": audit.SCHEMA + 1})
     with pytest.raises(ValueError):
-        audit.read({"something": "else"})
+        audit_record.read({"something": "else"})
 
 
 def test_a_principal_is_found_by_any_of_its_names() -> None:
