@@ -465,6 +465,22 @@ def test_a_rate_of_zero_is_off_as_leaving_it_out_is(rate: dict) -> None:
             r"pool.calls_per_session: must be greater than 0",
         ),
         (
+            {"upstreams": [{**UP, "approval": "sometimes"}]},
+            r"^upstreams\[0\].approval: must be one of none, destructive, all, not 'sometimes'",
+        ),
+        (
+            {"upstreams": [{**UP, "approval_ttl_s": -1}]},
+            r"^upstreams\[0\].approval_ttl_s: must be 0 or more",
+        ),
+        (
+            {"upstreams": [{**UP, "tools": {"t": {"approval": "always"}}}]},
+            r"^upstreams\[0\].tools.t.approval: must be required or none, not 'always'",
+        ),
+        (
+            {"upstreams": [{**UP, "prompts": {"p": {"approval": "required"}}}]},
+            r"^upstreams\[0\].prompts.p.approval: only a tool's call is approved",
+        ),
+        (
             {"upstreams": [{"name": "s", "command": ["srv"], "pool": {"calls_per_session": 2}}]},
             r"^upstreams\[0\].pool.calls_per_session: only a streamable-http upstream can carry",
         ),
