@@ -146,6 +146,21 @@ def test_the_catalog_and_isolation_reach_the_config() -> None:
     assert (notes.pool.isolation, notes.pool.max_opening) == ("caller", 2)
 
 
+def test_approvals_reach_the_config() -> None:
+    upstream = {
+        "name": "notes",
+        "url": "http://notes/mcp",
+        "approval": "destructive",
+        "approval_ttl_s": 300,
+        "tools": {"delete_note": {"approval": "required"}, "read_note": {"approval": "none"}},
+    }
+    config = gateway_config(render({"config": {"upstreams": [upstream]}}), env={})
+    notes = config.upstreams[0]
+    assert (notes.approval, notes.approval_ttl_s) == ("destructive", 300)
+    assert notes.tools["delete_note"].approval == "required"
+    assert notes.tools["read_note"].approval == "none"
+
+
 AUDIT = {
     "log": True,
     "stream": {"enabled": True, "name": "trail", "maxLen": 5000},
@@ -291,6 +306,15 @@ def test_configurations_that_cannot_work_are_refused_at_render_time(
         {"config": {"upstreams": [{"name": "x", "url": "http://x", "catalog": {"pinning": "no"}}]}},
         {"config": {"upstreams": [{"name": "x", "url": "http://x", "expose": {"tool": {}}}]}},
         {"config": {"upstreams": [{"name": "x", "url": "http://x", "pool": {"isolation": "x"}}]}},
+        {"config": {"upstreams": [{"name": "x", "url": "http://x", "approval": "sometimes"}]}},
+        {"config": {"upstreams": [{"name": "x", "url": "http://x", "approval_ttl_s": -1}]}},
+        {
+            "config": {
+                "upstreams": [
+                    {"name": "x", "url": "http://x", "tools": {"t": {"approval": "always"}}}
+                ]
+            }
+        },
         {
             "config": {
                 "upstreams": [
