@@ -43,6 +43,7 @@ from gateway.errors import (
     StoreError,
     UpstreamError,
 )
+from gateway.observability import Metrics
 from gateway.protocol import approval, inputs, pins, state, translate
 from gateway.protocol.audit import ApprovalAnswered, ApprovalAsked, Era, answer_of, question_of
 from gateway.protocol.inbound import SERVER_INFO_KEY, FrontRequest
@@ -73,6 +74,7 @@ class Approvals:
         answer_within_s: float,
         clock: Clock,
         pools: Mapping[str, UpstreamPool],
+        metrics: Metrics,
         audit: Audit = OFF,
     ) -> None:
         """`codec`: the gateway's sealing keys under `approval.PREFIX`; `answer_within_s`:
@@ -85,6 +87,7 @@ class Approvals:
         self.answer_within_s = answer_within_s
         self.clock = clock
         self.pools = pools
+        self.counted = metrics.approvals
         self.audit = audit
 
     # -- which calls --------------------------------------------------------------------
@@ -259,6 +262,7 @@ class Approvals:
         era: Era,
         session: str | None = None,
     ) -> None:
+        self.counted.labels(claims.upstream, "asked").inc()
         if not self.audit.on:
             return
         self.audit.emit(
@@ -284,6 +288,7 @@ class Approvals:
         *,
         error: bool = False,
     ) -> None:
+        self.counted.labels(claims.upstream, "approved" if yes else "declined").inc()
         if not self.audit.on:
             return
         self.audit.emit(

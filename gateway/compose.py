@@ -140,6 +140,7 @@ def compose(
         answer_within_s=limits.suspension_ttl_s,
         clock=clock,
         pools=pools,
+        metrics=metrics,
         audit=audit,
     )
     bridge = Bridge(

@@ -329,6 +329,13 @@ class Metrics:
             ["upstream", "severity"],
             registry=r,
         )
+        self.approvals = TalliedCounter(
+            "mrtr_approvals",
+            "Approvals the gateway asked a person for, by upstream and outcome (asked, "
+            "approved, declined, remembered: covered by an earlier one)",
+            ["upstream", "outcome"],
+            registry=r,
+        )
         self.orphaned_sessions = TalliedCounter(
             "mrtr_orphaned_sessions",
             "Upstream sessions of dead replicas that this one ended, by outcome "

@@ -53,6 +53,7 @@ def touched() -> Metrics:
     metrics.call_endings.labels("done").inc()
     metrics.upstream_errors.labels("legacy", "open").inc()
     metrics.catalog_drift.labels("legacy", "high").inc()
+    metrics.approvals.labels("legacy", "approved").inc()
     metrics.orphaned_sessions.labels("legacy", "ended").inc()
     metrics.store_seconds.labels("claim").observe(0.0004)
     metrics.store_errors.labels("claim").inc()
@@ -268,6 +269,14 @@ mrtr_catalog_drift_total{severity="high",upstream="legacy"} 1.0
 and severity (high: a safety hint weakened)
 # TYPE mrtr_catalog_drift_created gauge
 mrtr_catalog_drift_created{severity="high",upstream="legacy"} <created>
+# HELP mrtr_approvals_total Approvals the gateway asked a person for, by upstream and outcome \
+(asked, approved, declined, remembered: covered by an earlier one)
+# TYPE mrtr_approvals_total counter
+mrtr_approvals_total{outcome="approved",upstream="legacy"} 1.0
+# HELP mrtr_approvals_created Approvals the gateway asked a person for, by upstream and outcome \
+(asked, approved, declined, remembered: covered by an earlier one)
+# TYPE mrtr_approvals_created gauge
+mrtr_approvals_created{outcome="approved",upstream="legacy"} <created>
 # HELP mrtr_orphaned_sessions_total Upstream sessions of dead replicas that this one ended, by \
 outcome (ended, gone, refused, failed)
 # TYPE mrtr_orphaned_sessions_total counter

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.protocol.tasks import EXTENSION
 from tests.peers.tooling import LegacyServer
@@ -247,3 +248,38 @@ async def test_a_tasks_first_question_is_the_approval(make_gateway: Any) -> None
     assert approved["status"] == "completed"
     assert approved["result"]["content"][0]["text"] == "deleted n-1"
     assert await body_runs(gw, "delete_note", run_id) == 1
+
+
+async def test_every_approval_asked_and_answered_is_recorded(make_gateway: Any) -> None:
+    with capture_logs() as logs:
+        gw = await make_gateway(upstream=REQUIRED, audit={"log": True})
+        run_id = uuid.uuid4().hex
+        first = delete(run_id)
+        round_ = await asked(gw, first)
+        await modern(gw, answering(first, round_, {"action": "decline"}))
+        second = await asked(gw, first)
+        await modern(gw, answering(first, second, APPROVE))
+        async with gw.http.get(str(gw.server.make_url("/metrics"))) as response:
+            scraped = await response.text()
+    events = [line["audit"] for line in logs if line.get("event") == "audit"]
+    approvals = [e for e in events if e["kind"].startswith("approval.")]
+    assert [(e["kind"], e.get("approved")) for e in approvals] == [
+        ("approval.asked", None),
+        ("approval.answered", False),
+        ("approval.asked", None),
+        ("approval.answered", True),
+    ]
+    assert approvals[0]["approval_id"] == approvals[1]["approval_id"] != approvals[2]["approval_id"]
+    assert approvals[1]["answer"] == {
+        "key": KEY,
+        "method": "elicitation/create",
+        "action": "decline",
+    }
+    assert all(e["tool"] == "delete_note" and e["era"] == "2026" for e in approvals)
+    assert "note_id" not in str(approvals)  # the question's text is content: not kept by default
+    # The call that went on is recorded as any call, after its approval.
+    started = [e for e in events if e["kind"] == "call.started"]
+    assert [e["tool"] for e in started] == ["delete_note"]
+    for outcome in ("asked", "approved", "declined"):
+        count = 2 if outcome == "asked" else 1
+        assert f'mrtr_approvals_total{{outcome="{outcome}",upstream="legacy"}} {count}.0' in scraped
