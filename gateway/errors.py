@@ -57,6 +57,9 @@ names their module); `tests/test_errors.py` holds it to the classes:
     │   │   ├── PrincipalStreaming     429, GET streams (gateway.legacy_clients.streams)
     │   │   ├── TooManyRounds          502, max_rounds
     │   │   └── StateTooLarge          502, max_state_bytes
+    │   ├── Unanswered                 -32603 / 408, unanswered (gateway.legacy_clients.asking)
+    │   │   ├── QuestionExpired        -32603 / 408, in time (gateway.legacy_clients.asking)
+    │   │   └── QuestionUndelivered    -32603 / 408, gone (gateway.legacy_clients.asking)
     │   ├── CallLost                   -32603 / 502, a parked call cannot continue
     │   ├── UpstreamError              -32603 / 502, the legacy server failed us
     │   │   ├── UpstreamExited         -32603 / 502, a stdio server's process ended
