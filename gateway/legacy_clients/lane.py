@@ -61,8 +61,14 @@ from aiohttp import web
 
 from gateway.clock import Clock
 from gateway.config import LegacyConfig, LimitsConfig
-from gateway.errors import Draining, GatewayError, HttpError, MethodNotAllowed, NotAcceptable
-from gateway.errors import UpstreamError
+from gateway.errors import (
+    Draining,
+    GatewayError,
+    HttpError,
+    MethodNotAllowed,
+    NotAcceptable,
+    UpstreamError,
+)
 from gateway.legacy_clients.answers import AnswerView, outcome_of
 from gateway.legacy_clients.asking import Questions, StreamAsker
 from gateway.legacy_clients.metrics import LaneMetrics
@@ -278,7 +284,7 @@ class LegacyLane:
         if not questions.open():
             return None
         head = {**SSE_HEADERS, SESSION_HEADER: token}
-        relay = Relay(request, head, self.hooks, keepalive_s=self.settings.limits.keepalive_s, clock=self.clock)
+        relay = Relay(request, head, self.hooks, keepalive_s=self._keepalive, clock=self.clock)
         return StreamAsker(
             questions,
             relay,
@@ -351,13 +357,13 @@ class LegacyLane:
         token, claims = self._session(headers, served)
         upstream = self._reach(claims, served)
         head = {**SSE_HEADERS, SESSION_HEADER: token}
-        relay = Relay(request, head, self.hooks, keepalive_s=self.settings.limits.keepalive_s, clock=self.clock)
+        relay = Relay(request, head, self.hooks, keepalive_s=self._keepalive, clock=self.clock)
         with self.streams.opened(caller.principal, relay.stop):
             answer = await upstream.get(claims.session, crossing_headers(headers))
             if isinstance(answer.body, bytes):
                 return plain(answer, token)
             await started(relay, answer.body)
-            started = self.clock.monotonic()
+            began = self.clock.monotonic()
             log.info("legacy_stream_opened", principal=caller.log_id, session=served.session)
             view = AnswerView(
                 rid=None,
@@ -375,7 +381,7 @@ class LegacyLane:
                     how=how,
                     principal=caller.log_id,
                     session=served.session,
-                    duration_s=round(self.clock.monotonic() - started, 1),
+                    duration_s=round(self.clock.monotonic() - began, 1),
                 )
             return await relay.finish()
 
@@ -445,6 +451,10 @@ class LegacyLane:
             self.trail.refused(served, "owned elsewhere")
             raise SessionNotFound()
         return upstream
+
+    @property
+    def _keepalive(self) -> float:
+        return self.settings.limits.keepalive_s
 
     def _log_id(self, token: str) -> str:
         """A session id's stand-in in logs: a keyed hash (the id is a bearer of the session)."""

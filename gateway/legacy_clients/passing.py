@@ -22,6 +22,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+import structlog
 from aiohttp import web
 
 from gateway.clock import Clock
@@ -36,8 +37,6 @@ from gateway.protocol import jsonrpc, sse
 from gateway.protocol.lists import MaySee
 from gateway.protocol.rendering import rendered
 from gateway.seams import Caller, RequestServed, Seams
-
-import structlog
 
 log = structlog.get_logger("gateway.legacy")
 

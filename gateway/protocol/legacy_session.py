@@ -5,13 +5,14 @@ The gateway's session id is the whole of the state: it seals which upstream, the
 upstream's own session handle (its `Mcp-Session-Id`, or none), a digest of the caller's
 principal, the replica that owns the session (empty when any replica serves it), when it
 was made and when it expires, and (version 2) what the client declared at `initialize`
-(`declared_of`: what the gateway may ask it itself, `gateway.legacy_clients.asking`), with the requestState key ring under a prefix of its own
-(``lg1.``, bound into the AEAD's associated data: a requestState never opens as a session
-id, nor the reverse). So any replica serves any request of the session, and no replica
-nor Redis needs to hold anything for it (a replica keeps what the ids it opened lately
-opened to only to spare itself opening them again: `OpenedSessions`, bounded). A
-tampered, expired, foreign or misrouted id is refused with a reason for the log only; the
-wire answer is 404 (the client starts over).
+(`declared_of`: what the gateway may ask it itself, `gateway.legacy_clients.asking`),
+with the requestState key ring under a prefix of its own (``lg1.``, bound into the
+AEAD's associated data: a requestState never opens as a session id, nor the reverse).
+So any replica serves any request of the session, and no replica nor Redis needs to
+hold anything for it (a replica keeps what the ids it opened lately opened to only to
+spare itself opening them again: `OpenedSessions`, bounded). A tampered, expired,
+foreign or misrouted id is refused with a reason for the log only; the wire answer is
+404 (the client starts over).
 
 Beside it, what the lane's policy reads of a legacy request: which method and target
 it is checked as (for per-tool scopes). What a caller may see of a list is
