@@ -8,28 +8,24 @@ Then:
 
 - `initialize` opens an upstream session of the caller's own (`LegacyUpstream.initialize`,
   the client's request as it came) and answers with the upstream's answer and the
-  gateway's `Mcp-Session-Id`, which seals the upstream's session handle and the caller
-  (`gateway.protocol.legacy_session`);
+  gateway's `Mcp-Session-Id`, which seals the upstream's session handle, the caller and
+  what the client declared (`gateway.protocol.legacy_session`);
 - any other POST, a GET or a DELETE needs that id (400 "Missing session ID" without
   one); one that does not open, has expired, names another route or another principal
   gets 404 (the client starts over). A refreshed token of the same principal keeps it.
-- a call goes through the `calling` seam (`gateway.seams`), which may ask the client a
-  question of the gateway's own first (`RequestServed.asker`,
-  `gateway.legacy_clients.asking`: the POST's answer becomes a stream at the first
-  question, and the upstream's answer follows on it, `_onto`; a client's answer to such
-  a question, on any replica, is handed to the question and never sent upstream), and a
-  request is held to the
+- a call goes through the `calling` seam (`gateway.seams`) and a request is held to the
   route's per-target scopes read from its body (`tools/call`, `prompts/get`,
   `resources/read`, `completion/complete`, a resource subscription): 403 with the
-  `insufficient_scope` challenge; list results leave out what the caller may not see and
-  go through the `listing` seam, in a JSON answer and inside a stream;
-- the upstream's answer passes on: its status and body (JSON as it came, `_whole`), or
-  its stream event by event (`_streamed`, `gateway.legacy_clients.relay`), with the
-  gateway's session id and never the upstream's. A POST's stream whose first message,
-  within a keepalive's wait, is the response (most are) is sent whole, as a body, the
-  rest of the upstream's stream read in the background. A POST's stream whose upstream
-  fails, or says nothing for `limits.hold_timeout_s`, before its response and without an
-  event id to resume from, ends with a JSON-RPC error for the request;
+  `insufficient_scope` challenge. The seam may first ask the client a question of the
+  gateway's own (`RequestServed.asker`, a `gateway.legacy_clients.asking.StreamAsker`):
+  the POST's answer becomes an SSE stream at the first question, and the call's refusal
+  or the upstream's answer ends it. A client's answer to such a question (its id the
+  gateway's, `gateway.protocol.legacy_asking`), on whichever replica, is handed to the
+  question (`Questions.hand`) and answered 202; it never goes upstream;
+- the upstream's answer passes on (`gateway.legacy_clients.passing`): its status and
+  body, or its stream event by event, with the gateway's session id and never the
+  upstream's; list results leave out what the caller may not see and go through the
+  `listing` seam, in a JSON answer and inside a stream;
 - a GET stream counts against the caller's streams (`gateway.legacy_clients.streams`) and
   ends at the session's expiry, the credential's, or when the replica drains.
 
