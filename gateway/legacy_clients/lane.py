@@ -224,27 +224,34 @@ class LegacyLane:
         if isinstance(message, jsonrpc.Response) and legacy_asking.is_question(message.id):
             return await self._answered(served, message.id, decoded)
         upstream = self._reach(claims, served)
-        call = None
+        call = asker = None
         if isinstance(message, jsonrpc.Request):
             asker = served.asker = self._asker(request, served, token, claims, message.method)
-            try:
-                body = await self._entering(served, message, decoded, body)
-            except Answered as answered:  # by a seam, as the upstream would have
-                reply = jsonrpc.dumps(jsonrpc.result(message.id, answered.result))
-                answer = Answer(200, {"Content-Type": "application/json"}, reply)
-                return await self.passing.answer(request, answer, served, token)
-            except GatewayError as refused:
-                if asker is None or not asker.relay.started:
-                    raise  # answered as any refusal
-                return await self.passing.refused_on(asker.relay, refused, served)
-            call = self.trail.call(served, message)
-        elif isinstance(message, jsonrpc.Response):
-            # An answer to a question of a call goes back to its server with its own id.
-            answer_to, tag = untag(decoded)
-            if tag is not None:
-                body = jsonrpc.dumps(answer_to)
-                self.trail.answered(served, tag, answer_to)
-        answer = await upstream.post(claims.session, body, crossing_headers(headers))
+        try:
+            if isinstance(message, jsonrpc.Request):
+                try:
+                    body = await self._entering(served, message, decoded, body)
+                except Answered as answered:  # by a seam, as the upstream would have
+                    reply = jsonrpc.dumps(jsonrpc.result(message.id, answered.result))
+                    answer = Answer(200, {"Content-Type": "application/json"}, reply)
+                    return await self.passing.answer(request, answer, served, token)
+                call = self.trail.call(served, message)
+            elif isinstance(message, jsonrpc.Response):
+                # An answer to a question of a call goes back to its server with its own id.
+                answer_to, tag = untag(decoded)
+                if tag is not None:
+                    body = jsonrpc.dumps(answer_to)
+                    self.trail.answered(served, tag, answer_to)
+            answer = await upstream.post(claims.session, body, crossing_headers(headers))
+        except GatewayError as failed:
+            if asker is None or not asker.relay.started:
+                raise  # answered as any refusal
+            # The gateway asked the client first: the stream is open, the error ends it.
+            return await self.passing.refused_on(asker.relay, failed, served)
+        except BaseException:
+            if asker is not None:
+                await asker.relay.close()  # its keepalives end with the request
+            raise
         return await self.passing.answer(request, answer, served, token, call)
 
     async def _entering(
