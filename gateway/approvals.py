@@ -35,7 +35,7 @@ from gateway.catalog import Catalog
 from gateway.clock import Clock
 from gateway.config import APPROVAL_NONE, APPROVAL_REQUIRED, UpstreamConfig
 from gateway.errors import (
-    GatewayError,
+    ApprovalsHeldBack,
     InvalidParams,
     InvalidRequestState,
     MissingClientCapability,
@@ -46,8 +46,10 @@ from gateway.errors import (
 from gateway.observability import Metrics
 from gateway.protocol import approval, inputs, pins, state, translate
 from gateway.protocol.audit import ApprovalAnswered, ApprovalAsked, Era, answer_of, question_of
+from gateway.protocol.era import Lane
 from gateway.protocol.inbound import SERVER_INFO_KEY, FrontRequest
 from gateway.protocol.state import StateCodec
+from gateway.seams import Answered, RequestServed, Seams
 from gateway.store.approvals import ApprovalStore
 from gateway.upstream.port import UpstreamPool
 
@@ -55,11 +57,6 @@ log = structlog.get_logger("gateway.approvals")
 
 #: The elicitation capability the question needs of a client.
 ELICITATION: dict[str, Any] = {"elicitation": {"form": {}}}
-
-
-class ApprovalRefused(GatewayError):
-    """An approval could not be had: the 2025 client was not asked (it declared no
-    elicitation) or did not answer; the call does not go upstream."""
 
 
 class Approvals:
@@ -89,6 +86,13 @@ class Approvals:
         self.pools = pools
         self.counted = metrics.approvals
         self.audit = audit
+
+    def seams(self, others: Seams) -> Seams:
+        """`others` with the approvals' `calling` seam last (a name the catalog hides is
+        refused before anyone is asked to approve it); none where no upstream asks."""
+        if not any(self.asks(u) for u in self.upstreams.values()):
+            return others
+        return dataclasses.replace(others, calling=(*others.calling, self.calling))
 
     # -- which calls --------------------------------------------------------------------
 
@@ -253,6 +257,63 @@ class Approvals:
             "tools/call", result, server_info=self._server_info(upstream), cache=upstream.cache
         )
 
+    # -- 2025 clients: the calling seam -------------------------------------------------
+
+    async def calling(self, served: RequestServed, params: dict[str, Any]) -> dict[str, Any]:
+        """A 2025 client's call, once approved (its params unchanged). A 2026 client's
+        calls pass: the call core asks them (`admit`).
+
+        Raises:
+            Answered: not approved: the declined call's result.
+            MissingClientCapability: the client declared no form elicitation.
+            ApprovalsHeldBack: a replica of the previous release lives (no client is asked).
+            Unanswered: the client did not answer (`gateway.legacy_clients.asking`).
+        """
+        if served.lane is not _LEGACY or served.method != "tools/call":
+            return params
+        upstream = self.upstreams.get(served.upstream)
+        tool = params.get("name")
+        if upstream is None or not self.asks(upstream) or not isinstance(tool, str):
+            return params
+        principal = served.caller.principal
+        needed, definition = await self._needed(upstream, tool, principal)
+        if not needed:
+            return params
+        shown = upstream.exposure.exposed_name(tool)
+        asker = served.asker
+        if asker is None:
+            raise ApprovalsHeldBack()  # a replica of the previous release lives
+        if not asker.declared("elicitation"):
+            raise MissingClientCapability(
+                ELICITATION,
+                f"The tool {shown!r} needs a person's approval before it runs: the client "
+                "must declare the elicitation capability to be asked",
+            )
+        now = self.clock.wall_ms()
+        claims = approval.ApprovalClaims(
+            approval=approval.new_id(),
+            principal=principal,
+            digest="",
+            audience=self.audience,
+            upstream=upstream.name,
+            tool=tool,
+            definition=definition,
+            issued_ms=now,
+            expires_ms=now + round(self.answer_within_s * 1000),
+        )
+        asked = approval.question(shown, upstream.name, params.get("arguments"))
+        self._asked(claims, asked, Era.LEGACY, served.session)
+        log.info("approval_asked", tool=tool, approval=claims.approval)
+        reply = await asker.ask(asked["method"], asked["params"])
+        answer = reply.get("result")
+        yes = approval.approved(answer)
+        error = "result" not in reply  # the client answered with an error: not approved
+        self._answer(claims, answer, yes, Era.LEGACY, served.session, error=error)
+        if not yes:
+            raise Answered(self._declined(upstream, tool, answer))
+        await self._approved(upstream, claims, principal)
+        return params
+
     # -- what it says -------------------------------------------------------------------
 
     def _asked(
@@ -314,6 +375,8 @@ class Approvals:
         info = pool.info if pool is not None else None
         return info.server_info if info is not None else None
 
+
+_LEGACY = Lane.LEGACY
 
 #: What a retry carries for its round, left out of the call an approval lets through.
 _ROUND_MEMBERS = frozenset({"requestState", "inputResponses"})

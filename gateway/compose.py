@@ -36,6 +36,7 @@ from gateway.clock import Clock, SystemClock
 from gateway.config import BOUND_TRANSPORTS, GatewayConfig
 from gateway.fleet import messages
 from gateway.http1 import Http1Client
+from gateway.legacy_clients.asking import Questions
 from gateway.legacy_clients.bound import BoundUpstream
 from gateway.legacy_clients.forwarding import Holder
 from gateway.legacy_clients.lane import LaneSettings, LegacyLane
@@ -143,6 +144,7 @@ def compose(
         metrics=metrics,
         audit=audit,
     )
+    seams = approvals.seams(seams)  # after the catalog's: a hidden name is asked of nobody
     bridge = Bridge(
         config,
         store=store,
@@ -181,6 +183,7 @@ def compose(
         config, fetcher=fetcher, wall_s=clock.wall_s, limiter=limiter, audit=audit
     )
     remote = shared.remote  # how a lane reaches the sessions another replica holds
+    questions = Questions(shared.bus)  # the gateway's own, to 2025 clients, waiting here
     lanes = _legacy_lanes(
         config,
         http,
@@ -194,12 +197,13 @@ def compose(
         remote,
         seams,
         LaneTrails(audit, clock, shared.bus.level),
+        questions,
     )
     bound = {
         n: lane.upstream for n, lane in lanes.items() if isinstance(lane.upstream, BoundUpstream)
     }
     holder = Holder(shared.bus, bound, check_every_s=2 * config.fleet.heartbeat_s, clock=clock)
-    inbox = _inbox(bridge, tasks, holder)
+    inbox = _inbox(bridge, tasks, holder, questions)
 
     async def close_calls() -> None:
         await tasks.close()
@@ -368,14 +372,17 @@ def _catalog(
     )
 
 
-def _inbox(bridge: Bridge, tasks: Tasks, holder: Holder) -> Inbox:
+def _inbox(bridge: Bridge, tasks: Tasks, holder: Holder, questions: Questions) -> Inbox:
     """This replica's inbox: other replicas' retries of the calls parked here, messages
-    for the tasks run here, and requests of the stdio and HTTP+SSE sessions held here,
-    each decoded once by the bus and served where its type says."""
+    for the tasks run here, requests of the stdio and HTTP+SSE sessions held here, and
+    2025 clients' answers to the gateway's questions waiting here, each decoded once by
+    the bus and served where its type says."""
 
     async def serve(message: messages.Message) -> None:
         if isinstance(message, messages.ForTask):
             await tasks.told(message)
+        elif isinstance(message, messages.ClientAnswer):
+            await questions.serve(message)
         elif isinstance(message, messages.Exchange | messages.Stop) and holder.upstreams:
             await holder.serve(message)
         else:
@@ -397,6 +404,7 @@ def _legacy_lanes(
     remote: Callable[[str, float, Clock], Remoter],
     seams: Seams,
     trails: LaneTrails,
+    questions: Questions,
 ) -> dict[str, LegacyLane]:
     """The legacy lane of every route, by upstream name; none when `legacy.enabled` is off.
     A Streamable HTTP upstream is passed through; a stdio or HTTP+SSE one's sessions are
@@ -411,6 +419,7 @@ def _legacy_lanes(
         audience=config.sealing.audience,
         replica=owner,  # with its incarnation: a replica restarted holds no session
         log_salt=state.log_salt(config.sealing.keys),
+        level=trails.level,  # which session id claims every replica reads
     )
     sessions = codec.with_prefix(SESSION_PREFIX)
     hooks = FrontStreams()
@@ -450,6 +459,7 @@ def _legacy_lanes(
             remote=remote(upstream.name, config.limits.hold_timeout_s, clock),
             seams=seams,
             trail=trails.of(upstream.name),
+            questions=questions,
         )
     return lanes
 

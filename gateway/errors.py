@@ -57,6 +57,9 @@ names their module); `tests/test_errors.py` holds it to the classes:
     │   │   ├── PrincipalStreaming     429, GET streams (gateway.legacy_clients.streams)
     │   │   ├── TooManyRounds          502, max_rounds
     │   │   └── StateTooLarge          502, max_state_bytes
+    │   ├── Unanswered                 -32603 / 408, unanswered (gateway.legacy_clients.asking)
+    │   │   ├── QuestionExpired        -32603 / 408, in time (gateway.legacy_clients.asking)
+    │   │   └── QuestionUndelivered    -32603 / 408, gone (gateway.legacy_clients.asking)
     │   ├── CallLost                   -32603 / 502, a parked call cannot continue
     │   ├── UpstreamError              -32603 / 502, the legacy server failed us
     │   │   ├── UpstreamExited         -32603 / 502, a stdio server's process ended
@@ -320,6 +323,18 @@ class TasksHeldBack(CapacityExceeded):
     default_message = (
         "Tasks are served once every replica runs this release (an upgrade is under way); "
         "send the request again later"
+    )
+
+
+class ApprovalsHeldBack(CapacityExceeded):
+    """A 2025 client's call that needs a person's approval, while replicas of the previous
+    release (which would pass the client's answer on to the server) are still in the
+    fleet: a rolling upgrade under way. Nothing goes upstream."""
+
+    reason = "upgrading"
+    default_message = (
+        "This tool needs a person's approval, which 2025 clients are asked for once every "
+        "replica runs this release (an upgrade is under way); send the request again later"
     )
 
 

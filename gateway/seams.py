@@ -16,7 +16,8 @@ each plugged once for both eras (`gateway.web.pipeline` serves 2026 clients and 
   too: it carries `requestState`) or a `completion/complete` (whose `ref` names a prompt
   or a resource) on its way in, before its target's scopes are checked or anything is
   sent upstream: a catalog refuses a hidden tool or gives the name the upstream knows it
-  by, an approval is asked and waited for;
+  by, an approval is asked and waited for (a 2025 client's call can be asked a question
+  of the gateway's own: `RequestServed.asker`, an `Asker`);
 - `ended`: a request at its end, as its `request_served` line says it (a call's round or
   its end, a client's answer to a server request, a list): an audit trail.
 
@@ -30,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.errors import GatewayError
 from gateway.protocol.era import Lane
@@ -61,6 +62,29 @@ class Answered(GatewayError):
         self.result = result
 
 
+class Asker(Protocol):
+    """How a `calling` seam asks a 2025 client a question of the gateway's own before its
+    call goes upstream (`gateway.legacy_clients.asking.StreamAsker`): the question goes
+    on the call's response stream, and its answer may reach any replica."""
+
+    def declared(self, capability: str) -> bool:
+        """Whether the client declared the client capability `capability` at `initialize`
+        (`elicitation`: with form mode allowed; `elicitation.url`: URL mode; `sampling`,
+        `roots`)."""
+        ...
+
+    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The client's JSON-RPC response (with `result` or `error`) to the request
+        `method` with `params` (`elicitation/create`, say).
+
+        Raises:
+            gateway.legacy_clients.asking.Unanswered: no answer within
+                `limits.suspension_ttl_s` (`QuestionExpired`), or the client's stream is
+                gone (`QuestionUndelivered`).
+        """
+        ...
+
+
 #: A request that names no tool, prompt or resource.
 NO_TARGET: Mapping[str, str] = MappingProxyType({})
 
@@ -82,6 +106,7 @@ class RequestServed:
         "outcome",
         "session",
         "upstream",
+        "asker",
     )
 
     def __init__(
@@ -107,6 +132,9 @@ class RequestServed:
         self.outcome = outcome  # complete, input_required, error, refused, cut_short, ...
         self.session: str | None = None  # a 2025 session id's stand-in in logs
         self.upstream = upstream  # the route's upstream
+        # A 2025 client's call that can be asked a question of the gateway's own: how
+        # (`Asker`); None for any other request.
+        self.asker: Asker | None = None
 
 
 #: A list result on its way out, with its list method: the result to send (the same

@@ -14,6 +14,9 @@ kind of `gateway.protocol.formats` with a version of its own:
   the exchange's reply list: `Head` (status, headers, and a whole body or "a stream
   follows"), then the stream's `StreamEvent`s and its `StreamEnd`; or `ExchangeFailed`
   (the error the owner raised, and its HTTP status).
+- About the gateway's own questions to 2025 clients (`Kind.GATEWAY_QUESTION`;
+  `gateway.legacy_clients.asking`). To the replica waiting for an answer: `ClientAnswer`
+  (the client's JSON-RPC response, which reached another replica). Nothing comes back.
 
 On the wire each is one JSON object: its `op`, its fields, and its version where its kind
 carries one (`formats.MARKS`). A message goes in the version of its kind that every live
@@ -154,9 +157,23 @@ class ExchangeFailed:
     status: int
 
 
+# -- about the gateway's own questions to 2025 clients (Kind.GATEWAY_QUESTION) ---------
+
+
+@dataclass(frozen=True, slots=True)
+class ClientAnswer:
+    """A 2025 client's answer to a question of the gateway's own (`question`, its id), for
+    the replica waiting for it; `session`: the log stand-in of the session it came on
+    (the answer counts only on the session asked)."""
+
+    question: str
+    session: str
+    answer: dict[str, Any]  # the client's JSON-RPC response, as it came
+
+
 CallMessage = Resume | Cancel | ForTask | Notify | Outcome | Failure
 LaneMessage = Exchange | Stop | Head | StreamEvent | StreamEnd | ExchangeFailed
-Message = CallMessage | LaneMessage
+Message = CallMessage | LaneMessage | ClientAnswer
 
 #: Every message: its op on the wire, and its kind in the formats registry.
 CATALOGUE: dict[str, tuple[type[Message], Kind]] = {
@@ -172,6 +189,7 @@ CATALOGUE: dict[str, tuple[type[Message], Kind]] = {
     "legacy_event": (StreamEvent, Kind.LANE_MESSAGE),
     "legacy_end": (StreamEnd, Kind.LANE_MESSAGE),
     "legacy_failure": (ExchangeFailed, Kind.LANE_MESSAGE),
+    "legacy_answer": (ClientAnswer, Kind.GATEWAY_QUESTION),
 }
 _OPS = {cls: op for op, (cls, _) in CATALOGUE.items()}
 _KINDS = {cls: kind for cls, kind in CATALOGUE.values()}

@@ -8,23 +8,24 @@ Then:
 
 - `initialize` opens an upstream session of the caller's own (`LegacyUpstream.initialize`,
   the client's request as it came) and answers with the upstream's answer and the
-  gateway's `Mcp-Session-Id`, which seals the upstream's session handle and the caller
-  (`gateway.protocol.legacy_session`);
+  gateway's `Mcp-Session-Id`, which seals the upstream's session handle, the caller and
+  what the client declared (`gateway.protocol.legacy_session`);
 - any other POST, a GET or a DELETE needs that id (400 "Missing session ID" without
   one); one that does not open, has expired, names another route or another principal
   gets 404 (the client starts over). A refreshed token of the same principal keeps it.
 - a call goes through the `calling` seam (`gateway.seams`) and a request is held to the
   route's per-target scopes read from its body (`tools/call`, `prompts/get`,
   `resources/read`, `completion/complete`, a resource subscription): 403 with the
-  `insufficient_scope` challenge; list results leave out what the caller may not see and
-  go through the `listing` seam, in a JSON answer and inside a stream;
-- the upstream's answer passes on: its status and body (JSON as it came, `_whole`), or
-  its stream event by event (`_streamed`, `gateway.legacy_clients.relay`), with the
-  gateway's session id and never the upstream's. A POST's stream whose first message,
-  within a keepalive's wait, is the response (most are) is sent whole, as a body, the
-  rest of the upstream's stream read in the background. A POST's stream whose upstream
-  fails, or says nothing for `limits.hold_timeout_s`, before its response and without an
-  event id to resume from, ends with a JSON-RPC error for the request;
+  `insufficient_scope` challenge. The seam may first ask the client a question of the
+  gateway's own (`RequestServed.asker`, a `gateway.legacy_clients.asking.StreamAsker`):
+  the POST's answer becomes an SSE stream at the first question, and the call's refusal
+  or the upstream's answer ends it. A client's answer to such a question (its id the
+  gateway's, `gateway.protocol.legacy_asking`), on whichever replica, is handed to the
+  question (`Questions.hand`) and answered 202; it never goes upstream;
+- the upstream's answer passes on (`gateway.legacy_clients.passing`): its status and
+  body, or its stream event by event, with the gateway's session id and never the
+  upstream's; list results leave out what the caller may not see and go through the
+  `listing` seam, in a JSON answer and inside a stream;
 - a GET stream counts against the caller's streams (`gateway.legacy_clients.streams`) and
   ends at the session's expiry, the credential's, or when the replica drains.
 
@@ -45,12 +46,11 @@ core (`gateway.calls`).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import structlog
 from aiohttp import web
@@ -59,41 +59,43 @@ from gateway.clock import Clock
 from gateway.config import LegacyConfig, LimitsConfig
 from gateway.errors import (
     Draining,
+    GatewayError,
     HttpError,
     MethodNotAllowed,
     NotAcceptable,
     UpstreamError,
-    UpstreamTimeout,
 )
-from gateway.legacy_clients.answers import AnswerView, Listed, outcome_of
+from gateway.legacy_clients.answers import AnswerView, outcome_of
+from gateway.legacy_clients.asking import Questions, StreamAsker
 from gateway.legacy_clients.metrics import LaneMetrics
-from gateway.legacy_clients.relay import ENDED, IDLE, Held, Relay, StreamHooks, drain, hold_head
+from gateway.legacy_clients.passing import (
+    SESSION_HEADER,
+    SSE_HEADERS,
+    Door,
+    Passing,
+    discard,
+    plain,
+    started,
+)
+from gateway.legacy_clients.relay import Relay, StreamHooks
 from gateway.legacy_clients.streams import Streams
-from gateway.legacy_clients.trail import LaneTrail, LegacyCall, untag
+from gateway.legacy_clients.trail import LaneTrail, untag
 from gateway.legacy_clients.upstream import (
     Answer,
-    EventStream,
     LegacyUpstream,
     SessionNotFound,
     SessionUpstream,
     crossing_headers,
 )
-from gateway.protocol import inbound, jsonrpc, sse
+from gateway.protocol import formats, inbound, jsonrpc, legacy_asking
 from gateway.protocol import legacy_session as sessions
-from gateway.protocol.lists import MaySee
-from gateway.protocol.rendering import rendered
+from gateway.protocol.formats import FleetLevel, Kind
 from gateway.protocol.state import StateCodec
 from gateway.seams import CALLING, NO_SEAMS, Answered, Caller, RequestServed, Seams
 
 log = structlog.get_logger("gateway.legacy")
 
-SESSION_HEADER = "Mcp-Session-Id"
 _SESSION_KEY = SESSION_HEADER.lower()
-SSE_HEADERS = {
-    "Content-Type": "text/event-stream",
-    "Cache-Control": "no-cache, no-transform",
-    "X-Accel-Buffering": "no",
-}
 
 
 class MissingSession(HttpError):
@@ -109,16 +111,6 @@ class LegacyMethodNotAllowed(MethodNotAllowed):
 class NoGetStreams(MethodNotAllowed):
     message = "GET streams are not served here (legacy.max_streams_per_principal is 0)"
     headers: ClassVar[dict[str, str]] = {"Allow": "POST, DELETE"}
-
-
-class Door(Protocol):
-    """What the lane asks of its route's front door (`gateway.web.front_door.FrontDoor`)."""
-
-    def check_request(self, caller: Caller, method: str, params: dict[str, Any]) -> None: ...
-
-    def check_result(self, caller: Caller, method: str, result: dict[str, Any]) -> None: ...
-
-    def list_filter(self, caller: Caller) -> MaySee | None: ...
 
 
 def _unreachable(owner: str) -> None:
@@ -139,6 +131,7 @@ class LaneSettings:
     audience: str  # sealing.audience: the deployment its session ids belong to
     replica: str  # this replica and incarnation: the owner of replica-bound sessions
     log_salt: bytes  # keys the session ids' hashes in logs
+    level: FleetLevel | None = None  # which session id claims the fleet reads (None: ours)
 
 
 class LegacyLane:
@@ -159,13 +152,16 @@ class LegacyLane:
         remote: Callable[[str], SessionUpstream | None] = _unreachable,
         seams: Seams = NO_SEAMS,
         trail: LaneTrail | None = None,
+        questions: Questions | None = None,
     ) -> None:
         """`route`: the name of the route's upstream; `clock`: every time the lane reads or
         waits for (sessions' expiry, streams' bounds, durations). `remote`:
         the upstream as another replica (named) holds its sessions, over the fleet bus;
         None for an owner that cannot be reached (any other, for a replica alone).
         `seams`: the gateway's, as the 2026 lane's; `trail`: what the audit trail records
-        of the route's 2025 clients (`gateway.legacy_clients.trail`)."""
+        of the route's 2025 clients (`gateway.legacy_clients.trail`); `questions`: the
+        gateway's own questions to 2025 clients waiting on this replica (None: a
+        `calling` seam cannot ask any)."""
         self.route = route
         self.upstream = upstream
         self.door = door
@@ -178,6 +174,10 @@ class LegacyLane:
         self.remote = remote
         self.seams = seams
         self.trail = trail or LaneTrail()
+        self.questions = questions
+        self.passing = Passing(
+            door=door, seams=seams, limits=settings.limits, hooks=hooks, clock=clock
+        )
         self.opened = sessions.OpenedSessions(OPENED_SESSIONS)
 
     # -- POST ------------------------------------------------------------------------
@@ -221,24 +221,38 @@ class LegacyLane:
                 message.method if isinstance(message, jsonrpc.Notification) else "response"
             )
         token, claims = self._session(headers, served)
+        if isinstance(message, jsonrpc.Response) and legacy_asking.is_question(message.id):
+            return await self._answered(served, message.id, decoded)
         upstream = self._reach(claims, served)
-        call = None
+        call = asker = None
         if isinstance(message, jsonrpc.Request):
-            try:
-                body = await self._entering(served, message, decoded, body)
-            except Answered as answered:  # by a seam, as the upstream would have
-                reply = jsonrpc.dumps(jsonrpc.result(message.id, answered.result))
-                answer = Answer(200, {"Content-Type": "application/json"}, reply)
-                return await self._answer(request, answer, served, token)
-            call = self.trail.call(served, message)
-        elif isinstance(message, jsonrpc.Response):
-            # An answer to a question of a call goes back to its server with its own id.
-            answer_to, tag = untag(decoded)
-            if tag is not None:
-                body = jsonrpc.dumps(answer_to)
-                self.trail.answered(served, tag, answer_to)
-        answer = await upstream.post(claims.session, body, crossing_headers(headers))
-        return await self._answer(request, answer, served, token, call)
+            asker = served.asker = self._asker(request, served, token, claims, message.method)
+        try:
+            if isinstance(message, jsonrpc.Request):
+                try:
+                    body = await self._entering(served, message, decoded, body)
+                except Answered as answered:  # by a seam, as the upstream would have
+                    reply = jsonrpc.dumps(jsonrpc.result(message.id, answered.result))
+                    answer = Answer(200, {"Content-Type": "application/json"}, reply)
+                    return await self.passing.answer(request, answer, served, token)
+                call = self.trail.call(served, message)
+            elif isinstance(message, jsonrpc.Response):
+                # An answer to a question of a call goes back to its server with its own id.
+                answer_to, tag = untag(decoded)
+                if tag is not None:
+                    body = jsonrpc.dumps(answer_to)
+                    self.trail.answered(served, tag, answer_to)
+            answer = await upstream.post(claims.session, body, crossing_headers(headers))
+        except GatewayError as failed:
+            if asker is None or not asker.relay.started:
+                raise  # answered as any refusal
+            # The gateway asked the client first: the stream is open, the error ends it.
+            return await self.passing.refused_on(asker.relay, failed, served)
+        except BaseException:
+            if asker is not None:
+                await asker.relay.close()  # its keepalives end with the request
+            raise
+        return await self.passing.answer(request, answer, served, token, call)
 
     async def _entering(
         self, served: RequestServed, message: jsonrpc.Request, decoded: Any, body: bytes
@@ -257,6 +271,43 @@ class LegacyLane:
         self.door.check_request(served.caller, *sessions.scoped(message.method, params))
         return body
 
+    def _asker(
+        self,
+        request: web.Request,
+        served: RequestServed,
+        token: str,
+        claims: sessions.SessionClaims,
+        method: str,
+    ) -> StreamAsker | None:
+        """How a `calling` seam may ask the client of a call something (None: not a call,
+        no seam to ask, or not while a replica of the previous release lives)."""
+        questions = self.questions
+        if questions is None or not self.seams.calling or method not in CALLING:
+            return None
+        if not questions.open():
+            return None
+        head = {**SSE_HEADERS, SESSION_HEADER: token}
+        relay = Relay(request, head, self.hooks, keepalive_s=self._keepalive, clock=self.clock)
+        return StreamAsker(
+            questions,
+            relay,
+            declared=claims.declared,
+            session=served.session or "",
+            wait_s=self.settings.limits.suspension_ttl_s,
+            clock=self.clock,
+        )
+
+    async def _answered(self, served: RequestServed, rid: Any, decoded: Any) -> web.Response:
+        """A client's answer to a question of the gateway's own: handed to the question,
+        here or on the replica waiting for it, never to the server; 202 as a server
+        answers a response, whoever took it."""
+        if self.questions is None or served.session is None:
+            log.info("legacy_answer_unclaimed", session=served.session)
+        else:
+            await self.questions.hand(rid, served.session, decoded)
+        served.status, served.outcome = 202, outcome_of(202)
+        return web.Response(status=202)
+
     async def _initialize(
         self,
         request: web.Request,
@@ -272,10 +323,14 @@ class LegacyLane:
         token = None
         if answer.status == 200:
             if not sessions.valid_upstream_session(answer.session):
-                await _discard(answer)
+                await discard(answer)
                 raise UpstreamError("upstream gave a session id that is not visible ASCII")
             now = self.clock.wall_ms()
             settings = self.settings
+            level = settings.level
+            version = sessions.CLAIMS_VERSION
+            if level is not None:
+                version = formats.written(Kind.LEGACY_SESSION, level.level)
             claims = sessions.SessionClaims(
                 upstream=self.upstream.name,
                 session=answer.session,
@@ -284,11 +339,12 @@ class LegacyLane:
                 audience=settings.audience,
                 created_ms=now,
                 expires_ms=now + int(settings.legacy.session_ttl_s * 1000),
+                declared=sessions.declared_of(params.get("capabilities")),
             )
-            token = sessions.seal_session(self.codec, claims)
+            token = sessions.seal_session(self.codec, claims, version)
             served.session = self._log_id(token)
             self.trail.opened(served, params)
-        return await self._answer(request, answer, served, token)
+        return await self.passing.answer(request, answer, served, token)
 
     # -- GET and DELETE --------------------------------------------------------------
 
@@ -308,15 +364,15 @@ class LegacyLane:
         with self.streams.opened(caller.principal, relay.stop):
             answer = await upstream.get(claims.session, crossing_headers(headers))
             if isinstance(answer.body, bytes):
-                return self._plain(answer, token)
-            await _started(relay, answer.body)
-            started = self.clock.monotonic()
+                return plain(answer, token)
+            await started(relay, answer.body)
+            began = self.clock.monotonic()
             log.info("legacy_stream_opened", principal=caller.log_id, session=served.session)
             view = AnswerView(
                 rid=None,
                 method=None,
                 may_see=self.door.list_filter(caller),
-                listed=self._listed(served),
+                listed=self.passing.listed(served),
             )
             how = "client_gone"
             try:
@@ -328,7 +384,7 @@ class LegacyLane:
                     how=how,
                     principal=caller.log_id,
                     session=served.session,
-                    duration_s=round(self.clock.monotonic() - started, 1),
+                    duration_s=round(self.clock.monotonic() - began, 1),
                 )
             return await relay.finish()
 
@@ -344,7 +400,7 @@ class LegacyLane:
             raise UpstreamError("upstream answered DELETE with a stream")
         log.info("legacy_session_deleted", session=served.session, status=answer.status)
         self.trail.closed(served, "deleted")
-        return self._plain(answer, None)
+        return plain(answer, None)
 
     # -- the session -----------------------------------------------------------------
 
@@ -399,6 +455,10 @@ class LegacyLane:
             raise SessionNotFound()
         return upstream
 
+    @property
+    def _keepalive(self) -> float:
+        return self.settings.limits.keepalive_s
+
     def _log_id(self, token: str) -> str:
         """A session id's stand-in in logs: a keyed hash (the id is a bearer of the session)."""
         digest = hmac.new(self.settings.log_salt, token.encode(), hashlib.sha256).hexdigest()
@@ -412,161 +472,3 @@ class LegacyLane:
         if identity is not None and identity.expires_at is not None:
             until_s = min(until_s, identity.expires_at)
         return self.clock.monotonic() + max(0.0, until_s - self.clock.wall_s())
-
-    # -- answers ---------------------------------------------------------------------
-
-    @property
-    def _keepalive(self) -> float:
-        return self.settings.limits.keepalive_s
-
-    def _listed(self, served: RequestServed) -> Listed | None:
-        """The `listing` seam for `served`'s answer, None when nothing is plugged in."""
-        if not self.seams.listing:
-            return None
-        return functools.partial(self.seams.listed, served)
-
-    async def _answer(
-        self,
-        request: web.Request,
-        answer: Answer,
-        served: RequestServed,
-        token: str | None,
-        call: LegacyCall | None = None,
-    ) -> web.StreamResponse:
-        """The upstream's answer to a POST, passed on: whole, or its stream (a call's
-        questions and response followed by the audit trail, `call`)."""
-        served.status = answer.status
-        caller = served.caller
-        view = AnswerView(
-            rid=served.rid,
-            method=served.method,
-            may_see=self.door.list_filter(caller),
-            check=functools.partial(self.door.check_result, caller, served.method),
-            listed=self._listed(served),
-            call=call,
-        )
-        if isinstance(answer.body, bytes):
-            return self._whole(answer, served, token, view)
-        headers = dict(SSE_HEADERS)
-        if token is not None:
-            headers[SESSION_HEADER] = token
-        return await self._streamed(request, answer.body, headers, served, view)
-
-    def _whole(
-        self, answer: Answer, served: RequestServed, token: str | None, view: AnswerView
-    ) -> web.Response:
-        """A JSON answer (or any whole body), as the caller may see it.
-
-        Raises:
-            InsufficientScope: a result the caller may not see (nothing was sent yet).
-        """
-        assert isinstance(answer.body, bytes)
-        served.outcome = outcome_of(answer.status)
-        body = answer.body
-        if answer.status == 200 and served.rid is not None:
-            body, served.outcome = view.whole(body)
-        elif view.call is not None:  # the server refused the call's POST
-            view.call.ended({"error": {"code": -32603, "message": f"HTTP {answer.status}"}})
-        return self._plain(answer, token, body)
-
-    async def _streamed(
-        self,
-        request: web.Request,
-        events: EventStream,
-        headers: dict[str, str],
-        served: RequestServed,
-        view: AnswerView,
-    ) -> web.StreamResponse:
-        """An SSE answer: sent whole when its response comes first, else relayed."""
-        held = Held(self.clock.monotonic())
-        if served.rid is not None:
-            # Its head waits for the first message, as long as a keepalive would: a
-            # response that comes first (most answers) is sent whole, no stream relayed.
-            hold_s = self.settings.limits.hold_timeout_s
-            wait_s = min(self._keepalive, hold_s)
-            held = await hold_head(
-                events,
-                view.see,
-                wait_s,
-                gave_up=IDLE if wait_s == hold_s else None,
-                clock=self.clock,
-            )
-            if view.has_answer():
-                drain(events, self.clock)
-                served.outcome = view.outcome
-                body = b"".join(sse.encode_event(event) for event in held.events)
-                return web.Response(status=200, body=body, headers=headers)
-        relay = Relay(request, headers, self.hooks, keepalive_s=self._keepalive, clock=self.clock)
-        await _started(relay, events)
-        try:
-            await self._relay(relay, events, held, served, view)
-        finally:
-            await relay.close()
-            served.outcome = view.outcome  # also when the client went first
-        return await relay.finish()
-
-    async def _relay(
-        self,
-        relay: Relay,
-        events: EventStream,
-        held: Held,
-        served: RequestServed,
-        view: AnswerView,
-    ) -> None:
-        """Relay a POST's stream (what was held back first) to its end; one that ends
-        before its response, with no event id to resume from, ends with an error for it."""
-        try:
-            for event in held.events:
-                await relay.write(sse.encode_event(event))
-        except BaseException:
-            await events.aclose()
-            raise
-        how = held.how
-        if how is None:
-            how = await relay.run(
-                events,
-                view.see,
-                idle_s=self.settings.limits.hold_timeout_s,
-                done=view.has_answer,
-                quiet_since=held.heard,
-            )
-        else:
-            await events.aclose()
-            relay.error = held.error
-        if how == ENDED or served.rid is None or view.answered:
-            return
-        log.info("legacy_stream_cut", how=how, error=str(relay.error or ""))
-        if not view.resumable:  # the client has no way to get the rest: it is told
-            failure = relay.error or UpstreamTimeout(
-                "The upstream MCP server said nothing for limits.hold_timeout_s"
-            )
-            reply = rendered(failure, served.rid).message
-            if view.call is not None:
-                view.call.ended(reply)
-            await relay.write(sse.encode(jsonrpc.dumps(reply).decode()))
-
-    def _plain(self, answer: Answer, token: str | None, body: bytes | None = None) -> web.Response:
-        """`answer` whole (its body, or `body` in its place), with the gateway's session id."""
-        assert isinstance(answer.body, bytes)
-        headers = dict(answer.headers)
-        if token is not None:
-            headers[SESSION_HEADER] = token
-        return web.Response(
-            status=answer.status, body=answer.body if body is None else body, headers=headers
-        )
-
-
-async def _started(relay: Relay, events: EventStream) -> None:
-    """Send the stream's head; if it cannot be sent (the client has gone), `events` is
-    closed: nothing else would let its upstream connection go."""
-    try:
-        await relay.start()
-    except BaseException:
-        await events.aclose()
-        raise
-
-
-async def _discard(answer: Answer) -> None:
-    body: bytes | EventStream = answer.body
-    if not isinstance(body, bytes):
-        await body.aclose()

@@ -93,6 +93,11 @@ class Relay:
         self._bound: Bound | None = None
         self._stopped: str | None = None
 
+    @property
+    def started(self) -> bool:
+        """Whether the head has been sent (`start`)."""
+        return self._response is not None
+
     async def start(self) -> web.StreamResponse:
         """Send the head (200, an event stream) and start keeping the stream alive."""
         self.hooks.heading(self.request, self.headers)

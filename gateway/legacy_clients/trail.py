@@ -10,7 +10,10 @@ comes, in a POST of its own that may reach any replica: the question is relayed 
 id tagged with the call (`gateway.protocol.legacy_questions`) once every live replica
 reads tagged ids, and its answer is given back to the server with the server's own id
 (`untag`, which the lane applies whatever the trail). A question asked outside any call
-(on a session's GET stream) is relayed as it came and recorded nowhere. A call whose
+(on a session's GET stream) is relayed as it came and recorded nowhere; nor, yet, is a
+question of the gateway's own (`gateway.legacy_clients.asking`: asked for a `calling`
+seam before the call is started here), which only its log lines tell
+(`legacy_question_asked`, `legacy_question_answered`, `legacy_question_expired`). A call whose
 stream a client resumes elsewhere (`Last-Event-ID`) has its end recorded by none.
 
 It never raises and never waits: without a trail (`Audit.on` false) it does nothing.

@@ -56,18 +56,23 @@ class Kind(StrEnum):
     LEGACY_QUESTION = "legacy question id"  # a tagged question id (`legacy_questions`)
     APPROVAL_STATE = "approval state"  # an approval round's sealed claims (`protocol.approval`)
     APPROVAL = "approval"  # an approval used, or remembered (`gateway.store.approvals`)
+    GATEWAY_QUESTION = "gateway question"  # the gateway's own question to a 2025 client
 
 
 #: The version of each kind written at each level; None: that level does not know the kind.
 #: Level 2 changes no field's meaning: it marks with its version every datum that had none,
 #: so that the next release can change one and be told apart. A legacy session id carried
-#: its version from the start (`"v": 1`) and is unchanged.
+#: its version from the start (`"v": 1`); level 2 adds a claim to it (version 2).
 VERSIONS: dict[Kind, dict[int, int | None]] = {
     Kind.RECORD: {1: 1, 2: 2},
     Kind.MESSAGE: {1: 1, 2: 2},
     Kind.SESSION_ENTRY: {1: 1, 2: 2},
     Kind.REQUEST_STATE: {1: 1, 2: 2},
-    Kind.LEGACY_SESSION: {1: 1, 2: 1},
+    # Version 2 adds what the client declared at `initialize` (`"k"`), for the gateway's
+    # own questions to it (`Kind.GATEWAY_QUESTION`). Level 1 refuses a claim it does not
+    # know (404: the client starts over), so version 1 is written while a replica of it
+    # lives; a version 1 id opens here as a client that declared nothing.
+    Kind.LEGACY_SESSION: {1: 1, 2: 2},
     # Tasks came with level 2. A replica of level 1 answers `tasks/*` with -32601: while one
     # lives, no call becomes a task (`gateway.tasks` holds the feature back).
     Kind.TASK: {1: None, 2: 1},
@@ -96,6 +101,11 @@ VERSIONS: dict[Kind, dict[int, int | None]] = {
     # every level.
     Kind.APPROVAL_STATE: {1: 1, 2: 1},
     Kind.APPROVAL: {1: 1, 2: 1},
+    # The gateway's own question to a 2025 client (`gateway.protocol.legacy_asking`: its
+    # id names the replica waiting for it) and the client's answer passed to that replica
+    # (`gateway.fleet.messages.ClientAnswer`) came with level 2: a replica of level 1 would
+    # pass the answer on to the server. Nothing is asked while one lives.
+    Kind.GATEWAY_QUESTION: {1: None, 2: 1},
 }
 
 
@@ -140,6 +150,7 @@ MARKS: dict[Kind, tuple[str, int]] = {
     Kind.AUDIT_EVENT: ("v", 1),
     Kind.APPROVAL_STATE: ("v", 1),
     Kind.APPROVAL: ("v", 1),
+    Kind.GATEWAY_QUESTION: ("v", 1),
 }
 
 

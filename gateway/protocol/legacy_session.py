@@ -4,13 +4,15 @@ A 2025 client's session is an upstream session of its own, passed through one to
 The gateway's session id is the whole of the state: it seals which upstream, the
 upstream's own session handle (its `Mcp-Session-Id`, or none), a digest of the caller's
 principal, the replica that owns the session (empty when any replica serves it), when it
-was made and when it expires, with the requestState key ring under a prefix of its own
-(``lg1.``, bound into the AEAD's associated data: a requestState never opens as a session
-id, nor the reverse). So any replica serves any request of the session, and no replica
-nor Redis needs to hold anything for it (a replica keeps what the ids it opened lately
-opened to only to spare itself opening them again: `OpenedSessions`, bounded). A
-tampered, expired, foreign or misrouted id is refused with a reason for the log only; the
-wire answer is 404 (the client starts over).
+was made and when it expires, and (version 2) what the client declared at `initialize`
+(`declared_of`: what the gateway may ask it itself, `gateway.legacy_clients.asking`),
+with the requestState key ring under a prefix of its own (``lg1.``, bound into the
+AEAD's associated data: a requestState never opens as a session id, nor the reverse).
+So any replica serves any request of the session, and no replica nor Redis needs to
+hold anything for it (a replica keeps what the ids it opened lately opened to only to
+spare itself opening them again: `OpenedSessions`, bounded). A tampered, expired,
+foreign or misrouted id is refused with a reason for the log only; the wire answer is
+404 (the client starts over).
 
 Beside it, what the lane's policy reads of a legacy request: which method and target
 it is checked as (for per-tool scopes). What a caller may see of a list is
@@ -38,10 +40,12 @@ SESSION_PREFIX = "lg1."
 #: The longest upstream session id the gateway seals (visible ASCII, as the spec has it).
 MAX_UPSTREAM_SESSION_CHARS = 1024
 _VISIBLE = re.compile(r"[\x21-\x7e]+")
-#: The version of a session id's claims (`"v"`). The same at every format level known
-#: (`gateway.protocol.formats`), so the lane writes it whatever the fleet's level; a release
-#: that changes it writes by the fleet's level, as requestState's sealing does.
-CLAIMS_VERSION = formats.written(Kind.LEGACY_SESSION, formats.PREVIOUS)
+#: The version of a session id's claims (`"v"`) this release writes when its fleet has
+#: moved on (`gateway.protocol.formats`); the lane writes by the fleet's level, as
+#: requestState's sealing does: version 1 (no `declared`) while a replica of level 1 lives.
+CLAIMS_VERSION = formats.written(Kind.LEGACY_SESSION, formats.LEVEL)
+#: The client capabilities a session id keeps (`declared_of`); any other is left out.
+KEPT_CAPABILITIES = ("elicitation", "roots", "sampling")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +59,8 @@ class SessionClaims:
     audience: str  # the deployment that minted it (`sealing.audience`)
     created_ms: int
     expires_ms: int
+    #: What the client declared at `initialize` (`declared_of`); () in a version 1 id.
+    declared: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,28 +83,46 @@ def valid_upstream_session(value: str | None) -> bool:
     )
 
 
-def seal_session(codec: StateCodec, claims: SessionClaims) -> str:
-    """The session id carrying `claims` (`codec` seals under `SESSION_PREFIX`).
+def declared_of(capabilities: Any) -> tuple[str, ...]:
+    """What a client's `initialize` capabilities declare, as a session id keeps it: the
+    names of `KEPT_CAPABILITIES` it declared, sorted, where `elicitation` means that form
+    mode is allowed (a bare `{}`, or modes naming `form`) and `elicitation.url` that URL
+    mode is (2025-11-25)."""
+    if not isinstance(capabilities, dict):
+        return ()
+    kept = {name for name in KEPT_CAPABILITIES if isinstance(capabilities.get(name), dict)}
+    elicitation = capabilities.get("elicitation")
+    if isinstance(elicitation, dict):
+        modes = {mode for mode in ("form", "url") if isinstance(elicitation.get(mode), dict)}
+        if modes and "form" not in modes:
+            kept.discard("elicitation")  # URL mode only
+        if "url" in modes:
+            kept.add("elicitation.url")
+    return tuple(sorted(kept))
+
+
+def seal_session(codec: StateCodec, claims: SessionClaims, version: int = CLAIMS_VERSION) -> str:
+    """The session id carrying `claims` (`codec` seals under `SESSION_PREFIX`), in
+    `version` of its claims (1 leaves `declared` out: the previous release reads only it).
 
     Raises:
         ValueError: an upstream session id that is not visible ASCII or too long.
     """
     if not valid_upstream_session(claims.session):
         raise ValueError("the upstream's session id is not visible ASCII of a bounded length")
-    return codec.seal(
-        jsonrpc.dumps(
-            {
-                "v": CLAIMS_VERSION,
-                "u": claims.upstream,
-                "s": claims.session,
-                "p": claims.principal,
-                "o": claims.owner,
-                "a": claims.audience,
-                "c": claims.created_ms,
-                "e": claims.expires_ms,
-            }
-        )
-    )
+    data: dict[str, Any] = {
+        "v": version,
+        "u": claims.upstream,
+        "s": claims.session,
+        "p": claims.principal,
+        "o": claims.owner,
+        "a": claims.audience,
+        "c": claims.created_ms,
+        "e": claims.expires_ms,
+    }
+    if version >= 2:
+        data["k"] = list(claims.declared)
+    return codec.seal(jsonrpc.dumps(data))
 
 
 _FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
@@ -134,12 +158,15 @@ def open_session(
     if not isinstance(data, dict):
         return Refusal("payload shape")
     try:
-        _, data = formats.unstamped(Kind.LEGACY_SESSION, data)
+        version, data = formats.unstamped(Kind.LEGACY_SESSION, data)
     except ValueError:
         return Refusal("payload version")
-    if set(data) != set(_FIELDS):
+    declared = data.pop("k", None) if version >= 2 else ()
+    if set(data) != set(_FIELDS) or declared is None:
         return Refusal("payload shape")
-    values: dict[str, Any] = {}
+    if not isinstance(declared, list | tuple) or not all(isinstance(d, str) for d in declared):
+        return Refusal("claim declared has the wrong type")
+    values: dict[str, Any] = {"declared": tuple(declared)}
     for key, (kind, name) in _FIELDS.items():
         value = data[key]
         if not isinstance(value, kind) or isinstance(value, bool):

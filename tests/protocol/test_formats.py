@@ -34,7 +34,7 @@ LEDGER_ENTRY_0_1_0 = '["legacy", "s1"]'
 def test_every_kind_is_written_in_the_previous_version_at_the_previous_level() -> None:
     for kind in Kind:
         if not formats.known(kind, PREVIOUS):  # came with this release
-            assert kind in (Kind.TASK, Kind.LEGACY_QUESTION)
+            assert kind in (Kind.TASK, Kind.LEGACY_QUESTION, Kind.GATEWAY_QUESTION)
             continue
         assert formats.written(kind, PREVIOUS) == 1, kind
         assert formats.readable(kind) == {1, formats.written(kind, LEVEL)}, kind
@@ -71,6 +71,8 @@ STAMPS = [
     (Kind.REQUEST_STATE, 1, None),
     (Kind.REQUEST_STATE, 2, 2),
     (Kind.LEGACY_SESSION, 1, 1),
+    (Kind.LEGACY_SESSION, 2, 2),
+    (Kind.GATEWAY_QUESTION, 1, 1),
 ]
 
 

@@ -143,11 +143,47 @@ def test_claims_of_the_wrong_shape_are_refused() -> None:
         {**good, "c": True},
         {**good, "x": 1},
         {k: v for k, v in good.items() if k != "o"},
-        {**good, "v": 2},
+        {k: v for k, v in good.items() if k != "k"},  # version 2 says what was declared
+        {**good, "k": "elicitation"},
+        {**good, "k": [1]},
+        {**good, "v": 1},  # version 1 has no "k"
+        {**good, "v": 3},
         [good],
     ):
         assert isinstance(opened(SESSIONS.seal(json.dumps(bad).encode())), ls.Refusal), bad
     assert refusal(SESSIONS.seal(b"not json")) == "payload not JSON"
+
+
+def test_a_session_id_keeps_what_its_client_declared() -> None:
+    declared = ("elicitation", "elicitation.url", "sampling")
+    token = ls.seal_session(SESSIONS, claims(declared=declared))
+    assert json.loads(SESSIONS.unseal(token))["v"] == 2
+    assert opened(token) == claims(declared=declared)
+
+
+def test_a_version_1_id_leaves_out_what_was_declared_and_opens_as_declaring_nothing() -> None:
+    """What a replica writes while one of the previous release lives, and what that
+    release wrote: it reads no `k`."""
+    token = ls.seal_session(SESSIONS, claims(declared=("elicitation",)), 1)
+    assert "k" not in json.loads(SESSIONS.unseal(token))
+    assert opened(token) == claims(declared=())
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "declared"),
+    [
+        ({}, ()),
+        (None, ()),
+        ({"elicitation": {}}, ("elicitation",)),  # 2025-06-18, or 2025-11-25's form only
+        ({"elicitation": {"form": {}}}, ("elicitation",)),
+        ({"elicitation": {"form": {}, "url": {}}}, ("elicitation", "elicitation.url")),
+        ({"elicitation": {"url": {}}}, ("elicitation.url",)),  # no form: not "elicitation"
+        ({"sampling": {}, "roots": {"listChanged": True}}, ("roots", "sampling")),
+        ({"elicitation": True, "experimental": {"x": {}}}, ()),  # not an object; not kept
+    ],
+)
+def test_what_a_client_declares_is_kept_by_name(capabilities: object, declared: tuple) -> None:
+    assert ls.declared_of(capabilities) == declared
 
 
 def test_an_upstream_session_id_that_is_not_visible_ascii_is_not_sealed() -> None:

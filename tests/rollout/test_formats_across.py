@@ -310,14 +310,22 @@ def test_a_legacy_session_id_minted_by_either_release_is_served_by_the_other(
     codec = state.AesGcmKeyRing(keys, prefix=legacy_session.SESSION_PREFIX)
     check = {"now_ms": NOW + 1, "principal": claims.principal, "upstream": "legacy"}
     check["audience"] = "mrtr-gateway"
-    sealed = {"op": "seal_session", "key": KEY, "claims": dataclasses.asdict(claims)}
+    old_claims = {k: v for k, v in dataclasses.asdict(claims).items() if k != "declared"}
+    sealed = {"op": "seal_session", "key": KEY, "claims": old_claims}
     from_old = old.run(sealed)["token"]
     assert legacy_session.open_session(codec, from_old, **check) == claims
 
-    mine = legacy_session.seal_session(codec, claims)
+    # While a replica of it lives, this one writes version 1: what it declared left out.
+    declaring = dataclasses.replace(claims, declared=("elicitation",))
+    mixed = MIXED.version(Kind.LEGACY_SESSION)
+    mine = legacy_session.seal_session(codec, declaring, mixed)
     opened = old.run({"op": "open_session", "key": KEY, "token": mine, **check})
-    assert opened["claims"] == dataclasses.asdict(claims)
-    assert formats.VERSIONS[Kind.LEGACY_SESSION][formats.LEVEL] == 1  # unchanged: any level
+    assert opened["claims"] == old_claims
+
+    moved_on = legacy_session.seal_session(codec, declaring, MOVED_ON.version(Kind.LEGACY_SESSION))
+    assert legacy_session.open_session(codec, moved_on, **check) == declaring
+    refused = old.run({"op": "open_session", "key": KEY, "token": moved_on, **check})
+    assert refused == {"refused": "payload shape"}  # 0.1.0 reads no "k": 404 there
 
 
 # -- heartbeats --------------------------------------------------------------------------
