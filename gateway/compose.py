@@ -115,7 +115,7 @@ def compose(
     http = Http1Client()
     # What clients see of each upstream's lists, told of every list change (here or on
     # another replica) through the listens' relay.
-    changed = Changed()
+    changed = ChangesToCatalog()
     listens = Listens(
         limits.max_listens,
         limits.max_listens_per_principal,
@@ -323,7 +323,7 @@ def _pools(
     return pools
 
 
-class Changed:
+class ChangesToCatalog:
     """Tells the catalog of a list change (it is built after the listens that relay it)."""
 
     catalog: Catalog | None = None

@@ -37,13 +37,13 @@ from gateway.errors import (
 from gateway.observability import Metrics
 from gateway.protocol import jsonrpc, state, translate
 from gateway.protocol.call import (
-    Answer,
+    AnswerUpstream,
     Asked,
     CallMachine,
-    Changed,
     Finished,
+    ListChanged,
     Refused,
-    Relay,
+    RelayToClient,
     RoundContext,
     Trigger,
 )
@@ -188,7 +188,7 @@ class Runner:
         call: LiveCall,
         front: FrontRequest,
         notify: Notify,
-        answers: list[Answer] | None = None,
+        answers: list[AnswerUpstream] | None = None,
         *,
         request: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
@@ -218,7 +218,7 @@ class Runner:
         call: LiveCall,
         front: FrontRequest,
         notify: Notify,
-        answers: list[Answer],
+        answers: list[AnswerUpstream],
         request: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         call.machine.serve(round_context(front))
@@ -293,9 +293,9 @@ class Runner:
             if isinstance(item, StreamEnd):
                 raise item.error
             for action in machine.receive(item):
-                if isinstance(action, Relay):
+                if isinstance(action, RelayToClient):
                     await notify(action.notification)
-                elif isinstance(action, Answer):
+                elif isinstance(action, AnswerUpstream):
                     await call.session.send(action.message())
                 elif isinstance(action, Asked):
                     asked += 1
@@ -306,7 +306,7 @@ class Runner:
                     raise refused
                 elif isinstance(action, Finished):
                     return await self._finish(call, action)
-                elif isinstance(action, Changed) and self.on_change is not None:
+                elif isinstance(action, ListChanged) and self.on_change is not None:
                     self.on_change(call.upstream.name, action.notification)
 
     async def _send_deferred(self, call: LiveCall, front: FrontRequest) -> None:

@@ -71,11 +71,11 @@ from gateway.legacy_clients.relay import ENDED, IDLE, Held, Relay, StreamHooks, 
 from gateway.legacy_clients.streams import Streams
 from gateway.legacy_clients.trail import LaneTrail, LegacyCall, untag
 from gateway.legacy_clients.upstream import (
-    Answer,
     EventStream,
     LegacyUpstream,
     SessionNotFound,
     SessionUpstream,
+    UpstreamAnswer,
     crossing_headers,
 )
 from gateway.protocol import inbound, jsonrpc, sse
@@ -228,7 +228,7 @@ class LegacyLane:
                 body = await self._entering(served, message, decoded, body)
             except Answered as answered:  # by a seam, as the upstream would have
                 reply = jsonrpc.dumps(jsonrpc.result(message.id, answered.result))
-                answer = Answer(200, {"Content-Type": "application/json"}, reply)
+                answer = UpstreamAnswer(200, {"Content-Type": "application/json"}, reply)
                 return await self._answer(request, answer, served, token)
             call = self.trail.call(served, message)
         elif isinstance(message, jsonrpc.Response):
@@ -372,7 +372,7 @@ class LegacyLane:
                 upstream=self.upstream.name,
                 audience=self.settings.audience,
             )
-            if isinstance(claims, sessions.Refusal):
+            if isinstance(claims, sessions.SessionIdRefusal):
                 self.metrics.refusals.labels(claims.reason).inc()
                 log.info("legacy_session_refused", reason=claims.reason, session=served.session)
                 self.trail.refused(served, claims.reason)
@@ -428,7 +428,7 @@ class LegacyLane:
     async def _answer(
         self,
         request: web.Request,
-        answer: Answer,
+        answer: UpstreamAnswer,
         served: RequestServed,
         token: str | None,
         call: LegacyCall | None = None,
@@ -453,7 +453,7 @@ class LegacyLane:
         return await self._streamed(request, answer.body, headers, served, view)
 
     def _whole(
-        self, answer: Answer, served: RequestServed, token: str | None, view: AnswerView
+        self, answer: UpstreamAnswer, served: RequestServed, token: str | None, view: AnswerView
     ) -> web.Response:
         """A JSON answer (or any whole body), as the caller may see it.
 
@@ -545,7 +545,9 @@ class LegacyLane:
                 view.call.ended(reply)
             await relay.write(sse.encode(jsonrpc.dumps(reply).decode()))
 
-    def _plain(self, answer: Answer, token: str | None, body: bytes | None = None) -> web.Response:
+    def _plain(
+        self, answer: UpstreamAnswer, token: str | None, body: bytes | None = None
+    ) -> web.Response:
         """`answer` whole (its body, or `body` in its place), with the gateway's session id."""
         assert isinstance(answer.body, bytes)
         headers = dict(answer.headers)
@@ -566,7 +568,7 @@ async def _started(relay: Relay, events: EventStream) -> None:
         raise
 
 
-async def _discard(answer: Answer) -> None:
+async def _discard(answer: UpstreamAnswer) -> None:
     body: bytes | EventStream = answer.body
     if not isinstance(body, bytes):
         await body.aclose()

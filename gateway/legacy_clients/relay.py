@@ -107,7 +107,7 @@ class Relay:
     async def run(
         self,
         events: EventStream,
-        see: Callable[[sse.Event], sse.Event | None],
+        see: Callable[[sse.SseEvent], sse.SseEvent | None],
         *,
         idle_s: float | None = None,
         end_at: float | None = None,
@@ -221,14 +221,14 @@ class Held:
     """What a stream said before its head was sent (`hold_head`)."""
 
     heard: float  # when the upstream last said something (or was asked), on the lane's clock
-    events: list[sse.Event] = field(default_factory=list)  # as `see` let them through
+    events: list[sse.SseEvent] = field(default_factory=list)  # as `see` let them through
     how: str | None = None  # how the stream ended meanwhile (`ENDED`, `FAILED`, ...), if it did
     error: UpstreamError | None = None  # `FAILED`: how it failed
 
 
 async def hold_head(
     events: EventStream,
-    see: Callable[[sse.Event], sse.Event],
+    see: Callable[[sse.SseEvent], sse.SseEvent],
     wait_s: float,
     *,
     gave_up: str | None,

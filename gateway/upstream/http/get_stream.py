@@ -35,7 +35,7 @@ from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.clock import Backoff, Clock
 from gateway.errors import UpstreamError
-from gateway.http1 import Response
+from gateway.http1 import Http1Response
 from gateway.protocol import listen
 from gateway.protocol.outside import answer_outside_call
 from gateway.upstream.held import HeldQuestions, is_question
@@ -82,7 +82,7 @@ class GetStream:
         self._failed = 0  # attempts in a row that got no stream: refused, or no answer
         self._short = 0  # streams in a row the server ended at once, having sent nothing
 
-    def start(self, first: Response | None = None) -> None:
+    def start(self, first: Http1Response | None = None) -> None:
         """Hold the stream from now on; `first`: the answer to a GET already sent.
         Once the session is closed, nothing is started (a reopen that was under way)."""
         if self._closed:
@@ -117,7 +117,7 @@ class GetStream:
         self._answered.set()
         await self.stop()
 
-    async def _hold(self, first: Response | None) -> None:
+    async def _hold(self, first: Http1Response | None) -> None:
         busy = 0  # 409s in a row
         try:
             while True:
@@ -153,7 +153,7 @@ class GetStream:
         finally:
             self._answered.set()  # stopped (the session closing): nobody waits for it
 
-    async def _answer(self, resp: Response) -> bool:
+    async def _answer(self, resp: Http1Response) -> bool:
         """Take the server's answer to the GET; False when there will never be a stream."""
         self._answered.set()
         if resp.status == 200:
@@ -221,7 +221,7 @@ class GetStream:
                 retry_in_s=wait,
             )
 
-    async def _read(self, resp: Response) -> bool:
+    async def _read(self, resp: Http1Response) -> bool:
         """Route the stream's messages until it ends; a `retry` the server gives is the
         delay before each reconnection from then on (at least `MIN_RETRY_S`). True when
         it carried anything (an event, a comment)."""
