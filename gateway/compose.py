@@ -36,7 +36,7 @@ from gateway.config import BOUND_TRANSPORTS, GatewayConfig
 from gateway.fleet import messages
 from gateway.http1 import Http1Client
 from gateway.legacy_clients.bound import BoundUpstream
-from gateway.legacy_clients.forwarding import Holder
+from gateway.legacy_clients.forwarding import OwnerSide
 from gateway.legacy_clients.lane import LaneSettings, LegacyLane
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.streams import Streams
@@ -183,8 +183,10 @@ def compose(
     bound = {
         n: lane.upstream for n, lane in lanes.items() if isinstance(lane.upstream, BoundUpstream)
     }
-    holder = Holder(shared.bus, bound, check_every_s=2 * config.fleet.heartbeat_s, clock=clock)
-    inbox = _inbox(bridge, tasks, holder)
+    owner_side = OwnerSide(
+        shared.bus, bound, check_every_s=2 * config.fleet.heartbeat_s, clock=clock
+    )
+    inbox = _inbox(bridge, tasks, owner_side)
 
     async def close_calls() -> None:
         await tasks.close()
@@ -353,7 +355,7 @@ def _catalog(
     )
 
 
-def _inbox(bridge: Bridge, tasks: Tasks, holder: Holder) -> Inbox:
+def _inbox(bridge: Bridge, tasks: Tasks, owner_side: OwnerSide) -> Inbox:
     """This replica's inbox: other replicas' retries of the calls parked here, messages
     for the tasks run here, and requests of the stdio and HTTP+SSE sessions held here,
     each decoded once by the bus and served where its type says."""
@@ -361,8 +363,8 @@ def _inbox(bridge: Bridge, tasks: Tasks, holder: Holder) -> Inbox:
     async def serve(message: messages.Message) -> None:
         if isinstance(message, messages.ForTask):
             await tasks.told(message)
-        elif isinstance(message, messages.Exchange | messages.Stop) and holder.upstreams:
-            await holder.serve(message)
+        elif isinstance(message, messages.Exchange | messages.Stop) and owner_side.upstreams:
+            await owner_side.serve(message)
         else:
             await bridge.serve_forwarded(message)
 
@@ -416,7 +418,7 @@ def _legacy_lanes(
                 idle_s=legacy.bound_session_idle_s,
                 monotonic=clock.monotonic,
             )
-            lane_metrics.held(upstream.name, functools.partial(len, passed.sessions))
+            lane_metrics.bound_sessions(upstream.name, functools.partial(len, passed.sessions))
         else:
             endpoint = http_endpoint(upstream, authorization, unauthorized, max_message_bytes=most)
             passed = HttpPassThrough(

@@ -156,7 +156,7 @@ class Runner:
         started = self.clock.monotonic()
         try:
             await self.lifecycle.resume(call, round_)
-            if _holds_question(call.inbox):
+            if _question_waits(call.inbox):
                 self.pace.sibling_late(_target(call))
             responses = front.params.get("inputResponses") or {}
             answered = sorted(set(responses) & set(call.machine.pending))
@@ -275,7 +275,7 @@ class Runner:
         closes_at = self.clock.monotonic() + self.pace.window_s if machine.pending else None
         while True:
             if call.deferred is not None and not machine.pending:
-                if not _holds_question(call.inbox):
+                if not _question_waits(call.inbox):
                     await self._send_deferred(call, front)
             if asked and not grace and await _settled(call.inbox):
                 self.pace.round_closed(target, asked)
@@ -378,7 +378,7 @@ async def _settled(inbox: Inbox) -> bool:
     return inbox.empty()
 
 
-def _holds_question(inbox: Inbox) -> bool:
+def _question_waits(inbox: Inbox) -> bool:
     """Whether a server request waits in the inbox (it came while the call was parked, or
     was held for the call before it started)."""
     return any(isinstance(i, dict) and "method" in i and "id" in i for i in inbox.waiting())

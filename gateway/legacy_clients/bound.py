@@ -328,33 +328,33 @@ class BoundUpstream:
     async def post(
         self, session: str | None, body: bytes, headers: Mapping[str, str]
     ) -> UpstreamAnswer:
-        held = self._held(session)
-        if held is None:
+        bound = self._live(session)
+        if bound is None:
             return not_found()
-        held.last_used = self.monotonic()
+        bound.last_used = self.monotonic()
         message = jsonrpc.parse_message(jsonrpc.loads(body))
-        channel = held.expect(message) if isinstance(message, jsonrpc.Request) else None
+        channel = bound.expect(message) if isinstance(message, jsonrpc.Request) else None
         try:
-            await held.link.send(jsonrpc.loads(body))
+            await bound.link.send(jsonrpc.loads(body))
         except UpstreamError:
             if channel is not None:
                 await channel.aclose()
-            if held.link.alive:
+            if bound.link.alive:
                 raise
-            self._end(held.handle, "upstream_ended")
+            self._end(bound.handle, "upstream_ended")
             return not_found()
         if channel is None:
             return UpstreamAnswer(202, {}, b"")
         return UpstreamAnswer(200, _SSE, channel)
 
     async def get(self, session: str | None, headers: Mapping[str, str]) -> UpstreamAnswer:
-        held = self._held(session)
-        if held is None:
+        bound = self._live(session)
+        if bound is None:
             return not_found()
-        return UpstreamAnswer(200, _SSE, held.listen())
+        return UpstreamAnswer(200, _SSE, bound.listen())
 
     async def delete(self, session: str | None, headers: Mapping[str, str]) -> UpstreamAnswer:
-        if self._held(session) is None:
+        if self._live(session) is None:
             return not_found()
         assert session is not None
         closing = self._end(session, "deleted")
@@ -362,12 +362,12 @@ class BoundUpstream:
             await asyncio.shield(closing)  # ended when DELETE is answered
         return UpstreamAnswer(200, {}, b"")
 
-    def _held(self, handle: str | None) -> BoundSession | None:
-        held = self.sessions.get(handle) if handle is not None else None
-        if held is not None and held.ended is not None:
-            self._end(held.handle, "upstream_ended")
+    def _live(self, handle: str | None) -> BoundSession | None:
+        bound = self.sessions.get(handle) if handle is not None else None
+        if bound is not None and bound.ended is not None:
+            self._end(bound.handle, "upstream_ended")
             return None
-        return held
+        return bound
 
     def _end(self, handle: str, why: str) -> asyncio.Task[None] | None:
         """Take a session out of the table and close its link (in a task of its own,

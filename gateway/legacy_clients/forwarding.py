@@ -5,7 +5,7 @@ owner, `gateway.legacy_clients.bound`). A POST, a client's answer, a GET or a DE
 it that lands on another replica is checked there by the lane as any other (principal,
 scopes, limits, logs) and then passed to the owner through `Remote`, a
 `SessionUpstream` whose every exchange is one message in the owner's inbox (`Exchange`).
-The owner (`Holder.serve`) passes it to the session as it would its own client's request
+The owner (`OwnerSide.serve`) passes it to the session as it would its own client's request
 and sends the answer back on a reply list of the exchange's own: its `ExchangeHead` (status,
 headers, and a whole body or "a stream follows"), then a stream's events one by one
 (`StreamEvent`), then its `ExchangeEnd`; or `ExchangeFailed` (the error and its status),
@@ -129,7 +129,7 @@ class RemoteEvents:
     """`EventStream` of an answer the owner sends on `reply`, event by event.
 
     A wait for the next event that is cancelled loses nothing (the lane holds a stream's
-    head only so long, `relay.hold_head`): the read of the reply list goes on in a task of
+    head only so long, `relay.read_prelude`): the read of the reply list goes on in a task of
     its own, shielded, and the next wait takes up what it read. A blocking pop cut short
     could otherwise have taken a message off the list that nobody then reads."""
 
@@ -218,7 +218,7 @@ async def _send_quietly(bus: Bus, replica: str, payload: str) -> None:
 # -- the owning side ---------------------------------------------------------------------
 
 
-class Holder:
+class OwnerSide:
     """The owner's side: the exchanges other replicas pass to the sessions held here."""
 
     def __init__(

@@ -67,7 +67,15 @@ from gateway.errors import (
 )
 from gateway.legacy_clients.answers import AnswerView, Listed, outcome_of
 from gateway.legacy_clients.metrics import LaneMetrics
-from gateway.legacy_clients.relay import ENDED, IDLE, Held, Relay, StreamHooks, drain, hold_head
+from gateway.legacy_clients.relay import (
+    ENDED,
+    IDLE,
+    Prelude,
+    Relay,
+    StreamHooks,
+    drain,
+    read_prelude,
+)
 from gateway.legacy_clients.streams import Streams
 from gateway.legacy_clients.trail import LaneTrail, LegacyCall, untag
 from gateway.legacy_clients.upstream import (
@@ -478,13 +486,13 @@ class LegacyLane:
         view: AnswerView,
     ) -> web.StreamResponse:
         """An SSE answer: sent whole when its response comes first, else relayed."""
-        held = Held(self.clock.monotonic())
+        prelude = Prelude(self.clock.monotonic())
         if served.rid is not None:
             # Its head waits for the first message, as long as a keepalive would: a
             # response that comes first (most answers) is sent whole, no stream relayed.
             hold_s = self.settings.limits.hold_timeout_s
             wait_s = min(self._keepalive, hold_s)
-            held = await hold_head(
+            prelude = await read_prelude(
                 events,
                 view.see,
                 wait_s,
@@ -494,12 +502,12 @@ class LegacyLane:
             if view.has_answer():
                 drain(events, self.clock)
                 served.outcome = view.outcome
-                body = b"".join(sse.encode_event(event) for event in held.events)
+                body = b"".join(sse.encode_event(event) for event in prelude.events)
                 return web.Response(status=200, body=body, headers=headers)
         relay = Relay(request, headers, self.hooks, keepalive_s=self._keepalive, clock=self.clock)
         await _started(relay, events)
         try:
-            await self._relay(relay, events, held, served, view)
+            await self._relay(relay, events, prelude, served, view)
         finally:
             await relay.close()
             served.outcome = view.outcome  # also when the client went first
@@ -509,30 +517,30 @@ class LegacyLane:
         self,
         relay: Relay,
         events: EventStream,
-        held: Held,
+        prelude: Prelude,
         served: RequestServed,
         view: AnswerView,
     ) -> None:
-        """Relay a POST's stream (what was held back first) to its end; one that ends
+        """Relay a POST's stream (its prelude first) to its end; one that ends
         before its response, with no event id to resume from, ends with an error for it."""
         try:
-            for event in held.events:
+            for event in prelude.events:
                 await relay.write(sse.encode_event(event))
         except BaseException:
             await events.aclose()
             raise
-        how = held.how
+        how = prelude.how
         if how is None:
             how = await relay.run(
                 events,
                 view.see,
                 idle_s=self.settings.limits.hold_timeout_s,
                 done=view.has_answer,
-                quiet_since=held.heard,
+                quiet_since=prelude.heard,
             )
         else:
             await events.aclose()
-            relay.error = held.error
+            relay.error = prelude.error
         if how == ENDED or served.rid is None or view.answered:
             return
         log.info("legacy_stream_cut", how=how, error=str(relay.error or ""))

@@ -318,7 +318,7 @@ async def test_a_message_no_replica_understands_is_dropped(
         await a.bridge.serve_forwarded(messages.ExchangeHead(200, {}))
     assert [e["kind"] for e in logs if e["event"] == "fleet_unexpected_message"] == [
         "Outcome",
-        "Head",
+        "ExchangeHead",
     ]
     assert len(a.bridge.calls) == 0
 

@@ -56,9 +56,9 @@ def test_every_message_is_versioned_in_the_formats_registry() -> None:
         "Failure": Kind.MESSAGE,
         "Exchange": Kind.LANE_MESSAGE,
         "Stop": Kind.LANE_MESSAGE,
-        "Head": Kind.LANE_MESSAGE,
+        "ExchangeHead": Kind.LANE_MESSAGE,
         "StreamEvent": Kind.LANE_MESSAGE,
-        "StreamEnd": Kind.LANE_MESSAGE,
+        "ExchangeEnd": Kind.LANE_MESSAGE,
         "ExchangeFailed": Kind.LANE_MESSAGE,
     }
     for cls, kind in messages.CATALOGUE.values():

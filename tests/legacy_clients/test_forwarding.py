@@ -18,7 +18,7 @@ from gateway.aio import spawn
 from gateway.errors import InvalidRequest, RelayedError, RpcError, UpstreamError
 from gateway.fleet import messages
 from gateway.legacy_clients.bound import Channel
-from gateway.legacy_clients.forwarding import Holder, Remote
+from gateway.legacy_clients.forwarding import OwnerSide, Remote
 from gateway.legacy_clients.upstream import UpstreamAnswer
 from tests.fakes.clock import ManualClock
 from tests.fakes.fleet import Network
@@ -54,17 +54,17 @@ class Scripted:
 
 
 class Pair:
-    """Two replicas: `owner` holds the session (its `Holder` serves `upstream`), `reader`
+    """Two replicas: `owner` holds the session (its `OwnerSide` serves `upstream`), `reader`
     got the client's request and reaches the owner through `remote`."""
 
     def __init__(self, upstream: Scripted) -> None:
         self.clock = ManualClock()
         self.network = Network(self.clock)
         self.upstream = upstream
-        self.holder = Holder(
+        self.owner_side = OwnerSide(
             self.network.bus("owner"), {"local": upstream}, check_every_s=2.0, clock=self.clock
         )
-        self.network.join("owner", self.holder.serve)
+        self.network.join("owner", self.owner_side.serve)
         self.network.join("reader", self._unexpected)
         self.remote = Remote(
             self.network.bus("reader"), "owner", "local", wait_s=30.0, clock=self.clock
@@ -211,16 +211,16 @@ def exchange(reply: str) -> messages.Exchange:
 async def test_a_message_taken_up_twice_is_served_once() -> None:
     pair = Pair(Scripted(UpstreamAnswer(202, {}, b""), UpstreamAnswer(202, {}, b"")))
     message = exchange("reply:reader:once")
-    await pair.holder.serve(message)
-    await pair.holder.serve(message)
+    await pair.owner_side.serve(message)
+    await pair.owner_side.serve(message)
     assert len(pair.upstream.seen) == 1
     assert pair.network.replies["reply:reader:once"].qsize() == 1
 
 
 async def test_an_exchange_whose_stop_came_first_is_not_served() -> None:
     pair = Pair(Scripted(UpstreamAnswer(202, {}, b"")))
-    await pair.holder.serve(messages.Stop("reply:reader:late"))
-    await pair.holder.serve(exchange("reply:reader:late"))
+    await pair.owner_side.serve(messages.Stop("reply:reader:late"))
+    await pair.owner_side.serve(exchange("reply:reader:late"))
     assert pair.upstream.seen == []
 
 
