@@ -43,7 +43,7 @@ from gateway.legacy_clients.streams import Streams
 from gateway.legacy_clients.trail import LaneTrail
 from gateway.legacy_clients.upstream import HttpPassThrough, LegacyUpstream
 from gateway.listens import Listens
-from gateway.membership import Inbox, Remoter, Resource, membership
+from gateway.membership import InboxHandler, Remoter, Resource, membership
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.formats import FleetLevel
@@ -355,7 +355,7 @@ def _catalog(
     )
 
 
-def _inbox(bridge: Bridge, tasks: Tasks, owner_side: OwnerSide) -> Inbox:
+def _inbox(bridge: Bridge, tasks: Tasks, owner_side: OwnerSide) -> InboxHandler:
     """This replica's inbox: other replicas' retries of the calls parked here, messages
     for the tasks run here, and requests of the stdio and HTTP+SSE sessions held here,
     each decoded once by the bus and served where its type says."""

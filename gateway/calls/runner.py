@@ -53,7 +53,7 @@ from gateway.upstream.port import Inbox, StreamEnd, UpstreamPool
 
 log = structlog.get_logger("gateway.calls")
 
-Notify = Callable[[dict[str, Any]], Awaitable[None]]
+Notifier = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class Runner:
@@ -85,7 +85,7 @@ class Runner:
         front: FrontRequest,
         principal: str,
         digest: state.RequestDigest,
-        notify: Notify,
+        notify: Notifier,
         *,
         known: dict[str, list[Any]],
         round_: int = 0,
@@ -143,7 +143,7 @@ class Runner:
         return await self.drive(call, front, notify, request=message)
 
     async def resume(
-        self, call: LiveCall, front: FrontRequest, notify: Notify, round_: int
+        self, call: LiveCall, front: FrontRequest, notify: Notifier, round_: int
     ) -> dict[str, Any]:
         """Continue a call parked here, whose round `round_` this retry has claimed.
 
@@ -187,7 +187,7 @@ class Runner:
         self,
         call: LiveCall,
         front: FrontRequest,
-        notify: Notify,
+        notify: Notifier,
         answers: list[AnswerUpstream] | None = None,
         *,
         request: dict[str, Any] | None = None,
@@ -217,7 +217,7 @@ class Runner:
         self,
         call: LiveCall,
         front: FrontRequest,
-        notify: Notify,
+        notify: Notifier,
         answers: list[AnswerUpstream],
         request: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
@@ -266,7 +266,7 @@ class Runner:
             await self.lifecycle.fail(call, "gateway error")
             raise
 
-    async def _read(self, call: LiveCall, notify: Notify, front: FrontRequest) -> dict[str, Any]:
+    async def _read(self, call: LiveCall, notify: Notifier, front: FrontRequest) -> dict[str, Any]:
         machine = call.machine
         target = _target(call)
         grace = self.pace.grace_s(target)

@@ -35,7 +35,7 @@ from gateway.store.redis_client import RedisClient, from_redis, stop_if_cancelle
 log = structlog.get_logger("gateway.fleet")
 
 #: Told of a change another replica heard: the upstream's name and the method.
-Relay = Callable[[str, str], None]
+RelayChange = Callable[[str, str], None]
 
 
 class ChangeFeed:
@@ -64,7 +64,7 @@ class ChangeFeed:
         self._stalled = False  # Redis refused a count: the rest wait for a look that works
         self._unread = self._uncounted = False  # logged once until it works again
 
-    def start(self, relay: Relay) -> None:
+    def start(self, relay: RelayChange) -> None:
         """Read the counts once a heartbeat: each change another replica heard, to `relay`
         (this replica's listens)."""
         self._task = spawn(self._watch(relay), name="fleet-changes", detached=True)
@@ -132,7 +132,7 @@ class ChangeFeed:
         if count == self._seen.get(field, 0) + n:  # a field not seen yet was at 0
             self._seen[field] = count
 
-    async def _watch(self, relay: Relay) -> None:
+    async def _watch(self, relay: RelayChange) -> None:
         first = True
         while True:
             try:
