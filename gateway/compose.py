@@ -38,14 +38,14 @@ from gateway.fleet import messages
 from gateway.http1 import Http1Client
 from gateway.legacy_clients.asking import Questions
 from gateway.legacy_clients.bound import BoundUpstream
-from gateway.legacy_clients.forwarding import Holder
+from gateway.legacy_clients.forwarding import OwnerSide
 from gateway.legacy_clients.lane import LaneSettings, LegacyLane
 from gateway.legacy_clients.metrics import LaneMetrics
 from gateway.legacy_clients.streams import Streams
 from gateway.legacy_clients.trail import LaneTrail
 from gateway.legacy_clients.upstream import HttpPassThrough, LegacyUpstream
 from gateway.listens import Listens
-from gateway.membership import Inbox, Remoter, Resource, membership
+from gateway.membership import InboxHandler, Remoter, Resource, membership
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.approval import PREFIX as APPROVAL_PREFIX
@@ -118,7 +118,7 @@ def compose(
     http = Http1Client()
     # What clients see of each upstream's lists, told of every list change (here or on
     # another replica) through the listens' relay.
-    changed = Changed()
+    changed = ChangesToCatalog()
     listens = Listens(
         limits.max_listens,
         limits.max_listens_per_principal,
@@ -202,8 +202,10 @@ def compose(
     bound = {
         n: lane.upstream for n, lane in lanes.items() if isinstance(lane.upstream, BoundUpstream)
     }
-    holder = Holder(shared.bus, bound, check_every_s=2 * config.fleet.heartbeat_s, clock=clock)
-    inbox = _inbox(bridge, tasks, holder, questions)
+    owner_side = OwnerSide(
+        shared.bus, bound, check_every_s=2 * config.fleet.heartbeat_s, clock=clock
+    )
+    inbox = _inbox(bridge, tasks, owner_side, questions)
 
     async def close_calls() -> None:
         await tasks.close()
@@ -342,7 +344,7 @@ def _pools(
     return pools
 
 
-class Changed:
+class ChangesToCatalog:
     """Tells the catalog of a list change (it is built after the listens that relay it)."""
 
     catalog: Catalog | None = None
@@ -372,7 +374,9 @@ def _catalog(
     )
 
 
-def _inbox(bridge: Bridge, tasks: Tasks, holder: Holder, questions: Questions) -> Inbox:
+def _inbox(
+    bridge: Bridge, tasks: Tasks, owner_side: OwnerSide, questions: Questions
+) -> InboxHandler:
     """This replica's inbox: other replicas' retries of the calls parked here, messages
     for the tasks run here, requests of the stdio and HTTP+SSE sessions held here, and
     2025 clients' answers to the gateway's questions waiting here, each decoded once by
@@ -383,8 +387,8 @@ def _inbox(bridge: Bridge, tasks: Tasks, holder: Holder, questions: Questions) -
             await tasks.told(message)
         elif isinstance(message, messages.ClientAnswer):
             await questions.serve(message)
-        elif isinstance(message, messages.Exchange | messages.Stop) and holder.upstreams:
-            await holder.serve(message)
+        elif isinstance(message, messages.Exchange | messages.Stop) and owner_side.upstreams:
+            await owner_side.serve(message)
         else:
             await bridge.serve_forwarded(message)
 
@@ -440,7 +444,7 @@ def _legacy_lanes(
                 idle_s=legacy.bound_session_idle_s,
                 monotonic=clock.monotonic,
             )
-            lane_metrics.held(upstream.name, functools.partial(len, passed.sessions))
+            lane_metrics.bound_sessions(upstream.name, functools.partial(len, passed.sessions))
         else:
             endpoint = http_endpoint(upstream, authorization, unauthorized, max_message_bytes=most)
             passed = HttpPassThrough(

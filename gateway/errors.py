@@ -43,6 +43,7 @@ names their module); `tests/test_errors.py` holds it to the classes:
     │   │   ├── CapacityExceeded       503 + Retry-After, busy now: retry later
     │   │   │   ├── Draining           503, this replica is shutting down
     │   │   │   ├── TasksHeldBack      503, a task-only tool while the fleet is upgrading
+    │   │   │   ├── ApprovalsHeldBack  503, a 2025 client's approval while the fleet is upgrading
     │   │   │   ├── RoundInProgress    503, the retry's round is being resumed already
     │   │   │   ├── TakeoverUnavailable 503, the call's upstream cannot be reached now
     │   │   │   ├── GatewayFull        503, max_parked_calls

@@ -174,7 +174,7 @@ async def serve(
     pool: UpstreamPool,
     inbox: Inbox,
     listen_id: RequestId,
-    asked: wire.Filter,
+    asked: wire.ListenFilter,
     send: Send,
     may_read: Callable[[str], bool],
     upstream: str,
@@ -269,7 +269,7 @@ async def _write(send: Send, message: dict[str, Any], clock: Clock) -> None:
 
 
 def _repeated(
-    note: dict[str, Any], inbox: Inbox, listen_id: RequestId, honour: wire.Filter
+    note: dict[str, Any], inbox: Inbox, listen_id: RequestId, honour: wire.ListenFilter
 ) -> bool:
     """Whether an equal notification waits behind `note`: that one is sent instead."""
     return any(
@@ -278,7 +278,9 @@ def _repeated(
     )
 
 
-async def _subscribe(session: PooledSession, honour: wire.Filter, upstream: str) -> wire.Filter:
+async def _subscribe(
+    session: PooledSession, honour: wire.ListenFilter, upstream: str
+) -> wire.ListenFilter:
     """Subscribe the session to each URI `honour` names: the filter without those the
     server refused."""
     kept = []
@@ -294,4 +296,4 @@ async def _subscribe(session: PooledSession, honour: wire.Filter, upstream: str)
             )
             continue
         kept.append(uri)
-    return wire.Filter(honour.lists, tuple(kept))
+    return wire.ListenFilter(honour.lists, tuple(kept))

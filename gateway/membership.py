@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from gateway.auth.ports import WallClock
 from gateway.auth.ratelimit import MemoryTokenBucket, RateLimiter, RedisTokenBucket
 from gateway.calls import replicas
-from gateway.calls.suspension import Park, park_only, withdrawing
+from gateway.calls.suspension import ParkStep, park_only, withdrawing
 from gateway.clock import Clock
 from gateway.config import STDIO, GatewayConfig
 from gateway.config.model import RateConfig
@@ -48,7 +48,7 @@ from gateway.store.tasks import MemoryTaskStore, RedisTaskStore, TaskStore
 from gateway.upstream.pool import SessionPool
 
 #: What serves this replica's inbox: each message another replica sent, decoded.
-Inbox = Callable[[messages.Message], Coroutine[Any, Any, None]]
+InboxHandler = Callable[[messages.Message], Coroutine[Any, Any, None]]
 Told = Callable[[], Coroutine[Any, Any, None]]
 #: How the legacy lane reaches a route's sessions that another replica holds.
 Remoter = Callable[[str], SessionUpstream | None]
@@ -66,7 +66,9 @@ class Resource:
 class Member(Bus, Protocol):
     """The bus as a resource: `RedisBus`, or the fleet of one."""
 
-    def start(self, handler: Inbox, *, on_data_loss: Told, on_lease_regained: Told) -> None: ...
+    def start(
+        self, handler: InboxHandler, *, on_data_loss: Told, on_lease_regained: Told
+    ) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -77,7 +79,7 @@ class Ledger:
     die (`gateway.fleet.ledger`; on a fleet only): how a call parks (its session taken off
     the list meanwhile), and what runs."""
 
-    park: Park
+    park: ParkStep
     resources: tuple[Resource, ...]
 
 

@@ -1,5 +1,6 @@
 """The shape of `gateway/`, checked: no import cycles, modules of one concern each, a
-sans-IO protocol core, and a call core that depends on ports rather than on transports.
+sans-IO protocol core, a call core that depends on ports rather than on transports, and
+one class per name.
 
 A module over `LONG` lines is named in a warning, a hint to look whether it holds
 more than one thing: shown in pytest's warnings summary, not turned into an error
@@ -242,6 +243,29 @@ def test_the_folders_name_the_parts() -> None:
         assert doc, f"gateway/{folder}/__init__.py says what the part is"
 
 
+def classes_defined_twice(paths: list[Path]) -> dict[str, list[str]]:
+    """Class names defined more than once (at any depth) across `paths`, each with
+    where: one name, one meaning."""
+    where: dict[str, list[str]] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+                where.setdefault(node.name, []).append(f"{shown}:{node.lineno}")
+    return {name: places for name, places in where.items() if len(places) > 1}
+
+
+def test_no_two_classes_in_the_gateway_share_a_name() -> None:
+    assert classes_defined_twice(sorted(MODULES.values())) == {}
+
+
+def test_the_twin_finder_finds_a_class_defined_twice(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("class Event:\n    pass\n\n\nclass Once:\n    pass\n")
+    (tmp_path / "b.py").write_text("def f():\n    class Event:\n        pass\n")
+    twins = classes_defined_twice([tmp_path / "a.py", tmp_path / "b.py"])
+    assert twins == {"Event": ["a.py:1", "b.py:2"]}
+
+
 def private_reads(path: Path) -> list[str]:
     """Reads of a private attribute (`x._name`) off anything but `self` or `cls`, where
     the module itself defines no attribute of that name (its own class's peers may read
@@ -291,7 +315,7 @@ def test_the_private_read_finder_finds_one(tmp_path: Path) -> None:
 #: whether there is a fleet, which a replica alone (a fleet of one, `gateway.fleet.single`)
 #: answers by itself (`gateway.membership`, `gateway.calls.replicas`).
 FLEET_NAMES = frozenset(
-    {"bus", "fleet", "routing", "outcomes", "ledger", "changes", "holder", "remote"}
+    {"bus", "fleet", "routing", "outcomes", "ledger", "changes", "owner_side", "remote"}
     | {"alive", "written_back", "lease_term", "withdraw", "redis"}
 )
 #: None left (the legacy lane asks its remote for the owner, which a replica alone answers

@@ -107,7 +107,7 @@ class InfoOnly:
 
 
 LISTS = InfoOnly({"tools": {"listChanged": True}})
-ASKED = listen.Filter(frozenset({"toolsListChanged"}))
+ASKED = listen.ListenFilter(frozenset({"toolsListChanged"}))
 
 
 async def serve_collecting(inbox, pool=LISTS, asked=ASKED, *, clock=None, **kwargs):
@@ -168,7 +168,7 @@ async def test_a_listen_that_can_get_nothing_is_acknowledged_and_ended() -> None
     with listens.opened("u", "p") as inbox:
         result, sent = await serve_collecting(inbox, pool=InfoOnly({"tools": {}}))
     assert result == listen.closing("l")
-    assert sent == [listen.acknowledgement("l", listen.Filter())]
+    assert sent == [listen.acknowledgement("l", listen.ListenFilter())]
 
 
 async def test_news_from_the_pools_sessions_reaches_the_listen_stamped_and_once() -> None:

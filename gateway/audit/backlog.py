@@ -34,7 +34,7 @@ class Backlog(Generic[T]):
         self._dropped = metrics.dropped.labels(sink)
         self.down = False  # from a failed write until it has caught up
         self.dropped_in_episode = 0  # since the episode began
-        metrics.held(sink, self.__len__)
+        metrics.backlog(sink, self.__len__)
 
     def __len__(self) -> int:
         return len(self._lines)

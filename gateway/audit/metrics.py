@@ -34,6 +34,6 @@ class AuditMetrics:
             registry=registry,
         )
 
-    def held(self, sink: str, size: Callable[[], int]) -> None:
+    def backlog(self, sink: str, size: Callable[[], int]) -> None:
         """Show what `sink` holds (read at scrape time)."""
         self._backlog.labels(sink).set_function(lambda: float(size()))

@@ -90,7 +90,7 @@ def principal_names(principal: Any) -> frozenset[str]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Filter:
+class AuditFilter:
     """Which events to print: all that match every criterion given."""
 
     principal: str | None = None  # a subject, client id, API key id, issuer|subject, log id
@@ -115,7 +115,7 @@ class Reader:
     """Entries of the stream turned into the lines to print (see the module docstring)."""
 
     def __init__(
-        self, match: Filter, out: Callable[[bytes], None], skipped: Callable[[str], None]
+        self, match: AuditFilter, out: Callable[[bytes], None], skipped: Callable[[str], None]
     ) -> None:
         self.match = match
         self.out = out
@@ -227,7 +227,7 @@ def tail_command(args: argparse.Namespace) -> int:
             since = since_id(args.since, int(time.time() * 1000))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    match = Filter(principal=args.principal, tool=args.tool, kind=args.kind, call_id=args.call)
+    match = AuditFilter(principal=args.principal, tool=args.tool, kind=args.kind, call_id=args.call)
 
     def out(line: bytes) -> None:
         sys.stdout.buffer.write(line + b"\n")

@@ -20,8 +20,8 @@ from gateway.calls.admission import Admission
 from gateway.calls.lifecycle import Lifecycle, Registry
 from gateway.calls.replicas import Replicas
 from gateway.calls.retries import Retries
-from gateway.calls.runner import Notify, Runner
-from gateway.calls.suspension import Park, Suspender, park_only
+from gateway.calls.runner import Notifier, Runner
+from gateway.calls.suspension import ParkStep, Suspender, park_only
 from gateway.calls.trail import CallTrail
 from gateway.clock import Clock, SystemClock
 from gateway.config import GatewayConfig, UpstreamConfig
@@ -60,7 +60,7 @@ class Bridge:
         metrics: Metrics | None = None,
         clock: Clock | None = None,
         owner: str | None = None,
-        park: Park = park_only,
+        park: ParkStep = park_only,
         listens: Listens | None = None,
         on_drain: Iterable[Callable[[], None]] = (),
         audit: Audit = OFF,
@@ -157,7 +157,7 @@ class Bridge:
         return self.calls.parked
 
     async def handle(
-        self, upstream: UpstreamConfig, front: FrontRequest, principal: str, notify: Notify
+        self, upstream: UpstreamConfig, front: FrontRequest, principal: str, notify: Notifier
     ) -> dict[str, Any]:
         """Serve one interruptible request; return its 2026 result.
 

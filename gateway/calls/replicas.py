@@ -26,7 +26,7 @@ from gateway.calls.forwarding import Forward
 from gateway.calls.lifecycle import Lifecycle
 from gateway.calls.outcomes import NoOutcomes, Outcomes, StoredOutcomes
 from gateway.calls.routing import Routing
-from gateway.calls.runner import Notify, Runner
+from gateway.calls.runner import Notifier, Runner
 from gateway.clock import Clock
 from gateway.config import LimitsConfig, UpstreamConfig
 from gateway.errors import CallLost
@@ -51,7 +51,7 @@ class Routes(Protocol):
         upstream: UpstreamConfig,
         record: SuspendedCall,
         front: FrontRequest,
-        notify: Notify,
+        notify: Notifier,
         forward: Forward | None = None,
     ) -> dict[str, Any]:
         """Raises: RpcError (CallLost when nobody can serve it)."""
@@ -77,7 +77,7 @@ class Nowhere:
         upstream: UpstreamConfig,
         record: SuspendedCall,
         front: FrontRequest,
-        notify: Notify,
+        notify: Notifier,
         forward: Forward | None = None,
     ) -> dict[str, Any]:
         raise CallLost()

@@ -19,7 +19,7 @@ from gateway.calls.forwarding import Forward
 from gateway.calls.lifecycle import Lifecycle
 from gateway.calls.outcomes import Outcomes
 from gateway.calls.replicas import Routes
-from gateway.calls.runner import Notify, Runner
+from gateway.calls.runner import Notifier, Runner
 from gateway.config import REPLAY, UpstreamConfig
 from gateway.errors import InvalidRequestState, LeaseLost, RoundInProgress
 from gateway.fleet.port import Bus
@@ -55,7 +55,7 @@ class Retries:
         token: Any,
         principal: str,
         digest: state.RequestDigest,
-        notify: Notify,
+        notify: Notifier,
     ) -> dict[str, Any]:
         """The 2026 result of a retry that carries `token` (its `requestState`).
 
@@ -90,7 +90,7 @@ class Retries:
         upstream: UpstreamConfig,
         claims: state.Claims,
         front: FrontRequest,
-        notify: Notify,
+        notify: Notifier,
         forward: Forward | None,
     ) -> dict[str, Any]:
         """Claim the retry's round; resume it here, or route it (`forward` to its owner)."""

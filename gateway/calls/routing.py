@@ -29,7 +29,7 @@ from gateway.aio import spawn
 from gateway.calls.forwarding import Forward
 from gateway.calls.lifecycle import Lifecycle
 from gateway.calls.outcomes import Outcomes
-from gateway.calls.runner import Notify, Runner
+from gateway.calls.runner import Notifier, Runner
 from gateway.calls.takeover import Takeover
 from gateway.clock import Clock
 from gateway.config import LimitsConfig, UpstreamConfig
@@ -121,7 +121,7 @@ class Routing:
         upstream: UpstreamConfig,
         record: SuspendedCall,
         front: FrontRequest,
-        notify: Notify,
+        notify: Notifier,
         forward: Forward | None = None,
     ) -> dict[str, Any]:
         """Serve a claimed retry whose call this replica does not hold (`forward` is the
@@ -142,7 +142,7 @@ class Routing:
         return await self._owner_lost(upstream, record, front, notify)
 
     async def _owner_lost(
-        self, upstream: UpstreamConfig, record: SuspendedCall, front: FrontRequest, notify: Notify
+        self, upstream: UpstreamConfig, record: SuspendedCall, front: FrontRequest, notify: Notifier
     ) -> dict[str, Any]:
         """Serve a claimed retry whose owner is gone: take the call over where the upstream
         allows it, else replay a replay-safe tool; else it is lost, and its stranded
@@ -180,7 +180,7 @@ class Routing:
         raise CallLost(f"The call was lost: {LOST}")
 
     async def _forward(
-        self, record: SuspendedCall, forward: Forward, notify: Notify
+        self, record: SuspendedCall, forward: Forward, notify: Notifier
     ) -> dict[str, Any] | None:
         """The owner's outcome of the retry; None when the owner is gone (nothing sent)."""
         payload = forward.payload(record)
@@ -188,7 +188,7 @@ class Routing:
             return await self._forward_traced(record, forward, payload, notify)
 
     async def _forward_traced(
-        self, record: SuspendedCall, forward: Forward, payload: str, notify: Notify
+        self, record: SuspendedCall, forward: Forward, payload: str, notify: Notifier
     ) -> dict[str, Any] | None:
         reply = forward.reply
         # Pushed with the claim, or here in one round trip; a missing heartbeat gets the
@@ -215,7 +215,7 @@ class Routing:
             self.metrics.forward_seconds.observe(self.clock.monotonic() - started)
 
     async def _relay(
-        self, record: SuspendedCall, reply: str, sent: str, notify: Notify
+        self, record: SuspendedCall, reply: str, sent: str, notify: Notifier
     ) -> dict[str, Any] | None:
         """The owner's outcome; None when the owner died before it answered."""
         give_up = self.clock.monotonic() + self.limits.hold_timeout_s + FORWARD_SLACK_S

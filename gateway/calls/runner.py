@@ -37,13 +37,13 @@ from gateway.errors import (
 from gateway.observability import Metrics
 from gateway.protocol import jsonrpc, state, translate
 from gateway.protocol.call import (
-    Answer,
+    AnswerUpstream,
     Asked,
     CallMachine,
-    Changed,
     Finished,
+    ListChanged,
     Refused,
-    Relay,
+    RelayToClient,
     RoundContext,
     Trigger,
 )
@@ -53,7 +53,7 @@ from gateway.upstream.port import Inbox, StreamEnd, UpstreamPool
 
 log = structlog.get_logger("gateway.calls")
 
-Notify = Callable[[dict[str, Any]], Awaitable[None]]
+Notifier = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class Runner:
@@ -85,7 +85,7 @@ class Runner:
         front: FrontRequest,
         principal: str,
         digest: state.RequestDigest,
-        notify: Notify,
+        notify: Notifier,
         *,
         known: dict[str, list[Any]],
         round_: int = 0,
@@ -143,7 +143,7 @@ class Runner:
         return await self.drive(call, front, notify, request=message)
 
     async def resume(
-        self, call: LiveCall, front: FrontRequest, notify: Notify, round_: int
+        self, call: LiveCall, front: FrontRequest, notify: Notifier, round_: int
     ) -> dict[str, Any]:
         """Continue a call parked here, whose round `round_` this retry has claimed.
 
@@ -156,7 +156,7 @@ class Runner:
         started = self.clock.monotonic()
         try:
             await self.lifecycle.resume(call, round_)
-            if _holds_question(call.inbox):
+            if _question_waits(call.inbox):
                 self.pace.sibling_late(_target(call))
             responses = front.params.get("inputResponses") or {}
             answered = sorted(set(responses) & set(call.machine.pending))
@@ -187,8 +187,8 @@ class Runner:
         self,
         call: LiveCall,
         front: FrontRequest,
-        notify: Notify,
-        answers: list[Answer] | None = None,
+        notify: Notifier,
+        answers: list[AnswerUpstream] | None = None,
         *,
         request: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
@@ -217,8 +217,8 @@ class Runner:
         self,
         call: LiveCall,
         front: FrontRequest,
-        notify: Notify,
-        answers: list[Answer],
+        notify: Notifier,
+        answers: list[AnswerUpstream],
         request: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         call.machine.serve(round_context(front))
@@ -266,7 +266,7 @@ class Runner:
             await self.lifecycle.fail(call, "gateway error")
             raise
 
-    async def _read(self, call: LiveCall, notify: Notify, front: FrontRequest) -> dict[str, Any]:
+    async def _read(self, call: LiveCall, notify: Notifier, front: FrontRequest) -> dict[str, Any]:
         machine = call.machine
         target = _target(call)
         grace = self.pace.grace_s(target)
@@ -275,7 +275,7 @@ class Runner:
         closes_at = self.clock.monotonic() + self.pace.window_s if machine.pending else None
         while True:
             if call.deferred is not None and not machine.pending:
-                if not _holds_question(call.inbox):
+                if not _question_waits(call.inbox):
                     await self._send_deferred(call, front)
             if asked and not grace and await _settled(call.inbox):
                 self.pace.round_closed(target, asked)
@@ -293,9 +293,9 @@ class Runner:
             if isinstance(item, StreamEnd):
                 raise item.error
             for action in machine.receive(item):
-                if isinstance(action, Relay):
+                if isinstance(action, RelayToClient):
                     await notify(action.notification)
-                elif isinstance(action, Answer):
+                elif isinstance(action, AnswerUpstream):
                     await call.session.send(action.message())
                 elif isinstance(action, Asked):
                     asked += 1
@@ -306,7 +306,7 @@ class Runner:
                     raise refused
                 elif isinstance(action, Finished):
                     return await self._finish(call, action)
-                elif isinstance(action, Changed) and self.on_change is not None:
+                elif isinstance(action, ListChanged) and self.on_change is not None:
                     self.on_change(call.upstream.name, action.notification)
 
     async def _send_deferred(self, call: LiveCall, front: FrontRequest) -> None:
@@ -378,7 +378,7 @@ async def _settled(inbox: Inbox) -> bool:
     return inbox.empty()
 
 
-def _holds_question(inbox: Inbox) -> bool:
+def _question_waits(inbox: Inbox) -> bool:
     """Whether a server request waits in the inbox (it came while the call was parked, or
     was held for the call before it started)."""
     return any(isinstance(i, dict) and "method" in i and "id" in i for i in inbox.waiting())

@@ -42,7 +42,7 @@ log = structlog.get_logger("gateway.calls")
 Withdraw = Callable[[str, str | None], Awaitable[None]]  # (upstream, session id)
 #: Parks a call's record (the store's step, given) with whatever else must be done before
 #: its client is answered; whether the record was parked (within its principal's cap).
-Park = Callable[[Awaitable[bool], LiveCall], Awaitable[bool]]
+ParkStep = Callable[[Awaitable[bool], LiveCall], Awaitable[bool]]
 
 
 async def park_only(parking: Awaitable[bool], call: LiveCall) -> bool:
@@ -50,7 +50,7 @@ async def park_only(parking: Awaitable[bool], call: LiveCall) -> bool:
     return await parking
 
 
-def withdrawing(withdraw: Withdraw) -> Park:
+def withdrawing(withdraw: Withdraw) -> ParkStep:
     """The record parked while the call's session is taken off the ledger of those a
     survivor may end should this replica die (`gateway.fleet.ledger`): both before the
     client is answered, in one wait. Either failing fails the park."""
@@ -78,7 +78,7 @@ class Suspender:
         limits: LimitsConfig,
         outcomes: Outcomes,
         level: FleetLevel,
-        park: Park = park_only,
+        park: ParkStep = park_only,
     ) -> None:
         self.lifecycle = lifecycle
         # Which version of a requestState's claims every live replica opens.

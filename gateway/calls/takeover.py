@@ -19,7 +19,7 @@ import structlog
 from gateway import clock as clocks
 from gateway.aio import spawn
 from gateway.calls.lifecycle import Lifecycle
-from gateway.calls.runner import Notify, Runner
+from gateway.calls.runner import Notifier, Runner
 from gateway.clock import Clock
 from gateway.config import UpstreamConfig
 from gateway.errors import (
@@ -67,7 +67,7 @@ class Takeover:
         self.replica_id = replica_id
 
     async def continue_call(
-        self, upstream: UpstreamConfig, record: SuspendedCall, front: FrontRequest, notify: Notify
+        self, upstream: UpstreamConfig, record: SuspendedCall, front: FrontRequest, notify: Notifier
     ) -> dict[str, Any]:
         """Continue the dead owner's upstream call from where its stream stopped.
 

@@ -31,10 +31,10 @@ from gateway.clock import Clock
 from gateway.errors import CallLost, RpcError
 from gateway.protocol import state
 from gateway.protocol.audit import (
+    AuditOutcome,
     CallEnded,
     CallStarted,
     Era,
-    Outcome,
     Refusal,
     RequestRefused,
     RoundAnswered,
@@ -48,10 +48,10 @@ from gateway.protocol.record import SuspendedCall
 
 #: How a call ends, by what ended it (a failure may say more: `ended`'s `error`).
 _OUTCOMES = {
-    Trigger.COMPLETE: Outcome.COMPLETE,
-    Trigger.FAIL: Outcome.ERROR,
-    Trigger.EXPIRE: Outcome.EXPIRED,
-    Trigger.CANCEL: Outcome.CANCELLED,
+    Trigger.COMPLETE: AuditOutcome.COMPLETE,
+    Trigger.FAIL: AuditOutcome.ERROR,
+    Trigger.EXPIRE: AuditOutcome.EXPIRED,
+    Trigger.CANCEL: AuditOutcome.CANCELLED,
 }
 #: The code of a failure whose error is not at hand (the gateway's own, or a deadline's).
 INTERNAL_ERROR = -32603
@@ -139,9 +139,9 @@ class CallTrail:
             return  # (a URL round: the tool refused until visited; its retry runs it again)
         outcome, code = _OUTCOMES[trigger], None
         if isinstance(error, CallLost):
-            outcome = Outcome.LOST  # its upstream call is gone for good
+            outcome = AuditOutcome.LOST  # its upstream call is gone for good
         elif trigger is Trigger.FAIL or (trigger is Trigger.COMPLETE and error is not None):
-            outcome = Outcome.ERROR
+            outcome = AuditOutcome.ERROR
             # As its client is told (an upstream's code, translated, is no class's).
             code = error.error_object()["code"] if isinstance(error, RpcError) else INTERNAL_ERROR
         is_error = None
@@ -175,7 +175,7 @@ class CallTrail:
                 upstream=record.upstream,
                 method=record.method,
                 target=record.target,
-                outcome=Outcome.LOST,
+                outcome=AuditOutcome.LOST,
                 duration_ms=_since(record, self.clock),
                 rounds=record.round,
             )

@@ -60,7 +60,7 @@ class Key:
 
 
 @dataclasses.dataclass(slots=True)
-class Section:
+class ReferenceTable:
     """One table of the reference: the keys of one mapping of the file."""
 
     path: str  # `upstreams[].pool`; "" for the top level
@@ -146,12 +146,14 @@ def _anchor(path: str) -> str:
     return re.sub(r"[^a-z0-9_ -]", "", path.lower()).replace(" ", "-")
 
 
-def _walk(cls: type[Any], path: str, title: str, seen: dict[type[Any], str]) -> Iterator[Section]:
+def _walk(
+    cls: type[Any], path: str, title: str, seen: dict[type[Any], str]
+) -> Iterator[ReferenceTable]:
     """The section of dataclass `cls` at `path`, then those of the dataclasses it holds
     (each once: where it comes again, its row names the section that has its keys)."""
     docs = attribute_docs(cls)
     hints = typing.get_type_hints(cls)
-    section = Section(path, title)
+    section = ReferenceTable(path, title)
     nested: list[tuple[type[Any], str, str]] = []
     for field in dataclasses.fields(cls):
         if field.metadata.get("yaml", field.name) is None:
@@ -194,7 +196,7 @@ def _walk(cls: type[Any], path: str, title: str, seen: dict[type[Any], str]) -> 
         yield from _walk(inner, where, doc, seen)
 
 
-def sections() -> list[Section]:
+def sections() -> list[ReferenceTable]:
     """Every section of the file, the top level first, then in the dataclasses' order."""
     return list(_walk(GatewayConfig, "", "The top level of the file.", {GatewayConfig: ""}))
 

@@ -35,7 +35,7 @@ from gateway.store.redis_client import RedisClient, from_redis, stop_if_cancelle
 log = structlog.get_logger("gateway.fleet")
 
 #: Told of a change another replica heard: the upstream's name and the method.
-Relay = Callable[[str, str], None]
+RelayChange = Callable[[str, str], None]
 
 
 class ChangeFeed:
@@ -61,10 +61,10 @@ class ChangeFeed:
         self._pending: dict[str, int] = {}  # field -> changes heard, not yet counted
         self._counting: asyncio.Task[None] | None = None  # the one writer, while it runs
         self._closed = False
-        self._held = False  # Redis refused a count: the rest wait for a look that works
+        self._stalled = False  # Redis refused a count: the rest wait for a look that works
         self._unread = self._uncounted = False  # logged once until it works again
 
-    def start(self, relay: Relay) -> None:
+    def start(self, relay: RelayChange) -> None:
         """Read the counts once a heartbeat: each change another replica heard, to `relay`
         (this replica's listens)."""
         self._task = spawn(self._watch(relay), name="fleet-changes", detached=True)
@@ -92,7 +92,7 @@ class ChangeFeed:
         self._count_soon()
 
     def _count_soon(self) -> None:
-        if self._counting is None and self._pending and not (self._held or self._closed):
+        if self._counting is None and self._pending and not (self._stalled or self._closed):
             self._counting = spawn(self._count(), name="fleet-change-count", detached=True)
             self._counting.add_done_callback(self._counted_all)
 
@@ -117,7 +117,7 @@ class ChangeFeed:
                         raise
                     if not self._uncounted:
                         log.warning("fleet_change_not_counted", field=field, error=str(exc))
-                    self._uncounted = self._held = True
+                    self._uncounted = self._stalled = True
                     return
                 batch[field] = 0  # counted
                 if self._uncounted:
@@ -132,7 +132,7 @@ class ChangeFeed:
         if count == self._seen.get(field, 0) + n:  # a field not seen yet was at 0
             self._seen[field] = count
 
-    async def _watch(self, relay: Relay) -> None:
+    async def _watch(self, relay: RelayChange) -> None:
         first = True
         while True:
             try:
@@ -150,8 +150,8 @@ class ChangeFeed:
                 self._unread = False
                 for upstream, method in self.take(counts, first):
                     relay(upstream, method)
-                if self._held:  # Redis answers again: make the counts it refused
-                    self._held = False
+                if self._stalled:  # Redis answers again: make the counts it refused
+                    self._stalled = False
                     self._count_soon()
                 first = False
                 self.looked.set()

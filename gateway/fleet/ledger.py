@@ -110,7 +110,7 @@ class Pool(Protocol):
     async def end_other(self, session_id: str, version: Version) -> int: ...
 
 
-Outcome = Callable[[str, str], None]  # (upstream, outcome), counted by the caller
+CountOutcome = Callable[[str, str], None]  # (upstream, outcome), counted by the caller
 
 
 class SessionLedger:
@@ -125,7 +125,7 @@ class SessionLedger:
         clock: Clock,
         interval_s: float,
         sweep_s: float,
-        counted: Outcome | None = None,
+        counted: CountOutcome | None = None,
         level: FleetLevel | None = None,
     ) -> None:
         """`level`: the fleet's format level (which version of an entry to write)."""

@@ -11,8 +11,8 @@ kind of `gateway.protocol.formats` with a version of its own:
 - About the legacy lane's replica-bound sessions (`Kind.LANE_MESSAGE`;
   `gateway.legacy_clients.forwarding`). To a session's owner: `Exchange` (a 2025 client's
   POST, GET or DELETE of it), `Stop` (the reader of its answer stopped reading). Back on
-  the exchange's reply list: `Head` (status, headers, and a whole body or "a stream
-  follows"), then the stream's `StreamEvent`s and its `StreamEnd`; or `ExchangeFailed`
+  the exchange's reply list: `ExchangeHead` (status, headers, and a whole body or "a stream
+  follows"), then the stream's `StreamEvent`s and its `ExchangeEnd`; or `ExchangeFailed`
   (the error the owner raised, and its HTTP status).
 - About the gateway's own questions to 2025 clients (`Kind.GATEWAY_QUESTION`;
   `gateway.legacy_clients.asking`). To the replica waiting for an answer: `ClientAnswer`
@@ -122,7 +122,7 @@ class Stop:
 
 
 @dataclass(frozen=True, slots=True)
-class Head:
+class ExchangeHead:
     """An exchange's answer: its status and headers, and its whole body, or (`stream`) a
     stream that follows event by event."""
 
@@ -134,7 +134,7 @@ class Head:
 
 @dataclass(frozen=True, slots=True)
 class StreamEvent:
-    """One event of a stream that follows a `Head` (as `gateway.protocol.sse.Event`)."""
+    """One event of a stream that follows an `ExchangeHead` (as `gateway.protocol.sse.SseEvent`)."""
 
     data: str
     event: str = "message"
@@ -143,7 +143,7 @@ class StreamEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class StreamEnd:
+class ExchangeEnd:
     """A stream's end: `error` says why, when the upstream failed."""
 
     error: str | None = None
@@ -172,7 +172,7 @@ class ClientAnswer:
 
 
 CallMessage = Resume | Cancel | ForTask | Notify | Outcome | Failure
-LaneMessage = Exchange | Stop | Head | StreamEvent | StreamEnd | ExchangeFailed
+LaneMessage = Exchange | Stop | ExchangeHead | StreamEvent | ExchangeEnd | ExchangeFailed
 Message = CallMessage | LaneMessage | ClientAnswer
 
 #: Every message: its op on the wire, and its kind in the formats registry.
@@ -185,9 +185,9 @@ CATALOGUE: dict[str, tuple[type[Message], Kind]] = {
     "failure": (Failure, Kind.MESSAGE),
     "legacy_exchange": (Exchange, Kind.LANE_MESSAGE),
     "legacy_stop": (Stop, Kind.LANE_MESSAGE),
-    "legacy_head": (Head, Kind.LANE_MESSAGE),
+    "legacy_head": (ExchangeHead, Kind.LANE_MESSAGE),
     "legacy_event": (StreamEvent, Kind.LANE_MESSAGE),
-    "legacy_end": (StreamEnd, Kind.LANE_MESSAGE),
+    "legacy_end": (ExchangeEnd, Kind.LANE_MESSAGE),
     "legacy_failure": (ExchangeFailed, Kind.LANE_MESSAGE),
     "legacy_answer": (ClientAnswer, Kind.GATEWAY_QUESTION),
 }

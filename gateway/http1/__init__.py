@@ -7,7 +7,7 @@ of the gateway, knows MCP or logs: failures are builtins (`OSError`, `TimeoutErr
 `ValueError`) for the caller to map.
 """
 
-from gateway.http1.client import BodySink, Http1Client, Response
+from gateway.http1.client import BodySink, Http1Client, Http1Response
 from gateway.http1.framing import BadResponse, Incomplete, TooLarge
 
-__all__ = ["BadResponse", "BodySink", "Http1Client", "Incomplete", "Response", "TooLarge"]
+__all__ = ["BadResponse", "BodySink", "Http1Client", "Incomplete", "Http1Response", "TooLarge"]

@@ -41,12 +41,12 @@ from gateway.http1.connection import Connection, Origin, split_url
 IDLE_S = 1.5
 #: Idle connections kept per origin; more are closed when their response ends.
 MAX_IDLE_PER_ORIGIN = 256
-#: The largest body `Response.read` takes, unless the client or the request says.
+#: The largest body `Http1Response.read` takes, unless the client or the request says.
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 class BodySink(Protocol):
-    """Where `Response.stream_into` sends a body."""
+    """Where `Http1Response.stream_into` sends a body."""
 
     def data(self, chunk: bytes) -> None:
         """More of the body.
@@ -62,7 +62,7 @@ class BodySink(Protocol):
         ...
 
 
-class Response:
+class Http1Response:
     """A response whose body is read once: whole (`read`), awaited piece by piece
     (`next_chunk`) or handed to a sink as it arrives (`stream_into`).
 
@@ -180,7 +180,7 @@ class Response:
         else:
             conn.close()
 
-    async def __aenter__(self) -> Response:
+    async def __aenter__(self) -> Http1Response:
         return self
 
     async def __aexit__(
@@ -224,9 +224,9 @@ class Http1Client:
         *,
         connect_timeout_s: float,
         max_body_bytes: int | None = None,
-    ) -> Response:
+    ) -> Http1Response:
         """Send a request and read its head; the caller reads the body and releases it.
-        `max_body_bytes` bounds a body read whole (`Response.read`; the client's own
+        `max_body_bytes` bounds a body read whole (`Http1Response.read`; the client's own
         bound if None).
 
         Raises:
@@ -259,7 +259,7 @@ class Http1Client:
                 conn.close()  # cancelled or failed mid-answer: never reused
                 raise
             assert isinstance(head, framing.Head)
-            return Response(head, conn, self, limit)
+            return Http1Response(head, conn, self, limit)
 
     def keep_idle(self, conn: Connection) -> None:
         """Keep `conn`, whose response has ended, for the next request to its origin

@@ -95,7 +95,7 @@ class Connection(asyncio.Protocol):
         self._error: BaseException | None = None
         self._active = False
         self._paused = False
-        # Set by `Response.stream_into`: events go to it as they arrive, not to the queue.
+        # Set by `Http1Response.stream_into`: events go to it as they arrive, not to the queue.
         self._consumer: Callable[[list[framing.Event] | BaseException], None] | None = None
         self._fd = -1
 

@@ -120,7 +120,7 @@ class AnswerView:
         """Whether the client has the response it waits for (a POST's stream only)."""
         return self.answered and self.rid is not None
 
-    def see(self, event: sse.Event) -> sse.Event:
+    def see(self, event: sse.SseEvent) -> sse.SseEvent:
         if event.id is not None:
             self.resumable = True
         if not event.data or (self.rid is not None and self.answered):

@@ -39,7 +39,7 @@ import structlog
 
 from gateway.aio import cancel_and_wait, spawn
 from gateway.errors import CapacityExceeded, InvalidRequest, UpstreamError
-from gateway.legacy_clients.upstream import Answer, SessionNotFound
+from gateway.legacy_clients.upstream import SessionNotFound, UpstreamAnswer
 from gateway.protocol import jsonrpc, sse
 from gateway.protocol.rendering import rendered
 from gateway.upstream.duplex import DuplexSession
@@ -62,10 +62,10 @@ class BoundSessionsFull(CapacityExceeded):
     default_message = "Too many stdio or HTTP+SSE sessions are open on this replica; retry later"
 
 
-def not_found() -> Answer:
+def not_found() -> UpstreamAnswer:
     """What a session this replica does not hold (any more) is answered: 404, start over."""
     answer = rendered(SessionNotFound("Session not found: start a new session"))
-    return Answer(answer.status, _JSON, jsonrpc.dumps(answer.message))
+    return UpstreamAnswer(answer.status, _JSON, jsonrpc.dumps(answer.message))
 
 
 class Channel:
@@ -112,7 +112,7 @@ class Channel:
     def __aiter__(self) -> Channel:
         return self
 
-    async def __anext__(self) -> sse.Event:
+    async def __anext__(self) -> sse.SseEvent:
         while not self._items:
             ended = self._ended
             if isinstance(ended, UpstreamError):
@@ -124,7 +124,7 @@ class Channel:
                 await self._waiter
             finally:
                 self._waiter = None
-        return sse.Event(data=jsonrpc.dumps(self._items.popleft()).decode())
+        return sse.SseEvent(data=jsonrpc.dumps(self._items.popleft()).decode())
 
     async def aclose(self) -> None:
         if not self._closed:
@@ -279,7 +279,7 @@ class BoundUpstream:
         while self._closing:
             await asyncio.wait(set(self._closing))
 
-    async def initialize(self, body: bytes, headers: Mapping[str, str]) -> Answer:
+    async def initialize(self, body: bytes, headers: Mapping[str, str]) -> UpstreamAnswer:
         if len(self.sessions) + self._opening >= self.max_sessions:
             raise BoundSessionsFull()
         message = jsonrpc.parse_message(jsonrpc.loads(body))
@@ -298,10 +298,10 @@ class BoundUpstream:
             self._opening -= 1
         if "result" not in reply:  # refused: no session to keep
             await link.close()
-            return Answer(200, _JSON, jsonrpc.dumps(reply))
+            return UpstreamAnswer(200, _JSON, jsonrpc.dumps(reply))
         self.sessions[session.handle] = session
         log.info("legacy_bound_session_opened", upstream=self.name, sessions=len(self.sessions))
-        return Answer(200, _JSON, jsonrpc.dumps(reply), session.handle)
+        return UpstreamAnswer(200, _JSON, jsonrpc.dumps(reply), session.handle)
 
     async def _first_answer(
         self, session: BoundSession, message: jsonrpc.Request, body: bytes
@@ -325,47 +325,49 @@ class BoundUpstream:
             await channel.aclose()
         raise UpstreamError("upstream ended the session before answering initialize")
 
-    async def post(self, session: str | None, body: bytes, headers: Mapping[str, str]) -> Answer:
-        held = self._held(session)
-        if held is None:
+    async def post(
+        self, session: str | None, body: bytes, headers: Mapping[str, str]
+    ) -> UpstreamAnswer:
+        bound = self._live(session)
+        if bound is None:
             return not_found()
-        held.last_used = self.monotonic()
+        bound.last_used = self.monotonic()
         message = jsonrpc.parse_message(jsonrpc.loads(body))
-        channel = held.expect(message) if isinstance(message, jsonrpc.Request) else None
+        channel = bound.expect(message) if isinstance(message, jsonrpc.Request) else None
         try:
-            await held.link.send(jsonrpc.loads(body))
+            await bound.link.send(jsonrpc.loads(body))
         except UpstreamError:
             if channel is not None:
                 await channel.aclose()
-            if held.link.alive:
+            if bound.link.alive:
                 raise
-            self._end(held.handle, "upstream_ended")
+            self._end(bound.handle, "upstream_ended")
             return not_found()
         if channel is None:
-            return Answer(202, {}, b"")
-        return Answer(200, _SSE, channel)
+            return UpstreamAnswer(202, {}, b"")
+        return UpstreamAnswer(200, _SSE, channel)
 
-    async def get(self, session: str | None, headers: Mapping[str, str]) -> Answer:
-        held = self._held(session)
-        if held is None:
+    async def get(self, session: str | None, headers: Mapping[str, str]) -> UpstreamAnswer:
+        bound = self._live(session)
+        if bound is None:
             return not_found()
-        return Answer(200, _SSE, held.listen())
+        return UpstreamAnswer(200, _SSE, bound.listen())
 
-    async def delete(self, session: str | None, headers: Mapping[str, str]) -> Answer:
-        if self._held(session) is None:
+    async def delete(self, session: str | None, headers: Mapping[str, str]) -> UpstreamAnswer:
+        if self._live(session) is None:
             return not_found()
         assert session is not None
         closing = self._end(session, "deleted")
         if closing is not None:
             await asyncio.shield(closing)  # ended when DELETE is answered
-        return Answer(200, {}, b"")
+        return UpstreamAnswer(200, {}, b"")
 
-    def _held(self, handle: str | None) -> BoundSession | None:
-        held = self.sessions.get(handle) if handle is not None else None
-        if held is not None and held.ended is not None:
-            self._end(held.handle, "upstream_ended")
+    def _live(self, handle: str | None) -> BoundSession | None:
+        bound = self.sessions.get(handle) if handle is not None else None
+        if bound is not None and bound.ended is not None:
+            self._end(bound.handle, "upstream_ended")
             return None
-        return held
+        return bound
 
     def _end(self, handle: str, why: str) -> asyncio.Task[None] | None:
         """Take a session out of the table and close its link (in a task of its own,

@@ -5,10 +5,10 @@ owner, `gateway.legacy_clients.bound`). A POST, a client's answer, a GET or a DE
 it that lands on another replica is checked there by the lane as any other (principal,
 scopes, limits, logs) and then passed to the owner through `Remote`, a
 `SessionUpstream` whose every exchange is one message in the owner's inbox (`Exchange`).
-The owner (`Holder.serve`) passes it to the session as it would its own client's request
-and sends the answer back on a reply list of the exchange's own: its `Head` (status,
+The owner (`OwnerSide.serve`) passes it to the session as it would its own client's request
+and sends the answer back on a reply list of the exchange's own: its `ExchangeHead` (status,
 headers, and a whole body or "a stream follows"), then a stream's events one by one
-(`StreamEvent`), then its `StreamEnd`; or `ExchangeFailed` (the error and its status),
+(`StreamEvent`), then its `ExchangeEnd`; or `ExchangeFailed` (the error and its status),
 which the receiving replica raises as the owner's (`RelayedError`).
 
 An owner whose heartbeat is gone has taken its sessions with it: the exchange is
@@ -40,7 +40,7 @@ from gateway.errors import RelayedError, RpcError, StoreError, UpstreamError
 from gateway.fleet import messages
 from gateway.fleet.port import Bus
 from gateway.legacy_clients.bound import not_found
-from gateway.legacy_clients.upstream import Answer, EventStream, SessionUpstream
+from gateway.legacy_clients.upstream import EventStream, SessionUpstream, UpstreamAnswer
 from gateway.protocol import sse
 from gateway.protocol.formats import Kind
 from gateway.protocol.served import ServedReplies
@@ -69,18 +69,20 @@ class Remote:
         self.wait_s = wait_s
         self.clock = clock
 
-    async def post(self, session: str | None, body: bytes, headers: Mapping[str, str]) -> Answer:
+    async def post(
+        self, session: str | None, body: bytes, headers: Mapping[str, str]
+    ) -> UpstreamAnswer:
         return await self._exchange("POST", session, body, headers)
 
-    async def get(self, session: str | None, headers: Mapping[str, str]) -> Answer:
+    async def get(self, session: str | None, headers: Mapping[str, str]) -> UpstreamAnswer:
         return await self._exchange("GET", session, b"", headers)
 
-    async def delete(self, session: str | None, headers: Mapping[str, str]) -> Answer:
+    async def delete(self, session: str | None, headers: Mapping[str, str]) -> UpstreamAnswer:
         return await self._exchange("DELETE", session, b"", headers)
 
     async def _exchange(
         self, verb: str, session: str | None, body: bytes, headers: Mapping[str, str]
-    ) -> Answer:
+    ) -> UpstreamAnswer:
         """Raises: UpstreamError, RelayedError (the owner's), StoreError."""
         bus, reply = self.bus, self.bus.new_reply_key()
         exchange = messages.Exchange(
@@ -114,20 +116,20 @@ class Remote:
         if isinstance(head, messages.ExchangeFailed):
             events.finished()
             raise RelayedError(head.error, head.status)
-        if not isinstance(head, messages.Head):
+        if not isinstance(head, messages.ExchangeHead):
             await events.aclose()
             raise UpstreamError(f"unexpected fleet reply {type(head).__name__}")
         if head.stream:
-            return Answer(head.status, head.headers, events)
+            return UpstreamAnswer(head.status, head.headers, events)
         events.finished()
-        return Answer(head.status, head.headers, head.body.encode())
+        return UpstreamAnswer(head.status, head.headers, head.body.encode())
 
 
 class RemoteEvents:
     """`EventStream` of an answer the owner sends on `reply`, event by event.
 
     A wait for the next event that is cancelled loses nothing (the lane holds a stream's
-    head only so long, `relay.hold_head`): the read of the reply list goes on in a task of
+    head only so long, `relay.read_prelude`): the read of the reply list goes on in a task of
     its own, shielded, and the next wait takes up what it read. A blocking pop cut short
     could otherwise have taken a message off the list that nobody then reads."""
 
@@ -168,7 +170,7 @@ class RemoteEvents:
     def __aiter__(self) -> RemoteEvents:
         return self
 
-    async def __anext__(self) -> sse.Event:
+    async def __anext__(self) -> sse.SseEvent:
         if self._done:
             raise StopAsyncIteration
         pending = self._pending
@@ -187,9 +189,9 @@ class RemoteEvents:
         if message is None:
             raise UpstreamError("the replica holding this session stopped")
         if isinstance(message, messages.StreamEvent):
-            return sse.Event(message.data, message.event, message.id, message.retry)
+            return sse.SseEvent(message.data, message.event, message.id, message.retry)
         self._done = True
-        if not isinstance(message, messages.StreamEnd):
+        if not isinstance(message, messages.ExchangeEnd):
             raise UpstreamError(f"unexpected fleet reply {type(message).__name__}")
         if message.error:
             raise UpstreamError(message.error)
@@ -216,7 +218,7 @@ async def _send_quietly(bus: Bus, replica: str, payload: str) -> None:
 # -- the owning side ---------------------------------------------------------------------
 
 
-class Holder:
+class OwnerSide:
     """The owner's side: the exchanges other replicas pass to the sessions held here."""
 
     def __init__(
@@ -281,13 +283,15 @@ class Holder:
             await self.bus.reply(reply, _encoded(self.bus, failure))
             return
         if isinstance(answer.body, bytes):
-            head = messages.Head(answer.status, dict(answer.headers), body=answer.body.decode())
+            head = messages.ExchangeHead(
+                answer.status, dict(answer.headers), body=answer.body.decode()
+            )
             await self.bus.reply(reply, _encoded(self.bus, head))
             return
-        head = messages.Head(answer.status, dict(answer.headers), stream=True)
+        head = messages.ExchangeHead(answer.status, dict(answer.headers), stream=True)
         await self._stream(reply, head, answer.body)
 
-    async def _stream(self, reply: str, head: messages.Head, events: EventStream) -> None:
+    async def _stream(self, reply: str, head: messages.ExchangeHead, events: EventStream) -> None:
         error: str | None = None
         try:
             await self.bus.reply(reply, _encoded(self.bus, head))
@@ -297,7 +301,7 @@ class Holder:
                     await self.bus.reply(reply, _encoded(self.bus, shown))
             except UpstreamError as exc:
                 error = str(exc)
-            await self.bus.reply(reply, _encoded(self.bus, messages.StreamEnd(error)))
+            await self.bus.reply(reply, _encoded(self.bus, messages.ExchangeEnd(error)))
         finally:
             await events.aclose()
 

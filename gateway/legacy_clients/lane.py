@@ -81,10 +81,10 @@ from gateway.legacy_clients.relay import Relay, StreamHooks
 from gateway.legacy_clients.streams import Streams
 from gateway.legacy_clients.trail import LaneTrail, untag
 from gateway.legacy_clients.upstream import (
-    Answer,
     LegacyUpstream,
     SessionNotFound,
     SessionUpstream,
+    UpstreamAnswer,
     crossing_headers,
 )
 from gateway.protocol import formats, inbound, jsonrpc, legacy_asking
@@ -233,7 +233,7 @@ class LegacyLane:
                     body = await self._entering(served, message, decoded, body)
                 except Answered as answered:  # by a seam, as the upstream would have
                     reply = jsonrpc.dumps(jsonrpc.result(message.id, answered.result))
-                    answer = Answer(200, {"Content-Type": "application/json"}, reply)
+                    answer = UpstreamAnswer(200, {"Content-Type": "application/json"}, reply)
                     return await self.passing.answer(request, answer, served, token)
                 call = self.trail.call(served, message)
             elif isinstance(message, jsonrpc.Response):
@@ -428,7 +428,7 @@ class LegacyLane:
                 upstream=self.upstream.name,
                 audience=self.settings.audience,
             )
-            if isinstance(claims, sessions.Refusal):
+            if isinstance(claims, sessions.SessionIdRefusal):
                 self.metrics.refusals.labels(claims.reason).inc()
                 log.info("legacy_session_refused", reason=claims.reason, session=served.session)
                 self.trail.refused(served, claims.reason)

@@ -51,6 +51,6 @@ class LaneMetrics:
             registry=registry,
         )
 
-    def held(self, upstream: str, sessions: Callable[[], int]) -> None:
+    def bound_sessions(self, upstream: str, sessions: Callable[[], int]) -> None:
         """Count the sessions this replica holds of `upstream` (a stdio or HTTP+SSE one)."""
         self._bound.labels(upstream).set_function(lambda: float(sessions()))

@@ -30,9 +30,17 @@ from gateway.config import LimitsConfig
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
 from gateway.legacy_clients.answers import AnswerView, Listed, outcome_of
 from gateway.legacy_clients.asking import StreamAsker
-from gateway.legacy_clients.relay import ENDED, IDLE, Held, Relay, StreamHooks, drain, hold_head
+from gateway.legacy_clients.relay import (
+    ENDED,
+    IDLE,
+    Prelude,
+    Relay,
+    StreamHooks,
+    drain,
+    read_prelude,
+)
 from gateway.legacy_clients.trail import LegacyCall
-from gateway.legacy_clients.upstream import Answer, EventStream
+from gateway.legacy_clients.upstream import EventStream, UpstreamAnswer
 from gateway.protocol import jsonrpc, sse
 from gateway.protocol.lists import MaySee
 from gateway.protocol.rendering import rendered
@@ -83,7 +91,7 @@ class Passing:
     async def answer(
         self,
         request: web.Request,
-        answer: Answer,
+        answer: UpstreamAnswer,
         served: RequestServed,
         token: str | None,
         call: LegacyCall | None = None,
@@ -111,7 +119,7 @@ class Passing:
         return await self._streamed(request, answer.body, headers, served, view)
 
     def _whole(
-        self, answer: Answer, served: RequestServed, token: str | None, view: AnswerView
+        self, answer: UpstreamAnswer, served: RequestServed, token: str | None, view: AnswerView
     ) -> web.Response:
         """A JSON answer (or any whole body), as the caller may see it.
 
@@ -136,13 +144,13 @@ class Passing:
         view: AnswerView,
     ) -> web.StreamResponse:
         """An SSE answer: sent whole when its response comes first, else relayed."""
-        held = Held(self.clock.monotonic())
+        prelude = Prelude(self.clock.monotonic())
         if served.rid is not None:
             # Its head waits for the first message, as long as a keepalive would: a
             # response that comes first (most answers) is sent whole, no stream relayed.
             hold_s = self.limits.hold_timeout_s
             wait_s = min(self._keepalive, hold_s)
-            held = await hold_head(
+            prelude = await read_prelude(
                 events,
                 view.see,
                 wait_s,
@@ -152,12 +160,12 @@ class Passing:
             if view.has_answer():
                 drain(events, self.clock)
                 served.outcome = view.outcome
-                body = b"".join(sse.encode_event(event) for event in held.events)
+                body = b"".join(sse.encode_event(event) for event in prelude.events)
                 return web.Response(status=200, body=body, headers=headers)
         relay = Relay(request, headers, self.hooks, keepalive_s=self._keepalive, clock=self.clock)
         await started(relay, events)
         try:
-            await self._relay(relay, events, held, served, view)
+            await self._relay(relay, events, prelude, served, view)
         finally:
             await relay.close()
             served.outcome = view.outcome  # also when the client went first
@@ -167,30 +175,30 @@ class Passing:
         self,
         relay: Relay,
         events: EventStream,
-        held: Held,
+        prelude: Prelude,
         served: RequestServed,
         view: AnswerView,
     ) -> None:
-        """Relay a POST's stream (what was held back first) to its end; one that ends
+        """Relay a POST's stream (its prelude first) to its end; one that ends
         before its response, with no event id to resume from, ends with an error for it."""
         try:
-            for event in held.events:
+            for event in prelude.events:
                 await relay.write(sse.encode_event(event))
         except BaseException:
             await events.aclose()
             raise
-        how = held.how
+        how = prelude.how
         if how is None:
             how = await relay.run(
                 events,
                 view.see,
                 idle_s=self.limits.hold_timeout_s,
                 done=view.has_answer,
-                quiet_since=held.heard,
+                quiet_since=prelude.heard,
             )
         else:
             await events.aclose()
-            relay.error = held.error
+            relay.error = prelude.error
         if how == ENDED or served.rid is None or view.answered:
             return
         log.info("legacy_stream_cut", how=how, error=str(relay.error or ""))
@@ -204,14 +212,14 @@ class Passing:
             await relay.write(sse.encode(jsonrpc.dumps(reply).decode()))
 
     async def _onto(
-        self, relay: Relay, answer: Answer, served: RequestServed, view: AnswerView
+        self, relay: Relay, answer: UpstreamAnswer, served: RequestServed, view: AnswerView
     ) -> web.StreamResponse:
         """The upstream's answer on the stream the gateway's question opened: a JSON
         answer as one event (looked at as a stream's), a stream relayed (`_relay`)."""
         try:
             if isinstance(answer.body, bytes):
                 if answer.status == 200:
-                    shown = view.see(sse.Event(answer.body.decode()))
+                    shown = view.see(sse.SseEvent(answer.body.decode()))
                     await relay.write(sse.encode_event(shown))
                 else:  # the server refused the POST: its status can no longer be sent
                     refused = UpstreamError(f"the upstream answered HTTP {answer.status}")
@@ -221,7 +229,7 @@ class Passing:
                     await relay.write(sse.encode(jsonrpc.dumps(reply).decode()))
                 served.outcome = view.outcome if view.answered else outcome_of(answer.status)
             else:
-                await self._relay(relay, answer.body, Held(self.clock.monotonic()), served, view)
+                await self._relay(relay, answer.body, Prelude(self.clock.monotonic()), served, view)
                 served.outcome = view.outcome
         finally:
             await relay.close()
@@ -247,7 +255,7 @@ class Passing:
         return await relay.finish()
 
 
-def plain(answer: Answer, token: str | None, body: bytes | None = None) -> web.Response:
+def plain(answer: UpstreamAnswer, token: str | None, body: bytes | None = None) -> web.Response:
     """`answer` whole (its body, or `body` in its place), with the gateway's session id."""
     assert isinstance(answer.body, bytes)
     headers = dict(answer.headers)
@@ -268,7 +276,7 @@ async def started(relay: Relay, events: EventStream) -> None:
         raise
 
 
-async def discard(answer: Answer) -> None:
+async def discard(answer: UpstreamAnswer) -> None:
     body: bytes | EventStream = answer.body
     if not isinstance(body, bytes):
         await body.aclose()

@@ -8,7 +8,7 @@ ends when the upstream's stream ends, when it fails, when the upstream has been 
 for `idle_s` (a POST's answer; a GET stream may be quiet for hours), at `end_at` (the
 session's expiry, or the credential's) or when it is stopped (`stop`: the replica
 drains); then the client's stream ends too, cleanly, so a client reconnects. Before a
-stream's head is sent, `hold_head` reads its events up to its first message, so that the
+stream's head is sent, `read_prelude` reads its events up to its first message, so that the
 lane can send a response that comes first whole instead. Every time it reads or waits
 for is on the `Clock` it is given.
 
@@ -112,7 +112,7 @@ class Relay:
     async def run(
         self,
         events: EventStream,
-        see: Callable[[sse.Event], sse.Event | None],
+        see: Callable[[sse.SseEvent], sse.SseEvent | None],
         *,
         idle_s: float | None = None,
         end_at: float | None = None,
@@ -222,48 +222,48 @@ class Relay:
 
 
 @dataclass(slots=True)
-class Held:
-    """What a stream said before its head was sent (`hold_head`)."""
+class Prelude:
+    """What a stream said before its head was sent (`read_prelude`)."""
 
     heard: float  # when the upstream last said something (or was asked), on the lane's clock
-    events: list[sse.Event] = field(default_factory=list)  # as `see` let them through
+    events: list[sse.SseEvent] = field(default_factory=list)  # as `see` let them through
     how: str | None = None  # how the stream ended meanwhile (`ENDED`, `FAILED`, ...), if it did
     error: UpstreamError | None = None  # `FAILED`: how it failed
 
 
-async def hold_head(
+async def read_prelude(
     events: EventStream,
-    see: Callable[[sse.Event], sse.Event],
+    see: Callable[[sse.SseEvent], sse.SseEvent],
     wait_s: float,
     *,
     gave_up: str | None,
     clock: Clock,
-) -> Held:
+) -> Prelude:
     """The events of a stream up to its first message (an event with data; those before it
     carry none, as a priming event that only gives an id), each through `see`, for at most
     `wait_s`; a stream that ended, failed or said no message within it says so (`gave_up`:
     what a wait that ran out means: None, that the relay goes on). `events` is closed when
     the wait is cancelled, and left open otherwise."""
-    held = Held(clock.monotonic())
+    prelude = Prelude(clock.monotonic())
     iterator = aiter(events)
     try:
         async with clocks.timeout(clock, wait_s):
             while True:
                 event = await anext(iterator)
-                held.heard = clock.monotonic()
-                held.events.append(see(event))
+                prelude.heard = clock.monotonic()
+                prelude.events.append(see(event))
                 if event.data:
-                    return held
+                    return prelude
     except TimeoutError:
-        held.how = gave_up
+        prelude.how = gave_up
     except StopAsyncIteration:
-        held.how = ENDED
+        prelude.how = ENDED
     except UpstreamError as exc:
-        held.how, held.error = FAILED, exc
+        prelude.how, prelude.error = FAILED, exc
     except BaseException:
         await events.aclose()
         raise
-    return held
+    return prelude
 
 
 #: How long the rest of a stream may take to end once the client has what it waits for.

@@ -35,7 +35,7 @@ class PrincipalStreaming(LimitExceeded):
     default_message = "Too many GET streams of this caller are open"
 
 
-Stop = Callable[[str], None]
+StopStream = Callable[[str], None]
 
 
 class Streams:
@@ -44,14 +44,14 @@ class Streams:
             max_streams, max_per_principal, full=StreamsFull, busy=PrincipalStreaming
         )
         self.draining = False
-        self._open: dict[int, Stop] = {}
+        self._open: dict[int, StopStream] = {}
         self._next = 0
 
     def __len__(self) -> int:
         return len(self._open)
 
     @contextmanager
-    def opened(self, principal: str, stop: Stop) -> Iterator[None]:
+    def opened(self, principal: str, stop: StopStream) -> Iterator[None]:
         """Count one stream of `principal` while the block runs; `stop` ends it on drain.
 
         Raises:

@@ -30,10 +30,10 @@ from gateway.clock import Clock
 from gateway.protocol import jsonrpc, legacy_questions, sse, state
 from gateway.protocol.audit import (
     Answer,
+    AuditOutcome,
     CallEnded,
     CallStarted,
     Era,
-    Outcome,
     Refusal,
     RequestRefused,
     RoundAnswered,
@@ -212,7 +212,7 @@ class LegacyCall:
             "session": served.session,
         }
 
-    def asked_on(self, event: sse.Event, message: dict[str, Any]) -> sse.Event:
+    def asked_on(self, event: sse.SseEvent, message: dict[str, Any]) -> sse.SseEvent:
         """A question of the server's on the call's stream: recorded asked (a round of its
         own), and relayed with its id tagged where every replica reads tagged ids."""
         self.asked += 1
@@ -242,7 +242,7 @@ class LegacyCall:
         self.trail.audit.emit(
             CallEnded(
                 **self.of(),
-                outcome=Outcome.ERROR if error is not None else Outcome.COMPLETE,
+                outcome=AuditOutcome.ERROR if error is not None else AuditOutcome.COMPLETE,
                 duration_ms=round(duration * 1000),
                 rounds=self.asked,
                 error_code=code if isinstance(code, int) else (None if error is None else -32603),

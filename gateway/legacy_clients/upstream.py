@@ -3,9 +3,9 @@
 `LegacyUpstream` is what the lane asks of an upstream for one client session: open it
 (`initialize`, the client's own request: its capabilities, client info and version),
 then pass each POST, GET and DELETE of the session on, as the client's bytes and the
-headers that cross (`crossing_headers`). Each returns an `Answer`: the status, the
+headers that cross (`crossing_headers`). Each returns an `UpstreamAnswer`: the status, the
 headers the client may see, and the body, whole (`bytes`) or as the upstream's SSE
-events one by one (`EventStream` of `gateway.protocol.sse.Event`), which the lane relays
+events one by one (`EventStream` of `gateway.protocol.sse.SseEvent`), which the lane relays
 and closes. `initialize` also returns the upstream's session handle, which the lane
 seals into the gateway's session id: for Streamable HTTP the upstream's own
 `Mcp-Session-Id` (or None, for an upstream that gives none). An upstream whose sessions
@@ -39,7 +39,7 @@ import structlog
 from gateway import clock as clocks
 from gateway.clock import Clock
 from gateway.errors import HttpError, UpstreamError
-from gateway.http1 import Http1Client, Response
+from gateway.http1 import Http1Client, Http1Response
 from gateway.protocol import sse
 from gateway.protocol.inbound import trace_context
 from gateway.upstream.http.wire import Endpoint
@@ -52,13 +52,13 @@ class EventStream(Protocol):
     """An upstream's SSE answer, event by event; closed by whoever reads it. A wait for
     the next event that is cancelled loses none: the next wait returns it."""
 
-    def __aiter__(self) -> AsyncIterator[sse.Event]: ...
+    def __aiter__(self) -> AsyncIterator[sse.SseEvent]: ...
 
     async def aclose(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class UpstreamAnswer:
     """What an upstream answered one exchange."""
 
     status: int
@@ -81,15 +81,17 @@ class SessionUpstream(Protocol):
     `UpstreamError` when the upstream cannot be reached, breaks the protocol or takes
     longer than its bounds."""
 
-    async def post(self, session: str | None, body: bytes, headers: Mapping[str, str]) -> Answer:
+    async def post(
+        self, session: str | None, body: bytes, headers: Mapping[str, str]
+    ) -> UpstreamAnswer:
         """Pass a request, notification or response of the client's session on."""
         ...
 
-    async def get(self, session: str | None, headers: Mapping[str, str]) -> Answer:
+    async def get(self, session: str | None, headers: Mapping[str, str]) -> UpstreamAnswer:
         """Open the session's standalone stream (or resume one: `last-event-id`)."""
         ...
 
-    async def delete(self, session: str | None, headers: Mapping[str, str]) -> Answer:
+    async def delete(self, session: str | None, headers: Mapping[str, str]) -> UpstreamAnswer:
         """End the session."""
         ...
 
@@ -105,7 +107,7 @@ class LegacyUpstream(SessionUpstream, Protocol):
         """Whether a session lives in the replica that opened it (its owner)."""
         ...
 
-    async def initialize(self, body: bytes, headers: Mapping[str, str]) -> Answer:
+    async def initialize(self, body: bytes, headers: Mapping[str, str]) -> UpstreamAnswer:
         """Open a session with the client's `initialize` request (`body`)."""
         ...
 
@@ -172,7 +174,7 @@ class HttpPassThrough:
     def name(self) -> str:
         return self.endpoint.name
 
-    async def initialize(self, body: bytes, headers: Mapping[str, str]) -> Answer:
+    async def initialize(self, body: bytes, headers: Mapping[str, str]) -> UpstreamAnswer:
         answer = await self._exchange("POST", None, headers, body, self.endpoint.timeout_s)
         if answer.status in (404, 405):
             # Without a session that means no MCP endpoint here, or an HTTP+SSE one.
@@ -180,10 +182,12 @@ class HttpPassThrough:
             raise UpstreamError(f"upstream answered initialize with HTTP {answer.status}")
         return answer
 
-    async def post(self, session: str | None, body: bytes, headers: Mapping[str, str]) -> Answer:
+    async def post(
+        self, session: str | None, body: bytes, headers: Mapping[str, str]
+    ) -> UpstreamAnswer:
         return await self._exchange("POST", session, headers, body, self.wait_s)
 
-    async def get(self, session: str | None, headers: Mapping[str, str]) -> Answer:
+    async def get(self, session: str | None, headers: Mapping[str, str]) -> UpstreamAnswer:
         for delay in (*BUSY_RETRY_S, None):
             answer = await self._exchange("GET", session, headers, b"", self.endpoint.timeout_s)
             if answer.status != 409 or delay is None:
@@ -192,7 +196,7 @@ class HttpPassThrough:
             await clocks.sleep(self.clock, delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def delete(self, session: str | None, headers: Mapping[str, str]) -> Answer:
+    async def delete(self, session: str | None, headers: Mapping[str, str]) -> UpstreamAnswer:
         return await self._exchange("DELETE", session, headers, b"", self.endpoint.timeout_s)
 
     async def _exchange(
@@ -202,7 +206,7 @@ class HttpPassThrough:
         headers: Mapping[str, str],
         body: bytes,
         wait_s: float,
-    ) -> Answer:
+    ) -> UpstreamAnswer:
         """Send one request and take its answer: a whole body read within `wait_s`, or an
         event stream (its head within `wait_s`). A 401 the gateway's own token may be the
         cause of is sent once more with a fresh token (nothing ran upstream).
@@ -238,7 +242,7 @@ class HttpPassThrough:
             await _discard(answer)
         return self._checked(answer)
 
-    async def _answer(self, resp: Response) -> Answer:
+    async def _answer(self, resp: Http1Response) -> UpstreamAnswer:
         status = resp.status
         headers = {
             sent: value
@@ -249,14 +253,14 @@ class HttpPassThrough:
         ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
         if status == 200 and ctype == _SSE:
             events = ResponseEvents(resp, self.endpoint.max_message_bytes)
-            return Answer(status, headers, events, session)
+            return UpstreamAnswer(status, headers, events, session)
         if status >= 400:
             resp.max_body_bytes = MAX_ERROR_BODY_BYTES
         async with resp:
             body = await resp.read()
-        return Answer(status, headers, body, session)
+        return UpstreamAnswer(status, headers, body, session)
 
-    def _checked(self, answer: Answer) -> Answer:
+    def _checked(self, answer: UpstreamAnswer) -> UpstreamAnswer:
         """`answer`, unless it is the upstream's trouble rather than the client's.
 
         Raises:
@@ -286,15 +290,15 @@ class ResponseEvents:
 
     __slots__ = ("_resp", "_parser", "_ready")
 
-    def __init__(self, resp: Response, max_event_bytes: int) -> None:
+    def __init__(self, resp: Http1Response, max_event_bytes: int) -> None:
         self._resp = resp
         self._parser = sse.Parser(max_event_bytes)
-        self._ready: deque[sse.Event] = deque()
+        self._ready: deque[sse.SseEvent] = deque()
 
     def __aiter__(self) -> ResponseEvents:
         return self
 
-    async def __anext__(self) -> sse.Event:
+    async def __anext__(self) -> sse.SseEvent:
         while not self._ready:
             with mapped_errors("relaying a stream"):
                 chunk = await self._resp.next_chunk()
@@ -309,6 +313,6 @@ class ResponseEvents:
         self._resp.release()
 
 
-async def _discard(answer: Answer) -> None:
+async def _discard(answer: UpstreamAnswer) -> None:
     if not isinstance(answer.body, bytes):
         await answer.body.aclose()

@@ -74,7 +74,7 @@ class Era(StrEnum):
     LEGACY = "2025"  # 2025-03-26 .. 2025-11-25 (the legacy lane): questions pushed to it
 
 
-class Outcome(StrEnum):
+class AuditOutcome(StrEnum):
     """How a call ended (`call.ended`)."""
 
     COMPLETE = "complete"  # the upstream's result reached the client (`is_error` says more)
@@ -216,7 +216,7 @@ class CallStarted(CallEvent):
 class CallEnded(CallEvent):
     """A call ended (once per call): how, after how long and how many rounds."""
 
-    outcome: Outcome
+    outcome: AuditOutcome
     duration_ms: int  # from its first request's arrival
     rounds: int  # questions asked of its client (0: it asked none)
     error_code: int | None = None  # outcome `error`: the JSON-RPC code answered

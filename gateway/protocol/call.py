@@ -198,14 +198,14 @@ class RoundContext:
 
 
 @dataclass(frozen=True, slots=True)
-class Relay:
+class RelayToClient:
     """Send this notification on the client's response stream."""
 
     notification: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class AnswerUpstream:
     """Send this JSON-RPC response to the legacy server."""
 
     upstream_id: RequestId
@@ -241,14 +241,14 @@ class Finished:
 
 
 @dataclass(frozen=True, slots=True)
-class Changed:
+class ListChanged:
     """The server says a list of its changed (`notifications/tools/list_changed`, ...):
     news for the listens of its upstream, not for this call's client."""
 
     notification: dict[str, Any]
 
 
-Action = Relay | Answer | Asked | Refused | Finished | Changed
+Action = RelayToClient | AnswerUpstream | Asked | Refused | Finished | ListChanged
 
 
 @dataclass(slots=True)
@@ -316,16 +316,20 @@ class CallMachine:
 
     def _server_request(self, rid: RequestId, method: str, params: dict[str, Any]) -> list[Action]:
         if method == "ping":
-            return [Answer(rid, result={})]
+            return [AnswerUpstream(rid, result={})]
         if method not in methods.INPUT:
-            return [Answer(rid, error={"code": -32601, "message": f"Method not found: {method}"})]
+            return [
+                AnswerUpstream(
+                    rid, error={"code": -32601, "message": f"Method not found: {method}"}
+                )
+            ]
         required = self.ctx.caps.missing_for(method, params)
         if required is not None:
             refusal = {
                 "code": -32601,
                 "message": f"The client did not declare the capability {method} needs",
             }
-            return [Answer(rid, error=refusal), Refused(required)]
+            return [AnswerUpstream(rid, error=refusal), Refused(required)]
         key = keys.assign_key(method, params, self.rules, self.pending)
         pending = Pending(key=key, upstream_id=rid, method=method, params=params)
         if self.presupplied.get(key):
@@ -346,7 +350,7 @@ class CallMachine:
                 return []
             relayed = {k: v for k, v in params.items() if k != "_meta"}
             relayed["progressToken"] = self.ctx.progress_token
-            return [Relay({"jsonrpc": "2.0", "method": method, "params": relayed})]
+            return [RelayToClient({"jsonrpc": "2.0", "method": method, "params": relayed})]
         if method == "notifications/message":
             wanted = self.ctx.log_level
             level = params.get("level")
@@ -354,9 +358,9 @@ class CallMachine:
                 return []
             if LOG_LEVELS.index(level) < LOG_LEVELS.index(wanted):
                 return []
-            return [Relay({"jsonrpc": "2.0", "method": method, "params": params})]
+            return [RelayToClient({"jsonrpc": "2.0", "method": method, "params": params})]
         if method in listen.LIST_CHANGED:
-            return [Changed({"jsonrpc": "2.0", "method": method})]
+            return [ListChanged({"jsonrpc": "2.0", "method": method})]
         if method == "notifications/cancelled":
             # The server withdrew one of its own questions.
             withdrawn = params.get("requestId")
@@ -369,7 +373,7 @@ class CallMachine:
         """Raises: InvalidParams when an answer to a pending question is malformed."""
         check_answers(self.pending.values(), responses)
 
-    def deliver(self, responses: dict[str, Any]) -> list[Answer]:
+    def deliver(self, responses: dict[str, Any]) -> list[AnswerUpstream]:
         """Turn the client's `inputResponses` into answers for the pending questions.
 
         Every answer is checked before any is delivered. Unknown keys are ignored;
@@ -400,14 +404,16 @@ class CallMachine:
         problems = inputs.form_problems(pending.params.get("requestedSchema"), answer)
         return "; ".join(problems) or None
 
-    def _answer(self, pending: Pending, answer: dict[str, Any]) -> Answer:
+    def _answer(self, pending: Pending, answer: dict[str, Any]) -> AnswerUpstream:
         self.journal.append({"key": pending.key, "method": pending.method, "answer": answer})
         if pending.method == "elicitation/create":
             result = {"action": answer["action"]}
             if answer["action"] == "accept" and "content" in answer:
                 result["content"] = answer["content"]
-            return Answer(pending.upstream_id, result=result)
-        return Answer(pending.upstream_id, result={k: v for k, v in answer.items() if k != "_meta"})
+            return AnswerUpstream(pending.upstream_id, result=result)
+        return AnswerUpstream(
+            pending.upstream_id, result={k: v for k, v in answer.items() if k != "_meta"}
+        )
 
     @staticmethod
     def known_answers(
@@ -425,15 +431,17 @@ class CallMachine:
         """The `inputRequests` of the `input_required` result for what is pending now."""
         return {key: p.input_request() for key, p in self.pending.items()}
 
-    def abandon_answers(self) -> list[Answer]:
+    def abandon_answers(self) -> list[AnswerUpstream]:
         """Answers that release every pending question when the call is given up."""
         answers = []
         for pending in self.pending.values():
             if pending.method == "elicitation/create":
-                answers.append(Answer(pending.upstream_id, result={"action": "cancel"}))
+                answers.append(AnswerUpstream(pending.upstream_id, result={"action": "cancel"}))
             else:
                 answers.append(
-                    Answer(pending.upstream_id, error={"code": -1, "message": "Request abandoned"})
+                    AnswerUpstream(
+                        pending.upstream_id, error={"code": -1, "message": "Request abandoned"}
+                    )
                 )
         self.pending.clear()
         return answers

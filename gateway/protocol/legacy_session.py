@@ -64,7 +64,7 @@ class SessionClaims:
 
 
 @dataclass(frozen=True, slots=True)
-class Refusal:
+class SessionIdRefusal:
     """Why a session id was refused: for the log, never for the wire."""
 
     reason: str
@@ -144,43 +144,43 @@ def open_session(
     principal: str,
     upstream: str,
     audience: str,
-) -> SessionClaims | Refusal:
+) -> SessionClaims | SessionIdRefusal:
     """The claims of a session id presented by `principal` (its `principal_tag`) on the
     route of `upstream`, or why it is refused; every check fail-closed."""
     try:
         payload = codec.unseal(token)
     except InvalidRequestState as exc:
-        return Refusal(exc.reason)
+        return SessionIdRefusal(exc.reason)
     try:
         data = jsonrpc.loads(payload)
     except (ValueError, RecursionError):
-        return Refusal("payload not JSON")
+        return SessionIdRefusal("payload not JSON")
     if not isinstance(data, dict):
-        return Refusal("payload shape")
+        return SessionIdRefusal("payload shape")
     try:
         version, data = formats.unstamped(Kind.LEGACY_SESSION, data)
     except ValueError:
-        return Refusal("payload version")
+        return SessionIdRefusal("payload version")
     declared = data.pop("k", None) if version >= 2 else ()
     if set(data) != set(_FIELDS) or declared is None:
-        return Refusal("payload shape")
+        return SessionIdRefusal("payload shape")
     if not isinstance(declared, list | tuple) or not all(isinstance(d, str) for d in declared):
-        return Refusal("claim declared has the wrong type")
+        return SessionIdRefusal("claim declared has the wrong type")
     values: dict[str, Any] = {"declared": tuple(declared)}
     for key, (kind, name) in _FIELDS.items():
         value = data[key]
         if not isinstance(value, kind) or isinstance(value, bool):
-            return Refusal(f"claim {name} has the wrong type")
+            return SessionIdRefusal(f"claim {name} has the wrong type")
         values[name] = value
     claims = SessionClaims(**values)
     if claims.audience != audience:
-        return Refusal("audience mismatch")
+        return SessionIdRefusal("audience mismatch")
     if claims.upstream != upstream:
-        return Refusal("another upstream's session")
+        return SessionIdRefusal("another upstream's session")
     if now_ms >= claims.expires_ms:
-        return Refusal("expired")
+        return SessionIdRefusal("expired")
     if claims.principal != principal:
-        return Refusal("principal mismatch")
+        return SessionIdRefusal("principal mismatch")
     return claims
 
 

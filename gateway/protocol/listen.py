@@ -43,7 +43,7 @@ MAX_RESOURCE_SUBSCRIPTIONS = 100
 
 
 @dataclass(frozen=True, slots=True)
-class Filter:
+class ListenFilter:
     """What a listen asks for, or what the server will honour of it."""
 
     #: The list-change filter fields that are true (`toolsListChanged`, ...).
@@ -71,7 +71,7 @@ def is_list_change(message: Mapping[str, Any]) -> bool:
     return message.get("method") in LIST_CHANGED and "id" not in message
 
 
-def read_filter(params: Mapping[str, Any]) -> Filter:
+def read_filter(params: Mapping[str, Any]) -> ListenFilter:
     """The filter of a `subscriptions/listen` request's params.
 
     Raises:
@@ -100,10 +100,10 @@ def read_filter(params: Mapping[str, Any]) -> Filter:
             f"params.notifications.resourceSubscriptions holds {len(unique)} URIs;"
             f" at most {MAX_RESOURCE_SUBSCRIPTIONS} are served in one listen"
         )
-    return Filter(frozenset(lists), unique)
+    return ListenFilter(frozenset(lists), unique)
 
 
-def honoured(asked: Filter, server_capabilities: Mapping[str, Any]) -> Filter:
+def honoured(asked: ListenFilter, server_capabilities: Mapping[str, Any]) -> ListenFilter:
     """The part of `asked` a legacy server with these capabilities can deliver."""
 
     def declares(name: str, feature: str) -> bool:
@@ -116,7 +116,7 @@ def honoured(asked: Filter, server_capabilities: Mapping[str, Any]) -> Filter:
         if flag in asked.lists and declares(capability, "listChanged")
     )
     resources = asked.resources if declares("resources", "subscribe") else ()
-    return Filter(lists, resources)
+    return ListenFilter(lists, resources)
 
 
 def advertises(server_capabilities: Mapping[str, Any]) -> dict[str, dict[str, bool]]:
@@ -132,7 +132,7 @@ def advertises(server_capabilities: Mapping[str, Any]) -> dict[str, dict[str, bo
     return out
 
 
-def acknowledgement(listen_id: RequestId, honour: Filter) -> dict[str, Any]:
+def acknowledgement(listen_id: RequestId, honour: ListenFilter) -> dict[str, Any]:
     """The stream's first message."""
     return jsonrpc.notification(
         ACKNOWLEDGED, {"_meta": {SUBSCRIPTION_ID: listen_id}, "notifications": honour.wire()}
@@ -140,7 +140,7 @@ def acknowledgement(listen_id: RequestId, honour: Filter) -> dict[str, Any]:
 
 
 def relayed(
-    listen_id: RequestId, honour: Filter, message: Mapping[str, Any]
+    listen_id: RequestId, honour: ListenFilter, message: Mapping[str, Any]
 ) -> dict[str, Any] | None:
     """The stamped notification to send for a legacy server's `message`, or None when it
     is not a change notification `honour` lets through (a request, a response, progress,

@@ -32,7 +32,7 @@ class EventTooLarge(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Event:
+class SseEvent:
     data: str
     event: str = "message"
     id: str | None = None
@@ -40,7 +40,7 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True)
-class LargeEvent(Event):
+class LargeEvent(SseEvent):
     """An event whose data is over the parser's `raw_over`: `raw` is its data undecoded
     (UTF-8, its lines joined by LF) and `data` is empty."""
 
@@ -81,7 +81,7 @@ class Parser:
         self._retry: int | None = None
         self._has_fields = False
 
-    def feed(self, chunk: bytes) -> list[Event]:
+    def feed(self, chunk: bytes) -> list[SseEvent]:
         """The events `chunk` completes.
 
         Raises:
@@ -93,7 +93,7 @@ class Parser:
                 return []
             self._after.append(chunk)
             chunk, self._after = b"".join(self._after), None
-        events: list[Event] = []
+        events: list[SseEvent] = []
         end = len(chunk)
         pos = 0
         if self._skip_lf:
@@ -153,7 +153,7 @@ class Parser:
         if self._size > self.max_event_bytes:
             raise EventTooLarge(f"an event is over {self.max_event_bytes} bytes")
 
-    def _line(self, line: bytes) -> Event | None:
+    def _line(self, line: bytes) -> SseEvent | None:
         if not line:
             return self._dispatch()
         if line[0] == 0x3A:  # ":" a comment
@@ -177,16 +177,16 @@ class Parser:
             self._retry = int(value)  # bytes.isdigit() is ASCII digits only
         return None
 
-    def _dispatch(self) -> Event | None:
+    def _dispatch(self) -> SseEvent | None:
         self._size = 0
         if not self._has_fields:
             return None
         data = b"\n".join(self._data)
         kind = self._event.decode("utf-8", "replace") or "message"
         if self.raw_over is not None and len(data) > self.raw_over:
-            event: Event = LargeEvent("", kind, self._id, self._retry, data)
+            event: SseEvent = LargeEvent("", kind, self._id, self._retry, data)
         else:
-            event = Event(
+            event = SseEvent(
                 data=data.decode("utf-8", "replace"), event=kind, id=self._id, retry=self._retry
             )
         self._data, self._event, self._id, self._retry = [], b"", None, None
@@ -205,7 +205,7 @@ def frame(data: bytes) -> bytes:
     return b"event: message\ndata: " + data + b"\n\n"
 
 
-def encode_event(event: Event) -> bytes:
+def encode_event(event: SseEvent) -> bytes:
     """An event as read (`Parser`) framed again, every field kept: its id, its retry, its
     type, its data over as many `data` lines as it has lines. What `Parser` yields holds
     no CR or LF but in `data`, so each field stays one line."""

@@ -91,7 +91,7 @@ class Status(StrEnum):
     CANCELLED = "cancelled"
 
 
-class Event(StrEnum):
+class TaskEvent(StrEnum):
     ASK = "ask"  # the call asks (again): its outstanding questions are published
     ANSWERED = "answered"  # every outstanding question has its answer: the call runs on
     COMPLETE = "complete"  # the call returned a tool result
@@ -100,13 +100,13 @@ class Event(StrEnum):
 
 
 _LIVE = (Status.WORKING, Status.INPUT_REQUIRED)
-TRANSITIONS: dict[tuple[Status, Event], Status] = {}
+TRANSITIONS: dict[tuple[Status, TaskEvent], Status] = {}
 for _status in _LIVE:
-    TRANSITIONS[(_status, Event.ASK)] = Status.INPUT_REQUIRED
-    TRANSITIONS[(_status, Event.ANSWERED)] = Status.WORKING
-    TRANSITIONS[(_status, Event.COMPLETE)] = Status.COMPLETED
-    TRANSITIONS[(_status, Event.FAIL)] = Status.FAILED
-    TRANSITIONS[(_status, Event.CANCEL)] = Status.CANCELLED
+    TRANSITIONS[(_status, TaskEvent.ASK)] = Status.INPUT_REQUIRED
+    TRANSITIONS[(_status, TaskEvent.ANSWERED)] = Status.WORKING
+    TRANSITIONS[(_status, TaskEvent.COMPLETE)] = Status.COMPLETED
+    TRANSITIONS[(_status, TaskEvent.FAIL)] = Status.FAILED
+    TRANSITIONS[(_status, TaskEvent.CANCEL)] = Status.CANCELLED
 FINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
 
 
@@ -173,7 +173,7 @@ class Task:
             and self.request is not None
         )
 
-    def fire(self, event: Event, now_ms: int) -> None:
+    def fire(self, event: TaskEvent, now_ms: int) -> None:
         """Move to the status `event` leads to.
 
         Raises:
@@ -209,7 +209,7 @@ class Task:
             task_key = by_call_key.get(call_key) or self._new_key(call_key)
             inputs[task_key] = request
             call_keys[task_key] = call_key
-        self.fire(Event.ASK, now_ms)
+        self.fire(TaskEvent.ASK, now_ms)
         self.inputs, self.call_keys, self.state = inputs, call_keys, state
 
     def take_answers(self, responses: dict[str, Any], now_ms: int) -> dict[str, Any]:
@@ -229,30 +229,30 @@ class Task:
         if answers:
             self.updated_ms = max(now_ms, self.updated_ms)
         if answers and not self.call_keys:
-            self.fire(Event.ANSWERED, now_ms)
+            self.fire(TaskEvent.ANSWERED, now_ms)
         return answers
 
     def working(self, now_ms: int, message: str | None = None) -> None:
         """The call runs (again), saying `message` if it said something."""
         if self.status is Status.INPUT_REQUIRED and not self.call_keys:
-            self.fire(Event.ANSWERED, now_ms)
+            self.fire(TaskEvent.ANSWERED, now_ms)
         if message is not None:
             self.message = message
             self.updated_ms = max(now_ms, self.updated_ms)
 
     def completed(self, result: dict[str, Any], now_ms: int) -> None:
         """Raises: TaskEnded."""
-        self.fire(Event.COMPLETE, now_ms)
+        self.fire(TaskEvent.COMPLETE, now_ms)
         self.result = without_related_task(result)
 
     def failed(self, error: dict[str, Any], now_ms: int) -> None:
         """Raises: TaskEnded."""
-        self.fire(Event.FAIL, now_ms)
+        self.fire(TaskEvent.FAIL, now_ms)
         self.error = error
 
     def cancelled(self, now_ms: int) -> None:
         """Raises: TaskEnded."""
-        self.fire(Event.CANCEL, now_ms)
+        self.fire(TaskEvent.CANCEL, now_ms)
 
     def ended(
         self,

@@ -31,7 +31,7 @@ from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.audit.trail import OFF, Audit, acting
 from gateway.calls.bridge import Bridge
-from gateway.calls.runner import Notify
+from gateway.calls.runner import Notifier
 from gateway.config import (
     NO_TASKS,
     TASK_OPTIONAL,
@@ -129,7 +129,7 @@ class Tasks:
         upstream: UpstreamConfig,
         front: FrontRequest,
         principal: str,
-        notify: Notify,
+        notify: Notifier,
         task_support: str | None = None,
     ) -> dict[str, Any]:
         """A tool call, run as a task where its policy and the client say so, or where

@@ -49,7 +49,7 @@ def failure(doing: str, exc: BaseException) -> UpstreamError:
     return error
 
 
-def message_of(event: sse.Event) -> dict[str, Any] | None:
+def message_of(event: sse.SseEvent) -> dict[str, Any] | None:
     """The JSON-RPC message an SSE event carries, or None (priming, foreign, bad JSON)."""
     if event.event != "message" or not event.data:
         return None

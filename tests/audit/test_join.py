@@ -9,10 +9,10 @@ import orjson
 
 from gateway.protocol import audit, audit_record
 from gateway.protocol.audit import (
+    AuditOutcome,
     CallEnded,
     CallStarted,
     Era,
-    Outcome,
     RoundAnswered,
     RoundAsked,
     answer_of,
@@ -39,7 +39,9 @@ def two_round_call(call_id: str = "c-1") -> list[dict[str, Any]]:
         written(RoundAnswered(round=1, answers=answer, **call), "gw-1~2"),
         written(RoundAsked(round=2, questions=ask, **call), "gw-1~2"),
         written(RoundAnswered(round=2, answers=answer, **call), "gw-1~2"),
-        written(CallEnded(outcome=Outcome.COMPLETE, duration_ms=9, rounds=2, **call), "gw-1~2"),
+        written(
+            CallEnded(outcome=AuditOutcome.COMPLETE, duration_ms=9, rounds=2, **call), "gw-1~2"
+        ),
     ]
 
 

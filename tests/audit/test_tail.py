@@ -14,15 +14,15 @@ import orjson
 import pytest
 
 from gateway.aio import cancel_and_wait, spawn
-from gateway.audit.tail import Filter, Reader, since_id, tail
+from gateway.audit.tail import AuditFilter, Reader, since_id, tail
 from gateway.cli import main
 from gateway.config.audit import stream_key
 from gateway.protocol import audit, audit_record
 from gateway.protocol.audit import (
+    AuditOutcome,
     CallEnded,
     CallStarted,
     Era,
-    Outcome,
     Refusal,
     RequestRefused,
     Who,
@@ -33,7 +33,7 @@ from tests.peers.tooling import RedisServer
 ALICE = Who(kind="jwt", log_id="p_a", issuer="https://id.example", subject="alice", client="app")
 BOT = Who(kind="key", log_id="p_b", subject="ci-bot")
 NOW_MS = 1_800_000_000_000
-EVERY = Filter()
+EVERY = AuditFilter()
 
 
 def event(n: int, who: Who = ALICE, tool: str = "book", **more: Any) -> dict[str, Any]:
@@ -68,7 +68,7 @@ class Printed:
         self.lines.append(orjson.loads(line))
         self._more.set()
 
-    def reader(self, match: Filter = EVERY) -> Reader:
+    def reader(self, match: AuditFilter = EVERY) -> Reader:
         return Reader(match, self.out, self.skipped.append)
 
     async def until(self, count: int) -> None:
@@ -107,21 +107,21 @@ def test_since_refuses_anything_else() -> None:
 @pytest.mark.parametrize(
     ("match", "printed"),
     [
-        (Filter(principal="alice"), {"e-1", "e-3"}),
-        (Filter(principal="https://id.example|alice"), {"e-1", "e-3"}),
-        (Filter(principal="ci-bot"), {"e-2"}),
-        (Filter(principal="p_b"), {"e-2"}),
-        (Filter(tool="search"), {"e-3"}),
-        (Filter(kind="call"), {"e-1", "e-2", "e-3", "e-4"}),
-        (Filter(kind="call.ended"), {"e-4"}),
-        (Filter(kind="call.end"), set()),  # a family is a whole name
-        (Filter(kind="request"), {"e-5"}),
-        (Filter(call_id="c-1"), {"e-1", "e-4"}),
-        (Filter(principal="alice", tool="book"), {"e-1"}),
+        (AuditFilter(principal="alice"), {"e-1", "e-3"}),
+        (AuditFilter(principal="https://id.example|alice"), {"e-1", "e-3"}),
+        (AuditFilter(principal="ci-bot"), {"e-2"}),
+        (AuditFilter(principal="p_b"), {"e-2"}),
+        (AuditFilter(tool="search"), {"e-3"}),
+        (AuditFilter(kind="call"), {"e-1", "e-2", "e-3", "e-4"}),
+        (AuditFilter(kind="call.ended"), {"e-4"}),
+        (AuditFilter(kind="call.end"), set()),  # a family is a whole name
+        (AuditFilter(kind="request"), {"e-5"}),
+        (AuditFilter(call_id="c-1"), {"e-1", "e-4"}),
+        (AuditFilter(principal="alice", tool="book"), {"e-1"}),
     ],
 )
 def test_a_filter_keeps_the_events_that_match_every_criterion(
-    match: Filter, printed: set[str]
+    match: AuditFilter, printed: set[str]
 ) -> None:
     events = [
         event(1),
@@ -132,7 +132,7 @@ def test_a_filter_keeps_the_events_that_match_every_criterion(
                 call_id="c-1",
                 era=Era.MODERN,
                 upstream="u",
-                outcome=Outcome.COMPLETE,
+                outcome=AuditOutcome.COMPLETE,
                 duration_ms=1,
                 rounds=0,
             ),
@@ -190,7 +190,7 @@ async def test_follow_prints_events_as_they_come(client: RedisClient, at: str) -
     await add(client, at, event(1))
     printed = Printed()
     following = spawn(
-        tail(client, at, printed.reader(Filter(principal="alice")), last=5, follow=True),
+        tail(client, at, printed.reader(AuditFilter(principal="alice")), last=5, follow=True),
         name="tail",
     )
     try:

@@ -22,11 +22,11 @@ from gateway.audit.sinks import FileSink, LogSink
 from gateway.audit.trail import OFF, Audit, act_as, acting, reopen_on_sighup, who
 from gateway.auth.principal import Identity, Principal
 from gateway.protocol.audit import (
+    AuditOutcome,
     CallEnded,
     CallStarted,
     ContentPolicy,
     Era,
-    Outcome,
     Refusal,
     RequestRefused,
     RoundAnswered,
@@ -88,7 +88,7 @@ def test_a_fact_is_one_id_whoever_records_it_and_any_other_event_an_id_of_its_ow
     clock = ManualClock()
     a = Audit(replica="gw-0~1", sinks=[Kept()], clock=clock)
     b = Audit(replica="gw-1~2", sinks=[Kept()], clock=clock)
-    ended = {"outcome": Outcome.COMPLETE, "duration_ms": 1, "rounds": 1, **CALL}
+    ended = {"outcome": AuditOutcome.COMPLETE, "duration_ms": 1, "rounds": 1, **CALL}
     assert a.emit(CallEnded(**ended)) == b.emit(CallEnded(**ended))
     facts = {
         a.emit(CallStarted(**CALL)),

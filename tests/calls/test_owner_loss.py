@@ -315,10 +315,10 @@ async def test_a_message_no_replica_understands_is_dropped(
     assert network.delivered == []  # dropped as the bus decoded them: nobody handed them
     with capture_logs() as logs:  # decoded, but no message an owner serves
         await a.bridge.serve_forwarded(messages.Outcome({"resultType": "complete"}))
-        await a.bridge.serve_forwarded(messages.Head(200, {}))
+        await a.bridge.serve_forwarded(messages.ExchangeHead(200, {}))
     assert [e["kind"] for e in logs if e["event"] == "fleet_unexpected_message"] == [
         "Outcome",
-        "Head",
+        "ExchangeHead",
     ]
     assert len(a.bridge.calls) == 0
 

@@ -1,7 +1,7 @@
 """Replicas in one process: an in-memory bus (implements `gateway.fleet.port.Bus`).
 
 `Network` knows which replicas are alive and hands each inbox message, decoded once, to
-the owning replica's handler (`serve_forwarded`, a `Holder`'s `serve`) in a task of its
+the owning replica's handler (`serve_forwarded`, an `OwnerSide`'s `serve`) in a task of its
 own, as the Redis bus does (one that does not decode is dropped, as there);
 `OneTripStore` pushes a forward with the claim of its round, as the Redis store does.
 A replica that is `kill`ed stops beating and receives nothing more; its calls

@@ -33,9 +33,9 @@ SAMPLES: list[messages.Message] = [
         reader="b~1",
     ),
     messages.Stop("reply:b:1"),
-    messages.Head(200, {"Content-Type": "text/event-stream"}, body="", stream=True),
+    messages.ExchangeHead(200, {"Content-Type": "text/event-stream"}, body="", stream=True),
     messages.StreamEvent('{"jsonrpc":"2.0"}', event="message", id="e1", retry=500),
-    messages.StreamEnd("the upstream went"),
+    messages.ExchangeEnd("the upstream went"),
     messages.ExchangeFailed({"code": -32600, "message": "in progress"}, 400),
     messages.ClientAnswer(
         "mrtr-ask/n0nce/a~1", "s_0123456789abcdef", {"jsonrpc": "2.0", "id": "x", "result": {}}
@@ -59,9 +59,9 @@ def test_every_message_is_versioned_in_the_formats_registry() -> None:
         "Failure": Kind.MESSAGE,
         "Exchange": Kind.LANE_MESSAGE,
         "Stop": Kind.LANE_MESSAGE,
-        "Head": Kind.LANE_MESSAGE,
+        "ExchangeHead": Kind.LANE_MESSAGE,
         "StreamEvent": Kind.LANE_MESSAGE,
-        "StreamEnd": Kind.LANE_MESSAGE,
+        "ExchangeEnd": Kind.LANE_MESSAGE,
         "ExchangeFailed": Kind.LANE_MESSAGE,
         "ClientAnswer": Kind.GATEWAY_QUESTION,
     }
@@ -173,10 +173,10 @@ def test_anything_else_is_refused_whole(text: str) -> None:
 
 
 def test_optional_fields_may_be_left_out_and_none_where_they_allow_it() -> None:
-    assert messages.decode('{"op":"legacy_end","v":1}') == messages.StreamEnd()
-    assert messages.decode('{"op":"legacy_end","error":null,"v":1}') == messages.StreamEnd()
+    assert messages.decode('{"op":"legacy_end","v":1}') == messages.ExchangeEnd()
+    assert messages.decode('{"op":"legacy_end","error":null,"v":1}') == messages.ExchangeEnd()
     head = '{"op":"legacy_head","status":404,"headers":{},"v":1}'
-    assert messages.decode(head) == messages.Head(404, {})
+    assert messages.decode(head) == messages.ExchangeHead(404, {})
     event = '{"op":"legacy_event","data":"x","id":null,"retry":null,"v":1}'
     assert messages.decode(event) == messages.StreamEvent("x")
     exchange = (

@@ -18,8 +18,8 @@ from gateway.aio import spawn
 from gateway.errors import InvalidRequest, RelayedError, RpcError, UpstreamError
 from gateway.fleet import messages
 from gateway.legacy_clients.bound import Channel
-from gateway.legacy_clients.forwarding import Holder, Remote
-from gateway.legacy_clients.upstream import Answer
+from gateway.legacy_clients.forwarding import OwnerSide, Remote
+from gateway.legacy_clients.upstream import UpstreamAnswer
 from tests.fakes.clock import ManualClock
 from tests.fakes.fleet import Network
 
@@ -28,41 +28,43 @@ SSE = {"Content-Type": "text/event-stream"}
 
 class Scripted:
     """A `SessionUpstream` on the owner answering each exchange with the next of
-    `answers` (an `Answer`, or an error to raise), noting what it was given."""
+    `answers` (an `UpstreamAnswer`, or an error to raise), noting what it was given."""
 
-    def __init__(self, *answers: Answer | RpcError) -> None:
+    def __init__(self, *answers: UpstreamAnswer | RpcError) -> None:
         self.answers = list(answers)
         self.seen: list[tuple[str, str | None, bytes, dict[str, str]]] = []
 
-    def _next(self, verb: str, session: str | None, body: bytes, headers: Any) -> Answer:
+    def _next(self, verb: str, session: str | None, body: bytes, headers: Any) -> UpstreamAnswer:
         self.seen.append((verb, session, body, dict(headers)))
         answer = self.answers.pop(0)
         if isinstance(answer, RpcError):
             raise answer
         return answer
 
-    async def post(self, session: str | None, body: bytes, headers: Mapping[str, str]) -> Answer:
+    async def post(
+        self, session: str | None, body: bytes, headers: Mapping[str, str]
+    ) -> UpstreamAnswer:
         return self._next("POST", session, body, headers)
 
-    async def get(self, session: str | None, headers: Mapping[str, str]) -> Answer:
+    async def get(self, session: str | None, headers: Mapping[str, str]) -> UpstreamAnswer:
         return self._next("GET", session, b"", headers)
 
-    async def delete(self, session: str | None, headers: Mapping[str, str]) -> Answer:
+    async def delete(self, session: str | None, headers: Mapping[str, str]) -> UpstreamAnswer:
         return self._next("DELETE", session, b"", headers)
 
 
 class Pair:
-    """Two replicas: `owner` holds the session (its `Holder` serves `upstream`), `reader`
+    """Two replicas: `owner` holds the session (its `OwnerSide` serves `upstream`), `reader`
     got the client's request and reaches the owner through `remote`."""
 
     def __init__(self, upstream: Scripted) -> None:
         self.clock = ManualClock()
         self.network = Network(self.clock)
         self.upstream = upstream
-        self.holder = Holder(
+        self.owner_side = OwnerSide(
             self.network.bus("owner"), {"local": upstream}, check_every_s=2.0, clock=self.clock
         )
-        self.network.join("owner", self.holder.serve)
+        self.network.join("owner", self.owner_side.serve)
         self.network.join("reader", self._unexpected)
         self.remote = Remote(
             self.network.bus("reader"), "owner", "local", wait_s=30.0, clock=self.clock
@@ -82,7 +84,7 @@ def closing_channel() -> tuple[Channel, asyncio.Event]:
 
 
 async def test_a_whole_answer_comes_back_as_the_owner_gave_it() -> None:
-    pair = Pair(Scripted(Answer(202, {"Retry-After": "1"}, b"")))
+    pair = Pair(Scripted(UpstreamAnswer(202, {"Retry-After": "1"}, b"")))
     body = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
     answer = await pair.remote.post("h1", body, {"MCP-Protocol-Version": "2025-11-25"})
     assert (answer.status, dict(answer.headers), answer.body) == (202, {"Retry-After": "1"}, b"")
@@ -91,7 +93,7 @@ async def test_a_whole_answer_comes_back_as_the_owner_gave_it() -> None:
 
 async def test_a_stream_comes_back_event_by_event_and_ends_with_the_owners() -> None:
     channel, closed = closing_channel()
-    pair = Pair(Scripted(Answer(200, SSE, channel)))
+    pair = Pair(Scripted(UpstreamAnswer(200, SSE, channel)))
     answer = await pair.remote.get("h1", {})
     assert answer.status == 200 and dict(answer.headers) == SSE
     assert not isinstance(answer.body, bytes)
@@ -130,7 +132,7 @@ async def test_a_wait_for_the_next_event_cut_short_loses_no_event() -> None:
     # stream as it comes: an event whose read was under way when the wait was cut short is
     # the next one read.
     channel, _ = closing_channel()
-    pair = Pair(Scripted(Answer(200, SSE, channel)))
+    pair = Pair(Scripted(UpstreamAnswer(200, SSE, channel)))
     in_flight = InFlight(pair.network.bus("reader"))
     remote = Remote(in_flight, "owner", "local", wait_s=30.0, clock=pair.clock)  # type: ignore[arg-type]
     answer = await remote.get("h1", {})
@@ -152,7 +154,7 @@ async def test_a_wait_for_the_next_event_cut_short_loses_no_event() -> None:
 
 async def test_a_reader_that_stops_reading_stops_the_owners_stream() -> None:
     channel, closed = closing_channel()
-    pair = Pair(Scripted(Answer(200, SSE, channel)))
+    pair = Pair(Scripted(UpstreamAnswer(200, SSE, channel)))
     answer = await pair.remote.get("h1", {})
     assert not isinstance(answer.body, bytes)
     await answer.body.aclose()  # its client went, or its replica drains
@@ -170,7 +172,7 @@ async def test_the_owners_failure_is_raised_as_its_own() -> None:
 
 async def test_an_owner_gone_is_a_404_at_once_and_mid_stream_an_error() -> None:
     channel, _ = closing_channel()
-    pair = Pair(Scripted(Answer(200, SSE, channel)))
+    pair = Pair(Scripted(UpstreamAnswer(200, SSE, channel)))
     answer = await pair.remote.get("h1", {})
     assert not isinstance(answer.body, bytes)
     pair.network.kill("owner")
@@ -184,7 +186,7 @@ async def test_an_owner_gone_is_a_404_at_once_and_mid_stream_an_error() -> None:
 
 async def test_the_owner_stops_sending_to_a_reader_whose_replica_died() -> None:
     channel, closed = closing_channel()
-    pair = Pair(Scripted(Answer(200, SSE, channel)))
+    pair = Pair(Scripted(UpstreamAnswer(200, SSE, channel)))
     answer = await pair.remote.get("h1", {})
     assert not isinstance(answer.body, bytes)
     pair.network.kill("reader")
@@ -207,18 +209,18 @@ def exchange(reply: str) -> messages.Exchange:
 
 
 async def test_a_message_taken_up_twice_is_served_once() -> None:
-    pair = Pair(Scripted(Answer(202, {}, b""), Answer(202, {}, b"")))
+    pair = Pair(Scripted(UpstreamAnswer(202, {}, b""), UpstreamAnswer(202, {}, b"")))
     message = exchange("reply:reader:once")
-    await pair.holder.serve(message)
-    await pair.holder.serve(message)
+    await pair.owner_side.serve(message)
+    await pair.owner_side.serve(message)
     assert len(pair.upstream.seen) == 1
     assert pair.network.replies["reply:reader:once"].qsize() == 1
 
 
 async def test_an_exchange_whose_stop_came_first_is_not_served() -> None:
-    pair = Pair(Scripted(Answer(202, {}, b"")))
-    await pair.holder.serve(messages.Stop("reply:reader:late"))
-    await pair.holder.serve(exchange("reply:reader:late"))
+    pair = Pair(Scripted(UpstreamAnswer(202, {}, b"")))
+    await pair.owner_side.serve(messages.Stop("reply:reader:late"))
+    await pair.owner_side.serve(exchange("reply:reader:late"))
     assert pair.upstream.seen == []
 
 

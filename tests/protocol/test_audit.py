@@ -15,12 +15,12 @@ from gateway.protocol.audit import (
     Answer,
     ApprovalAnswered,
     ApprovalAsked,
+    AuditOutcome,
     CallEnded,
     CallStarted,
     ContentPolicy,
     Era,
     EventKind,
-    Outcome,
     Refusal,
     RequestRefused,
     RoundAnswered,
@@ -96,13 +96,13 @@ def test_what_a_call_names_is_written_as_log_lines_name_it() -> None:
 
 def test_a_call_ended_says_how_how_long_and_how_many_rounds() -> None:
     ended = written(
-        CallEnded(outcome=Outcome.ERROR, duration_ms=1234, rounds=2, error_code=-32603, **CALL)
+        CallEnded(outcome=AuditOutcome.ERROR, duration_ms=1234, rounds=2, error_code=-32603, **CALL)
     )
     assert ended["kind"] == "call.ended" and ended["outcome"] == "error"
     assert ended["duration_ms"] == 1234 and ended["rounds"] == 2
     assert ended["error"] == {"code": -32603}
     complete = written(
-        CallEnded(outcome=Outcome.COMPLETE, duration_ms=5, rounds=0, is_error=True, **CALL)
+        CallEnded(outcome=AuditOutcome.COMPLETE, duration_ms=5, rounds=0, is_error=True, **CALL)
     )
     assert complete["is_error"] is True and "error" not in complete
 
@@ -110,7 +110,7 @@ def test_a_call_ended_says_how_how_long_and_how_many_rounds() -> None:
 CONTENT_EVENTS = [
     CallStarted(arguments={"card": SECRET}, **CALL),
     CallEnded(
-        outcome=Outcome.ERROR,
+        outcome=AuditOutcome.ERROR,
         duration_ms=1,
         rounds=1,
         error_code=-32603,

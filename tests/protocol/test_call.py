@@ -9,14 +9,14 @@ from gateway.protocol.call import (
     ENDINGS,
     FINAL_PHASES,
     TRANSITIONS,
-    Answer,
+    AnswerUpstream,
     Asked,
     CallMachine,
     Finished,
     IllegalTransition,
     Phase,
     Refused,
-    Relay,
+    RelayToClient,
     RoundContext,
     SessionFate,
     Trigger,
@@ -184,7 +184,9 @@ def test_answers_become_upstream_responses_and_unknown_keys_are_ignored() -> Non
             "other": {},
         }
     )
-    assert answers == [Answer(4, result={"action": "accept", "content": {"username": "ann"}})]
+    assert answers == [
+        AnswerUpstream(4, result={"action": "accept", "content": {"username": "ann"}})
+    ]
     assert m.pending == {}
     assert m.journal == [
         {
@@ -215,7 +217,7 @@ def test_an_answer_that_misses_the_schema_stays_pending() -> None:
     assert m.deliver({"elicit.username": {"action": "accept", "content": {}}}) == []
     assert list(m.pending) == ["elicit.username"]
     assert m.deliver({"elicit.username": {"action": "decline"}}) == [
-        Answer(4, result={"action": "decline"})
+        AnswerUpstream(4, result={"action": "decline"})
     ]
 
 
@@ -224,7 +226,7 @@ def test_a_pre_supplied_answer_is_used_without_parking() -> None:
         presupplied={"elicit.username": [{"action": "accept", "content": {"username": "zed"}}]}
     )
     assert m.receive(elicit(3)) == [
-        Answer(3, result={"action": "accept", "content": {"username": "zed"}})
+        AnswerUpstream(3, result={"action": "accept", "content": {"username": "zed"}})
     ]
     assert m.pending == {}
     assert m.receive(elicit(4)) == [Asked("elicit.username")]  # used once only
@@ -233,7 +235,7 @@ def test_a_pre_supplied_answer_is_used_without_parking() -> None:
 def test_a_question_the_client_cannot_answer_is_refused() -> None:
     m = machine(caps=ClientCaps(sampling=True))
     actions = m.receive(elicit(3))
-    assert isinstance(actions[0], Answer) and actions[0].error is not None
+    assert isinstance(actions[0], AnswerUpstream) and actions[0].error is not None
     assert actions[1] == Refused({"elicitation": {"form": {}}})
     url = machine(caps=ClientCaps(elicitation_form=True))
     assert url.receive(
@@ -249,7 +251,7 @@ def test_progress_is_retokenised_for_the_current_round_or_dropped() -> None:
         "params": {"progressToken": "gw-tok", "progress": 1},
     }
     assert m.receive(note) == [
-        Relay(
+        RelayToClient(
             {
                 "jsonrpc": "2.0",
                 "method": "notifications/progress",
@@ -276,7 +278,7 @@ def test_log_messages_follow_the_rounds_level() -> None:
     }
     assert m.receive(msg) == []
     m.serve(RoundContext(caps=EVERYTHING, log_level="info"))
-    assert m.receive(msg) == [Relay(msg)]
+    assert m.receive(msg) == [RelayToClient(msg)]
     m.serve(RoundContext(caps=EVERYTHING, log_level="error"))
     assert m.receive(msg) == []
 
@@ -290,7 +292,9 @@ def test_the_server_may_withdraw_its_own_question() -> None:
 
 def test_the_response_to_the_call_finishes_it_and_pings_are_answered() -> None:
     m = machine()
-    assert m.receive({"jsonrpc": "2.0", "id": 1, "method": "ping"}) == [Answer(1, result={})]
+    assert m.receive({"jsonrpc": "2.0", "id": 1, "method": "ping"}) == [
+        AnswerUpstream(1, result={})
+    ]
     assert m.receive({"jsonrpc": "2.0", "id": 3, "result": {}}) == []  # not ours
     assert m.receive({"jsonrpc": "2.0", "id": 7, "result": {"content": []}}) == [
         Finished(result={"content": []})
@@ -311,6 +315,6 @@ def test_giving_up_releases_every_pending_question() -> None:
         }
     )
     answers = m.abandon_answers()
-    assert answers[0] == Answer(1, result={"action": "cancel"})
+    assert answers[0] == AnswerUpstream(1, result={"action": "cancel"})
     assert answers[1].error is not None and answers[1].error["code"] == -1
     assert m.pending == {}

@@ -43,7 +43,7 @@ def opened(token: str, codec: state.StateCodec = SESSIONS, **overrides):
 
 def refusal(token: str, codec: state.StateCodec = SESSIONS, **overrides) -> str:
     result = opened(token, codec, **overrides)
-    assert isinstance(result, ls.Refusal), result
+    assert isinstance(result, ls.SessionIdRefusal), result
     return result.reason
 
 
@@ -70,7 +70,7 @@ def test_every_single_bit_flip_of_a_session_id_is_refused() -> None:
             flipped = bytearray(body)
             flipped[index] ^= bit
             forged = "lg1." + base64.urlsafe_b64encode(bytes(flipped)).rstrip(b"=").decode()
-            assert isinstance(opened(forged), ls.Refusal)
+            assert isinstance(opened(forged), ls.SessionIdRefusal)
 
 
 @pytest.mark.parametrize(
@@ -150,7 +150,7 @@ def test_claims_of_the_wrong_shape_are_refused() -> None:
         {**good, "v": 3},
         [good],
     ):
-        assert isinstance(opened(SESSIONS.seal(json.dumps(bad).encode())), ls.Refusal), bad
+        assert isinstance(opened(SESSIONS.seal(json.dumps(bad).encode())), ls.SessionIdRefusal), bad
     assert refusal(SESSIONS.seal(b"not json")) == "payload not JSON"
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.errors import InvalidParams
 from gateway.protocol import listen
-from gateway.protocol.call import CallMachine, Changed
+from gateway.protocol.call import CallMachine, ListChanged
 
 TELLS_ALL = {
     "tools": {"listChanged": True},
@@ -32,9 +32,9 @@ def test_a_filter_is_read_with_its_uris_in_order_and_once_each() -> None:
             }
         }
     )
-    assert asked == listen.Filter(frozenset({"toolsListChanged"}), ("b://x", "a://y"))
+    assert asked == listen.ListenFilter(frozenset({"toolsListChanged"}), ("b://x", "a://y"))
     assert asked.wire() == {"toolsListChanged": True, "resourceSubscriptions": ["b://x", "a://y"]}
-    assert listen.read_filter({}) == listen.Filter()
+    assert listen.read_filter({}) == listen.ListenFilter()
 
 
 @pytest.mark.parametrize(
@@ -59,13 +59,15 @@ def test_a_filter_of_the_wrong_shape_is_invalid_params(notifications: Any) -> No
 
 
 def test_only_what_the_server_declares_is_honoured() -> None:
-    asked = listen.Filter(
+    asked = listen.ListenFilter(
         frozenset({"toolsListChanged", "promptsListChanged", "resourcesListChanged"}), ("r://a",)
     )
     assert listen.honoured(asked, TELLS_ALL) == asked
     declared = {"tools": {"listChanged": True}, "prompts": {}, "resources": {"listChanged": False}}
-    assert listen.honoured(asked, declared) == listen.Filter(frozenset({"toolsListChanged"}), ())
-    assert listen.honoured(asked, {"resources": {"subscribe": "yes"}}) == listen.Filter()
+    assert listen.honoured(asked, declared) == listen.ListenFilter(
+        frozenset({"toolsListChanged"}), ()
+    )
+    assert listen.honoured(asked, {"resources": {"subscribe": "yes"}}) == listen.ListenFilter()
 
 
 def test_discover_may_say_only_what_a_listen_delivers() -> None:
@@ -76,7 +78,7 @@ def test_discover_may_say_only_what_a_listen_delivers() -> None:
 
 
 def test_what_is_relayed_is_stamped_with_the_listen_id_and_nothing_else() -> None:
-    honour = listen.Filter(frozenset({"toolsListChanged"}), ("r://a",))
+    honour = listen.ListenFilter(frozenset({"toolsListChanged"}), ("r://a",))
     assert listen.relayed(7, honour, note("notifications/tools/list_changed", _meta={"x": 1})) == (
         note("notifications/tools/list_changed", _meta={listen.SUBSCRIPTION_ID: 7})
     )
@@ -92,11 +94,11 @@ def test_what_is_relayed_is_stamped_with_the_listen_id_and_nothing_else() -> Non
         {"jsonrpc": "2.0", "id": 3, "result": {}},
     ):
         assert listen.relayed(7, honour, message) is None
-    assert listen.relayed(7, listen.Filter(), note(listen.UPDATED, uri="r://a")) is None
+    assert listen.relayed(7, listen.ListenFilter(), note(listen.UPDATED, uri="r://a")) is None
 
 
 def test_the_acknowledgement_and_the_graceful_end() -> None:
-    honour = listen.Filter(frozenset({"promptsListChanged"}))
+    honour = listen.ListenFilter(frozenset({"promptsListChanged"}))
     assert listen.acknowledgement("l", honour) == {
         "jsonrpc": "2.0",
         "method": listen.ACKNOWLEDGED,
@@ -111,6 +113,6 @@ def test_the_acknowledgement_and_the_graceful_end() -> None:
 def test_a_list_change_a_call_hears_is_news_for_the_listens_not_its_client() -> None:
     machine = CallMachine(call_id="c", method="tools/call", upstream_id="u", progress_token="p")
     assert machine.receive(note("notifications/tools/list_changed", _meta={})) == [
-        Changed({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        ListChanged({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
     ]
     assert machine.receive(note(listen.UPDATED, uri="r://a")) == []

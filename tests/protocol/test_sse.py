@@ -144,7 +144,7 @@ def test_an_event_framed_again_reads_back_as_the_same_event(
 ) -> None:
     """What the legacy lane relays: each event the parser read, framed again field for
     field, is the same event to the client's parser (its id and retry included)."""
-    original = sse.Event(data=data, event=event, id=event_id, retry=retry)
+    original = sse.SseEvent(data=data, event=event, id=event_id, retry=retry)
     parser = sse.Parser()
     assert parser.feed(sse.encode_event(original)) == [original]
     assert parser.last_event_id == event_id

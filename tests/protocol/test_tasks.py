@@ -6,7 +6,7 @@ import pytest
 
 from gateway.errors import InvalidParams, MissingClientCapability
 from gateway.protocol import tasks
-from gateway.protocol.tasks import FINAL, TRANSITIONS, Event, Status, Task, TaskEnded
+from gateway.protocol.tasks import FINAL, TRANSITIONS, Status, Task, TaskEnded, TaskEvent
 
 ASK_NAME = {"method": "elicitation/create", "params": {"message": "Name?"}}
 ASK_CITY = {"method": "elicitation/create", "params": {"message": "City?"}}
@@ -23,7 +23,7 @@ def new_task(**overrides: object) -> Task:
 def test_only_a_live_task_moves_and_nothing_leaves_a_final_status() -> None:
     assert {s for s, _ in TRANSITIONS} == {Status.WORKING, Status.INPUT_REQUIRED}
     for final in FINAL:
-        for event in Event:
+        for event in TaskEvent:
             task = new_task(status=final)
             with pytest.raises(TaskEnded):
                 task.fire(event, 2_000)

@@ -234,9 +234,9 @@ UNKNOWN_TO_PREVIOUS: list[messages.Message] = [
         reader="new~2",
     ),
     messages.Stop(reply="mrtr:reply:r2"),
-    messages.Head(status=200, headers={"Content-Type": "text/event-stream"}, stream=True),
+    messages.ExchangeHead(status=200, headers={"Content-Type": "text/event-stream"}, stream=True),
     messages.StreamEvent(data='{"jsonrpc":"2.0"}', id="e1"),
-    messages.StreamEnd(error=None),
+    messages.ExchangeEnd(error=None),
     messages.ExchangeFailed(error={"code": -32600, "message": "x"}, status=400),
 ]
 

@@ -14,7 +14,7 @@ SSE `retry` once it gave one (at least `MIN_RETRY_S`). Attempts that get no stre
 time after time (refused, or the server unreachable), wait twice as long each time, up
 to `MAX_BACKOFF_S`; the first of them is logged at its level, the rest at debug until
 a stream is held again (`upstream_get_stream_recovered`). So do streams the server ends
-at once, time after time, having sent nothing (`HELD_S`).
+at once, time after time, having sent nothing (`SHORT_LIVED_S`).
 
 While one call owns the session its inbox gets the stream's messages. With none, a
 question is held for the session's next call (`gateway.upstream.held`). A session several
@@ -35,7 +35,7 @@ from gateway import clock as clocks
 from gateway.aio import cancel_and_wait, spawn
 from gateway.clock import Backoff, Clock
 from gateway.errors import UpstreamError
-from gateway.http1 import Response
+from gateway.http1 import Http1Response
 from gateway.protocol import listen
 from gateway.protocol.outside import answer_outside_call
 from gateway.upstream.held import HeldQuestions, is_question
@@ -56,7 +56,7 @@ MIN_RETRY_S = 0.05
 MAX_BACKOFF_S = 30.0
 #: A stream the server ends sooner than this, having sent nothing, ended at once: one
 #: that does so time after time is asked again with the same growing delay.
-HELD_S = 1.0
+SHORT_LIVED_S = 1.0
 
 
 class GetStream:
@@ -82,13 +82,13 @@ class GetStream:
         self._failed = 0  # attempts in a row that got no stream: refused, or no answer
         self._short = 0  # streams in a row the server ended at once, having sent nothing
 
-    def start(self, first: Response | None = None) -> None:
+    def start(self, first: Http1Response | None = None) -> None:
         """Hold the stream from now on; `first`: the answer to a GET already sent.
         Once the session is closed, nothing is started (a reopen that was under way)."""
         if self._closed:
             return
         self._answered.clear()
-        self._task = spawn(self._hold(first), name=f"upstream-get-{self.name}", detached=True)
+        self._task = spawn(self._keep_open(first), name=f"upstream-get-{self.name}", detached=True)
 
     async def listened(self) -> None:
         """Until the server has answered the stream, it stopped, or `LISTEN_WAIT_S` passed."""
@@ -117,7 +117,7 @@ class GetStream:
         self._answered.set()
         await self.stop()
 
-    async def _hold(self, first: Response | None) -> None:
+    async def _keep_open(self, first: Http1Response | None) -> None:
         busy = 0  # 409s in a row
         try:
             while True:
@@ -153,7 +153,7 @@ class GetStream:
         finally:
             self._answered.set()  # stopped (the session closing): nobody waits for it
 
-    async def _answer(self, resp: Response) -> bool:
+    async def _answer(self, resp: Http1Response) -> bool:
         """Take the server's answer to the GET; False when there will never be a stream."""
         self._answered.set()
         if resp.status == 200:
@@ -168,7 +168,7 @@ class GetStream:
                 self.holding = False
             if self._last_event_id is None:  # what comes before a new stream is not replayed
                 self._lose(UpstreamError("the session's GET stream ended"))
-            if carried or self.clock.monotonic() - started >= HELD_S:
+            if carried or self.clock.monotonic() - started >= SHORT_LIVED_S:
                 self._short = 0
             else:
                 self._short += 1
@@ -221,7 +221,7 @@ class GetStream:
                 retry_in_s=wait,
             )
 
-    async def _read(self, resp: Response) -> bool:
+    async def _read(self, resp: Http1Response) -> bool:
         """Route the stream's messages until it ends; a `retry` the server gives is the
         delay before each reconnection from then on (at least `MIN_RETRY_S`). True when
         it carried anything (an event, a comment)."""

@@ -24,7 +24,7 @@ import structlog
 
 from gateway.clock import Clock
 from gateway.errors import UpstreamError
-from gateway.http1 import Http1Client, Response
+from gateway.http1 import Http1Client, Http1Response
 from gateway.protocol import jsonrpc
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.translate import UpstreamInfo, upstream_info
@@ -266,7 +266,7 @@ class HttpSession:
         inbox: Inbox,
         cursor: StreamCursor,
         headers: Mapping[str, str] | None,
-    ) -> Response | dict[str, Any] | None:
+    ) -> Http1Response | dict[str, Any] | None:
         """The call's answer to read, or None once a `StreamEnd` says why there is none."""
         for attempt in (1, 2):
             sent_on = self.wire.session_id

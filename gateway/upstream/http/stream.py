@@ -1,7 +1,7 @@
 """A call's POST stream, read by its connection's callbacks into the call's inbox.
 
 No task reads a Streamable HTTP call's answer: the upstream client hands each piece
-of the SSE body to `CallStream` as it arrives (`Response.stream_into`), which puts
+of the SSE body to `CallStream` as it arrives (`Http1Response.stream_into`), which puts
 the messages into the call's inbox up to the call's response, then lets the rest of
 the stream run out (for at most `DRAIN_S`) so its connection is reused. A stream the
 server ends before the response is resumed with GET + Last-Event-ID in a task of its
@@ -19,7 +19,7 @@ from typing import Any
 
 from gateway.aio import cancel_and_wait, spawn
 from gateway.errors import UpstreamError
-from gateway.http1 import Response
+from gateway.http1 import Http1Response
 from gateway.upstream.http.wire import HttpWire
 from gateway.upstream.port import Inbox, StreamCursor, StreamEnd
 from gateway.upstream.transport import failure
@@ -48,7 +48,7 @@ class CallStream:
     def __init__(
         self,
         wire: HttpWire,
-        resp: Response,
+        resp: Http1Response,
         rid: Any,
         inbox: Inbox,
         cursor: StreamCursor,

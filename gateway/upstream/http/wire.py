@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import structlog
 
 from gateway.errors import UpstreamError
-from gateway.http1 import Http1Client, Response
+from gateway.http1 import Http1Client, Http1Response
 from gateway.protocol import jsonrpc, large, methods, sse
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version
 from gateway.upstream.port import SessionExpired, StreamCursor
@@ -122,11 +122,11 @@ class HttpWire:
         self.session_id = None
         self.gone = False
 
-    def _capture_session(self, resp: Response) -> None:
+    def _capture_session(self, resp: Http1Response) -> None:
         if self.session_id is None:
             self.session_id = resp.headers.get(_SESSION_KEY)
 
-    def _check_status(self, resp: Response) -> None:
+    def _check_status(self, resp: Http1Response) -> None:
         """Raises: SessionExpired on a 404 for a request that carried the session id;
         UpstreamError on a redirect (never followed: it would carry the headers along)."""
         self.endpoint.refused(resp.status)
@@ -163,7 +163,7 @@ class HttpWire:
                     await resp.read()
                     return resp.status
 
-    async def open_get(self, last_event_id: str | None = None) -> Response:
+    async def open_get(self, last_event_id: str | None = None) -> Http1Response:
         """A GET stream on the session (the caller reads and closes it). Raises: UpstreamError."""
         headers = await self.headers(accept="text/event-stream")
         if last_event_id is not None:
@@ -173,7 +173,7 @@ class HttpWire:
 
     async def _request(
         self, method: str, headers: dict[str, str], message: dict[str, Any] | None = None
-    ) -> Response:
+    ) -> Http1Response:
         """Redirects are never followed: the headers (credentials) would go along."""
         body = jsonrpc.dumps(message) if message is not None else b""
         endpoint = self.endpoint
@@ -197,7 +197,7 @@ class HttpWire:
         message: dict[str, Any],
         cursor: StreamCursor,
         extra: Mapping[str, str] | None = None,
-    ) -> Response | dict[str, Any]:
+    ) -> Http1Response | dict[str, Any]:
         """POST a call's request: its JSON answer (the response to it, else an error),
         or the SSE response to read it from (the caller reads and releases it).
 
@@ -301,7 +301,7 @@ class HttpWire:
         raise UpstreamError("upstream stream could not be resumed")
 
     async def read_stream(
-        self, resp: Response, rid: Any, cursor: StreamCursor, *, large_raw: bool = True
+        self, resp: Http1Response, rid: Any, cursor: StreamCursor, *, large_raw: bool = True
     ) -> AsyncIterator[dict[str, Any]]:
         """Yield a stream's messages until the response to `rid`, keeping the resume cursor;
         `large_raw`: a large event read in steps (`read_large`), else whole.
@@ -359,7 +359,7 @@ class HttpWire:
 
             def whole() -> dict[str, Any] | None:  # as a parser without `raw_over` gives it
                 text = held.raw.decode("utf-8", "replace")
-                return self.message(sse.Event(text, held.event, held.id, held.retry))
+                return self.message(sse.SseEvent(text, held.event, held.id, held.retry))
 
             item = await stepped(held.raw, whole)
         parser.release()
@@ -370,7 +370,7 @@ class HttpWire:
         rest = self.call_messages(parser, b"", rid, cursor)
         return rest if item is None else [item, *rest]
 
-    def message(self, event: sse.Event) -> dict[str, Any] | None:
+    def message(self, event: sse.SseEvent) -> dict[str, Any] | None:
         """The message an event carries; bad JSON is logged and skipped."""
         item = message_of(event)
         if item is None and event.event == "message" and event.data:

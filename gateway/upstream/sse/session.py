@@ -21,7 +21,7 @@ from urllib.parse import urljoin, urlsplit
 import structlog
 
 from gateway.errors import UpstreamError
-from gateway.http1 import Http1Client, Response
+from gateway.http1 import Http1Client, Http1Response
 from gateway.protocol import jsonrpc, sse
 from gateway.protocol.capabilities import ClientCaps
 from gateway.upstream.duplex import DuplexSession
@@ -42,7 +42,7 @@ class SseSession(DuplexSession):
         self.http = http
         self.endpoint = endpoint
         self.post_url: str | None = None
-        self._stream: Response | None = None
+        self._stream: Http1Response | None = None
 
     async def _connect(self) -> None:
         endpoint = self.endpoint
