@@ -283,7 +283,8 @@ class Approvals:
         asker = served.asker
         if asker is None:
             raise ApprovalsHeldBack()  # a replica of the previous release lives
-        if not asker.declared("elicitation"):
+        declared = asker.declared("elicitation")
+        if declared is False:
             raise MissingClientCapability(
                 ELICITATION,
                 f"The tool {shown!r} needs a person's approval before it runs: the client "
@@ -304,11 +305,20 @@ class Approvals:
         asked = approval.question(shown, upstream.name, params.get("arguments"))
         self._asked(claims, asked, Era.LEGACY, served.session)
         log.info("approval_asked", tool=tool, approval=claims.approval)
+        # A session whose id does not say what its client declared (minted while the fleet
+        # wrote the previous release's format) is asked all the same: a client without
+        # elicitation answers with an error, which is the missing capability's.
         reply = await asker.ask(asked["method"], asked["params"])
         answer = reply.get("result")
         yes = approval.approved(answer)
         error = "result" not in reply  # the client answered with an error: not approved
         self._answer(claims, answer, yes, Era.LEGACY, served.session, error=error)
+        if error and declared is None:
+            raise MissingClientCapability(
+                ELICITATION,
+                f"The tool {shown!r} needs a person's approval before it runs, and the client "
+                "refused the question: it must declare the elicitation capability to be asked",
+            )
         if not yes:
             raise Answered(self._declined(upstream, tool, answer))
         await self._approved(upstream, claims, principal)

@@ -67,10 +67,11 @@ class Asker(Protocol):
     call goes upstream (`gateway.legacy_clients.asking.StreamAsker`): the question goes
     on the call's response stream, and its answer may reach any replica."""
 
-    def declared(self, capability: str) -> bool:
+    def declared(self, capability: str) -> bool | None:
         """Whether the client declared the client capability `capability` at `initialize`
         (`elicitation`: with form mode allowed; `elicitation.url`: URL mode; `sampling`,
-        `roots`)."""
+        `roots`); None when the session does not say (its id was minted while the fleet
+        wrote the previous release's format, which keeps no capabilities)."""
         ...
 
     async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -142,26 +142,28 @@ class StreamAsker:
         questions: Questions,
         relay: Relay,
         *,
-        declared: tuple[str, ...],
+        declared: tuple[str, ...] | None,
         session: str,
         wait_s: float,
         clock: Clock,
     ) -> None:
         """`relay`: the POST's answer as a stream, not yet started; `declared`: what the
-        client declared at `initialize` (`legacy_session.declared_of`); `session`: its
+        client declared at `initialize` (`legacy_session.declared_of`; None: its session id
+        does not say); `session`: its
         log stand-in; `wait_s`: how long a question waits for its answer."""
         self.questions = questions
         self.relay = relay
         self.session = session
         self.wait_s = wait_s
         self.clock = clock
-        self._declared = frozenset(declared)
+        self._declared = None if declared is None else frozenset(declared)
         self.asked = 0
 
-    def declared(self, capability: str) -> bool:
+    def declared(self, capability: str) -> bool | None:
         """Whether the client declared `capability` at `initialize` (`elicitation`: with
-        form mode allowed; `elicitation.url`: URL mode)."""
-        return capability in self._declared
+        form mode allowed; `elicitation.url`: URL mode); None when its session id does not
+        say (one minted while the fleet wrote the previous release's format)."""
+        return None if self._declared is None else capability in self._declared
 
     async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """Send the client the request `method` with `params` on the call's stream and

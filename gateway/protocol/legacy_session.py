@@ -59,8 +59,9 @@ class SessionClaims:
     audience: str  # the deployment that minted it (`sealing.audience`)
     created_ms: int
     expires_ms: int
-    #: What the client declared at `initialize` (`declared_of`); () in a version 1 id.
-    declared: tuple[str, ...] = ()
+    #: What the client declared at `initialize` (`declared_of`); None in a version 1 id,
+    #: which does not say (minted while the fleet wrote what the previous release reads).
+    declared: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +122,7 @@ def seal_session(codec: StateCodec, claims: SessionClaims, version: int = CLAIMS
         "e": claims.expires_ms,
     }
     if version >= 2:
-        data["k"] = list(claims.declared)
+        data["k"] = list(claims.declared or ())
     return codec.seal(jsonrpc.dumps(data))
 
 
@@ -166,7 +167,7 @@ def open_session(
         return SessionIdRefusal("payload shape")
     if not isinstance(declared, list | tuple) or not all(isinstance(d, str) for d in declared):
         return SessionIdRefusal("claim declared has the wrong type")
-    values: dict[str, Any] = {"declared": tuple(declared)}
+    values: dict[str, Any] = {"declared": tuple(declared) if version >= 2 else None}
     for key, (kind, name) in _FIELDS.items():
         value = data[key]
         if not isinstance(value, kind) or isinstance(value, bool):

@@ -118,7 +118,7 @@ def handle(command: dict[str, Any]) -> dict[str, Any]:
             upstream=command["upstream"],
             audience=command["audience"],
         )
-        if isinstance(opened, legacy_session.SessionIdRefusal):
+        if isinstance(opened, legacy_session.Refusal):
             return {"refused": opened.reason}
         return {"claims": dataclasses.asdict(opened)}
     raise ValueError(f"unknown op {op!r}")

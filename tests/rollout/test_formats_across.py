@@ -238,6 +238,9 @@ UNKNOWN_TO_PREVIOUS: list[messages.Message] = [
     messages.StreamEvent(data='{"jsonrpc":"2.0"}', id="e1"),
     messages.ExchangeEnd(error=None),
     messages.ExchangeFailed(error={"code": -32600, "message": "x"}, status=400),
+    messages.ClientAnswer(
+        question="mrtr-ask/n1/new~2", session="s_1", answer={"jsonrpc": "2.0", "id": "x"}
+    ),
 ]
 
 
@@ -257,6 +260,8 @@ def test_every_message_the_previous_release_knew_goes_both_ways_and_no_other_is_
     for message in UNKNOWN_TO_PREVIOUS:
         kind = messages.kind_of(message)
         for level in (MIXED, MOVED_ON):
+            if not level.known(kind):
+                continue  # never written while a replica of the previous release lives
             text = messages.encode(message, level.version(kind))
             assert messages.decode(text) == message
             assert old.run({"op": "decode", "text": text})["error"] == "ValueError", text

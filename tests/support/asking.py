@@ -27,7 +27,7 @@ async def approving(served: RequestServed, params: dict[str, Any]) -> dict[str, 
     if served.method != "tools/call" or params.get("name") != "echo":
         return params
     asker = served.asker
-    if asker is None or not asker.declared("elicitation"):
+    if asker is None or asker.declared("elicitation") is False:
         raise NotApproved("this client cannot be asked")
     answer = await asker.ask("elicitation/create", {"message": APPROVAL, "requestedSchema": SCHEMA})
     result = answer.get("result") or {}
