@@ -18,7 +18,14 @@ from hypothesis import settings
 
 from gateway.app import build_app
 from gateway.web.serving import Served, serve
-from tests.peers.tooling import PINS, LegacyServer, ModernClient, RedisServer, ensure_venv
+from tests.peers.tooling import (
+    PINS,
+    LegacyClient,
+    LegacyServer,
+    ModernClient,
+    RedisServer,
+    ensure_venv,
+)
 
 # `Gateway`, `drive`, `PROTOCOL`, `default_headers` and `rpc` are re-exported for the
 # modules that still import them from here (tests/test_cli.py,
@@ -64,6 +71,14 @@ def legacy() -> Iterator[LegacyServer]:
     server = LegacyServer()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def legacy_client() -> Iterator[LegacyClient]:
+    """The official mcp 1.x client (2025), driven a command at a time."""
+    client = LegacyClient()
+    yield client
+    client.stop()
 
 
 @pytest.fixture(scope="session")

@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from gateway.protocol import approval
 from gateway.protocol.tasks import EXTENSION
-from tests.peers.tooling import LegacyServer
+from tests.peers.tooling import LegacyClient, LegacyServer
 from tests.support.inprocess import Gateway
 from tests.support.legacy import body_runs
+from tests.support.legacy_wire import call, open_session, send
 from tests.support.wire import ALL_CAPS, rpc
 
 pytestmark = pytest.mark.peers
@@ -283,3 +285,82 @@ async def test_every_approval_asked_and_answered_is_recorded(make_gateway: Any) 
     for outcome in ("asked", "approved", "declined"):
         count = 2 if outcome == "asked" else 1
         assert f'mrtr_approvals_total{{outcome="{outcome}",upstream="legacy"}} {count}.0' in scraped
+
+
+# -- 2025 clients (the official mcp 1.x client, its elicitation callback) -----------------
+
+
+async def client_run(client: LegacyClient, command: dict[str, Any]) -> dict[str, Any]:
+    return await asyncio.to_thread(client.run, command, 60.0)
+
+
+async def legacy_session(
+    client: LegacyClient, gw: Gateway, caps: list[str], answers: dict[str, Any]
+) -> str:
+    name = f"approving-{uuid.uuid4().hex[:8]}"
+    command = {"op": "open", "session": name, "url": gw.url, "caps": caps, "answers": answers}
+    await client_run(client, command)
+    return name
+
+
+def approval_message(tool: str, arguments: dict[str, Any]) -> str:
+    return str(approval.question(tool, "legacy", arguments)["params"]["message"])
+
+
+@pytest.mark.parametrize("answer", NOT_APPROVED, ids=["decline", "cancel", "false"])
+async def test_a_2025_client_is_asked_on_its_calls_stream_and_not_approving_runs_nothing(
+    make_gateway: Any, legacy_client: LegacyClient, answer: dict[str, Any]
+) -> None:
+    gw = await make_gateway(upstream=REQUIRED)
+    run_id = uuid.uuid4().hex
+    arguments = {"note_id": "n-1", "run_id": run_id}
+    answers = {approval_message("delete_note", arguments): answer}
+    name = await legacy_session(legacy_client, gw, ["elicitation"], answers)
+    try:
+        command = {"op": "call", "session": name, "name": "delete_note", "arguments": arguments}
+        called = await client_run(legacy_client, command)
+        assert [e["message"] for e in called["seen"]["elicitations"]] == list(answers)
+        assert called["result"]["isError"] is True, called
+        assert await body_runs(gw, "delete_note", run_id) == 0
+    finally:
+        await client_run(legacy_client, {"op": "close", "session": name})
+
+
+async def test_a_2025_clients_approval_and_the_tools_own_question_both_reach_their_askers(
+    make_gateway: Any, legacy_client: LegacyClient
+) -> None:
+    gw = await make_gateway(upstream={"tools": {"increment_counter": {"approval": "required"}}})
+    run_id = uuid.uuid4().hex
+    # The client accepts every question with what its schema asks (approve: true, confirm: true).
+    name = await legacy_session(legacy_client, gw, ["elicitation"], {})
+    try:
+        command = {
+            "op": "call",
+            "session": name,
+            "name": "increment_counter",
+            "arguments": {"run_id": run_id},
+        }
+        called = await client_run(legacy_client, command)
+        messages = [e["message"] for e in called["seen"]["elicitations"]]
+        assert messages == [
+            approval_message("increment_counter", {"run_id": run_id}),
+            "Increment the counter?",
+        ]
+        assert called["result"]["content"][0]["text"] == "counter=1", called
+        assert await body_runs(gw, "increment_counter", run_id) == 1
+    finally:
+        await client_run(legacy_client, {"op": "close", "session": name})
+
+
+async def test_a_2025_client_without_elicitation_gets_the_clear_error(make_gateway: Any) -> None:
+    gw = await make_gateway(upstream=REQUIRED)
+    run_id = uuid.uuid4().hex
+    session = await open_session(gw.http, gw.url, capabilities={})
+    answer = await send(
+        gw.http, gw.url, call("delete_note", note_id="n-1", run_id=run_id), session=session
+    )
+    error = answer.last["error"]
+    assert answer.status == 400 and error["code"] == -32021, answer
+    assert "approval" in error["message"]
+    assert error["data"]["requiredCapabilities"] == {"elicitation": {"form": {}}}
+    assert await body_runs(gw, "delete_note", run_id) == 0

@@ -19,20 +19,12 @@ from gateway.protocol.state import generate_key
 from tests.peers.balancer import RoundRobin
 from tests.peers.tooling import (
     GatewayProcess,
-    LegacyClient,
     LegacyServer,
     RedisServer,
     legacy_stdio_command,
     started_together,
 )
 from tests.support.outcome import LOG_TAIL, failed
-
-
-@pytest.fixture(scope="session")
-def legacy_client() -> Iterator[LegacyClient]:
-    client = LegacyClient()
-    yield client
-    client.stop()
 
 
 @pytest.fixture(scope="session")
