@@ -78,6 +78,8 @@ class Approvals:
         how long an approval's question may wait for its answer (as a parked call's)."""
         self.catalog = catalog
         self.upstreams = upstreams
+        #: The upstreams some call of which may need an approval (worked out once).
+        self.asking = frozenset(u.name for u in upstreams.values() if self.asks(u))
         self.store = store
         self.codec = codec
         self.audience = audience
@@ -90,7 +92,7 @@ class Approvals:
     def seams(self, others: Seams) -> Seams:
         """`others` with the approvals' `calling` seam last (a name the catalog hides is
         refused before anyone is asked to approve it); none where no upstream asks."""
-        if not any(self.asks(u) for u in self.upstreams.values()):
+        if not self.asking:
             return others
         return dataclasses.replace(others, calling=(*others.calling, self.calling))
 
@@ -161,7 +163,7 @@ class Approvals:
         token = front.params.get("requestState")
         if isinstance(token, str) and approval.is_approval_state(token):
             return await self._answered(upstream, front, principal, token)
-        if token is not None or not self.asks(upstream) or front.target is None:
+        if token is not None or upstream.name not in self.asking or front.target is None:
             return front  # a round of a call under way was approved when it began
         needed, definition = await self._needed(upstream, front.target, principal)
         if not needed:
@@ -273,7 +275,7 @@ class Approvals:
             return params
         upstream = self.upstreams.get(served.upstream)
         tool = params.get("name")
-        if upstream is None or not self.asks(upstream) or not isinstance(tool, str):
+        if upstream is None or upstream.name not in self.asking or not isinstance(tool, str):
             return params
         principal = served.caller.principal
         needed, definition = await self._needed(upstream, tool, principal)

@@ -158,7 +158,7 @@ def compose(
         listens=listens,
         on_drain=(streams.end_all,),  # their clients reconnect elsewhere
         audit=audit,
-        gate=approvals if any(Approvals.asks(u) for u in config.upstreams) else None,
+        gate=approvals if approvals.asking else None,
     )
     tasks = Tasks(
         bridge=bridge,
