@@ -31,6 +31,7 @@ import yaml
 
 from gateway.config.audit import parse_audit
 from gateway.config.auth import parse_auth
+from gateway.config.endpoints import parse_endpoints
 from gateway.config.model import (
     FleetConfig,
     GatewayConfig,
@@ -269,6 +270,7 @@ def parse_config(
             f"set sealing.keys_file or {ENV_KEYS} (generate one with: mrtr-gateway keygen)"
         )
     entries = _upstreams(root, env, base)
+    values["endpoints"], entries = parse_endpoints(root, entries)
     try:  # checked for the paths of the upstreams read (all of them, or a mistake is kept)
         values["auth"] = parse_auth(root.section("auth"), base, [u.path for _, u in entries])
     except ConfigError as exc:
@@ -367,8 +369,7 @@ def _upstreams(
         for i, item in enumerate(items)
     ]
     upstreams = [(i, u) for i, u in read if u is not None]
-    problems.attempt(lambda: unique(upstreams, "name"))
-    problems.attempt(lambda: unique(upstreams, "path"))
+    problems.attempt(lambda: unique(upstreams, "name"))  # paths: `parse_endpoints`
     return upstreams
 
 

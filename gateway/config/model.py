@@ -428,6 +428,9 @@ class UpstreamConfig:
     approval_ttl_s: float = 0.0
     """How long one approval covers the same caller's calls of the same tool (as long as
     its definition does not change); 0 asks at every call."""
+    prefix: str = field(default="", metadata={"yaml": None})
+    """What clients see before each of its tool and prompt names: `<name><separator>` on
+    an endpoint that prefixes (`endpoints[].prefix`), else nothing (set by the loader)."""
     exposure: Exposure = field(
         default=EVERYTHING, init=False, repr=False, compare=False, metadata={"yaml": None}
     )
@@ -446,6 +449,7 @@ class UpstreamConfig:
             prompts=Globs(rules.prompts.allow, rules.prompts.deny),
             resources=Globs(rules.resources.allow, rules.resources.deny),
             shown=MappingProxyType(shown),
+            prefix=self.prefix,
         )
         object.__setattr__(self, "exposure", EVERYTHING if exposure.everything else exposure)
 
@@ -484,6 +488,50 @@ class UpstreamConfig:
     def location(self) -> str:
         """Where it is, for people: the URL, or the command line."""
         return " ".join(self.command) if self.transport == STDIO else self.url
+
+
+PREFIX_ALWAYS = "always"  # `endpoints[].prefix`: `<upstream><separator><name>`
+PREFIX_NONE = "none"  # bare names; a name two upstreams share is served by neither
+PREFIXES = (PREFIX_ALWAYS, PREFIX_NONE)
+DOWN_OMIT = "omit"  # `endpoints[].on_upstream_down`: a list is served without it
+DOWN_FAIL = "fail"  # the list fails
+ON_DOWN = (DOWN_OMIT, DOWN_FAIL)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndpointConfig:
+    """Several upstreams served on one path: a 2026 client sees one server, its lists
+    merged and each call sent to the upstream whose name it calls. Each upstream keeps
+    its own settings (transport, pool, credentials, tools, exposure rules); its own
+    `path` is left out (it is served here)."""
+
+    path: str = field(default="", metadata={"default": "required"})
+    """The gateway path serving the endpoint, e.g. `/mcp`."""
+    upstreams: tuple[str, ...] = field(default=(), metadata={"default": "required"})
+    """The upstreams served on it, by name (each on one endpoint at most)."""
+    prefix: str = field(default="", metadata={"default": "always (none with one upstream)"})
+    """`always`: clients see each tool and prompt as `<upstream><separator><name>`;
+    `none`: as the servers name them, a name two upstreams share served by neither
+    (`endpoint_name_shared` in the log). Left out: `always` with several upstreams,
+    `none` with one (as that upstream is served on a path of its own). Write it when an
+    endpoint may grow: names change when a prefix comes or goes."""
+    separator: str = "_"
+    """Between the upstream's name and a tool's or prompt's own: 1 to 8 of letters,
+    digits, `_`, `-` and `.` (what a tool name may hold)."""
+    on_upstream_down: str = DOWN_OMIT
+    """`omit`: a list is served without an upstream that cannot be reached (`ttlMs: 0`,
+    `endpoint_upstream_omitted` in the log), and its calls fail with 502; `fail`: the
+    list fails too."""
+
+    @property
+    def prefixed(self) -> bool:
+        return self.prefix == PREFIX_ALWAYS or (not self.prefix and len(self.upstreams) > 1)
+
+    @property
+    def several(self) -> bool:
+        """Whether it serves more than one upstream (a single one is served as on a path
+        of its own, prefixed if `prefix: always` says so)."""
+        return len(self.upstreams) > 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -529,4 +577,22 @@ class GatewayConfig:
     )
     """This replica's name in records and logs."""
     upstreams: tuple[UpstreamConfig, ...] = field(default=(), metadata={"default": "required"})
-    """The legacy servers, each served on its own path: at least one."""
+    """The legacy servers, each served on its own path (or on its endpoint's): at least
+    one."""
+    endpoints: tuple[EndpointConfig, ...] = ()
+    """Several upstreams served on one path (see `EndpointConfig`)."""
+
+    def routes(self) -> list[tuple[str, tuple[UpstreamConfig, ...], EndpointConfig | None]]:
+        """Every MCP path served: its upstreams (an upstream on no endpoint alone on its
+        own path) and its endpoint, in the order of `upstreams`."""
+        by_name = {u.name: u for u in self.upstreams}
+        on = {name: e for e in self.endpoints for name in e.upstreams}
+        routes: list[tuple[str, tuple[UpstreamConfig, ...], EndpointConfig | None]] = []
+        for upstream in self.upstreams:
+            endpoint = on.get(upstream.name)
+            if endpoint is None:
+                routes.append((upstream.path, (upstream,), None))
+            elif endpoint.upstreams[0] == upstream.name:
+                members = tuple(by_name[n] for n in endpoint.upstreams)
+                routes.append((endpoint.path, members, endpoint))
+        return routes
