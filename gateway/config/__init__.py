@@ -4,6 +4,7 @@
     section.py  typed reads of one YAML mapping; unknown keys are refused by key path
     loader.py   YAML and the environment in, a validated GatewayConfig out
     upstreams.py  one upstreams[] entry: transport, command or URL, key rules
+    endpoints.py  endpoints[]: several upstreams on one path, and each path served once
 
 Precedence, highest first: command-line flag (applied by `gateway.cli`, which merges
 it into the YAML data) > environment variable > file > dataclass default. This
@@ -28,6 +29,8 @@ from gateway.config.model import (
     APPROVAL_NONE,
     APPROVAL_REQUIRED,
     BOUND_TRANSPORTS,
+    DOWN_FAIL,
+    DOWN_OMIT,
     ISOLATE_CALLERS,
     LEGACY_TRANSPORTS,
     NO_TASKS,
@@ -36,6 +39,8 @@ from gateway.config.model import (
     PINNING_BLOCK,
     PINNING_OFF,
     PINNING_WARN,
+    PREFIX_ALWAYS,
+    PREFIX_NONE,
     REPLAY,
     SHARE_SESSIONS,
     SSE,
@@ -45,6 +50,7 @@ from gateway.config.model import (
     TASK_OPTIONAL,
     TASK_REQUIRED,
     TRANSPORTS,
+    EndpointConfig,
     FleetConfig,
     GatewayConfig,
     LegacyConfig,
@@ -71,6 +77,11 @@ __all__ = [
     "ENV_REPLICA_ID",
     "ENV_STORE_URL",
     "BOUND_TRANSPORTS",
+    "DOWN_FAIL",
+    "DOWN_OMIT",
+    "PREFIX_ALWAYS",
+    "PREFIX_NONE",
+    "EndpointConfig",
     "LEGACY_TRANSPORTS",
     "NO_TASKS",
     "ISOLATE_CALLERS",

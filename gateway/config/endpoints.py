@@ -162,4 +162,3 @@ def _paths_once(entries: Entries, endpoints: list[tuple[int, EndpointConfig]]) -
                 "give it another path, or name it in that endpoint's upstreams"
             )
         seen[upstream.path] = f"upstreams[{index}]"
-
