@@ -24,7 +24,7 @@ from gateway.compose import Components, compose
 from gateway.config import STDIO, EndpointConfig, GatewayConfig, UpstreamConfig
 from gateway.membership import Resource
 from gateway.seams import NO_SEAMS, Seams
-from gateway.web.endpoint import EndpointLane, Member
+from gateway.web.endpoint import EndpointLane, MemberLane
 from gateway.web.front_door import add_metadata_routes
 from gateway.web.handlers import ModernLane
 from gateway.web.middleware import error_middleware, request_id_middleware
@@ -112,7 +112,7 @@ def _joined(
             legacy=False,  # 2025 clients are not yet served on such an endpoint
             seams=parts.seams,
         )
-        members[upstream.name] = Member(lane, lane.served_by(), parts.doors[upstream.name])
+        members[upstream.name] = MemberLane(lane, lane.served_by(), parts.doors[upstream.name])
     return EndpointLane(endpoint, members, parts.catalog)
 
 

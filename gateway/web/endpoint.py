@@ -70,7 +70,7 @@ class LegacyStreamsNotYetServed(MethodNotAllowed):
 
 
 @dataclass(frozen=True, slots=True)
-class Member:
+class MemberLane:
     """What serves a request for one upstream of a route: its 2026 lane, the table of
     its servers by method (`ModernLane.served_by`), its front door."""
 
@@ -83,7 +83,7 @@ class EndpointLane:
     """The dispatch step and the merged servers of one endpoint of several upstreams."""
 
     def __init__(
-        self, endpoint: EndpointConfig, members: Mapping[str, Member], catalog: Catalog
+        self, endpoint: EndpointConfig, members: Mapping[str, MemberLane], catalog: Catalog
     ) -> None:
         self.endpoint = endpoint
         self.members = dict(members)  # in the endpoint's order
@@ -95,9 +95,9 @@ class EndpointLane:
         table["server/discover"] = self.discover
         table["subscriptions/listen"] = self.listen
         #: What serves the requests of the endpoint as a whole (lists, discover, tasks).
-        self.whole = Member(first.lane, table, first.door)
+        self.whole = MemberLane(first.lane, table, first.door)
 
-    async def dispatch(self, served: RequestServed, message: inbound.FrontRequest) -> Member:
+    async def dispatch(self, served: RequestServed, message: inbound.FrontRequest) -> MemberLane:
         """The member a request is for (its upstream then on `served` and in the log
         context), or the endpoint as a whole.
 

@@ -58,7 +58,12 @@ from gateway.tasks.service import Tasks
 from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool
 from gateway.web.channel import ResponseChannel
-from gateway.web.endpoint import EndpointLane, LegacyNotYetServed, LegacyStreamsNotYetServed, Member
+from gateway.web.endpoint import (
+    EndpointLane,
+    LegacyNotYetServed,
+    LegacyStreamsNotYetServed,
+    MemberLane,
+)
 from gateway.web.front_door import FrontDoor
 from gateway.web.handlers import ModernLane
 from gateway.web.middleware import closing_refusal, error_response, rejected
@@ -196,7 +201,7 @@ class Pipeline:
         #: What serves a 2026 request, by its method (`classify` lets no other through).
         self.served_by = self.modern.served_by()
         #: What serves a 2026 request on a route of one upstream.
-        self.own = Member(self.modern, self.served_by, front_door)
+        self.own = MemberLane(self.modern, self.served_by, front_door)
         #: A 2025 client's request is refused here rather than served as a 2026 one's.
         self.legacy_refused = endpoint is not None and config.legacy.enabled
         self.legacy_family: Family | None = None
