@@ -113,7 +113,7 @@ def test_without_endpoints_every_upstream_is_served_on_its_own_path_as_before() 
         (
             [JOINED],
             [NOTES, {**TICKETS, "path": "/tickets"}],
-            r"upstreams\[1\].path: tickets is served on endpoints\[0\].path \(/mcp\); remove its own path",
+            r"upstreams\[1\].path: tickets is served on endpoints\[0\].path \(/mcp\); remove",
         ),
         (
             [JOINED],
