@@ -139,7 +139,8 @@ class EndpointLane:
                 try:
                     shown[name] = await self._shown(name, listed, principal)
                 except RpcError as exc:
-                    down = down or exc
+                    if exc.code != METHOD_NOT_FOUND:  # else it has no such list: none of its
+                        down = down or exc
             found = merging.owners(listed, target, shown)
             if len(found) == 1:
                 return found[0]

@@ -2,7 +2,9 @@
 listed with their prefixes, an elicitation tool of each run through its rounds with each
 server's own result, a retry's `requestState` good for its own upstream only, bare names
 (`prefix: none`) with a shared one served by neither, a stopped server left out of the
-lists while its calls fail and back once it restarts, and 2025 clients refused clearly.
+lists while its calls fail and back once it restarts, prompts prefixed and a resource read
+where it is listed, a task of the second server to its end, and 2025 clients refused
+clearly.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from gateway.protocol.inbound import SERVER_INFO_KEY
+from gateway.protocol.tasks import EXTENSION
 from tests.peers.tooling import PEER_READY, LegacyServer
 from tests.support.inprocess import Gateway
 from tests.support.legacy import legacy_tool
 from tests.support.legacy_wire import initialize, send
-from tests.support.wire import FROZEN, rpc
+from tests.support.wire import ALL_CAPS, FROZEN, rpc
 
 pytestmark = pytest.mark.peers
 
@@ -127,6 +130,67 @@ async def test_an_elicitation_tool_of_each_server_runs_its_rounds_on_its_own_ser
         assert done["result"]["content"][0]["text"] == text
     assert (await runs(legacy.url, run_n), await runs(tickets.url, run_n)) == (1, 0)
     assert (await runs(legacy.url, run_t), await runs(tickets.url, run_t)) == (0, 1)
+
+
+async def test_prompts_are_prefixed_and_a_resource_is_read_from_the_server_that_lists_it(
+    make_gateway: Any, legacy: LegacyServer, tickets: LegacyServer
+) -> None:
+    gw = await joined(
+        make_gateway,
+        tickets,
+        JOINED,
+        {
+            "notes": {"expose": {"resources": {"allow": ["static://*"]}}},
+            "tickets": {"expose": {"resources": {"allow": ["profile://*"]}}},
+        },
+    )
+    _, prompts = await answer(gw, rpc("prompts/list"))
+    assert {"notes_plain", "tickets_plain"} <= {p["name"] for p in prompts["result"]["prompts"]}
+    _, got = await answer(
+        gw, rpc("prompts/get", {"name": "tickets_plain", "arguments": {"word": "hi"}})
+    )
+    assert got["result"]["messages"][0]["content"]["text"] == "Say hi."
+    _, resources = await answer(gw, rpc("resources/list"))
+    assert [r["uri"] for r in resources["result"]["resources"]] == ["static://hello"]
+    _, templates = await answer(gw, rpc("resources/templates/list"))
+    listed = [t["uriTemplate"] for t in templates["result"]["resourceTemplates"]]
+    assert listed == ["profile://{user}"]
+    _, read = await answer(gw, rpc("resources/read", {"uri": "static://hello"}))
+    assert read["result"]["contents"][0]["text"] == "hello resource"
+    user = uuid.uuid4().hex
+    _, asked = await answer(gw, rpc("resources/read", {"uri": f"profile://{user}"}))
+    assert asked["result"]["resultType"] == "input_required"  # tickets' template, tickets' read
+    runs_there = {"tool": "profile", "run_id": user}
+    assert await legacy_tool(tickets.url, "runs", runs_there) == "1"
+    assert await legacy_tool(legacy.url, "runs", runs_there) == "0"
+
+
+async def test_a_task_of_the_second_server_is_polled_and_answered_to_its_end(
+    make_gateway: Any, legacy: LegacyServer, tickets: LegacyServer
+) -> None:
+    gw = await joined(
+        make_gateway, tickets, JOINED, {"tickets": {"tools": {"greet": {"task": "optional"}}}}
+    )
+    caps = {**ALL_CAPS, "extensions": {EXTENSION: {}}}
+    run_id = uuid.uuid4().hex
+    call_it = rpc(
+        "tools/call", {"name": "tickets_greet", "arguments": {"run_id": run_id}}, caps=caps
+    )
+    _, created = await answer(gw, call_it)
+    task_id = created["result"]["taskId"]
+    async with asyncio.timeout(30):
+        while True:
+            _, got = await answer(gw, rpc("tasks/get", {"taskId": task_id}, caps=caps))
+            task = got["result"]
+            if task["status"] == "input_required":
+                (key,) = task["inputRequests"]
+                update = {"taskId": task_id, "inputResponses": {key: BOB}}
+                await answer(gw, rpc("tasks/update", update, caps=caps))
+            elif task["status"] == "completed":
+                break
+            await asyncio.sleep(task["pollIntervalMs"] / 1000)  # a client's poll
+    assert task["result"]["content"][0]["text"] == "Hello, bob!"
+    assert (await runs(legacy.url, run_id), await runs(tickets.url, run_id)) == (0, 1)
 
 
 async def test_with_bare_names_each_is_served_by_its_server_and_a_shared_one_by_neither(
