@@ -52,6 +52,10 @@ _LISTED_IN = {
 }
 
 
+#: The most sets of shared names remembered as told (past it, each is told every time).
+_MOST_TOLD = 1024
+
+
 class LegacyNotYetServed(HttpError):
     """A 2025 client's POST on an endpoint of several upstreams (not yet served)."""
 
@@ -89,6 +93,7 @@ class EndpointLane:
         self.members = dict(members)  # in the endpoint's order
         self.catalog = catalog
         self.server_info = merging.endpoint_info(endpoint.path, members, __version__)
+        self._told: set[tuple[str, tuple[str, ...]]] = set()  # shared names logged
         first = next(iter(self.members.values()))
         table: dict[str, Server] = dict(first.served_by)  # tasks/*: records name their upstream
         table.update(dict.fromkeys(methods.LISTS, self.merged_list))
@@ -145,11 +150,28 @@ class EndpointLane:
             if len(found) == 1:
                 return found[0]
             if found:
-                log.warning("endpoint_name_shared", method=method, target=target, upstreams=found)
+                self._tell_shared(method, [target], found)
                 raise UnknownTarget(method, target)
         if down is not None:
             raise down
         raise UnknownTarget(method, target)
+
+    def _tell_shared(self, method: str, names: list[str], upstreams: list[str]) -> None:
+        """`endpoint_name_shared` in the log, once per method and names on this replica
+        (a list or a call of them is refused as often as it is asked)."""
+        key = (method, tuple(names))
+        if key in self._told:
+            return
+        if len(self._told) < _MOST_TOLD:
+            self._told.add(key)
+        log.warning(
+            "endpoint_name_shared",
+            path=self.endpoint.path,
+            method=method,
+            names=names[:20],
+            count=len(names),
+            upstreams=upstreams,
+        )
 
     async def _shown(self, upstream: str, method: str, principal: str) -> dict[str, Any]:
         """`upstream`'s `method` list as the exposure rules show it, from the catalog."""
@@ -174,7 +196,7 @@ class EndpointLane:
         results = await self._each(served, message, headers, channel, "pass_through")
         merged, dropped = merging.merged_list(message.method, results, self.server_info)
         if dropped:
-            log.warning("endpoint_name_shared", method=message.method, names=sorted(dropped)[:20])
+            self._tell_shared(message.method, sorted(dropped), list(results))
         if len(results) < len(self.members):
             merged["ttlMs"] = 0  # served without an upstream: ask again soon
         return merged
