@@ -1,56 +1,91 @@
-"""Reading `endpoints[]`: several upstreams served on one path, and which path serves
-each upstream.
+"""Reading `endpoints[]`: several upstreams served on one path, each entry checked (its
+path, its upstreams named once, its prefix, separator and failure mode).
 
-An upstream named by an endpoint is served on the endpoint's path: its entry is given
-that path and, on an endpoint that prefixes, its prefix (`UpstreamConfig.prefix`), so
-everything that reads an upstream's path or shown names reads what clients see. The
-paths of upstreams on no endpoint, and of the endpoints, are each served once.
+Which path then serves each upstream, and the prefix each is shown with, is
+`gateway.config.paths`'.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.config.model import (
-    ON_DOWN,
-    PREFIXES,
-    EndpointConfig,
-    UpstreamConfig,
-)
-from gateway.config.section import Problems, Section
+from gateway.config.section import Section
 from gateway.errors import ConfigError
+
+PREFIX_ALWAYS = "always"  # `endpoints[].prefix`: `<upstream><separator><name>`
+PREFIX_NONE = "none"  # bare names; a name two upstreams share is served by neither
+PREFIXES = (PREFIX_ALWAYS, PREFIX_NONE)
+DOWN_OMIT = "omit"  # `endpoints[].on_upstream_down`: a list is served without it
+DOWN_FAIL = "fail"  # the list fails
+ON_DOWN = (DOWN_OMIT, DOWN_FAIL)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndpointConfig:
+    """Several upstreams served on one path: a 2026 client sees one server, its lists
+    merged and each call sent to the upstream whose name it calls. Each upstream keeps
+    its own settings (transport, pool, credentials, tools, exposure rules); its own
+    `path` is left out (it is served here)."""
+
+    path: str = field(default="", metadata={"default": "required"})
+    """The gateway path serving the endpoint, e.g. `/mcp`."""
+    upstreams: tuple[str, ...] = field(default=(), metadata={"default": "required"})
+    """The upstreams served on it, by name (each on one endpoint at most)."""
+    prefix: str = field(default="", metadata={"default": "always (none with one upstream)"})
+    """`always`: clients see each tool and prompt as `<upstream><separator><name>`;
+    `none`: as the servers name them, a name two upstreams share served by neither
+    (`endpoint_name_shared` in the log). Left out: `always` with several upstreams,
+    `none` with one (as that upstream is served on a path of its own). Write it when an
+    endpoint may grow: names change when a prefix comes or goes."""
+    separator: str = "_"
+    """Between the upstream's name and a tool's or prompt's own: 1 to 8 of letters,
+    digits, `_`, `-` and `.` (what a tool name may hold)."""
+    on_upstream_down: str = DOWN_OMIT
+    """`omit`: a list is served without an upstream that cannot be reached (`ttlMs: 0`,
+    `endpoint_upstream_omitted` in the log), and its calls fail with 502; `fail`: the
+    list fails too."""
+
+    @property
+    def prefixed(self) -> bool:
+        return self.prefix == PREFIX_ALWAYS or (not self.prefix and len(self.upstreams) > 1)
+
+    @property
+    def several(self) -> bool:
+        """Whether it serves more than one upstream (a single one is served as on a path
+        of its own, prefixed if `prefix: always` says so)."""
+        return len(self.upstreams) > 1
+
 
 #: A separator is what a tool name may hold (the spec: letters, digits, `_`, `-`, `.`).
 _SEPARATOR = re.compile(r"^[A-Za-z0-9_.-]{1,8}$")
 
-Entries = list[tuple[int, UpstreamConfig]]
+
+Indexed = list[tuple[int, EndpointConfig]]
 
 
-def parse_endpoints(root: Section, entries: Entries) -> tuple[tuple[EndpointConfig, ...], Entries]:
-    """The `endpoints[]` entries that could be read, and the upstreams' entries with each
-    member's path and prefix set; the mistakes are kept in the reading's problems, and
-    every path checked to be served once.
+def parse_endpoints(root: Section, names: Mapping[str, int]) -> Indexed:
+    """The `endpoints[]` entries that could be read, with their index, naming the
+    upstreams `names` holds (by name, with their index); the mistakes are kept in the
+    reading's problems.
     """
     problems = root.problems
     assert problems is not None
     items = root.get("endpoints", list) or []
-    names = {u.name: i for i, u in entries}
-    endpoints: list[tuple[int, EndpointConfig]] = []
+    endpoints: Indexed = []
     for index, item in enumerate(items):
         at = f"endpoints[{index}]"
         read = problems.attempt(functools.partial(_endpoint, root, item, at, names))
         if read is not None:
             endpoints.append((index, read))
     problems.attempt(lambda: _each_upstream_once(endpoints))
-    entries = _served_on_endpoints(root, entries, endpoints, problems)
-    problems.attempt(lambda: _paths_once(entries, endpoints))
-    return tuple(e for _, e in endpoints), entries
+    return endpoints
 
 
-def _endpoint(root: Section, item: Any, at: str, names: dict[str, int]) -> EndpointConfig:
+def _endpoint(root: Section, item: Any, at: str, names: Mapping[str, int]) -> EndpointConfig:
     sec = root.child(item, at)
     values = sec.scalars(EndpointConfig)
     members = sec.raw("upstreams")
@@ -93,7 +128,7 @@ def _endpoint(root: Section, item: Any, at: str, names: dict[str, int]) -> Endpo
     return endpoint
 
 
-def _each_upstream_once(endpoints: list[tuple[int, EndpointConfig]]) -> None:
+def _each_upstream_once(endpoints: Indexed) -> None:
     on: dict[str, int] = {}
     for index, endpoint in endpoints:
         for member in endpoint.upstreams:
@@ -103,62 +138,3 @@ def _each_upstream_once(endpoints: list[tuple[int, EndpointConfig]]) -> None:
                     f"endpoints[{on[member]}] already; an upstream is on one endpoint at most"
                 )
             on[member] = index
-
-
-def _served_on_endpoints(
-    root: Section,
-    entries: Entries,
-    endpoints: list[tuple[int, EndpointConfig]],
-    problems: Problems,
-) -> Entries:
-    """Each member's entry with its endpoint's path and prefix. A member that writes a
-    path of its own other than its endpoint's is a mistake (it would not be served)."""
-    items = root.raw("upstreams")
-    on = {m: (i, e) for i, e in endpoints for m in e.upstreams}
-    served = []
-    for index, upstream in entries:
-        found = on.get(upstream.name)
-        if found is None:
-            served.append((index, upstream))
-            continue
-        where, endpoint = found
-        item: Any = items[index] if isinstance(items, list) else None
-        if isinstance(item, dict) and "path" in item and item["path"] != endpoint.path:
-            problems.add(
-                f"upstreams[{index}].path: {upstream.name} is served on "
-                f"endpoints[{where}].path ({endpoint.path}); remove its own path"
-            )
-        if endpoint.several and upstream.catalog.ttl_s <= 0:
-            problems.add(
-                f"upstreams[{index}].catalog.ttl_s: {upstream.name} is on an endpoint of "
-                "several upstreams, whose lists are merged from the catalog; give it a ttl_s "
-                "above 0"
-            )
-        prefix = upstream.name + endpoint.separator if endpoint.prefixed else ""
-        served.append((index, dataclasses.replace(upstream, path=endpoint.path, prefix=prefix)))
-    return served
-
-
-def _paths_once(entries: Entries, endpoints: list[tuple[int, EndpointConfig]]) -> None:
-    """Every path served once: by an upstream on no endpoint, or by one endpoint.
-
-    Raises:
-        ConfigError: naming the second.
-    """
-    members = {m for _, e in endpoints for m in e.upstreams}
-    seen: dict[str, str] = {}
-    for index, endpoint in endpoints:
-        if endpoint.path in seen:
-            raise ConfigError(
-                f"endpoints[{index}].path: {endpoint.path!r} is served by {seen[endpoint.path]}"
-            )
-        seen[endpoint.path] = f"endpoints[{index}]"
-    for index, upstream in entries:
-        if upstream.name in members:
-            continue
-        if upstream.path in seen:
-            raise ConfigError(
-                f"upstreams[{index}].path: {upstream.path!r} is served by {seen[upstream.path]}; "
-                "give it another path, or name it in that endpoint's upstreams"
-            )
-        seen[upstream.path] = f"upstreams[{index}]"

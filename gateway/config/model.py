@@ -15,6 +15,7 @@ from types import MappingProxyType
 from gateway.auth import ClientCredentials
 from gateway.config.audit import AuditConfig
 from gateway.config.auth import AuthConfig
+from gateway.config.endpoints import EndpointConfig
 from gateway.protocol.exposure import EVERYTHING, Exposure, Globs, Shown
 from gateway.protocol.keys import KeyRule
 from gateway.protocol.translate import CachePolicy
@@ -488,50 +489,6 @@ class UpstreamConfig:
     def location(self) -> str:
         """Where it is, for people: the URL, or the command line."""
         return " ".join(self.command) if self.transport == STDIO else self.url
-
-
-PREFIX_ALWAYS = "always"  # `endpoints[].prefix`: `<upstream><separator><name>`
-PREFIX_NONE = "none"  # bare names; a name two upstreams share is served by neither
-PREFIXES = (PREFIX_ALWAYS, PREFIX_NONE)
-DOWN_OMIT = "omit"  # `endpoints[].on_upstream_down`: a list is served without it
-DOWN_FAIL = "fail"  # the list fails
-ON_DOWN = (DOWN_OMIT, DOWN_FAIL)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EndpointConfig:
-    """Several upstreams served on one path: a 2026 client sees one server, its lists
-    merged and each call sent to the upstream whose name it calls. Each upstream keeps
-    its own settings (transport, pool, credentials, tools, exposure rules); its own
-    `path` is left out (it is served here)."""
-
-    path: str = field(default="", metadata={"default": "required"})
-    """The gateway path serving the endpoint, e.g. `/mcp`."""
-    upstreams: tuple[str, ...] = field(default=(), metadata={"default": "required"})
-    """The upstreams served on it, by name (each on one endpoint at most)."""
-    prefix: str = field(default="", metadata={"default": "always (none with one upstream)"})
-    """`always`: clients see each tool and prompt as `<upstream><separator><name>`;
-    `none`: as the servers name them, a name two upstreams share served by neither
-    (`endpoint_name_shared` in the log). Left out: `always` with several upstreams,
-    `none` with one (as that upstream is served on a path of its own). Write it when an
-    endpoint may grow: names change when a prefix comes or goes."""
-    separator: str = "_"
-    """Between the upstream's name and a tool's or prompt's own: 1 to 8 of letters,
-    digits, `_`, `-` and `.` (what a tool name may hold)."""
-    on_upstream_down: str = DOWN_OMIT
-    """`omit`: a list is served without an upstream that cannot be reached (`ttlMs: 0`,
-    `endpoint_upstream_omitted` in the log), and its calls fail with 502; `fail`: the
-    list fails too."""
-
-    @property
-    def prefixed(self) -> bool:
-        return self.prefix == PREFIX_ALWAYS or (not self.prefix and len(self.upstreams) > 1)
-
-    @property
-    def several(self) -> bool:
-        """Whether it serves more than one upstream (a single one is served as on a path
-        of its own, prefixed if `prefix: always` says so)."""
-        return len(self.upstreams) > 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
