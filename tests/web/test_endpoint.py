@@ -122,3 +122,16 @@ async def test_a_2025_client_is_told_it_is_not_yet_served_here(gateway: Gateway)
     assert "not yet served on an endpoint of several upstreams" in opened.last["error"]["message"]
     async with gateway.http.delete(gateway.url, headers={"Mcp-Session-Id": "x"}) as deleted:
         assert deleted.status == 405 and deleted.headers["Allow"] == "POST"
+
+
+async def test_a_completion_goes_to_the_server_of_its_prompt_by_its_own_name(
+    gateway: Gateway, servers: tuple[StreamableServer, StreamableServer]
+) -> None:
+    notes, tickets = servers
+    ref = {"type": "ref/prompt", "name": "tickets_interview"}
+    asked = {"ref": ref, "argument": {"name": "topic", "value": "a"}}
+    status, reply, _ = await gateway.post(rpc("completion/complete", asked))
+    assert status == 200, reply
+    (sent,) = [m for m in tickets.received if m.get("method") == "completion/complete"]
+    assert sent["params"]["ref"] == {"type": "ref/prompt", "name": "interview"}
+    assert not [m for m in notes.received if m.get("method") == "completion/complete"]
