@@ -170,6 +170,12 @@ class UpstreamCatalog:
                 return entry
         return None
 
+    def last_listed(self, method: str, principal: str) -> dict[str, Any] | None:
+        """The `method` list as the server last gave it, however old (None: never had):
+        what an upstream that cannot be asked now is known to serve."""
+        listed = self._lists.get(self._key(method, principal))
+        return None if listed is None else listed.result
+
     def changed(self, method: str) -> None:
         """The server's `notifications/<list>/list_changed` (heard anywhere): its list is
         fetched again when next asked."""

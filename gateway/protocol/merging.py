@@ -4,7 +4,8 @@ from each upstream's, and which upstream serves a name or a URI.
 Names (tools, prompts) and URIs (resources, templates) are told apart by the catalog's
 lists as clients see them (each upstream's exposure rules, and its prefix, applied): a
 name or URI listed by two upstreams is served by neither, left out of the merged list
-and unknown to a call, so a call never reaches a server it was not meant for. Cache
+and unknown to a call, so a call never reaches a server it was not meant for; an
+upstream that cannot be asked keeps its names by its last list. Cache
 hints combine to the shortest `ttlMs`, `private` if any part is.
 
 Pure: results are dicts in and out; nothing is awaited.
@@ -42,13 +43,18 @@ def shared(method: str, results: Iterable[Mapping[str, Any]]) -> set[str]:
 
 
 def merged_list(
-    method: str, results: Mapping[str, Mapping[str, Any]], server_info: dict[str, Any]
+    method: str,
+    results: Mapping[str, Mapping[str, Any]],
+    server_info: dict[str, Any],
+    absent: Iterable[Mapping[str, Any]] = (),
 ) -> tuple[dict[str, Any], set[str]]:
     """One list from each upstream's result (by upstream, in the endpoint's order), and
-    the names left out because two upstreams list them. Cache hints: the shortest
-    `ttlMs`, `private` if any part is (none of `results`: nothing to cache)."""
+    the names left out because two upstreams list them; `absent`: the last lists of the
+    upstreams left out (they could not be asked), whose names still count as theirs, so
+    that a name they share is not served by another while they are down. Cache hints:
+    the shortest `ttlMs`, `private` if any part is (none of `results`: nothing to cache)."""
     field, member = LISTS[method].field, LISTS[method].member
-    dropped = shared(method, results.values())
+    dropped = shared(method, [*results.values(), *absent])
     kept = [
         e
         for result in results.values()

@@ -138,14 +138,25 @@ class EndpointLane:
                     return name
             raise UnknownTarget(method, target)
         down: RpcError | None = None
+        names = list(self.members)
         for listed in _LISTED_IN[method]:
+            # Asked of every upstream at once: one slow to answer delays a call by its own
+            # wait only.
+            asked = [self._shown(name, listed, principal) for name in names]
+            answers = await asyncio.gather(*asked, return_exceptions=True)
             shown: dict[str, dict[str, Any]] = {}
-            for name in self.members:
-                try:
-                    shown[name] = await self._shown(name, listed, principal)
-                except RpcError as exc:
-                    if exc.code != METHOD_NOT_FOUND:  # else it has no such list: none of its
-                        down = down or exc
+            for name, answer in zip(names, answers, strict=True):
+                if isinstance(answer, dict):
+                    shown[name] = answer
+                elif isinstance(answer, RpcError):
+                    if answer.code == METHOD_NOT_FOUND:  # it has no such list
+                        continue
+                    down = down or answer
+                    last = self._last_shown(name, listed, principal)
+                    if last is not None:  # its names stay its own while it is down
+                        shown[name] = last
+                else:
+                    raise answer
             found = merging.owners(listed, target, shown)
             if len(found) == 1:
                 return found[0]
@@ -179,6 +190,12 @@ class EndpointLane:
         result, _ = await catalog.listed(method, NO_CAPABILITIES, principal, {})
         return catalog.upstream.exposure.view(method, result)
 
+    def _last_shown(self, upstream: str, method: str, principal: str) -> dict[str, Any] | None:
+        """`upstream`'s last `method` list as the rules show it, however old."""
+        catalog = self.catalog[upstream]
+        last = catalog.last_listed(method, principal)
+        return None if last is None else catalog.upstream.exposure.view(method, last)
+
     # -- the endpoint as a whole ------------------------------------------------------------
 
     async def merged_list(
@@ -193,10 +210,16 @@ class EndpointLane:
         Raises:
             RpcError: an upstream's, with `on_upstream_down: fail` (or when all failed).
         """
+        method, principal = message.method, served.caller.principal
         results = await self._each(served, message, headers, channel, "pass_through")
-        merged, dropped = merging.merged_list(message.method, results, self.server_info)
+        absent = []
+        if not self.endpoint.prefixed:  # bare names: a down upstream's stay its own
+            for name in self.members.keys() - results.keys():
+                last = self._last_shown(name, method, principal)
+                absent += [] if last is None else [last]
+        merged, dropped = merging.merged_list(method, results, self.server_info, absent)
         if dropped:
-            self._tell_shared(message.method, sorted(dropped), list(results))
+            self._tell_shared(method, sorted(dropped), list(self.members))
         if len(results) < len(self.members):
             merged["ttlMs"] = 0  # served without an upstream: ask again soon
         return merged

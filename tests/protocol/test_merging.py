@@ -29,6 +29,13 @@ def test_lists_are_joined_in_the_endpoints_order_and_a_shared_name_is_left_out()
     assert merged["_meta"][SERVER_INFO_KEY]["name"] == "notes+tickets"
 
 
+def test_a_name_an_absent_upstream_last_listed_stays_shared() -> None:
+    notes = {"tools": [{"name": "search"}, {"name": "add_note"}]}
+    tickets_before = {"tools": [{"name": "search"}]}
+    merged, dropped = merged_list("tools/list", {"notes": notes}, INFO, [tickets_before])
+    assert [t["name"] for t in merged["tools"]] == ["add_note"] and dropped == {"search"}
+
+
 @pytest.mark.parametrize(
     ("parts", "hints"),
     [

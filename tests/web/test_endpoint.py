@@ -37,8 +37,9 @@ async def servers() -> AsyncIterator[tuple[StreamableServer, StreamableServer]]:
 
 
 async def endpoint(
-    notes: StreamableServer, tickets: StreamableServer, **joined: Any
+    notes: StreamableServer, tickets: StreamableServer, ttl_s: float = 5, **joined: Any
 ) -> AsyncIterator[Gateway]:
+    """A gateway serving both on /mcp; `ttl_s`: how long tickets' catalog keeps a list."""
     config = gateway_config(
         notes.url,
         upstream={"name": "notes", "cache": {"scope": "public"}},
@@ -46,7 +47,7 @@ async def endpoint(
             {
                 "name": "tickets",
                 "url": tickets.url,
-                "catalog": {"ttl_s": 5},
+                "catalog": {"ttl_s": ttl_s},
                 "cache": {"scope": "private"},
             }
         ],
@@ -135,3 +136,21 @@ async def test_a_completion_goes_to_the_server_of_its_prompt_by_its_own_name(
     (sent,) = [m for m in tickets.received if m.get("method") == "completion/complete"]
     assert sent["params"]["ref"] == {"type": "ref/prompt", "name": "interview"}
     assert not [m for m in notes.received if m.get("method") == "completion/complete"]
+
+
+async def test_with_bare_names_a_down_servers_shared_name_stays_served_by_neither(
+    servers: tuple[StreamableServer, StreamableServer],
+) -> None:
+    notes, tickets = servers
+    async for gw in endpoint(notes, tickets, ttl_s=0.001, prefix="none"):
+        _, reply, _ = await gw.post(rpc("tools/list"))
+        assert [t["name"] for t in reply["result"]["tools"]] == ["add"]  # search: both's
+        await tickets.stop()
+        _, reply, _ = await gw.post(rpc("tools/list"))
+        assert [t["name"] for t in reply["result"]["tools"]] == ["add"]
+        assert reply["result"]["ttlMs"] == 0
+        status, reply, _ = await gw.post(rpc("tools/call", {"name": "search", "arguments": {}}))
+        assert status == 400 and reply["error"]["code"] == -32602  # not notes' alone now
+        status, reply, _ = await gw.post(rpc("tools/call", {"name": "add", "arguments": {}}))
+        assert status == 200 and reply["result"]["content"][0]["text"] == "done"
+    assert calls(notes) == ["add"]
