@@ -21,10 +21,12 @@ from aiohttp import web
 from gateway.calls.bridge import Bridge
 from gateway.clock import Clock
 from gateway.compose import Components, compose
-from gateway.config import STDIO, GatewayConfig, UpstreamConfig
+from gateway.config import STDIO, EndpointConfig, GatewayConfig, UpstreamConfig
 from gateway.membership import Resource
 from gateway.seams import NO_SEAMS, Seams
+from gateway.web.endpoint import EndpointLane, MemberLane
 from gateway.web.front_door import add_metadata_routes
+from gateway.web.handlers import ModernLane
 from gateway.web.middleware import error_middleware, request_id_middleware
 from gateway.web.pipeline import Pipeline
 from gateway.web.probes import Probes
@@ -65,19 +67,22 @@ def build_app(
         app.cleanup_ctx.append(_context(resource))
     app.on_startup.append(_started(parts))  # after every resource opened
     app.on_shutdown.append(_end_streams(parts))
-    for upstream in config.upstreams:
-        endpoint = Pipeline(
+    for path, upstreams, endpoint in config.routes():
+        first = upstreams[0]
+        several = endpoint is not None and endpoint.several
+        pipeline = Pipeline(
             config,
-            upstream,
+            first,
             parts.bridge,
             parts.pools,
-            parts.doors[upstream.name],
+            parts.doors[first.name],
             parts.listens,
             parts.tasks,
-            parts.lanes.get(upstream.name),
+            None if several else parts.lanes.get(first.name),
             seams=parts.seams,
+            endpoint=_joined(parts, endpoint, upstreams) if endpoint and several else None,
         )
-        app.router.add_route("*", upstream.path, endpoint.handle)
+        app.router.add_route("*", path, pipeline.handle)
     add_metadata_routes(app, config)
     probes = Probes(
         store=parts.store,
@@ -88,6 +93,27 @@ def build_app(
     )
     probes.add_routes(app)
     return app
+
+
+def _joined(
+    parts: Components, endpoint: EndpointConfig, upstreams: tuple[UpstreamConfig, ...]
+) -> EndpointLane:
+    """The 2026 lane of an endpoint of several upstreams: each upstream's own, joined."""
+    members = {}
+    for upstream in upstreams:
+        lane = ModernLane(
+            parts.config,
+            upstream,
+            parts.bridge,
+            parts.pools,
+            parts.doors[upstream.name],
+            parts.listens,
+            parts.tasks,
+            legacy=False,  # 2025 clients are not yet served on such an endpoint
+            seams=parts.seams,
+        )
+        members[upstream.name] = MemberLane(lane, lane.served_by(), parts.doors[upstream.name])
+    return EndpointLane(endpoint, members, parts.catalog)
 
 
 def _context(resource: Resource) -> Callable[[web.Application], AsyncIterator[None]]:
@@ -110,7 +136,7 @@ def _started(parts: Components) -> Callable[[web.Application], Awaitable[None]]:
             "gateway_started",
             replica=parts.owner,  # with its incarnation: a replica restarted holds no session
             incarnation=parts.incarnation,
-            upstreams={u.path: where(u) for u in config.upstreams},
+            upstreams={p: ", ".join(where(u) for u in ups) for p, ups, _ in config.routes()},
             store=redact(config.store.url),
             auth="none" if config.auth is None else "required",
         )

@@ -170,6 +170,12 @@ class UpstreamCatalog:
                 return entry
         return None
 
+    def last_listed(self, method: str, principal: str) -> dict[str, Any] | None:
+        """The `method` list as the server last gave it, however old (None: never had):
+        what an upstream that cannot be asked now is known to serve."""
+        listed = self._lists.get(self._key(method, principal))
+        return None if listed is None else listed.result
+
     def changed(self, method: str) -> None:
         """The server's `notifications/<list>/list_changed` (heard anywhere): its list is
         fetched again when next asked."""
@@ -279,21 +285,26 @@ class UpstreamCatalog:
         result = said.get("result")
         raise Answered(result if isinstance(result, dict) else {})
 
-    def check_ref(self, ref: Any) -> None:
-        """A completion's reference to a prompt or a resource (template) must be shown.
+    def own_ref(self, ref: Any) -> Any:
+        """A completion's reference as the server knows it: a prompt by its own name (a
+        prefixed name without its prefix), a resource (template) by its URI; either
+        must be shown.
 
         Raises:
             UnknownTarget
         """
         if not isinstance(ref, dict):
-            return
+            return ref
         exposure = self.upstream.exposure
         if ref.get("type") == "ref/prompt" and isinstance(ref.get("name"), str):
-            if exposure.upstream_name("prompts/get", ref["name"]) is None:
+            own = exposure.upstream_name("prompts/get", ref["name"])
+            if own is None:
                 raise UnknownTarget("prompts/get", ref["name"])
-        elif ref.get("type") == "ref/resource" and isinstance(ref.get("uri"), str):
+            return ref if own == ref["name"] else {**ref, "name": own}
+        if ref.get("type") == "ref/resource" and isinstance(ref.get("uri"), str):
             if not exposure.shows("resources/read", ref["uri"]):
                 raise UnknownTarget("resources/read", ref["uri"])
+        return ref
 
     # -- pins -------------------------------------------------------------------------------
 
@@ -397,8 +408,9 @@ class Catalog:
             return params
         method = served.method
         if method == "completion/complete":
-            catalog.check_ref(params.get("ref"))
-            return params
+            ref = params.get("ref")
+            own_ref = catalog.own_ref(ref)
+            return params if own_ref is ref else {**params, "ref": own_ref}
         member = "uri" if method == "resources/read" else "name"
         name = params.get(member)
         if not isinstance(name, str):

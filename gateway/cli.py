@@ -340,7 +340,12 @@ def _legacy_line(config: GatewayConfig) -> str:
     legacy = config.legacy
     if not legacy.enabled:
         return "legacy lane: off (legacy.enabled: false): 2025 clients get 404 for initialize"
-    served = [u.name for u in config.upstreams if u.transport in LEGACY_TRANSPORTS]
+    joined = {name for e in config.endpoints if e.several for name in e.upstreams}
+    served = [
+        u.name
+        for u in config.upstreams
+        if u.transport in LEGACY_TRANSPORTS and u.name not in joined
+    ]
     bound = [u.name for u in config.upstreams if u.transport in BOUND_TRANSPORTS]
     line = f"legacy lane: on; 2025 clients served on: {', '.join(served) or 'none'}"
     if bound:
@@ -350,6 +355,27 @@ def _legacy_line(config: GatewayConfig) -> str:
             f"ended after {legacy.bound_session_idle_s:g} s without a request)"
         )
     return line
+
+
+def _endpoint_lines(config: GatewayConfig) -> list[str]:
+    """What `check-config` says of each endpoint: its path, its upstreams as clients see
+    their names, what a list does without one, and that 2025 clients are not yet served
+    on one of several upstreams."""
+    lines = []
+    by_name = {u.name: u for u in config.upstreams}
+    for endpoint in config.endpoints:
+        shown = ", ".join(
+            f"{name} as {by_name[name].prefix}<name>" if by_name[name].prefix else name
+            for name in endpoint.upstreams
+        )
+        line = f"endpoint {endpoint.path}: {shown}"
+        if endpoint.several:
+            line += (
+                f"; a list without an upstream that cannot be reached: "
+                f"{endpoint.on_upstream_down}; 2025 clients: not yet served here"
+            )
+        lines.append(line)
+    return lines
 
 
 def _print_mistakes(file: str, exc: ConfigError) -> None:
@@ -418,6 +444,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{u.name} ({u.path} -> {u.transport} {u.location})" for u in config.upstreams
             )
             print(f"{args.file}: OK; upstreams: {names}")
+            for line in _endpoint_lines(config):
+                print(line)
             print(_legacy_line(config))
             print(_tasks_line(config))
             print(audit_line(config.audit))

@@ -13,13 +13,15 @@ names their module); `tests/test_errors.py` holds it to the classes:
     ├── HttpError                      no JSON-RPC body (or one without id)
     │   ├── MethodNotAllowed           405  GET/DELETE on the MCP endpoint
     │   │   ├── LegacyMethodNotAllowed 405  not POST/GET/DELETE (gateway.legacy_clients.lane)
-    │   │   └── NoGetStreams           405  GET streams off (gateway.legacy_clients.lane)
+    │   │   ├── NoGetStreams           405  GET streams off (gateway.legacy_clients.lane)
+    │   │   └── LegacyStreamsNotYetServed 405  a 2025 GET, DELETE (gateway.web.endpoint)
     │   ├── NotAcceptable              406  Accept lacks json or event-stream
     │   ├── UnsupportedMediaType       415  Content-Type is not application/json
     │   ├── PayloadTooLarge            413  body over the configured limit
     │   ├── ForbiddenOrigin            403  Origin not allowed
     │   ├── SessionNotFound            404  legacy session gone (gateway.legacy_clients.upstream)
     │   ├── MissingSession             400  no legacy session id (gateway.legacy_clients.lane)
+    │   ├── LegacyNotYetServed         400  a 2025 POST, several upstreams (gateway.web.endpoint)
     │   └── AuthError                  401  headers per instance (gateway.auth.errors)
     │       ├── Unauthenticated        401  no usable credential (gateway.auth.errors)
     │       ├── InsufficientScope      403  a scope is missing (gateway.auth.errors)
@@ -31,7 +33,7 @@ names their module); `tests/test_errors.py` holds it to the classes:
     │   ├── MethodNotFound             -32601 / 404
     │   ├── InvalidParams              -32602 / 400
     │   │   ├── InvalidRequestState    -32602 / 400, one frozen message
-    │   │   └── UnknownTarget          -32602 / 400, a completion's hidden ref (gateway.catalog)
+    │   │   └── UnknownTarget          -32602 / 400, a hidden ref, no upstream (gateway.catalog)
     │   ├── HeaderMismatch             -32020 / 400
     │   ├── MissingClientCapability    -32021 / 400, data.requiredCapabilities
     │   ├── UnsupportedProtocolVersion -32022 / 400, data.supported / requested

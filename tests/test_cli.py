@@ -68,6 +68,27 @@ def test_check_config_says_whether_the_legacy_lane_is_on_and_for_which_upstreams
     assert "legacy lane: off" in capsys.readouterr().out
 
 
+def test_check_config_names_each_endpoints_upstreams_as_clients_see_them(
+    tmp_path: Path, capsys
+) -> None:
+    config = tmp_path / "joined.yaml"
+    config.write_text(
+        "upstreams:\n"
+        "  - {name: notes, url: 'http://127.0.0.1:9000/mcp'}\n"
+        "  - {name: tickets, url: 'http://127.0.0.1:9001/mcp'}\n"
+        "endpoints:\n"
+        "  - {path: /mcp, upstreams: [notes, tickets]}\n"
+    )
+    assert main(["check-config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "upstreams: notes (/mcp -> streamable-http" in out
+    assert (
+        "endpoint /mcp: notes as notes_<name>, tickets as tickets_<name>; a list without an "
+        "upstream that cannot be reached: omit; 2025 clients: not yet served here"
+    ) in out
+    assert "2025 clients served on: none" in out
+
+
 def test_check_config_names_the_tools_that_run_as_tasks(tmp_path: Path, capsys) -> None:
     config = tmp_path / "tasks.yaml"
     config.write_text(

@@ -231,6 +231,16 @@ FULL = {
             "approval": "destructive",
             "approval_ttl_s": 60,
         },
+        {"name": "solo", "url": UP["url"]},
+    ],
+    "endpoints": [
+        {
+            "path": "/solo",
+            "upstreams": ["solo"],
+            "prefix": "always",
+            "separator": "-",
+            "on_upstream_down": "fail",
+        }
     ],
 }
 

@@ -94,6 +94,7 @@ BASES: dict[str, dict[str, Any]] = {
         "client_secret_env": "SECRET",
     },
     "upstreams[].inputs[]": {"key": "k"},
+    "endpoints[]": {"path": "/e", "upstreams": ["u"]},
 }
 
 

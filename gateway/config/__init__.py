@@ -4,6 +4,8 @@
     section.py  typed reads of one YAML mapping; unknown keys are refused by key path
     loader.py   YAML and the environment in, a validated GatewayConfig out
     upstreams.py  one upstreams[] entry: transport, command or URL, key rules
+    endpoints.py  endpoints[]: several upstreams on one path
+    paths.py    which path serves each upstream (an endpoint's members), each path once
 
 Precedence, highest first: command-line flag (applied by `gateway.cli`, which merges
 it into the YAML data) > environment variable > file > dataclass default. This
@@ -11,6 +13,13 @@ package does no network I/O and imports neither aiohttp nor redis, so
 `mrtr-gateway check-config` stays light.
 """
 
+from gateway.config.endpoints import (
+    DOWN_FAIL,
+    DOWN_OMIT,
+    PREFIX_ALWAYS,
+    PREFIX_NONE,
+    EndpointConfig,
+)
 from gateway.config.loader import (
     ENV_KEYS,
     ENV_KEYS_FILE,
@@ -71,6 +80,11 @@ __all__ = [
     "ENV_REPLICA_ID",
     "ENV_STORE_URL",
     "BOUND_TRANSPORTS",
+    "DOWN_FAIL",
+    "DOWN_OMIT",
+    "PREFIX_ALWAYS",
+    "PREFIX_NONE",
+    "EndpointConfig",
     "LEGACY_TRANSPORTS",
     "NO_TASKS",
     "ISOLATE_CALLERS",

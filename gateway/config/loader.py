@@ -31,6 +31,7 @@ import yaml
 
 from gateway.config.audit import parse_audit
 from gateway.config.auth import parse_auth
+from gateway.config.endpoints import parse_endpoints
 from gateway.config.model import (
     FleetConfig,
     GatewayConfig,
@@ -43,6 +44,7 @@ from gateway.config.model import (
     StoreConfig,
     UpstreamConfig,
 )
+from gateway.config.paths import served_paths
 from gateway.config.section import Problems, Section
 from gateway.config.upstreams import no_scopes_without_auth, parse_upstream, unique
 from gateway.errors import ConfigError
@@ -269,6 +271,9 @@ def parse_config(
             f"set sealing.keys_file or {ENV_KEYS} (generate one with: mrtr-gateway keygen)"
         )
     entries = _upstreams(root, env, base)
+    endpoints = parse_endpoints(root, {u.name: i for i, u in entries})
+    entries = served_paths(root, entries, endpoints)
+    values["endpoints"] = tuple(e for _, e in endpoints)
     try:  # checked for the paths of the upstreams read (all of them, or a mistake is kept)
         values["auth"] = parse_auth(root.section("auth"), base, [u.path for _, u in entries])
     except ConfigError as exc:
@@ -367,8 +372,7 @@ def _upstreams(
         for i, item in enumerate(items)
     ]
     upstreams = [(i, u) for i, u in read if u is not None]
-    problems.attempt(lambda: unique(upstreams, "name"))
-    problems.attempt(lambda: unique(upstreams, "path"))
+    problems.attempt(lambda: unique(upstreams, "name"))  # paths: `parse_endpoints`
     return upstreams
 
 

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from gateway.auth import ClientCredentials
 from gateway.config.audit import AuditConfig
 from gateway.config.auth import AuthConfig
+from gateway.config.endpoints import EndpointConfig
 from gateway.protocol.exposure import EVERYTHING, Exposure, Globs, Shown
 from gateway.protocol.keys import KeyRule
 from gateway.protocol.translate import CachePolicy
@@ -428,6 +429,9 @@ class UpstreamConfig:
     approval_ttl_s: float = 0.0
     """How long one approval covers the same caller's calls of the same tool (as long as
     its definition does not change); 0 asks at every call."""
+    prefix: str = field(default="", metadata={"yaml": None})
+    """What clients see before each of its tool and prompt names: `<name><separator>` on
+    an endpoint that prefixes (`endpoints[].prefix`), else nothing (set by the loader)."""
     exposure: Exposure = field(
         default=EVERYTHING, init=False, repr=False, compare=False, metadata={"yaml": None}
     )
@@ -446,6 +450,7 @@ class UpstreamConfig:
             prompts=Globs(rules.prompts.allow, rules.prompts.deny),
             resources=Globs(rules.resources.allow, rules.resources.deny),
             shown=MappingProxyType(shown),
+            prefix=self.prefix,
         )
         object.__setattr__(self, "exposure", EVERYTHING if exposure.everything else exposure)
 
@@ -529,4 +534,23 @@ class GatewayConfig:
     )
     """This replica's name in records and logs."""
     upstreams: tuple[UpstreamConfig, ...] = field(default=(), metadata={"default": "required"})
-    """The legacy servers, each served on its own path: at least one."""
+    """The legacy servers, each served on its own path (or on its endpoint's): at least
+    one."""
+    endpoints: tuple[EndpointConfig, ...] = ()
+    """Several upstreams served on one path to 2026-07-28 clients: one list of each kind,
+    each call sent to the upstream whose name it calls (see endpoints.md)."""
+
+    def routes(self) -> list[tuple[str, tuple[UpstreamConfig, ...], EndpointConfig | None]]:
+        """Every MCP path served: its upstreams (an upstream on no endpoint alone on its
+        own path) and its endpoint, in the order of `upstreams`."""
+        by_name = {u.name: u for u in self.upstreams}
+        on = {name: e for e in self.endpoints for name in e.upstreams}
+        routes: list[tuple[str, tuple[UpstreamConfig, ...], EndpointConfig | None]] = []
+        for upstream in self.upstreams:
+            endpoint = on.get(upstream.name)
+            if endpoint is None:
+                routes.append((upstream.path, (upstream,), None))
+            elif endpoint.upstreams[0] == upstream.name:
+                members = tuple(by_name[n] for n in endpoint.upstreams)
+                routes.append((endpoint.path, members, endpoint))
+        return routes

@@ -8,6 +8,11 @@ that name only, and the upstream always gets its own. Whatever is hidden is abse
 every list and unknown everywhere it could be reached; the old name of a renamed tool
 is hidden likewise.
 
+On an endpoint of several upstreams that prefixes (`endpoints[].prefix: always`), every
+tool and prompt is shown with the upstream's `prefix` before the name it is otherwise
+shown by (its own, or the one it is renamed to): `notes_search`. A name without the
+prefix is unknown; resource URIs are never prefixed.
+
 Pure: the rules are data given by the configuration; results are dicts in and out.
 """
 
@@ -67,6 +72,11 @@ _KIND = {
 }
 
 
+#: The requests and lists whose names carry an upstream's prefix (never a URI).
+_PREFIXED = frozenset({"tools/call", "prompts/get"})
+_PREFIXED_LISTS = frozenset({"tools/list", "prompts/list"})
+
+
 @dataclass(frozen=True, slots=True)
 class Exposure:
     """One upstream's rules. `shown` is keyed by the server's own tool names."""
@@ -75,6 +85,8 @@ class Exposure:
     prompts: Globs = ALL
     resources: Globs = ALL
     shown: Mapping[str, Shown] = field(default_factory=lambda: _NOTHING_SHOWN)
+    #: Before every tool and prompt name clients see (`notes_`); "" for none.
+    prefix: str = ""
     # Exposed name -> the server's own, for the tools shown under another name.
     _upstream: Mapping[str, str] = field(init=False, repr=False, compare=False)
 
@@ -90,6 +102,7 @@ class Exposure:
             and self.prompts.everything
             and self.resources.everything
             and not self.shown
+            and not self.prefix
         )
 
     def globs(self, method: str) -> Globs:
@@ -102,6 +115,10 @@ class Exposure:
         """The server's own name (or URI) of what a client asks for by `name` in a request
         of `method` (`tools/call`, `prompts/get`, `resources/read`); None when it is hidden:
         the client must get exactly what an unknown name gets."""
+        if self.prefix and method in _PREFIXED:
+            if not name.startswith(self.prefix):
+                return None
+            name = name[len(self.prefix) :]
         if method == "tools/call":
             own = self._upstream.get(name, name)
             shown = self.shown.get(own)
@@ -117,7 +134,7 @@ class Exposure:
     def exposed_name(self, own: str) -> str:
         """The name clients see a tool of the server's by."""
         shown = self.shown.get(own)
-        return shown.name if shown is not None and shown.name else own
+        return self.prefix + (shown.name if shown is not None and shown.name else own)
 
     # -- lists on the way out --------------------------------------------------------------
 
@@ -140,6 +157,8 @@ class Exposure:
                 continue  # the server's own tool of a name another is shown under
             if method == "tools/list" and own in self.shown:
                 entry = _shown_as(entry, self.shown[own])
+            if self.prefix and method in _PREFIXED_LISTS and isinstance(entry, dict):
+                entry = {**entry, "name": self.prefix + entry["name"]}
             kept.append(entry)
         return {**result, listed.member: kept}
 

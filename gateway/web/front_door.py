@@ -250,13 +250,14 @@ def add_metadata_routes(app: web.Application, config: GatewayConfig) -> None:
     auth = config.auth
     if auth is None or auth.oauth is None:
         return
-    for upstream in config.upstreams:
-        document = route_metadata(auth.route(upstream.path))
-        inserted, root = well_known_paths(upstream.path)
+    served = sorted({u.path for u in config.upstreams})  # an endpoint's upstreams share one
+    for route in served:
+        document = route_metadata(auth.route(route))
+        inserted, root = well_known_paths(route)
         # Behind a proxy that adds a path prefix (public_url https://h/base), the challenge
         # names .../oauth-protected-resource/base/mcp: the proxy may pass it on unchanged.
-        advertised = urlsplit(metadata_url(auth.public_url, upstream.path)).path
-        paths = {inserted, advertised} | ({root} if len(config.upstreams) == 1 else set())
+        advertised = urlsplit(metadata_url(auth.public_url, route)).path
+        paths = {inserted, advertised} | ({root} if len(served) == 1 else set())
         for path in sorted(paths):
             app.router.add_get(path, _serve_document(document))
 

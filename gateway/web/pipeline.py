@@ -12,7 +12,11 @@ Every request on the MCP endpoint takes the same steps, in `Pipeline.handle`:
    (`FrontDoor.check_request`, the lanes');
 4. **dispatched** through a table to what serves it: a 2026 request to its method's
    server (`gateway.web.handlers.ModernLane.served_by`), a 2025 client's POST, GET or
-   DELETE to the legacy lane (`gateway.legacy_clients.lane`), by HTTP method;
+   DELETE to the legacy lane (`gateway.legacy_clients.lane`), by HTTP method. On an
+   endpoint of several upstreams (`gateway.web.endpoint`) a 2026 request is first
+   dispatched to the upstream it is for (a call, by the name or URI it names), or to
+   the endpoint as a whole (its merged lists, `server/discover`), before the `calling`
+   seam and the target's scopes;
 5. **ended** in one place, `Pipeline._end`: the request's `request_served` line, its
    metrics and the `ended` seam (`gateway.seams`), for both eras. An error after the
    request was read is logged once (`request_failed`, `_failed`) and answered by the
@@ -54,6 +58,12 @@ from gateway.tasks.service import Tasks
 from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool
 from gateway.web.channel import ResponseChannel
+from gateway.web.endpoint import (
+    EndpointLane,
+    LegacyNotYetServed,
+    LegacyStreamsNotYetServed,
+    MemberLane,
+)
 from gateway.web.front_door import FrontDoor
 from gateway.web.handlers import ModernLane
 from gateway.web.middleware import closing_refusal, error_response, rejected
@@ -156,11 +166,14 @@ class Pipeline:
         legacy: LegacyLane | None = None,
         *,
         seams: Seams = NO_SEAMS,
+        endpoint: EndpointLane | None = None,
     ) -> None:
         """`legacy`: the route's legacy lane, None when it is off (`legacy.enabled`);
         `tasks`: the tasks extension's service; `seams`: where capabilities hook in (the
-        legacy lane is handed the same)."""
-        self.name = upstream.name
+        legacy lane is handed the same); `endpoint`: the route is an endpoint of several
+        upstreams (`upstream` its first), whose 2026 requests are dispatched to one."""
+        self.name = upstream.name if endpoint is None else "+".join(endpoint.members)
+        self.endpoint = endpoint
         self.limits = config.limits
         self.front_door = front_door
         self.legacy = legacy
@@ -187,6 +200,10 @@ class Pipeline:
         )
         #: What serves a 2026 request, by its method (`classify` lets no other through).
         self.served_by = self.modern.served_by()
+        #: What serves a 2026 request on a route of one upstream.
+        self.own = MemberLane(self.modern, self.served_by, front_door)
+        #: A 2025 client's request is refused here rather than served as a 2026 one's.
+        self.legacy_refused = endpoint is not None and config.legacy.enabled
         self.legacy_family: Family | None = None
         #: What serves a 2025 client's request, by HTTP method (a POST: `_legacy_post`).
         self.legacy_verbs: dict[str, Verb] = {}
@@ -210,6 +227,8 @@ class Pipeline:
         legacy = self.legacy
         if legacy is not None and lane_of("POST", headers, decoded) is _LEGACY:
             return await self._legacy_post(request, legacy, caller, headers, body, decoded)
+        if self.legacy_refused and lane_of("POST", headers, decoded) is _LEGACY:
+            raise LegacyNotYetServed()
         try:
             message = inbound.classify(decoded, headers, duplicate)
         except RpcError as exc:
@@ -235,14 +254,17 @@ class Pipeline:
             upstream=self.name,
         )
         result = failure = None
+        member = self.own
         with _NO_SPAN if not TRACING.enabled else _span(message, self.name):
             try:
+                if self.endpoint is not None:  # the upstream it is for, or the whole
+                    member = await self.endpoint.dispatch(served, message)
                 if self.seams.calling and method in CALLING:
                     message = await self._entering(served, message)
-                self.front_door.check_request(caller, method, message.params)
-                result = await self.served_by[method](served, message, headers, channel)
+                member.door.check_request(caller, method, message.params)
+                result = await member.served_by[method](served, message, headers, channel)
             except Answered as answered:  # by a seam, as the upstream would have
-                result = self.modern.answered(message, answered.result)
+                result = member.lane.answered(message, answered.result)
             except RpcError as exc:
                 failure = exc
                 self._failed(served, exc)
@@ -265,6 +287,10 @@ class Pipeline:
         """
         legacy = self.legacy
         if legacy is None:
+            if self.legacy_refused and request.method in ("GET", "DELETE"):
+                headers, _ = inbound.read_headers(request.headers.items())
+                if lane_of(request.method, headers) is _LEGACY:
+                    raise LegacyStreamsNotYetServed()
             raise MethodNotAllowed()
         headers, _ = inbound.read_headers(request.headers.items())
         if lane_of(request.method, headers) is not _LEGACY:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.catalog import Catalog, ToolNotApproved, UpstreamCatalog
+from gateway.catalog import Catalog, ToolNotApproved, UnknownTarget, UpstreamCatalog
 from gateway.config import parse_config
 from gateway.errors import UpstreamRpcError
 from gateway.protocol.capabilities import NO_CAPABILITIES
@@ -162,3 +162,26 @@ async def test_a_change_heard_for_an_upstream_reaches_its_catalog_only() -> None
     await listed(fleet["notes"])
     await listed(fleet["other"])
     assert (len(lists.asked), len(others.asked)) == (4, 2)
+
+
+async def test_on_a_prefixing_endpoint_names_and_refs_reach_the_server_by_its_own() -> None:
+    clock, lists = ManualClock(), Lists()
+    config = parse_config(
+        {
+            "upstreams": [{"name": "notes", "url": "http://notes.invalid/mcp"}],
+            "endpoints": [{"path": "/mcp", "upstreams": ["notes"], "prefix": "always"}],
+        },
+        env={"MRTR_GATEWAY_SEALING_KEYS": generate_key()},
+    )
+    up = UpstreamCatalog(config.upstreams[0], lists, MemoryPins(), clock)  # type: ignore[arg-type]
+    assert await listed(up) == ["notes_read_note", "notes_delete_note", "notes_list_notes"]
+    assert await up.admit("tools/call", "notes_read_note", NO_CAPABILITIES, "alice") == "read_note"
+    with pytest.raises(Answered) as bare:  # without its prefix: what an unknown name gets
+        await up.admit("tools/call", "read_note", NO_CAPABILITIES, "alice")
+    assert bare.value.result["content"][0]["text"] == "Unknown tool: read_note"
+    prompt = {"type": "ref/prompt", "name": "notes_interview"}
+    assert up.own_ref(prompt) == {"type": "ref/prompt", "name": "interview"}
+    with pytest.raises(UnknownTarget):
+        up.own_ref({"type": "ref/prompt", "name": "interview"})
+    resource = {"type": "ref/resource", "uri": "note://1"}
+    assert up.own_ref(resource) is resource  # a URI is never prefixed

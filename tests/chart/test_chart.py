@@ -146,6 +146,23 @@ def test_the_catalog_and_isolation_reach_the_config() -> None:
     assert (notes.pool.isolation, notes.pool.max_opening) == ("caller", 2)
 
 
+def test_an_endpoint_of_several_upstreams_reaches_the_config() -> None:
+    upstreams = [
+        {"name": "notes", "url": "http://notes/mcp"},
+        {"name": "tickets", "url": "http://tickets/mcp"},
+    ]
+    endpoint = {"path": "/mcp", "upstreams": ["notes", "tickets"], "on_upstream_down": "fail"}
+    values = {"config": {"upstreams": upstreams, "endpoints": [endpoint]}}
+    config = gateway_config(render(values), env={})
+    (joined,) = config.endpoints
+    assert (joined.path, joined.upstreams, joined.on_upstream_down) == (
+        "/mcp",
+        ("notes", "tickets"),
+        "fail",
+    )
+    assert [u.prefix for u in config.upstreams] == ["notes_", "tickets_"]
+
+
 def test_approvals_reach_the_config() -> None:
     upstream = {
         "name": "notes",
@@ -307,6 +324,12 @@ def test_configurations_that_cannot_work_are_refused_at_render_time(
         {"config": {"upstreams": [{"name": "x", "url": "http://x", "expose": {"tool": {}}}]}},
         {"config": {"upstreams": [{"name": "x", "url": "http://x", "pool": {"isolation": "x"}}]}},
         {"config": {"upstreams": [{"name": "x", "url": "http://x", "approval": "sometimes"}]}},
+        {
+            "config": {
+                "upstreams": [{"name": "x", "url": "http://x"}],
+                "endpoints": [{"path": "/mcp", "upstreams": ["x"], "prefix": "sometimes"}],
+            }
+        },
         {"config": {"upstreams": [{"name": "x", "url": "http://x", "approval_ttl_s": -1}]}},
         {
             "config": {
