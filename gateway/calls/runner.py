@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import structlog
@@ -52,6 +53,9 @@ from gateway.tracing import TRACING
 from gateway.upstream.port import Inbox, StreamEnd, UpstreamPool
 
 log = structlog.get_logger("gateway.calls")
+
+# Without tracing a round's span is not asked for: its attributes are not made either.
+_NO_SPAN = nullcontext()
 
 Notify = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -202,9 +206,7 @@ class Runner:
         started = self.clock.monotonic()
         outcome = "error"
         try:
-            with TRACING.span(
-                "mcp round", attributes={"mcp.call": call.id, "mcp.round": call.machine.round}
-            ):
+            with _NO_SPAN if not TRACING.enabled else _round_span(call):
                 result = await self._round(call, front, notify, answers or [], request)
             outcome = str(result.get("resultType", "complete"))
             return result
@@ -352,6 +354,13 @@ class Runner:
             cache=call.upstream.cache,
             cacheable=machine.round == 0,
         )
+
+
+def _round_span(call: LiveCall) -> AbstractContextManager[object]:
+    """The span of one round of `call` (tracing on)."""
+    return TRACING.span(
+        "mcp round", attributes={"mcp.call": call.id, "mcp.round": call.machine.round}
+    )
 
 
 def round_context(front: FrontRequest) -> RoundContext:
