@@ -137,10 +137,7 @@ class UpstreamCatalog:
     def judges_calls(self) -> bool:
         """Whether a call may be refused or renamed here: some name hidden or shown under
         another, or a drifted tool blocked. Else every call goes on as it came."""
-        return (
-            self.upstream.exposure.hides_any()
-            or self.upstream.catalog.pinning == PINNING_BLOCK
-        )
+        return self.upstream.exposure.hides_any() or self.upstream.catalog.pinning == PINNING_BLOCK
 
     def _key(self, method: str, principal: str) -> tuple[str, str | None]:
         return method, principal if self.upstream.catalog.per_caller else None
