@@ -133,7 +133,7 @@ class Runner:
             upstream=upstream.name,
             method=front.method,
             target=front.target,
-            replayed_answers=sum(len(v) for v in known.values()),
+            replayed_answers=sum(map(len, known.values())),
         )
         if session.held.items and (held := session.held.take()):
             # The server asked the session's caller something while no call of theirs ran
