@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import Any
 
 import structlog
@@ -53,9 +53,6 @@ from gateway.tracing import TRACING
 from gateway.upstream.port import Inbox, StreamEnd, UpstreamPool
 
 log = structlog.get_logger("gateway.calls")
-
-# Without tracing a round's span is not asked for: its attributes are not made either.
-_NO_SPAN = nullcontext()
 
 Notify = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -206,7 +203,10 @@ class Runner:
         started = self.clock.monotonic()
         outcome = "error"
         try:
-            with _NO_SPAN if not TRACING.enabled else _round_span(call):
+            if TRACING.enabled:
+                with _round_span(call):
+                    result = await self._round(call, front, notify, answers or [], request)
+            else:  # no span, nor a do-nothing context entered and left every round
                 result = await self._round(call, front, notify, answers or [], request)
             outcome = str(result.get("resultType", "complete"))
             return result
