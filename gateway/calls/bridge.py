@@ -9,7 +9,7 @@ differs between a replica alone and one of a fleet, `replicas`'.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -143,15 +143,13 @@ class Bridge:
     def parked(self) -> int:
         return self.calls.parked
 
-    def handle(
+    async def handle(
         self, upstream: UpstreamConfig, front: FrontRequest, principal: str, notify: Notify
-    ) -> Awaitable[dict[str, Any]]:
-        """Serve one interruptible request: its 2026 result, to await. (The runner's or
-        the retries' own coroutine, handed on: no frame of the bridge's stays in a call's
-        chain of awaits, resumed each time the call wakes.)
+    ) -> dict[str, Any]:
+        """Serve one interruptible request; return its 2026 result.
 
         Raises:
-            RpcError: every failure, with its wire mapping (Draining as it is called).
+            RpcError: every failure, with its wire mapping.
         """
         digest = state.RequestDigest(front.method, front.target, front.params.get("arguments"))
         token = front.params.get("requestState")
@@ -161,8 +159,8 @@ class Bridge:
             if self.draining:
                 raise Draining()
             known = {key: [answer] for key, answer in responses.items()}
-            return self.runner.start(upstream, front, principal, digest, notify, known=known)
-        return self.retries.handle(upstream, front, token, principal, digest, notify)
+            return await self.runner.start(upstream, front, principal, digest, notify, known=known)
+        return await self.retries.handle(upstream, front, token, principal, digest, notify)
 
     async def abandon(
         self, upstream: UpstreamConfig, token: str, principal: str, front: FrontRequest
