@@ -133,6 +133,12 @@ class UpstreamCatalog:
     def caching(self) -> bool:
         return self.ttl_s > 0
 
+    @property
+    def judges_calls(self) -> bool:
+        """Whether a call may be refused or renamed here: some name hidden or shown under
+        another, or a drifted tool blocked. Else every call goes on as it came."""
+        return self.upstream.exposure.hides_any() or self.upstream.catalog.pinning == PINNING_BLOCK
+
     def _key(self, method: str, principal: str) -> tuple[str, str | None]:
         return method, principal if self.upstream.catalog.per_caller else None
 
@@ -377,12 +383,14 @@ class Catalog:
     def seams(self, others: Seams = NO_SEAMS) -> Seams:
         """`others` with the catalog's seams first (a hidden name is refused before any
         other capability sees the call; a list is shown as the rules say before another
-        sees it)."""
+        sees it). Where no upstream's rules judge calls, the `calling` seam is not
+        plugged: a call would pass it unchanged, for a few coroutines per call."""
+        judging = any(catalog.judges_calls for catalog in self._catalogs.values())
         return dataclasses.replace(
             others,
             lists=self.lists if others.lists is None else others.lists,
             listing=(self.listing, *others.listing),
-            calling=(self.calling, *others.calling),
+            calling=(self.calling, *others.calling) if judging else others.calling,
         )
 
     async def lists(
@@ -404,7 +412,7 @@ class Catalog:
             UnknownTarget, ToolNotApproved
         """
         catalog = self._catalogs.get(served.upstream)
-        if catalog is None:
+        if catalog is None or not catalog.judges_calls:
             return params
         method = served.method
         if method == "completion/complete":

@@ -130,7 +130,7 @@ class Registry(Mapping[str, LiveCall]):
             self._parked_by[call.principal] -= 1
             if self._parked_by[call.principal] <= 0:
                 del self._parked_by[call.principal]
-        if call.phase is Phase.SUSPENDED:
+        if call.machine.phase is Phase.SUSPENDED:
             self.parked += 1
             self._parked_by[call.principal] += 1
 
@@ -232,9 +232,10 @@ class Lifecycle:
             RoundInProgress: the round is being resumed here already (an earlier sending
                 of the retry, whose claimer died, reached this replica first).
         """
-        if call.phase in FINAL_PHASES:
+        phase = call.machine.phase
+        if phase in FINAL_PHASES:
             raise CallLost()
-        if call.phase is not Phase.SUSPENDED or call.machine.round != round_:
+        if phase is not Phase.SUSPENDED or call.machine.round != round_:
             raise RoundInProgress()
         self._fire(call, Trigger.RESUME)
         call.resumed = round_
@@ -343,8 +344,9 @@ class Lifecycle:
     def _fire(self, call: LiveCall, trigger: Trigger, reason: str = "") -> Ending | None:
         """Move the call's phase (the one place), keeping the registry's counts in step;
         what its ending requires when the phase it reaches is final."""
-        before = call.phase
-        ending = call.machine.fire(trigger, reason)
+        machine = call.machine
+        before = machine.phase
+        ending = machine.fire(trigger, reason)
         self.calls.moved(call, before)
         return ending
 

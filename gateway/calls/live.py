@@ -66,10 +66,12 @@ class LiveCall:
     session_released: bool = False
     # What the audit trail knows of it (None: no trail, or not yet begun there).
     trail: Traced | None = None
+    # Its machine's call id, for its whole life: an attribute, read at every step of a
+    # call (a property read is a call of its own on Python 3.11).
+    id: str = field(init=False)
 
-    @property
-    def id(self) -> str:
-        return self.machine.call_id
+    def __post_init__(self) -> None:
+        self.id = self.machine.call_id
 
     @property
     def phase(self) -> Phase:

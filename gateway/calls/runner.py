@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import structlog
@@ -129,7 +130,7 @@ class Runner:
             upstream=upstream.name,
             method=front.method,
             target=front.target,
-            replayed_answers=sum(len(v) for v in known.values()),
+            replayed_answers=sum(map(len, known.values())),
         )
         if session.held.items and (held := session.held.take()):
             # The server asked the session's caller something while no call of theirs ran
@@ -202,9 +203,10 @@ class Runner:
         started = self.clock.monotonic()
         outcome = "error"
         try:
-            with TRACING.span(
-                "mcp round", attributes={"mcp.call": call.id, "mcp.round": call.machine.round}
-            ):
+            if TRACING.enabled:
+                with _round_span(call):
+                    result = await self._round(call, front, notify, answers or [], request)
+            else:  # no span, nor a do-nothing context entered and left every round
                 result = await self._round(call, front, notify, answers or [], request)
             outcome = str(result.get("resultType", "complete"))
             return result
@@ -352,6 +354,13 @@ class Runner:
             cache=call.upstream.cache,
             cacheable=machine.round == 0,
         )
+
+
+def _round_span(call: LiveCall) -> AbstractContextManager[object]:
+    """The span of one round of `call` (tracing on)."""
+    return TRACING.span(
+        "mcp round", attributes={"mcp.call": call.id, "mcp.round": call.machine.round}
+    )
 
 
 def round_context(front: FrontRequest) -> RoundContext:

@@ -197,6 +197,10 @@ class RoundContext:
     log_level: str | None = None
 
 
+#: The context of a machine no request has served yet (one for all: it is frozen).
+NO_ROUND_CONTEXT = RoundContext(NO_CAPABILITIES)
+
+
 @dataclass(frozen=True, slots=True)
 class RelayToClient:
     """Send this notification on the client's response stream."""
@@ -265,7 +269,7 @@ class CallMachine:
     round: int = 0  # suspensions so far; state minted at suspension n resumes round n
     pending: dict[str, Pending] = field(default_factory=dict)
     journal: list[dict[str, Any]] = field(default_factory=list)
-    ctx: RoundContext = field(default_factory=lambda: RoundContext(NO_CAPABILITIES))
+    ctx: RoundContext = NO_ROUND_CONTEXT
 
     def fire(self, trigger: Trigger, reason: str = "") -> Ending | None:
         """Move to the next phase; in a final one, what its ending requires (`reason` is

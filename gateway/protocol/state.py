@@ -346,7 +346,7 @@ def log_id_of(principal: str, salt: bytes) -> str:
 
 
 def new_call_id() -> str:
-    return _b64u(secrets.token_bytes(16))
+    return secrets.token_urlsafe(16)  # 16 random bytes in base64url, unpadded
 
 
 #: Between a call's first id and what a run of it again adds (no base64url character).

@@ -21,13 +21,34 @@ from gateway.errors import (
     UpstreamRpcError,
 )
 from gateway.protocol import listen, methods
-from gateway.protocol.inbound import SERVER_INFO_KEY, TRACE_KEYS, FrontRequest
+from gateway.protocol.inbound import (
+    CLIENT_CAPABILITIES_KEY,
+    CLIENT_INFO_KEY,
+    LOG_LEVEL_KEY,
+    PROTOCOL_VERSION_KEY,
+    SERVER_INFO_KEY,
+    TRACE_KEYS,
+    FrontRequest,
+)
 from gateway.protocol.tasks import EXTENSION as TASKS_EXTENSION
 from gateway.protocol.versions import UPSTREAM_VERSIONS, Version, front_supported
 
 #: Members of a 2026 request never sent upstream: MRTR's, and the removed 2025-11-25
 #: `task` augmentation (the tasks extension says to ignore it).
 _MRTR_PARAMS = ("inputResponses", "requestState", "task")
+#: The `_meta` keys of a 2026 request that never go upstream, known without reading them
+#: apart (every request has some): its envelope's (reserved), its progress token, its
+#: trace context.
+_DROPPED_META = frozenset(
+    {
+        PROTOCOL_VERSION_KEY,
+        CLIENT_CAPABILITIES_KEY,
+        CLIENT_INFO_KEY,
+        LOG_LEVEL_KEY,
+        "progressToken",
+        *TRACE_KEYS,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +117,7 @@ def upstream_params(front: FrontRequest, progress_token: str | None) -> dict[str
     meta = {
         k: v
         for k, v in front.params.get("_meta", {}).items()
-        if not is_reserved_meta_key(k) and k != "progressToken" and k not in TRACE_KEYS
+        if k not in _DROPPED_META and not is_reserved_meta_key(k)
     }
     for key, value in front.trace.items():
         meta.setdefault(key, value)  # trace context travels in _meta, the MCP convention

@@ -198,67 +198,67 @@ class TimedStore:
         self.in_process = inner.in_process
 
     async def park(self, record: SuspendedCall) -> None:
-        async with self.metrics.timed_store("park"):
+        with self.metrics.timed_store("park"):
             await self.inner.park(record)
 
     async def get(self, call_id: str) -> SuspendedCall | None:
-        async with self.metrics.timed_store("get"):
+        with self.metrics.timed_store("get"):
             return await self.inner.get(call_id)
 
     async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
-        async with self.metrics.timed_store("claim"):
+        with self.metrics.timed_store("claim"):
             return await self.inner.claim(call_id, round_, claimer)
 
     async def claim_delivering(
         self, call_id: str, round_: int, claimer: str, delivery: Delivery
     ) -> tuple[SuspendedCall | None, bool | None]:
-        async with self.metrics.timed_store("claim"):
+        with self.metrics.timed_store("claim"):
             return await self.inner.claim_delivering(call_id, round_, claimer, delivery)
 
     async def steal(
         self, call_id: str, round_: int, dead: str, claimer: str
     ) -> SuspendedCall | None:
-        async with self.metrics.timed_store("steal"):
+        with self.metrics.timed_store("steal"):
             return await self.inner.steal(call_id, round_, dead, claimer)
 
     async def delete(self, call_id: str, kept: Kept | None = None) -> None:
-        async with self.metrics.timed_store("delete"):
+        with self.metrics.timed_store("delete"):
             await self.inner.delete(call_id, kept)
 
     async def forget(
         self, call_id: str, principal: str, kept: Kept | None = None, reply: Reply | None = None
     ) -> bool:
-        async with self.metrics.timed_store("forget"):
+        with self.metrics.timed_store("forget"):
             return await self.inner.forget(call_id, principal, kept, reply)
 
     async def hold(self, principal: str, call_id: str, until_ms: int, cap: int) -> bool:
-        async with self.metrics.timed_store("hold"):
+        with self.metrics.timed_store("hold"):
             return await self.inner.hold(principal, call_id, until_ms, cap)
 
     async def unhold(self, principal: str, call_id: str) -> None:
-        async with self.metrics.timed_store("unhold"):
+        with self.metrics.timed_store("unhold"):
             await self.inner.unhold(principal, call_id)
 
     async def park_held(
         self, record: SuspendedCall, until_ms: int, cap: int, kept: Kept | None = None
     ) -> bool:
-        async with self.metrics.timed_store("park"):
+        with self.metrics.timed_store("park"):
             return await self.inner.park_held(record, until_ms, cap, kept)
 
     async def recall(self, call_id: str, round_: int) -> bytes | None:
-        async with self.metrics.timed_store("recall"):
+        with self.metrics.timed_store("recall"):
             return await self.inner.recall(call_id, round_)
 
     async def give_back(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
-        async with self.metrics.timed_store("give_back"):
+        with self.metrics.timed_store("give_back"):
             return await self.inner.give_back(claim, untake=untake)
 
     async def take(self, record: SuspendedCall, owner: str) -> bool:
-        async with self.metrics.timed_store("take"):
+        with self.metrics.timed_store("take"):
             return await self.inner.take(record, owner)
 
     async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
-        async with self.metrics.timed_store("restore"):
+        with self.metrics.timed_store("restore"):
             return await self.inner.restore(record, until_ms)
 
     async def ping(self) -> bool:

@@ -152,7 +152,7 @@ class Tasks:
                     raise TasksHeldBack()
                 raise tasks.extension_required(f"The tool {front.target!r}")
             return await self.bridge.handle(upstream, front, principal, notify)
-        if not policy.enabled or not front.envelope.tasks:
+        if not front.envelope.tasks or not policy.enabled:
             if policy.support == TASK_REQUIRED:
                 raise tasks.extension_required(f"The tool {front.target!r}")
             return await self.bridge.handle(upstream, front, principal, notify)

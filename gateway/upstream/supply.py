@@ -83,6 +83,7 @@ class SessionSupply:
         self.maker.on_change = on_change
         self.demand = Demand()
         self._isolated = limits.isolation != SHARE_SESSIONS
+        self._share = limits.calls_per_session  # read a few times by every call
         self._slots = Slots(name, limits.max_sessions, limits.acquire_timeout_s)
         self._closing = False
         self._idle = IdleSessions()
@@ -369,10 +370,6 @@ class SessionSupply:
         elif session is self._own:
             self._own = None
             self._forget(session)
-
-    @property
-    def _share(self) -> int:
-        return self.limits.calls_per_session
 
     def _usable(self, session: PooledSession) -> bool:
         return (

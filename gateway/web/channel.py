@@ -76,7 +76,8 @@ class ResponseChannel:
 
     async def finish(self, message: dict[str, Any], status: int = 200) -> web.StreamResponse:
         """Send the final JSON-RPC message; on a stream nothing may follow it."""
-        await self.close()
+        if self._timer is not None or self._keepalive is not None:  # not closed yet
+            await self.close()
         body = jsonrpc.dumps(message)
         if len(body) >= LARGE_BYTES:
             await asyncio.sleep(0)  # a large result: written in a step of its own
@@ -92,7 +93,8 @@ class ResponseChannel:
     async def cut_short(self) -> web.StreamResponse:
         """End a stream already begun without a final message: the client may take it
         as a dropped connection (a listen cut short, to be opened again)."""
-        await self.close()
+        if self._timer is not None or self._keepalive is not None:  # not closed yet
+            await self.close()
         async with self._guard():
             stream = await self._commit()
             await stream.write_eof()
@@ -105,8 +107,11 @@ class ResponseChannel:
         return web.Response(body=body, status=status, content_type="application/json")
 
     async def close(self) -> None:
+        """Stop keeping the response alive. The pipeline closes a channel before it
+        answers: `finish` then has nothing left to close, and awaits nothing for it."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self._keepalive is not None:
             await cancel_and_wait(self._keepalive)
+            self._keepalive = None

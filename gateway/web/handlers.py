@@ -105,9 +105,12 @@ class ModernLane:
         """
         task_support = None
         if message.method == "tools/call":
-            declared = await self.tool_headers.for_tool(message.target)
+            tools = self.tool_headers
+            if tools.stale():
+                await tools.reload()
+            declared = tools.for_tool(message.target)
             params.check_param_headers(declared, message.params.get("arguments"), headers)
-            task_support = self.tool_headers.task_support(message.target)
+            task_support = tools.task_support(message.target)
         channel.start_keepalive()
         caller = served.caller
         result = await self.tasks.call(

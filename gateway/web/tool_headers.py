@@ -49,19 +49,24 @@ class ToolHeaders:
                 else:
                     self._task_support.pop(tool["name"], None)
 
-    async def for_tool(self, name: str | None) -> dict[str, str]:
-        now = self._clock.monotonic()
-        stale = self._loaded_at is None or now - self._loaded_at > self._refresh_s
-        if stale:
-            await self._reload()
+    def stale(self) -> bool:
+        """Whether the listing is due to be fetched (`reload`) before it is read: never
+        fetched yet, or not for `refresh_s`. (A test apart from the fetch: a fresh listing,
+        nearly every call, is read with no coroutine made.)"""
+        loaded_at = self._loaded_at
+        return loaded_at is None or self._clock.monotonic() - loaded_at > self._refresh_s
+
+    def for_tool(self, name: str | None) -> dict[str, str]:
+        """The `Mcp-Param-*` headers the tool declares, as last learnt (after `reload`
+        when `stale`)."""
         return self._declared.get(name or "", {})
 
     def task_support(self, name: str | None) -> str | None:
         """The tool's `execution.taskSupport` (`required`, `optional`) as last learnt, or
-        None (after `for_tool`, which keeps the listing fresh)."""
+        None (after `reload` when `stale`, as `for_tool`)."""
         return self._task_support.get(name or "")
 
-    async def _reload(self) -> None:
+    async def reload(self) -> None:
         """Fetch the whole listing aside and swap it in: validation never sees a half map."""
         self._loaded_at = self._clock.monotonic()
         fresh = ToolHeaders(self._fetch, clock=self._clock, refresh_s=self._refresh_s)

@@ -171,13 +171,15 @@ class HttpWire:
         with mapped_errors("opening a GET stream"):
             return await self._request("GET", headers)
 
-    async def _request(
+    def _request(
         self, method: str, headers: dict[str, str], message: dict[str, Any] | None = None
-    ) -> Http1Response:
-        """Redirects are never followed: the headers (credentials) would go along."""
+    ) -> Awaitable[Http1Response]:
+        """The request's response, to await. Redirects are never followed: the headers
+        (credentials) would go along. (The client's coroutine itself, not one of ours
+        around it: a frame fewer to resume while the server answers.)"""
         body = jsonrpc.dumps(message) if message is not None else b""
         endpoint = self.endpoint
-        return await self.http.request(
+        return self.http.request(
             method,
             endpoint.url,
             headers,
