@@ -1,0 +1,158 @@
+"""Two real mcp 1.x servers behind one endpoint, on a fleet: three `mrtr-gateway serve`
+processes on one Redis behind a round-robin balancer. A 2026-07-28 client lists both
+servers' tools with their prefixes on every replica, runs an elicitation tool of each
+server with each round answered through another replica than the one that asked, and gets
+each server's own result (each server ran only its own call); a task of the second server
+is polled and answered through other replicas to its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp.test_utils import TestServer
+
+from gateway.protocol.state import generate_key
+from gateway.protocol.tasks import EXTENSION
+from tests.peers.balancer import RoundRobin
+from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer, started_together
+from tests.support.fleet import Fleet
+from tests.support.legacy import legacy_tool
+from tests.support.outcome import LOG_TAIL, failed
+from tests.support.wire import ALL_CAPS, rpc
+
+pytestmark = pytest.mark.peers
+
+WITH_TASKS = {**ALL_CAPS, "extensions": {EXTENSION: {}}}
+SHOWN_WITHIN_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def tickets() -> Iterator[LegacyServer]:
+    """The second server (the session's `legacy` is the first, `notes`)."""
+    server = LegacyServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def joined_fleet(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    redis_server: RedisServer,
+    legacy: LegacyServer,
+    tickets: LegacyServer,
+) -> AsyncIterator[Fleet]:
+    task = {"support": "optional", "poll_interval_ms": 100}
+    config = {
+        "store": {"url": redis_server.url, "key_prefix": f"t{uuid.uuid4().hex[:8]}:"},
+        "sealing": {"audience": "endpoints-test"},
+        "upstreams": [
+            {"name": "notes", "url": legacy.url},
+            {"name": "tickets", "url": tickets.url, "tools": {"greet": {"task": task}}},
+        ],
+        "endpoints": [{"path": "/mcp", "upstreams": ["notes", "tickets"]}],
+    }
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key()}
+    replicas = await started_together(
+        *(partial(GatewayProcess, path, env, f"replica-{i}") for i in range(3))
+    )
+    balancer = RoundRobin([r.base for r in replicas])
+    lb = TestServer(balancer.app(), host="127.0.0.1")
+    await lb.start_server()
+    fleet = Fleet(list(replicas), balancer, lb, "")
+    try:
+        yield fleet
+    finally:
+        await fleet.http.close()
+        await lb.close()
+        await asyncio.gather(*(asyncio.to_thread(r.stop) for r in replicas))
+        if failed(request):
+            for replica in replicas:
+                print(f"--- {replica.replica_id} ---\n{replica.logs()[-LOG_TAIL:]}")
+
+
+async def on(fleet: Fleet, replica: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    status, reply = await fleet.post(f"{fleet.replicas[replica].base}/mcp", body)
+    assert isinstance(reply, dict), reply
+    return status, reply
+
+
+async def greets(url: str, run_id: str) -> int:
+    """How many times `greet` ran for `run_id` on the server at `url` (asked of it)."""
+    return int(await legacy_tool(url, "runs", {"tool": "greet", "run_id": run_id}))
+
+
+async def test_each_servers_rounds_answered_on_other_replicas_reach_their_own_server(
+    joined_fleet: Fleet, legacy: LegacyServer, tickets: LegacyServer
+) -> None:
+    fleet = joined_fleet
+    for replica in range(3):
+        _, listed = await on(fleet, replica, rpc("tools/list"))
+        shown = {t["name"] for t in listed["result"]["tools"]}
+        assert {"notes_greet", "tickets_greet", "notes_echo", "tickets_echo"} <= shown
+    run_id = uuid.uuid4().hex
+    for asked_on, (tool, name) in enumerate((("notes_greet", "alice"), ("tickets_greet", "bob"))):
+        body = rpc("tools/call", {"name": tool, "arguments": {"run_id": run_id}})
+        _, first = await on(fleet, asked_on, body)
+        result = first["result"]
+        assert result["resultType"] == "input_required", first
+        (key,) = result["inputRequests"]
+        params = {
+            **body["params"],
+            "requestState": result["requestState"],
+            "inputResponses": {key: {"action": "accept", "content": {"username": name}}},
+        }
+        _, done = await on(fleet, asked_on + 1, {**body, "id": 2, "params": params})
+        assert done["result"]["content"][0]["text"] == f"Hello, {name}!", done
+    # Each server ran its own greet once, and only its own.
+    assert await greets(legacy.url, run_id) == 1
+    assert await greets(tickets.url, run_id) == 1
+
+
+async def test_a_task_of_the_second_server_is_polled_and_answered_through_other_replicas(
+    joined_fleet: Fleet, tickets: LegacyServer
+) -> None:
+    fleet = joined_fleet
+    async with asyncio.timeout(SHOWN_WITHIN_S):
+        # A fresh replica makes no task until its first look at the releases present (one
+        # of the previous release would not know tasks): it looks as it beats. Each try
+        # has a run of its own (one served as a plain call runs the tool's body too).
+        while True:
+            run_id = uuid.uuid4().hex
+            arguments = {"run_id": run_id}
+            body = rpc(
+                "tools/call", {"name": "tickets_greet", "arguments": arguments}, caps=WITH_TASKS
+            )
+            created = (await on(fleet, 0, body))[1]
+            if created["result"]["resultType"] == "task":
+                break
+            await asyncio.sleep(1.0)  # the fleet's heartbeat_s
+    task_id = created["result"]["taskId"]
+    replica, answered = 1, False
+    async with asyncio.timeout(SHOWN_WITHIN_S):
+        while True:
+            replica = replica % 2 + 1  # replicas 1 and 2, never the owner
+            got = await on(fleet, replica, rpc("tasks/get", {"taskId": task_id}, caps=WITH_TASKS))
+            task = got[1]["result"]
+            if task["status"] == "input_required" and not answered:
+                (key,) = task["inputRequests"]
+                answer = {"action": "accept", "content": {"username": "carol"}}
+                update = {"taskId": task_id, "inputResponses": {key: answer}}
+                await on(fleet, replica, rpc("tasks/update", update, caps=WITH_TASKS))
+                answered = True
+            elif task["status"] in ("completed", "failed", "cancelled"):
+                break
+            await asyncio.sleep(task["pollIntervalMs"] / 1000)  # the client's polling
+    assert task["status"] == "completed", task
+    assert task["result"]["content"][0]["text"] == "Hello, carol!"
+    assert await greets(tickets.url, run_id) == 1
