@@ -33,7 +33,7 @@ from typing import Any
 from gateway.errors import InvalidRequestState
 from gateway.protocol import formats, jsonrpc
 from gateway.protocol.formats import Kind
-from gateway.protocol.state import StateCodec
+from gateway.protocol.state import StateCodec, check_binding
 
 #: The `inputRequests` key of the gateway's own question (`gateway.` keys are the gateway's).
 KEY = "gateway.approval"
@@ -193,12 +193,5 @@ def open_claims(
         if not isinstance(data[name], kind) or isinstance(data[name], bool):
             raise InvalidRequestState(f"approval claim {name} has the wrong type")
     claims = ApprovalClaims(**data)
-    if claims.audience != audience:
-        raise InvalidRequestState("audience mismatch")
-    if now_ms >= claims.expires_ms:
-        raise InvalidRequestState("expired")
-    if claims.principal != principal:
-        raise InvalidRequestState("principal mismatch")
-    if claims.digest != digest:
-        raise InvalidRequestState("request mismatch")
+    check_binding(claims, now_ms=now_ms, principal=principal, digest=digest, audience=audience)
     return claims

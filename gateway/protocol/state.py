@@ -273,6 +273,32 @@ def open_claims(
         if not isinstance(data[name], kind) or isinstance(data[name], bool):
             raise InvalidRequestState(f"claim {name} has the wrong type")
     claims = Claims(**data)
+    check_binding(claims, now_ms=now_ms, principal=principal, digest=digest, audience=audience)
+    return claims
+
+
+class Bound(Protocol):
+    """What a sealed state is bound to (a call's round, an approval's)."""
+
+    @property
+    def audience(self) -> str: ...
+    @property
+    def expires_ms(self) -> int: ...
+    @property
+    def principal(self) -> str: ...
+    @property
+    def digest(self) -> str: ...
+
+
+def check_binding(
+    claims: Bound, *, now_ms: int, principal: str, digest: str, audience: str
+) -> None:
+    """Fail-closed: the state was minted for this deployment and route, this caller and
+    this request, and is still valid.
+
+    Raises:
+        InvalidRequestState: with the reason (log only) of the first failed check.
+    """
     if claims.audience != audience:
         raise InvalidRequestState("audience mismatch")
     if now_ms >= claims.expires_ms:
@@ -281,7 +307,6 @@ def open_claims(
         raise InvalidRequestState("principal mismatch")
     if claims.digest != digest:
         raise InvalidRequestState("request mismatch")
-    return claims
 
 
 def canonical_json(value: Any) -> str:
