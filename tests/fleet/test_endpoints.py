@@ -11,21 +11,15 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from aiohttp.test_utils import TestServer
 
-from gateway.protocol.state import generate_key
 from gateway.protocol.tasks import EXTENSION
-from tests.peers.balancer import RoundRobin
-from tests.peers.tooling import GatewayProcess, LegacyServer, RedisServer, started_together
-from tests.support.fleet import Fleet
+from tests.peers.tooling import LegacyServer, RedisServer
+from tests.support.fleet import Fleet, fleet_of
 from tests.support.legacy import legacy_tool
-from tests.support.outcome import LOG_TAIL, failed
 from tests.support.wire import ALL_CAPS, rpc
 
 pytestmark = pytest.mark.peers
@@ -60,25 +54,8 @@ async def joined_fleet(
         ],
         "endpoints": [{"path": "/mcp", "upstreams": ["notes", "tickets"]}],
     }
-    path = tmp_path / "gateway.yaml"
-    path.write_text(yaml.safe_dump(config))
-    env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key()}
-    replicas = await started_together(
-        *(partial(GatewayProcess, path, env, f"replica-{i}") for i in range(3))
-    )
-    balancer = RoundRobin([r.base for r in replicas])
-    lb = TestServer(balancer.app(), host="127.0.0.1")
-    await lb.start_server()
-    fleet = Fleet(list(replicas), balancer, lb, "")
-    try:
+    async with fleet_of(config, tmp_path, request) as fleet:
         yield fleet
-    finally:
-        await fleet.http.close()
-        await lb.close()
-        await asyncio.gather(*(asyncio.to_thread(r.stop) for r in replicas))
-        if failed(request):
-            for replica in replicas:
-                print(f"--- {replica.replica_id} ---\n{replica.logs()[-LOG_TAIL:]}")
 
 
 async def on(fleet: Fleet, replica: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

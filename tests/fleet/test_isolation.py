@@ -11,30 +11,21 @@ shows what the test would catch: there the second caller recalls the first's sec
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from aiohttp.test_utils import TestServer
 
 from gateway.auth.apikeys import new_api_key
-from gateway.protocol.state import generate_key
 from tests.peers.auth_server import AuthServer
-from tests.peers.balancer import RoundRobin
 from tests.peers.tooling import (
-    GatewayProcess,
     LegacyServer,
     RedisServer,
     legacy_stdio_command,
-    started_together,
 )
-from tests.support.fleet import Fleet
-from tests.support.outcome import LOG_TAIL, failed
+from tests.support.fleet import Fleet, fleet_of
 from tests.support.wire import rpc
 
 pytestmark = pytest.mark.peers
@@ -100,26 +91,11 @@ async def guarded_fleet(
         },
         "upstreams": upstreams,
     }
-    path = tmp_path / "gateway.yaml"
-    path.write_text(yaml.safe_dump(config))
-    env = {"MRTR_GATEWAY_SEALING_KEYS": generate_key()}
-    replicas = await started_together(
-        *(partial(GatewayProcess, path, env, f"replica-{i}") for i in range(3))
-    )
-    balancer = RoundRobin([r.base for r in replicas])
-    lb = TestServer(balancer.app(), host="127.0.0.1")
-    await lb.start_server()
-    fleet = Fleet(list(replicas), balancer, lb, "")
     try:
-        yield fleet, Callers([key for key, _ in made], issuer)
+        async with fleet_of(config, tmp_path, request) as fleet:
+            yield fleet, Callers([key for key, _ in made], issuer)
     finally:
-        await fleet.http.close()
-        await lb.close()
-        await asyncio.gather(*(asyncio.to_thread(r.stop) for r in replicas))
         await issuer.down()
-        if failed(request):
-            for replica in replicas:
-                print(f"--- {replica.replica_id} ---\n{replica.logs()[-LOG_TAIL:]}")
 
 
 async def call(fleet: Fleet, path: str, callers: Callers, who: str, tool: str, **args: Any) -> str:

@@ -1,18 +1,27 @@
 """A fleet under test: gateway processes behind a round-robin balancer, and how a test
-sees one of its replicas die. The fixture that starts one is `tests/fleet/conftest.py`'s."""
+sees one of its replicas die. The fixture that starts one is `tests/fleet/conftest.py`'s;
+a test with a configuration of its own starts one with `fleet_of`."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 import redis.asyncio as aioredis
+import yaml
 from aiohttp.test_utils import TestServer
 
+from gateway.protocol.state import generate_key
 from tests.peers.balancer import RoundRobin
-from tests.peers.tooling import GatewayProcess
+from tests.peers.tooling import GatewayProcess, started_together
+from tests.support.outcome import LOG_TAIL, failed
 from tests.support.wire import default_headers, parse_sse_messages
 
 
@@ -58,3 +67,36 @@ async def until_dead(fleet: Fleet, redis_url: str, replica: GatewayProcess) -> N
                     return
     finally:
         await client.aclose()
+
+
+@asynccontextmanager
+async def fleet_of(
+    config: dict[str, Any],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    *,
+    replicas: int = 3,
+    env: dict[str, str] | None = None,
+) -> AsyncIterator[Fleet]:
+    """`replicas` `mrtr-gateway serve` processes of `config` (its `store` a test Redis),
+    started together behind a round-robin balancer, with fresh sealing keys unless `env`
+    gives them; stopped by PID at the end, their logs printed when the test failed."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = env if env is not None else {"MRTR_GATEWAY_SEALING_KEYS": generate_key()}
+    started = await started_together(
+        *(partial(GatewayProcess, path, env, f"replica-{i}") for i in range(replicas))
+    )
+    balancer = RoundRobin([r.base for r in started])
+    lb = TestServer(balancer.app(), host="127.0.0.1")
+    await lb.start_server()
+    fleet = Fleet(list(started), balancer, lb, "")
+    try:
+        yield fleet
+    finally:
+        await fleet.http.close()
+        await lb.close()
+        await asyncio.gather(*(asyncio.to_thread(r.stop) for r in started))
+        if failed(request):
+            for replica in started:
+                print(f"--- {replica.replica_id} ---\n{replica.logs()[-LOG_TAIL:]}")
