@@ -45,7 +45,7 @@ from gateway.legacy_clients.streams import Streams
 from gateway.legacy_clients.trail import LaneTrail
 from gateway.legacy_clients.upstream import HttpPassThrough, LegacyUpstream
 from gateway.listens import Listens
-from gateway.membership import InboxHandler, Remoter, Resource, membership
+from gateway.membership import InboxHandler, Ledger, Membership, Remoter, Resource, membership
 from gateway.observability import Metrics
 from gateway.protocol import state
 from gateway.protocol.approval import PREFIX as APPROVAL_PREFIX
@@ -108,11 +108,7 @@ def compose(
     store = TimedStore(shared.store, metrics)
     limits = config.limits
     fetcher = AiohttpFetcher()  # issuers' metadata and keys, upstream token endpoints
-    credentials = {
-        u.name: ClientCredentialsSource(u.oauth_client, fetcher=fetcher, clock=clock.wall_s)
-        for u in config.upstreams
-        if u.oauth_client is not None
-    }
+    credentials = _credentials(config, fetcher, clock)
     # Every HTTP upstream's client (Streamable HTTP and HTTP+SSE, both lanes): no cookies,
     # no connection limit (a parked call, a legacy GET stream holds its connection).
     http = Http1Client()
@@ -132,18 +128,7 @@ def compose(
     ledger = shared.ledger(pools, metrics)
     streams = Streams(config.legacy.max_streams, config.legacy.max_streams_per_principal)
     codec = make_codec(config)
-    approvals = Approvals(
-        catalog=catalog,
-        upstreams={u.name: u for u in config.upstreams},
-        store=shared.approvals,
-        codec=codec.with_prefix(APPROVAL_PREFIX),
-        audience=config.sealing.audience,
-        answer_within_s=limits.suspension_ttl_s,
-        clock=clock,
-        pools=pools,
-        metrics=metrics,
-        audit=audit,
-    )
+    approvals = _approvals(config, catalog, shared, codec, clock, pools, metrics, audit)
     seams = approvals.seams(seams)  # after the catalog's: a hidden name is asked of nobody
     bridge = Bridge(
         config,
@@ -160,23 +145,8 @@ def compose(
         audit=audit,
         gate=approvals if approvals.asking else None,
     )
-    tasks = Tasks(
-        bridge=bridge,
-        store=shared.task_store,
-        codec=codec.with_prefix(TASK_RECORD_PREFIX),
-        limits=limits,
-        owner=owner,
-        pools=pools,
-        bus=shared.bus,
-        audit=audit,
-    )
-    metrics.bind(
-        parked=lambda: bridge.parked,
-        live=lambda: len(bridge.calls),
-        lost=lambda: bridge.calls.lost,
-        pools=pools,
-        lease=shared.bus.holds_lease,
-    )
+    tasks = _tasks(config, bridge, shared, codec, owner, pools, audit)
+    _bind(metrics, bridge, pools, shared)
     rate = limits.rate_per_principal
     limiter = shared.rate_limiter(rate, clock.wall_s) if rate.enabled else None
     doors = build_front_doors(
@@ -199,36 +169,22 @@ def compose(
         LaneTrails(audit, clock, shared.bus.level),
         questions,
     )
-    bound = {
-        n: lane.upstream for n, lane in lanes.items() if isinstance(lane.upstream, BoundUpstream)
-    }
-    owner_side = OwnerSide(
-        shared.bus, bound, check_every_s=2 * config.fleet.heartbeat_s, clock=clock
-    )
-    inbox = _inbox(bridge, tasks, owner_side, questions)
-
-    async def close_calls() -> None:
-        await tasks.close()
-        await bridge.close()
-
-    resources = (
-        Resource("tracing", lambda: TRACING.configure("mrtr-gateway", owner), _flush_tracing),
-        *_audited(audit),
-        Resource("fetcher", _nothing, fetcher.close),
-        Resource("http", _nothing, http.close),
-        Resource("store", _nothing, store.close),
-        *(Resource(f"pool {name}", pool.start, pool.close) for name, pool in pools.items()),
-        Resource(
-            "bus",
-            lambda: shared.bus.start(
-                inbox, on_data_loss=bridge.restore_records, on_lease_regained=bridge.hand_over_lost
-            ),
-            shared.bus.close,
-        ),
-        *ledger.resources,
-        *shared.feed(listens),
-        *(Resource(f"bound {name}", held.start, held.close) for name, held in bound.items()),
-        Resource("calls", _nothing, close_calls),
+    resources = _resources(
+        config,
+        owner,
+        clock,
+        audit,
+        fetcher,
+        http,
+        store,
+        pools,
+        shared,
+        bridge,
+        tasks,
+        ledger,
+        listens,
+        lanes,
+        questions,
     )
     return Components(
         config=config,
@@ -249,6 +205,131 @@ def compose(
         doors=doors,
         lanes=lanes,
         resources=resources,
+    )
+
+
+def _tasks(
+    config: GatewayConfig,
+    bridge: Bridge,
+    shared: Membership,
+    codec: AesGcmKeyRing,
+    owner: str,
+    pools: Mapping[str, SessionPool],
+    audit: Audit,
+) -> Tasks:
+    """The tasks extension, on the call core, its records sealed with a prefix of their own."""
+    return Tasks(
+        bridge=bridge,
+        store=shared.task_store,
+        codec=codec.with_prefix(TASK_RECORD_PREFIX),
+        limits=config.limits,
+        owner=owner,
+        pools=pools,
+        bus=shared.bus,
+        audit=audit,
+    )
+
+
+def _credentials(
+    config: GatewayConfig, fetcher: AiohttpFetcher, clock: Clock
+) -> dict[str, ClientCredentialsSource]:
+    """The gateway's own tokens for the upstreams that take one (client credentials)."""
+    return {
+        u.name: ClientCredentialsSource(u.oauth_client, fetcher=fetcher, clock=clock.wall_s)
+        for u in config.upstreams
+        if u.oauth_client is not None
+    }
+
+
+def _bind(
+    metrics: Metrics, bridge: Bridge, pools: Mapping[str, SessionPool], shared: Membership
+) -> None:
+    """The gauges read at each scrape: the calls, the pools, the lease."""
+    metrics.bind(
+        parked=lambda: bridge.parked,
+        live=lambda: len(bridge.calls),
+        lost=lambda: bridge.calls.lost,
+        pools=pools,
+        lease=shared.bus.holds_lease,
+    )
+
+
+def _approvals(
+    config: GatewayConfig,
+    catalog: Catalog,
+    shared: Membership,
+    codec: AesGcmKeyRing,
+    clock: Clock,
+    pools: Mapping[str, SessionPool],
+    metrics: Metrics,
+    audit: Audit,
+) -> Approvals:
+    """A person's approval of calls (`gateway.approvals`), its state sealed under the
+    gateway's keys with a prefix of its own, waiting as long as a parked call's question."""
+    return Approvals(
+        catalog=catalog,
+        upstreams={u.name: u for u in config.upstreams},
+        store=shared.approvals,
+        codec=codec.with_prefix(APPROVAL_PREFIX),
+        audience=config.sealing.audience,
+        answer_within_s=config.limits.suspension_ttl_s,
+        clock=clock,
+        pools=pools,
+        metrics=metrics,
+        audit=audit,
+    )
+
+
+def _resources(
+    config: GatewayConfig,
+    owner: str,
+    clock: Clock,
+    audit: Audit,
+    fetcher: AiohttpFetcher,
+    http: Http1Client,
+    store: SuspendedCallStore,
+    pools: Mapping[str, SessionPool],
+    shared: Membership,
+    bridge: Bridge,
+    tasks: Tasks,
+    ledger: Ledger,
+    listens: Listens,
+    lanes: Mapping[str, LegacyLane],
+    questions: Questions,
+) -> tuple[Resource, ...]:
+    """What a replica opens, in order (it closes them in reverse): the bus with its inbox
+    (the stdio and HTTP+SSE sessions held here served to other replicas' lanes), and the
+    rest."""
+    bound = {
+        n: lane.upstream for n, lane in lanes.items() if isinstance(lane.upstream, BoundUpstream)
+    }
+    owner_side = OwnerSide(
+        shared.bus, bound, check_every_s=2 * config.fleet.heartbeat_s, clock=clock
+    )
+    inbox = _inbox(bridge, tasks, owner_side, questions)
+
+    async def close_calls() -> None:
+        await tasks.close()
+        await bridge.close()
+
+    return (
+        Resource("tracing", lambda: TRACING.configure("mrtr-gateway", owner), _flush_tracing),
+        *_audited(audit),
+        Resource("fetcher", _nothing, fetcher.close),
+        Resource("http", _nothing, http.close),
+        Resource("store", _nothing, store.close),
+        *(Resource(f"pool {name}", pool.start, pool.close) for name, pool in pools.items()),
+        Resource(
+            "bus",
+            lambda: shared.bus.start(
+                inbox, on_data_loss=bridge.restore_records, on_lease_regained=bridge.hand_over_lost
+            ),
+            shared.bus.close,
+        ),
+        *ledger.resources,
+        *shared.feed(listens),
+        *(Resource(f"bound {name}", held.start, held.close) for name, held in bound.items()),
+        Resource("calls", _nothing, close_calls),
     )
 
 

@@ -102,6 +102,35 @@ def test_no_module_is_over_600_lines_and_those_over_400_are_named() -> None:
     assert {name: n for name, n in sizes.items() if n > MAX_LINES} == {}
 
 
+#: The longest a function may be: one step each, read at once.
+MAX_FUNCTION_LINES = 120
+
+
+def long_functions(path: Path) -> dict[str, int]:
+    """The functions of `path` over `MAX_FUNCTION_LINES`, by name, with their length."""
+    return {
+        node.name: node.end_lineno - node.lineno + 1
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    }
+
+
+def test_no_function_in_the_gateway_is_over_120_lines() -> None:
+    found = {
+        f"{name}.{f}": n for name, path in MODULES.items() for f, n in long_functions(path).items()
+    }
+    assert found == {}
+
+
+def test_the_long_function_finder_finds_one(tmp_path: Path) -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    module = tmp_path / "m.py"
+    module.write_text(f"def short():\n    return 1\n\n\nasync def long():\n{body}")
+    assert long_functions(module) == {"long": MAX_FUNCTION_LINES + 1}
+
+
 def offenders(prefix: str, forbidden: set[str]) -> set[str]:
     return {
         f"{name}: {imported}"

@@ -277,7 +277,7 @@ def open_claims(
     return claims
 
 
-class Bound(Protocol):
+class BoundState(Protocol):
     """What a sealed state is bound to (a call's round, an approval's)."""
 
     @property
@@ -291,7 +291,7 @@ class Bound(Protocol):
 
 
 def check_binding(
-    claims: Bound, *, now_ms: int, principal: str, digest: str, audience: str
+    claims: BoundState, *, now_ms: int, principal: str, digest: str, audience: str
 ) -> None:
     """Fail-closed: the state was minted for this deployment and route, this caller and
     this request, and is still valid.
