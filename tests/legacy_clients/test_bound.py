@@ -139,7 +139,11 @@ async def test_a_session_unused_for_the_idle_bound_is_ended(
 ) -> None:
     gateway: Gateway = await make_gateway(**stdio_route(tmp_path, bound_session_idle_s=0.5))
     table = held(gateway)
-    session = await open_session(gateway.http, gateway.url)
+    # Initialized and then left unused: nothing more is sent before the sweep (a
+    # `notifications/initialized` would race the half-second bound on a busy machine).
+    opened_reply = await send(gateway.http, gateway.url, initialize())
+    assert opened_reply.status == 200, opened_reply
+    session = opened_reply.headers["Mcp-Session-Id"]
     (opened,) = table.sessions.values()
     async with asyncio.timeout(10):
         await opened.gone.wait()  # the sweep closed its process
