@@ -20,9 +20,11 @@ from aiohttp import web
 
 from gateway.calls.bridge import Bridge
 from gateway.clock import Clock
-from gateway.compose import Components, compose
+from gateway.compose import Components, compose, make_codec
 from gateway.config import STDIO, EndpointConfig, GatewayConfig, UpstreamConfig
+from gateway.legacy_clients.endpoint import EndpointLegacyLane
 from gateway.membership import Resource
+from gateway.protocol.endpoint_session import ENDPOINT_SESSION_PREFIX
 from gateway.seams import NO_SEAMS, Seams
 from gateway.web.endpoint import EndpointLane, MemberLane
 from gateway.web.front_door import add_metadata_routes
@@ -69,7 +71,10 @@ def build_app(
     app.on_shutdown.append(_end_streams(parts))
     for path, upstreams, endpoint in config.routes():
         first = upstreams[0]
-        several = endpoint is not None and endpoint.several
+        joined = legacy = None
+        if endpoint is not None and endpoint.several:
+            joined = _joined(parts, endpoint, upstreams)
+            legacy = _joined_legacy(parts, joined)
         pipeline = Pipeline(
             config,
             first,
@@ -78,9 +83,9 @@ def build_app(
             parts.doors[first.name],
             parts.listens,
             parts.tasks,
-            None if several else parts.lanes.get(first.name),
+            legacy if joined is not None else parts.lanes.get(first.name),
             seams=parts.seams,
-            endpoint=_joined(parts, endpoint, upstreams) if endpoint and several else None,
+            endpoint=joined,
         )
         app.router.add_route("*", path, pipeline.handle)
     add_metadata_routes(app, config)
@@ -109,11 +114,26 @@ def _joined(
             parts.doors[upstream.name],
             parts.listens,
             parts.tasks,
-            legacy=False,  # 2025 clients are not yet served on such an endpoint
+            legacy=parts.config.legacy.enabled,  # served by the endpoint's legacy lane
             seams=parts.seams,
         )
         members[upstream.name] = MemberLane(lane, lane.served_by(), parts.doors[upstream.name])
     return EndpointLane(endpoint, members, parts.catalog)
+
+
+def _joined_legacy(parts: Components, joined: EndpointLane) -> EndpointLegacyLane | None:
+    """The legacy lane of an endpoint of several upstreams: each upstream's own, behind one
+    session (None when `legacy.enabled` is off)."""
+    if not parts.lanes:
+        return None
+    return EndpointLegacyLane(
+        endpoint=joined.endpoint,
+        members={name: parts.lanes[name] for name in joined.members},
+        codec=make_codec(parts.config).with_prefix(ENDPOINT_SESSION_PREFIX),
+        server_info=joined.server_info,
+        owner_of=joined.owner_of,
+        lists=joined.legacy_list,
+    )
 
 
 def _context(resource: Resource) -> Callable[[web.Application], AsyncIterator[None]]:

@@ -491,8 +491,8 @@ def _legacy_lanes(
     trails: LaneTrails,
     questions: Questions,
 ) -> dict[str, LegacyLane]:
-    """The legacy lane of every route of one upstream, by its name; none when
-    `legacy.enabled` is off.
+    """The legacy lane of every upstream, by its name (on an endpoint of several, each
+    serves its part of the endpoint's sessions); none when `legacy.enabled` is off.
     A Streamable HTTP upstream is passed through; a stdio or HTTP+SSE one's sessions are
     held by the replica that opens them."""
     legacy = config.legacy
@@ -510,11 +510,10 @@ def _legacy_lanes(
     sessions = codec.with_prefix(SESSION_PREFIX)
     hooks = FrontStreams()
     lanes = {}
-    # Not yet on an endpoint of several upstreams: its 2025 clients are refused there.
+    # On an endpoint of several upstreams, what an upstream sends the client is marked
+    # with its name (`gateway.legacy_clients.endpoint` serves the session).
     joined = {name for e in config.endpoints if e.several for name in e.upstreams}
     for upstream in config.upstreams:
-        if upstream.name in joined:
-            continue
         passed: LegacyUpstream
         source = credentials.get(upstream.name)
         authorization = source.authorization if source else None
@@ -550,6 +549,7 @@ def _legacy_lanes(
             seams=seams,
             trail=trails.of(upstream.name),
             questions=questions,
+            marks=upstream.name if upstream.name in joined else None,
         )
     return lanes
 

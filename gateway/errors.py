@@ -13,15 +13,13 @@ names their module); `tests/test_errors.py` holds it to the classes:
     ├── HttpError                      no JSON-RPC body (or one without id)
     │   ├── MethodNotAllowed           405  GET/DELETE on the MCP endpoint
     │   │   ├── LegacyMethodNotAllowed 405  not POST/GET/DELETE (gateway.legacy_clients.lane)
-    │   │   ├── NoGetStreams           405  GET streams off (gateway.legacy_clients.lane)
-    │   │   └── LegacyStreamsNotYetServed 405  a 2025 GET, DELETE (gateway.web.endpoint)
+    │   │   └── NoGetStreams           405  GET streams off (gateway.legacy_clients.lane)
     │   ├── NotAcceptable              406  Accept lacks json or event-stream
     │   ├── UnsupportedMediaType       415  Content-Type is not application/json
     │   ├── PayloadTooLarge            413  body over the configured limit
     │   ├── ForbiddenOrigin            403  Origin not allowed
     │   ├── SessionNotFound            404  legacy session gone (gateway.legacy_clients.upstream)
     │   ├── MissingSession             400  no legacy session id (gateway.legacy_clients.lane)
-    │   ├── LegacyNotYetServed         400  a 2025 POST, several upstreams (gateway.web.endpoint)
     │   └── AuthError                  401  headers per instance (gateway.auth.errors)
     │       ├── Unauthenticated        401  no usable credential (gateway.auth.errors)
     │       ├── InsufficientScope      403  a scope is missing (gateway.auth.errors)
@@ -68,6 +66,7 @@ names their module); `tests/test_errors.py` holds it to the classes:
     │   │   ├── UpstreamExited         -32603 / 502, a stdio server's process ended
     │   │   ├── UpstreamTimeout        -32603 / 502, a round outlived hold_timeout_s
     │   │   ├── SessionExpired         -32603 / 502, gone upstream (gateway.upstream.port)
+    │   │   ├── NotInSession           -32603 / 502, not opened at initialize (gateway.legacy_clients.endpoint)
     │   │   └── UpstreamCredentialsError -32603 / 502, no token (gateway.auth.errors)
     │   └── StoreError                 -32603 / 503 + Retry-After, the store failed
     │       └── LeaseLost              -32603 / 503, this replica cannot renew its lease

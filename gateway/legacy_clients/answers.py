@@ -8,7 +8,9 @@ the entries the caller may not see, then goes through the `listing` seam
 result, `ResultRefused`). On the way it notes the request's outcome for the logs and
 metrics. A JSON body is looked at whole (`AnswerView.whole`), a stream event by event
 (`AnswerView.see`), where it also notes whether the response came and whether the
-client could resume the stream (an event id came).
+client could resume the stream (an event id came). On an endpoint of several upstreams
+(`marks`: the upstream's name) a request the server sends the client, and an event id,
+are marked with their upstream (`gateway.protocol.endpoint_session`).
 
 It must not change anything else of an answer, nor parse more than it looks at.
 """
@@ -24,7 +26,7 @@ import structlog
 from gateway.auth.errors import AuthError
 from gateway.errors import RpcError
 from gateway.legacy_clients.trail import LegacyCall
-from gateway.protocol import jsonrpc, lists, sse
+from gateway.protocol import endpoint_session, jsonrpc, lists, sse
 from gateway.protocol.lists import MaySee
 from gateway.protocol.methods import LISTS
 from gateway.protocol.rendering import rendered
@@ -71,6 +73,8 @@ class AnswerView:
         "answered",
         "resumable",
         "outcome",
+        "marks",
+        "see",
     )
 
     def __init__(
@@ -82,6 +86,7 @@ class AnswerView:
         check: Check | None = None,
         listed: Listed | None = None,
         call: LegacyCall | None = None,
+        marks: str | None = None,
     ) -> None:
         self.rid = rid  # None: a GET stream, whose responses are replays of other streams'
         self.method = method
@@ -93,6 +98,9 @@ class AnswerView:
         self.answered = False
         self.resumable = False  # an event id came: the client can resume with it
         self.outcome = "cut_short"
+        self.marks = marks  # the upstream, on an endpoint of several: what it sends is marked
+        #: An event as the client gets it (`looked_at`, then marked on such an endpoint).
+        self.see = self.looked_at if marks is None else self._marked
 
     def whole(self, body: bytes) -> tuple[bytes, str]:
         """A JSON answer to the request, as the caller may see it, and its outcome.
@@ -120,7 +128,7 @@ class AnswerView:
         """Whether the client has the response it waits for (a POST's stream only)."""
         return self.answered and self.rid is not None
 
-    def see(self, event: sse.SseEvent) -> sse.SseEvent:
+    def looked_at(self, event: sse.SseEvent) -> sse.SseEvent:
         if event.id is not None:
             self.resumable = True
         if not event.data or (self.rid is not None and self.answered):
@@ -156,6 +164,25 @@ class AnswerView:
         shown = self._shown(message)
         if shown is not None:
             return replace(event, data=jsonrpc.dumps(shown).decode())
+        return event
+
+    def _marked(self, event: sse.SseEvent) -> sse.SseEvent:
+        """`event` looked at, with its id and a server's request's id marked with the
+        upstream (the client's answer and resumption then find it)."""
+        event = self.looked_at(event)
+        upstream = self.marks
+        assert upstream is not None
+        if event.id is not None:
+            event = replace(event, id=endpoint_session.marked_event(upstream, event.id))
+        if '"method"' not in event.data:
+            return event
+        try:
+            message = jsonrpc.loads(event.data)
+        except (ValueError, RecursionError):
+            return event
+        if isinstance(message, dict) and "method" in message and "id" in message:
+            message = {**message, "id": endpoint_session.marked(upstream, message["id"])}
+            return replace(event, data=jsonrpc.dumps(message).decode())
         return event
 
     def _shown(self, message: dict[str, Any]) -> dict[str, Any] | None:

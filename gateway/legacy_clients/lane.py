@@ -153,6 +153,7 @@ class LegacyLane:
         seams: Seams = NO_SEAMS,
         trail: LaneTrail | None = None,
         questions: Questions | None = None,
+        marks: str | None = None,
     ) -> None:
         """`route`: the name of the route's upstream; `clock`: every time the lane reads or
         waits for (sessions' expiry, streams' bounds, durations). `remote`:
@@ -161,7 +162,9 @@ class LegacyLane:
         `seams`: the gateway's, as the 2026 lane's; `trail`: what the audit trail records
         of the route's 2025 clients (`gateway.legacy_clients.trail`); `questions`: the
         gateway's own questions to 2025 clients waiting on this replica (None: a
-        `calling` seam cannot ask any)."""
+        `calling` seam cannot ask any); `marks`: the upstream's name when it is one of
+        an endpoint's several (`gateway.legacy_clients.endpoint` serves the session, and
+        what the upstream sends the client is marked with it)."""
         self.route = route
         self.upstream = upstream
         self.door = door
@@ -175,8 +178,9 @@ class LegacyLane:
         self.seams = seams
         self.trail = trail or LaneTrail()
         self.questions = questions
+        self.marks = marks
         self.passing = Passing(
-            door=door, seams=seams, limits=settings.limits, hooks=hooks, clock=clock
+            door=door, seams=seams, limits=settings.limits, hooks=hooks, clock=clock, marks=marks
         )
         self.opened = sessions.OpenedSessions(OPENED_SESSIONS)
 
@@ -221,9 +225,24 @@ class LegacyLane:
                 message.method if isinstance(message, jsonrpc.Notification) else "response"
             )
         token, claims = self._session(headers, served)
+        return await self.serve(request, served, headers, body, decoded, message, token, claims)
+
+    async def serve(
+        self,
+        request: web.Request,
+        served: RequestServed,
+        headers: Mapping[str, str],
+        body: bytes,
+        decoded: Any,
+        message: jsonrpc.Message,
+        token: str,
+        claims: sessions.SessionClaims,
+    ) -> web.StreamResponse:
+        """Serve a POST of an opened session (`claims`, under the client's id `token`):
+        a request, a notification, or the client's answer to a question."""
         if isinstance(message, jsonrpc.Response) and legacy_asking.is_question(message.id):
-            return await self._answered(served, message.id, decoded)
-        upstream = self._reach(claims, served)
+            return await self.answered_question(served, message.id, decoded)
+        upstream = self.reach(claims, served)
         call = asker = None
         if isinstance(message, jsonrpc.Request):
             asker = served.asker = self._asker(request, served, token, claims, message.method)
@@ -297,7 +316,9 @@ class LegacyLane:
             clock=self.clock,
         )
 
-    async def _answered(self, served: RequestServed, rid: Any, decoded: Any) -> web.Response:
+    async def answered_question(
+        self, served: RequestServed, rid: Any, decoded: Any
+    ) -> web.Response:
         """A client's answer to a question of the gateway's own: handed to the question,
         here or on the replica waiting for it, never to the server; 202 as a server
         answers a response, whoever took it."""
@@ -342,7 +363,7 @@ class LegacyLane:
                 declared=sessions.declared_of(params.get("capabilities")),
             )
             token = sessions.seal_session(self.codec, claims, version)
-            served.session = self._log_id(token)
+            served.session = self.log_id(token)
             self.trail.opened(served, params)
         return await self.passing.answer(request, answer, served, token)
 
@@ -356,9 +377,21 @@ class LegacyLane:
             raise NotAcceptable("Accept must list text/event-stream")
         if self.settings.legacy.max_streams_per_principal == 0:
             raise NoGetStreams()
-        caller = served.caller
         token, claims = self._session(headers, served)
-        upstream = self._reach(claims, served)
+        return await self.stream(request, served, headers, token, claims)
+
+    async def stream(
+        self,
+        request: web.Request,
+        served: RequestServed,
+        headers: Mapping[str, str],
+        token: str,
+        claims: sessions.SessionClaims,
+    ) -> web.StreamResponse:
+        """The standalone stream of an opened session (`claims`, under the client's id
+        `token`), or its resumption."""
+        caller = served.caller
+        upstream = self.reach(claims, served)
         head = {**SSE_HEADERS, SESSION_HEADER: token}
         relay = Relay(request, head, self.hooks, keepalive_s=self._keepalive, clock=self.clock)
         with self.streams.opened(caller.principal, relay.stop):
@@ -368,12 +401,7 @@ class LegacyLane:
             await started(relay, answer.body)
             began = self.clock.monotonic()
             log.info("legacy_stream_opened", principal=caller.log_id, session=served.session)
-            view = AnswerView(
-                rid=None,
-                method=None,
-                may_see=self.door.list_filter(caller),
-                listed=self.passing.listed(served),
-            )
+            view = self.stream_view(served)
             how = "client_gone"
             try:
                 how = await relay.run(answer.body, view.see, end_at=self._end_at(claims, caller))
@@ -388,19 +416,40 @@ class LegacyLane:
                 )
             return await relay.finish()
 
+    def stream_view(self, served: RequestServed) -> AnswerView:
+        """What is looked at in a standalone stream's events (lists filtered and shown as
+        the `listing` seam shows them; marked on an endpoint of several upstreams)."""
+        return AnswerView(
+            rid=None,
+            method=None,
+            may_see=self.door.list_filter(served.caller),
+            listed=self.passing.listed(served),
+            marks=self.marks,
+        )
+
     async def delete(
         self, request: web.Request, served: RequestServed, headers: Mapping[str, str]
     ) -> web.StreamResponse:
         """End the session upstream; its id then leads to the upstream's 404."""
         token, claims = self._session(headers, served)
         self.opened.forget(token, served.caller.principal)
-        answer = await self._reach(claims, served).delete(claims.session, crossing_headers(headers))
+        return plain(await self.end(served, headers, claims), None)
+
+    async def end(
+        self, served: RequestServed, headers: Mapping[str, str], claims: sessions.SessionClaims
+    ) -> UpstreamAnswer:
+        """End an opened session upstream: the upstream's answer (a whole body).
+
+        Raises:
+            UpstreamError: it answered with a stream.
+        """
+        answer = await self.reach(claims, served).delete(claims.session, crossing_headers(headers))
         if not isinstance(answer.body, bytes):
             await answer.body.aclose()
             raise UpstreamError("upstream answered DELETE with a stream")
         log.info("legacy_session_deleted", session=served.session, status=answer.status)
         self.trail.closed(served, "deleted")
-        return plain(answer, None)
+        return answer
 
     # -- the session -----------------------------------------------------------------
 
@@ -419,7 +468,7 @@ class LegacyLane:
         now_ms = self.clock.wall_ms()
         known = self.opened.get(token, principal, now_ms)
         if known is None:
-            served.session = self._log_id(token)
+            served.session = self.log_id(token)
             claims = sessions.open_session(
                 self.codec,
                 token,
@@ -438,7 +487,7 @@ class LegacyLane:
         served.session = known.log_id
         return token, known.claims
 
-    def _reach(self, claims: sessions.SessionClaims, served: RequestServed) -> SessionUpstream:
+    def reach(self, claims: sessions.SessionClaims, served: RequestServed) -> SessionUpstream:
         """Where the session's requests go: its upstream, through the replica holding the
         session if that is another one.
 
@@ -459,7 +508,7 @@ class LegacyLane:
     def _keepalive(self) -> float:
         return self.settings.limits.keepalive_s
 
-    def _log_id(self, token: str) -> str:
+    def log_id(self, token: str) -> str:
         """A session id's stand-in in logs: a keyed hash (the id is a bearer of the session)."""
         digest = hmac.new(self.settings.log_salt, token.encode(), hashlib.sha256).hexdigest()
         return "s_" + digest[:16]

@@ -70,8 +70,18 @@ class Passing:
     """How one route's lane passes an upstream's answer to a POST on."""
 
     def __init__(
-        self, *, door: Door, seams: Seams, limits: LimitsConfig, hooks: StreamHooks, clock: Clock
+        self,
+        *,
+        door: Door,
+        seams: Seams,
+        limits: LimitsConfig,
+        hooks: StreamHooks,
+        clock: Clock,
+        marks: str | None = None,
     ) -> None:
+        """`marks`: the upstream's name on an endpoint of several upstreams, whose
+        requests to the client and event ids are marked with it (`AnswerView`)."""
+        self.marks = marks
         self.door = door
         self.seams = seams
         self.limits = limits
@@ -107,6 +117,7 @@ class Passing:
             check=functools.partial(self.door.check_result, caller, served.method),
             listed=self.listed(served),
             call=call,
+            marks=self.marks,
         )
         asker = served.asker
         if isinstance(asker, StreamAsker) and asker.relay.started:

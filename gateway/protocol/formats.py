@@ -57,6 +57,8 @@ class Kind(StrEnum):
     APPROVAL_STATE = "approval state"  # an approval round's sealed claims (`protocol.approval`)
     APPROVAL = "approval"  # an approval used, or remembered (`gateway.store.approvals`)
     GATEWAY_QUESTION = "gateway question"  # the gateway's own question to a 2025 client
+    ENDPOINT_SESSION = "endpoint session"  # a 2025 session id on an endpoint (`endpoint_session`)
+    ENDPOINT_REQUEST_ID = "endpoint request id"  # a server's request id marked with its upstream
 
 
 #: The version of each kind written at each level; None: that level does not know the kind.
@@ -106,6 +108,12 @@ VERSIONS: dict[Kind, dict[int, int | None]] = {
     # (`gateway.fleet.messages.ClientAnswer`) came with level 2: a replica of level 1 would
     # pass the answer on to the server. Nothing is asked while one lives.
     Kind.GATEWAY_QUESTION: {1: None, 2: 1},
+    # A 2025 client's session on an endpoint of several upstreams, and the ids of its
+    # servers' requests marked with their upstream (`gateway.protocol.endpoint_session`),
+    # came with level 2. Level 1 never served an endpoint (its configuration has none), so
+    # it never meets either: kinds they never read, their version at every level.
+    Kind.ENDPOINT_SESSION: {1: 1, 2: 1},
+    Kind.ENDPOINT_REQUEST_ID: {1: 1, 2: 1},
 }
 
 
@@ -151,6 +159,7 @@ MARKS: dict[Kind, tuple[str, int]] = {
     Kind.APPROVAL_STATE: ("v", 1),
     Kind.APPROVAL: ("v", 1),
     Kind.GATEWAY_QUESTION: ("v", 1),
+    Kind.ENDPOINT_SESSION: ("v", 1),
 }
 
 

@@ -67,6 +67,25 @@ def merged_list(
     return merged, dropped
 
 
+#: What only a 2026 result carries (`legacy_result` leaves it out).
+_MODERN_ONLY = ("resultType", "ttlMs", "cacheScope")
+
+
+def legacy_result(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A merged result as a 2025 client gets it: without the members only 2026 results
+    carry, nor the endpoint's `serverInfo` in `_meta` (a 2025 client had it at
+    `initialize`)."""
+    out = {k: v for k, v in result.items() if k not in _MODERN_ONLY}
+    meta = out.get("_meta")
+    if isinstance(meta, dict):
+        meta = {k: v for k, v in meta.items() if k != SERVER_INFO_KEY}
+        if meta:
+            out["_meta"] = meta
+        else:
+            del out["_meta"]
+    return out
+
+
 def combined_cache(results: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """`ttlMs` and `cacheScope` of a result made of `results`: the shortest, and
     `private` unless every part is `public`."""
@@ -121,22 +140,12 @@ def merged_discover(
     supports, every capability any declares (a capability's own flags merged), the
     instructions of each under its upstream's name, the cache hints combined."""
     versions: list[str] | None = None
-    capabilities: dict[str, Any] = {}
-    instructions = []
-    for upstream, result in results.items():
+    for result in results.values():
         supported = result.get("supportedVersions")
         supported = supported if isinstance(supported, list) else []
         versions = supported if versions is None else [v for v in versions if v in supported]
-        caps = result.get("capabilities")
-        for name, value in (caps if isinstance(caps, dict) else {}).items():
-            before = capabilities.get(name)
-            if isinstance(before, dict) and isinstance(value, dict):
-                capabilities[name] = {**before, **value}
-            else:
-                capabilities.setdefault(name, value)
-        said = result.get("instructions")
-        if isinstance(said, str) and said:
-            instructions.append(f"{upstream}: {said}")
+    capabilities = _capabilities(results)
+    instructions = _instructions(results)
     for name in ("prompts", "resources", "tools"):
         if isinstance(capabilities.get(name), dict):
             features = capabilities[name].items()
@@ -151,6 +160,45 @@ def merged_discover(
     merged.update(combined_cache(results.values()))
     merged["_meta"] = {SERVER_INFO_KEY: server_info}
     return merged
+
+
+def merged_initialize(
+    results: Mapping[str, Mapping[str, Any]], server_info: dict[str, Any]
+) -> dict[str, Any]:
+    """A 2025 client's `initialize` result on an endpoint, from each upstream's (each
+    opened a session of the client's): the oldest revision any agreed to (what every one
+    speaks), every capability any declares (a capability's own flags merged), the
+    endpoint's `serverInfo`, the instructions of each under its upstream's name."""
+    agreed = [v for r in results.values() if isinstance(v := r.get("protocolVersion"), str)]
+    merged: dict[str, Any] = {
+        "protocolVersion": min(agreed) if agreed else "",
+        "capabilities": _capabilities(results),
+        "serverInfo": server_info,
+    }
+    instructions = _instructions(results)
+    if instructions:
+        merged["instructions"] = "\n\n".join(instructions)
+    return merged
+
+
+def _capabilities(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Every capability any of `results` declares, a capability's own flags merged."""
+    capabilities: dict[str, Any] = {}
+    for result in results.values():
+        caps = result.get("capabilities")
+        for name, value in (caps if isinstance(caps, dict) else {}).items():
+            before = capabilities.get(name)
+            if isinstance(before, dict) and isinstance(value, dict):
+                capabilities[name] = {**before, **value}
+            else:
+                capabilities.setdefault(name, value)
+    return capabilities
+
+
+def _instructions(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each upstream's instructions, under its name."""
+    said = ((upstream, r.get("instructions")) for upstream, r in results.items())
+    return [f"{upstream}: {text}" for upstream, text in said if isinstance(text, str) and text]
 
 
 def endpoint_info(path: str, upstreams: Iterable[str], version: str) -> dict[str, Any]:

@@ -15,7 +15,11 @@ are served merged.
   cached) or fails the list (`fail`).
 - `server/discover`: each upstream's, merged, its `serverInfo` naming the upstreams.
 - `tasks/*`: the tasks extension's, whose records name their upstream.
-- `subscriptions/listen`, and 2025 clients, are not yet served here (refused clearly).
+- `subscriptions/listen` is not yet served here (refused clearly).
+
+2025 clients are served by the endpoint's legacy lane
+(`gateway.legacy_clients.endpoint`), which asks this one which upstream a request is for
+(`owner_of`) and for the merged lists (`legacy_list`): one path for both eras.
 
 Nothing here reaches an upstream but through the member upstreams' lanes and catalogs.
 """
@@ -25,7 +29,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import structlog
 
@@ -33,9 +37,10 @@ from gateway import __version__
 from gateway import logging as log_context
 from gateway.catalog import Catalog, UnknownTarget
 from gateway.config import DOWN_FAIL, EndpointConfig
-from gateway.errors import METHOD_NOT_FOUND, HttpError, MethodNotAllowed, MethodNotFound, RpcError
+from gateway.errors import METHOD_NOT_FOUND, MethodNotFound, RpcError
 from gateway.protocol import inbound, merging, methods
 from gateway.protocol.capabilities import NO_CAPABILITIES
+from gateway.protocol.versions import Version
 from gateway.seams import CALLING, RequestServed
 from gateway.web.channel import ResponseChannel
 from gateway.web.front_door import FrontDoor
@@ -52,25 +57,11 @@ _LISTED_IN = {
 }
 
 
+#: A request about a resource told apart as a read of it is.
+_ABOUT = {"resources/subscribe": "resources/read", "resources/unsubscribe": "resources/read"}
+
 #: The most sets of shared names remembered as told (past it, each is told every time).
 _MOST_TOLD = 1024
-
-
-class LegacyNotYetServed(HttpError):
-    """A 2025 client's POST on an endpoint of several upstreams (not yet served)."""
-
-    http_status = 400
-    message = (
-        "2025 clients (initialize, sessions) are not yet served on an endpoint of several "
-        "upstreams: use protocol 2026-07-28 here, or an upstream's own path"
-    )
-
-
-class LegacyStreamsNotYetServed(MethodNotAllowed):
-    """A 2025 client's GET or DELETE on an endpoint of several upstreams."""
-
-    message = LegacyNotYetServed.message
-    headers: ClassVar[dict[str, str]] = {"Allow": "POST"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,14 +101,29 @@ class EndpointLane:
             UnknownTarget: no upstream (or two) shows the name or URI.
             UpstreamError: no upstream shows it, and one could not be asked.
         """
-        method = message.method
-        if method not in CALLING:
+        if message.method not in CALLING:
             return self.whole
-        params = message.params
+        upstream = await self.owner_of(message.method, message.params, served.caller.principal)
+        if upstream is None:
+            return self.whole
+        served.upstream = upstream
+        log_context.bind(upstream=upstream)
+        return self.members[upstream]
+
+    async def owner_of(self, method: str, params: dict[str, Any], principal: str) -> str | None:
+        """The upstream a request about one target (a call, a prompt, a read, a
+        completion, a resource subscription) is for; None for one that names none
+        (malformed: the first upstream's checks answer it).
+
+        Raises:
+            UnknownTarget: no upstream (or two) shows the name or URI.
+            UpstreamError: no upstream shows it, and one could not be asked.
+        """
+        method = _ABOUT.get(method, method)
         if method == "completion/complete":
             ref = params.get("ref")
             if not isinstance(ref, dict):
-                return self.whole  # malformed: the first upstream answers it
+                return None
             if ref.get("type") == "ref/prompt":
                 method, target = "prompts/get", ref.get("name")
             else:
@@ -125,11 +131,8 @@ class EndpointLane:
         else:
             target = params.get("uri" if method == "resources/read" else "name")
         if not isinstance(target, str):
-            return self.whole  # malformed: the request's own checks answer it
-        upstream = await self._owner(method, target, served.caller.principal)
-        served.upstream = upstream
-        log_context.bind(upstream=upstream)
-        return self.members[upstream]
+            return None
+        return await self._owner(method, target, principal)
 
     async def _owner(self, method: str, target: str, principal: str) -> str:
         if method != "resources/read" and self.endpoint.prefixed:
@@ -203,7 +206,7 @@ class EndpointLane:
         served: RequestServed,
         message: inbound.FrontRequest,
         headers: Mapping[str, str],
-        channel: ResponseChannel,
+        channel: ResponseChannel | None,
     ) -> dict[str, Any]:
         """A list of every upstream's, each as its own path serves it.
 
@@ -223,6 +226,21 @@ class EndpointLane:
         if len(results) < len(self.members):
             merged["ttlMs"] = 0  # served without an upstream: ask again soon
         return merged
+
+    async def legacy_list(
+        self, served: RequestServed, method: str, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A list for a 2025 client of the endpoint: the one a 2026 client gets
+        (`merged_list`), without what only 2026 results carry (`resultType`, the cache
+        hints, the `serverInfo` in `_meta`).
+
+        Raises:
+            RpcError: as `merged_list`.
+        """
+        envelope = inbound.Envelope(Version.V2025_11_25, NO_CAPABILITIES, None, None)
+        message = inbound.FrontRequest(served.rid or 0, method, params, envelope)
+        merged = await self.merged_list(served, message, {}, None)
+        return merging.legacy_result(merged)
 
     async def discover(
         self,
@@ -254,7 +272,7 @@ class EndpointLane:
         served: RequestServed,
         message: inbound.FrontRequest,
         headers: Mapping[str, str],
-        channel: ResponseChannel,
+        channel: ResponseChannel | None,
         server: str,
     ) -> dict[str, dict[str, Any]]:
         """Each upstream's answer to `message` through its lane's `server`, by upstream:

@@ -47,6 +47,7 @@ from gateway import logging as log_context
 from gateway.calls.bridge import Bridge
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import HttpError, MethodNotAllowed, PayloadTooLarge, RpcError
+from gateway.legacy_clients.endpoint import EndpointLegacyLane
 from gateway.legacy_clients.lane import LegacyLane, LegacyMethodNotAllowed
 from gateway.listens import Listens
 from gateway.observability import TalliedCounter, TalliedHistogram
@@ -58,12 +59,7 @@ from gateway.tasks.service import Tasks
 from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool
 from gateway.web.channel import ResponseChannel
-from gateway.web.endpoint import (
-    EndpointLane,
-    LegacyNotYetServed,
-    LegacyStreamsNotYetServed,
-    MemberLane,
-)
+from gateway.web.endpoint import EndpointLane, MemberLane
 from gateway.web.front_door import FrontDoor
 from gateway.web.handlers import ModernLane
 from gateway.web.middleware import closing_refusal, error_response, rejected
@@ -163,7 +159,7 @@ class Pipeline:
         front_door: FrontDoor,
         listens: Listens,
         tasks: Tasks,
-        legacy: LegacyLane | None = None,
+        legacy: LegacyLane | EndpointLegacyLane | None = None,
         *,
         seams: Seams = NO_SEAMS,
         endpoint: EndpointLane | None = None,
@@ -202,8 +198,6 @@ class Pipeline:
         self.served_by = self.modern.served_by()
         #: What serves a 2026 request on a route of one upstream.
         self.own = MemberLane(self.modern, self.served_by, front_door)
-        #: A 2025 client's request is refused here rather than served as a 2026 one's.
-        self.legacy_refused = endpoint is not None and config.legacy.enabled
         self.legacy_family: Family | None = None
         #: What serves a 2025 client's request, by HTTP method (a POST: `_legacy_post`).
         self.legacy_verbs: dict[str, Verb] = {}
@@ -227,8 +221,6 @@ class Pipeline:
         legacy = self.legacy
         if legacy is not None and lane_of("POST", headers, decoded) is _LEGACY:
             return await self._legacy_post(request, legacy, caller, headers, body, decoded)
-        if self.legacy_refused and lane_of("POST", headers, decoded) is _LEGACY:
-            raise LegacyNotYetServed()
         try:
             message = inbound.classify(decoded, headers, duplicate)
         except RpcError as exc:
@@ -287,10 +279,6 @@ class Pipeline:
         """
         legacy = self.legacy
         if legacy is None:
-            if self.legacy_refused and request.method in ("GET", "DELETE"):
-                headers, _ = inbound.read_headers(request.headers.items())
-                if lane_of(request.method, headers) is _LEGACY:
-                    raise LegacyStreamsNotYetServed()
             raise MethodNotAllowed()
         headers, _ = inbound.read_headers(request.headers.items())
         if lane_of(request.method, headers) is not _LEGACY:
@@ -307,7 +295,7 @@ class Pipeline:
     async def _legacy_post(
         self,
         request: web.Request,
-        legacy: LegacyLane,
+        legacy: LegacyLane | EndpointLegacyLane,
         caller: Caller,
         headers: Mapping[str, str],
         body: bytes,

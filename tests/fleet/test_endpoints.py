@@ -3,7 +3,9 @@ processes on one Redis behind a round-robin balancer. A 2026-07-28 client lists 
 servers' tools with their prefixes on every replica, runs an elicitation tool of each
 server with each round answered through another replica than the one that asked, and gets
 each server's own result (each server ran only its own call); a task of the second server
-is polled and answered through other replicas to its end.
+is polled and answered through other replicas to its end. The official mcp 1.x client
+(2025) holds one session on the endpoint and answers each server's questions through
+replicas in turn.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 
 from gateway.protocol.tasks import EXTENSION
-from tests.peers.tooling import LegacyServer, RedisServer
+from tests.peers.tooling import LegacyClient, LegacyServer, RedisServer
 from tests.support.fleet import Fleet, fleet_of
 from tests.support.legacy import legacy_tool
 from tests.support.wire import ALL_CAPS, rpc
@@ -133,3 +135,49 @@ async def test_a_task_of_the_second_server_is_polled_and_answered_through_other_
     assert task["status"] == "completed", task
     assert task["result"]["content"][0]["text"] == "Hello, carol!"
     assert await greets(tickets.url, run_id) == 1
+
+
+async def test_the_mcp_client_gets_each_servers_questions_through_replicas_in_turn(
+    joined_fleet: Fleet, legacy: LegacyServer, tickets: LegacyServer, legacy_client: LegacyClient
+) -> None:
+    """A 2025 client (the official mcp 1.x client) through the balancer: one session on
+    the endpoint, each server's elicitation (on the call's stream) and sampling (on the
+    merged GET stream) answered by POSTs that land on replicas in turn, each answer
+    reaching the server that asked."""
+    fleet = joined_fleet
+    name = f"fleet-joined-{uuid.uuid4().hex[:8]}"
+    answers = {"What is your username?": {"action": "accept", "content": {"username": "ada"}}}
+    command = {"op": "open", "session": name, "url": fleet.url(), "answers": answers}
+    opened = await client_run(legacy_client, command)
+    try:
+        assert opened["initialize"]["serverInfo"]["name"] == "notes+tickets"
+        for _ in range(3):  # the list on every replica
+            listed = await client_run(
+                legacy_client, {"op": "request", "session": name, "method": "list_tools"}
+            )
+            shown = {t["name"] for t in listed["result"]["tools"]}
+            assert {"notes_greet", "tickets_greet", "notes_summarize"} <= shown
+        await client_run(legacy_client, {"op": "get_streams", "session": name, "count": 1})
+        before = len(fleet.balancer.served)
+        for upstream, url in (("notes", legacy.url), ("tickets", tickets.url)):
+            run_id = uuid.uuid4().hex
+            step = {"op": "call", "session": name, "arguments": {"run_id": run_id}}
+            greeted = await client_run(legacy_client, {**step, "name": f"{upstream}_greet"})
+            assert greeted["result"]["content"][0]["text"] == "Hello, ada!", greeted
+            step["arguments"]["text"] = f"a long text for {upstream}"
+            summed = await client_run(legacy_client, {**step, "name": f"{upstream}_summarize"})
+            assert not summed["result"]["isError"], summed
+            assert len(summed["seen"]["samplings"]) == 1, summed
+            other = tickets.url if upstream == "notes" else legacy.url
+            assert await greets(url, run_id) == 1
+            assert await greets(other, run_id) == 0
+        # The client's answers (POSTs with no method) reached more than one replica.
+        served = fleet.balancer.served[before:]
+        answered = [s.backend for s in served if s.http == "POST" and s.method is None]
+        assert len(answered) >= 4 and len(set(answered)) > 1, fleet.balancer.served[before:]
+    finally:
+        await client_run(legacy_client, {"op": "close", "session": name})
+
+
+async def client_run(client: LegacyClient, command: dict[str, Any]) -> dict[str, Any]:
+    return await asyncio.to_thread(client.run, command, 60.0)

@@ -3,8 +3,8 @@ listed with their prefixes, an elicitation tool of each run through its rounds w
 server's own result, a retry's `requestState` good for its own upstream only, bare names
 (`prefix: none`) with a shared one served by neither, a stopped server left out of the
 lists while its calls fail and back once it restarts, prompts prefixed and a resource read
-where it is listed, a task of the second server to its end, and 2025 clients refused
-clearly.
+where it is listed, a task of the second server to its end (2025 clients:
+`test_endpoint_sessions.py`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from gateway.protocol.tasks import EXTENSION
 from tests.peers.tooling import PEER_READY, LegacyServer
 from tests.support.inprocess import Gateway
 from tests.support.legacy import legacy_tool
-from tests.support.legacy_wire import initialize, send
 from tests.support.wire import ALL_CAPS, FROZEN, rpc
 
 pytestmark = pytest.mark.peers
@@ -87,7 +86,9 @@ async def test_both_servers_tools_are_listed_with_their_prefixes(
     _, discovered = await answer(gw, rpc("server/discover"))
     result = discovered["result"]
     assert result["_meta"][SERVER_INFO_KEY]["name"] == "notes+tickets"
-    assert result["supportedVersions"] == ["2026-07-28"]  # 2025 clients: not yet here
+    # 2025 clients are served here too (tests/integration/test_endpoint_sessions.py).
+    assert result["supportedVersions"][0] == "2026-07-28"
+    assert "2025-11-25" in result["supportedVersions"]
     assert "tools" in result["capabilities"]
 
 
@@ -260,14 +261,3 @@ async def test_a_stopped_server_is_left_out_of_lists_its_calls_fail_and_it_comes
         gw, rpc("tools/call", {"name": "tickets_echo", "arguments": {"text": "back"}})
     )
     assert echoed["result"]["content"][0]["text"] == "back"
-
-
-async def test_a_2025_client_is_refused_clearly_on_an_endpoint_of_several_upstreams(
-    make_gateway: Any, tickets: LegacyServer
-) -> None:
-    gw = await joined(make_gateway, tickets)
-    opened = await send(gw.http, gw.url, initialize())
-    assert opened.status == 400
-    assert "not yet served on an endpoint of several upstreams" in opened.last["error"]["message"]
-    async with gw.http.get(gw.url, headers={"Accept": "text/event-stream"}) as got:
-        assert got.status == 405

@@ -1,0 +1,584 @@
+"""The legacy lane of an endpoint of several upstreams: a 2025 client's POST, GET and
+DELETE there, served by each upstream's own lane behind one session.
+
+The client holds one session (`gateway.protocol.endpoint_session`); behind it the
+gateway holds one upstream session per server, each opened at `initialize` with the
+client's request as it came, and each served as its upstream's own lane serves a session
+(`LegacyLane.serve`, with the claims of that upstream's session): the `calling` seam,
+scopes, the audit trail, the gateway's own questions, replica-bound sessions reached
+through their owner. What the client sees:
+
+- `initialize`: one answer from every upstream's (`merging.merged_initialize`: the oldest
+  revision any agreed to, every capability, the endpoint's `serverInfo`). An upstream
+  that cannot open a session is left out of it (`on_upstream_down: omit`: its calls then
+  fail clearly until the client initializes again) or fails it (`fail`, or when none
+  opened; the sessions that opened are ended);
+- a call, a prompt, a read, a completion or a resource subscription goes to the upstream
+  whose name or URI it is, as a 2026 client's does (`EndpointLane.owner_of`, names
+  prefixed or bare); the lists are the endpoint's merged lists, the same as a 2026
+  client's (`EndpointLane.legacy_list`, from the catalog); `ping` is answered here;
+  `logging/setLevel` and every notification go to every upstream;
+- a request a server sends the client, and the events of its streams, carry ids marked
+  with their upstream (`AnswerView`), so that the client's answer, on any replica, goes
+  back to that server with its own id, and a resumption (`Last-Event-ID`) to its stream;
+- a GET stream is every upstream's standalone stream, merged (`MergedEvents`), counted
+  once against the caller's streams; a DELETE ends every upstream's session.
+
+It must not import the web part (`gateway.web`) nor the call core (`gateway.calls`): what
+it needs of the endpoint's 2026 lane is handed to it (`Owner`, `Lister`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from gateway import logging as log_context
+from gateway.aio import cancel_and_wait, spawn
+from gateway.clock import Clock, timeout
+from gateway.config import DOWN_FAIL, EndpointConfig
+from gateway.errors import (
+    Draining,
+    GatewayError,
+    MethodNotFound,
+    NotAcceptable,
+    UpstreamError,
+    UpstreamRpcError,
+)
+from gateway.legacy_clients.answers import AnswerView
+from gateway.legacy_clients.lane import LegacyLane, MissingSession, NoGetStreams
+from gateway.legacy_clients.passing import SESSION_HEADER, SSE_HEADERS, discard, plain, started
+from gateway.legacy_clients.relay import Relay
+from gateway.legacy_clients.upstream import (
+    EventStream,
+    SessionNotFound,
+    UpstreamAnswer,
+    crossing_headers,
+)
+from gateway.protocol import endpoint_session, inbound, jsonrpc, legacy_asking, merging, sse
+from gateway.protocol import legacy_session as sessions
+from gateway.protocol.endpoint_session import EndpointClaims, MemberSession
+from gateway.protocol.methods import LISTS
+from gateway.protocol.state import StateCodec
+from gateway.seams import CALLING, RequestServed
+
+log = structlog.get_logger("gateway.legacy")
+
+#: The upstream a request about one target is for (`EndpointLane.owner_of`).
+Owner = Callable[[str, dict[str, Any], str], Awaitable[str | None]]
+#: A merged list for a 2025 client (`EndpointLane.legacy_list`).
+Lister = Callable[[RequestServed, str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+#: Requests served by the upstream whose name or URI they carry.
+_TARGETED = CALLING | {"resources/subscribe", "resources/unsubscribe"}
+_SESSION_KEY = SESSION_HEADER.lower()
+_JSON = {"Content-Type": "application/json"}
+
+
+class NotInSession(UpstreamError):
+    """An upstream of the endpoint that did not open a session when the client's began."""
+
+    public_detail = True
+    kind = "not_in_session"
+
+
+class EndpointLegacyLane:
+    """The legacy lane of one endpoint of several upstreams."""
+
+    def __init__(
+        self,
+        *,
+        endpoint: EndpointConfig,
+        members: Mapping[str, LegacyLane],
+        codec: StateCodec,
+        server_info: dict[str, Any],
+        owner_of: Owner,
+        lists: Lister,
+    ) -> None:
+        """`members`: each upstream's lane, in the endpoint's order (each marking what its
+        upstream sends); `codec`: seals under `ENDPOINT_SESSION_PREFIX`."""
+        self.endpoint = endpoint
+        self.members = dict(members)
+        self.first = next(iter(self.members.values()))
+        self.codec = codec
+        self.server_info = server_info
+        self.owner_of = owner_of
+        self.lists = lists
+        self.settings = self.first.settings
+        self.metrics = self.first.metrics
+        self.clock: Clock = self.first.clock
+
+    # -- POST ------------------------------------------------------------------------
+
+    async def post(
+        self,
+        request: web.Request,
+        served: RequestServed,
+        headers: Mapping[str, str],
+        body: bytes,
+        decoded: Any,
+    ) -> web.StreamResponse:
+        """Serve one legacy POST (as `LegacyLane.post`).
+
+        Raises:
+            HttpError, RpcError: the pipeline answers them (an upstream's failure counted).
+        """
+        try:
+            return await self._post(request, served, headers, body, decoded)
+        except UpstreamError as exc:
+            self.metrics.upstream_errors.labels(served.upstream, exc.kind).inc()
+            raise
+
+    async def _post(
+        self,
+        request: web.Request,
+        served: RequestServed,
+        headers: Mapping[str, str],
+        body: bytes,
+        decoded: Any,
+    ) -> web.StreamResponse:
+        message = jsonrpc.parse_message(decoded)  # InvalidRequest: batches too
+        if isinstance(message, jsonrpc.Request):
+            served.method, served.rid = message.method, message.id
+            served.target = inbound.logged_target(message.method, message.params)
+            if message.method == "initialize":
+                return await self._initialize(served, headers, body, message)
+        else:
+            served.method = (
+                message.method if isinstance(message, jsonrpc.Notification) else "response"
+            )
+        token, claims = self._session(headers, served)
+        if isinstance(message, jsonrpc.Request):
+            return await self._request(
+                request, served, headers, body, decoded, message, (token, claims)
+            )
+        if isinstance(message, jsonrpc.Response):
+            return await self._answered(request, served, headers, decoded, message, (token, claims))
+        await self._everywhere(served, headers, body, claims)
+        served.status, served.outcome = 202, "accepted"
+        return web.Response(status=202)
+
+    async def _request(
+        self,
+        request: web.Request,
+        served: RequestServed,
+        headers: Mapping[str, str],
+        body: bytes,
+        decoded: Any,
+        message: jsonrpc.Request,
+        session: tuple[str, EndpointClaims],
+    ) -> web.StreamResponse:
+        token, claims = session
+        method, params = message.method, message.params
+        if method == "ping":
+            return self._result(served, message.id, {}, token)
+        if method in LISTS:
+            return self._result(served, message.id, await self.lists(served, method, params), token)
+        if method == "logging/setLevel":
+            await self._everywhere(served, headers, body, claims)
+            return self._result(served, message.id, {}, token)
+        if method not in _TARGETED:
+            raise MethodNotFound(f"Method not found: {method}")
+        upstream = await self.owner_of(method, params, served.caller.principal)
+        upstream = upstream or next(iter(self.members))  # malformed: its checks answer it
+        lane, member = self._member(upstream, claims, served)
+        return await lane.serve(request, served, headers, body, decoded, message, token, member)
+
+    async def _answered(
+        self,
+        request: web.Request,
+        served: RequestServed,
+        headers: Mapping[str, str],
+        decoded: Any,
+        message: jsonrpc.Response,
+        session: tuple[str, EndpointClaims],
+    ) -> web.StreamResponse:
+        """The client's answer to a question: the gateway's own (`answered_question`), or a
+        server's, back to that server with the id it gave."""
+        if legacy_asking.is_question(message.id):
+            return await self.first.answered_question(served, message.id, decoded)
+        token, claims = session
+        found = endpoint_session.unmarked(message.id)
+        if found is None or found[0] not in self.members or claims.member(found[0]) is None:
+            log.info("legacy_answer_unclaimed", session=served.session)
+            served.status, served.outcome = 202, "accepted"
+            return web.Response(status=202)
+        upstream, own = found
+        lane, member = self._member(upstream, claims, served)
+        decoded = {**decoded, "id": own}
+        answer = jsonrpc.parse_message(decoded)
+        body = jsonrpc.dumps(decoded)
+        return await lane.serve(request, served, headers, body, decoded, answer, token, member)
+
+    async def _everywhere(
+        self,
+        served: RequestServed,
+        headers: Mapping[str, str],
+        body: bytes,
+        claims: EndpointClaims,
+    ) -> None:
+        """Send `body` (a notification, `logging/setLevel`) to every upstream's session;
+        one that fails is told in the log and the rest still get it."""
+        crossing = crossing_headers(headers)
+
+        async def send(upstream: str) -> None:
+            lane, member = self._member(upstream, claims, served, bind=False)
+            await discard(await lane.reach(member, served).post(member.session, body, crossing))
+
+        names = claims.upstreams
+        sent = await asyncio.gather(*(send(n) for n in names), return_exceptions=True)
+        for upstream, outcome in zip(names, sent, strict=True):
+            if isinstance(outcome, GatewayError):
+                log.warning(
+                    "endpoint_upstream_omitted",
+                    upstream=upstream,
+                    method=served.method,
+                    kind=type(outcome).__name__,
+                    error=str(outcome),
+                )
+            elif isinstance(outcome, BaseException):
+                raise outcome
+
+    def _result(
+        self, served: RequestServed, rid: jsonrpc.RequestId, result: dict[str, Any], token: str
+    ) -> web.Response:
+        served.status, served.outcome = 200, "complete"
+        body = jsonrpc.dumps(jsonrpc.result(rid, result))
+        return web.Response(status=200, body=body, headers={**_JSON, SESSION_HEADER: token})
+
+    # -- initialize ------------------------------------------------------------------
+
+    async def _initialize(
+        self,
+        served: RequestServed,
+        headers: Mapping[str, str],
+        body: bytes,
+        message: jsonrpc.Request,
+    ) -> web.StreamResponse:
+        """Open a session of the client's with every upstream, and answer for them all."""
+        lanes = self.members
+        if self.first.streams.draining and any(m.upstream.replica_bound for m in lanes.values()):
+            raise Draining("This replica is draining; send initialize again")
+        crossing = crossing_headers(headers)
+        names = list(lanes)
+        opened = await asyncio.gather(
+            *(self._open(n, body, crossing, message.id) for n in names), return_exceptions=True
+        )
+        results: dict[str, dict[str, Any]] = {}
+        members: list[MemberSession] = []
+        failed: GatewayError | None = None
+        for name, got in zip(names, opened, strict=True):
+            if isinstance(got, GatewayError):
+                failed = failed or got
+                log.warning(
+                    "endpoint_upstream_omitted",
+                    upstream=name,
+                    method="initialize",
+                    kind=type(got).__name__,
+                    error=str(got),
+                )
+            elif isinstance(got, BaseException):
+                raise got
+            else:
+                session, results[name] = got
+                owner = self.settings.replica if lanes[name].upstream.replica_bound else ""
+                members.append(MemberSession(name, session, owner))
+        now = self.clock.wall_ms()
+        claims = EndpointClaims(
+            path=self.endpoint.path,
+            members=tuple(members),
+            principal=sessions.principal_tag(served.caller.principal),
+            audience=self.settings.audience,
+            created_ms=now,
+            expires_ms=now + int(self.settings.legacy.session_ttl_s * 1000),
+            declared=sessions.declared_of(message.params.get("capabilities")),
+        )
+        if failed is not None and (self.endpoint.on_upstream_down == DOWN_FAIL or not results):
+            await self._end_all(served, headers, claims)
+            raise failed
+        token = endpoint_session.seal(self.codec, claims)
+        served.session = self.first.log_id(token)
+        for name in results:
+            lanes[name].trail.opened(served, message.params)
+        merged = merging.merged_initialize(results, self.server_info)
+        return self._result(served, message.id, merged, token)
+
+    async def _open(
+        self, upstream: str, body: bytes, headers: Mapping[str, str], rid: jsonrpc.RequestId
+    ) -> tuple[str | None, dict[str, Any]]:
+        """`upstream`'s session for the client, and its `initialize` result.
+
+        Raises:
+            UpstreamRpcError: the server's own refusal; UpstreamError: any other failure.
+        """
+        answer = await self.members[upstream].upstream.initialize(body, headers)
+        reply = await _reply_of(answer, rid, self.clock, self.settings.limits.hold_timeout_s)
+        if isinstance(reply, dict) and isinstance(reply.get("error"), dict):
+            error = reply["error"]
+            code, said = error.get("code"), error.get("message")
+            if isinstance(code, int) and not isinstance(code, bool) and isinstance(said, str):
+                raise UpstreamRpcError(code, said, error.get("data"))
+        if answer.status != 200 or not isinstance(reply, dict):
+            raise UpstreamError(f"{upstream} did not open a session (HTTP {answer.status})")
+        result = reply.get("result")
+        if not isinstance(result, dict):
+            raise UpstreamError(f"{upstream} answered initialize without a result")
+        if not sessions.valid_upstream_session(answer.session):
+            raise UpstreamError(f"{upstream} gave a session id that is not visible ASCII")
+        return answer.session, result
+
+    # -- GET and DELETE --------------------------------------------------------------
+
+    async def get(
+        self, request: web.Request, served: RequestServed, headers: Mapping[str, str]
+    ) -> web.StreamResponse:
+        """Every upstream's standalone stream, merged; or one upstream's stream resumed
+        (`Last-Event-ID`, as the events were marked)."""
+        if not inbound.accepts(headers.get("accept", ""), "text/event-stream"):
+            raise NotAcceptable("Accept must list text/event-stream")
+        if self.settings.legacy.max_streams_per_principal == 0:
+            raise NoGetStreams()
+        token, claims = self._session(headers, served)
+        last = headers.get("last-event-id")
+        if last is not None:
+            found = endpoint_session.unmarked_event(last)
+            if found is None or found[0] not in self.members:
+                raise SessionNotFound()  # no stream of this session's had that id
+            upstream, own = found
+            lane, member = self._member(upstream, claims, served)
+            resumed = {**headers, "last-event-id": own}
+            return await lane.stream(request, served, resumed, token, member)
+        return await self._merged(request, served, headers, token, claims)
+
+    async def _merged(
+        self,
+        request: web.Request,
+        served: RequestServed,
+        headers: Mapping[str, str],
+        token: str,
+        claims: EndpointClaims,
+    ) -> web.StreamResponse:
+        caller = served.caller
+        head = {**SSE_HEADERS, SESSION_HEADER: token}
+        relay = Relay(
+            request,
+            head,
+            self.first.hooks,
+            keepalive_s=self.settings.limits.keepalive_s,
+            clock=self.clock,
+        )
+        crossing = crossing_headers(headers)
+        with self.first.streams.opened(caller.principal, relay.stop):
+            names = claims.upstreams
+            answers = await asyncio.gather(
+                *(self._stream_of(n, claims, served, crossing) for n in names),
+                return_exceptions=True,
+            )
+            streams: dict[str, tuple[EventStream, AnswerView]] = {}
+            refused: UpstreamAnswer | None = None
+            for name, answer in zip(names, answers, strict=True):
+                if isinstance(answer, GatewayError):
+                    log.warning("endpoint_stream_omitted", upstream=name, error=str(answer))
+                elif isinstance(answer, BaseException):
+                    await MergedEvents(streams).aclose()
+                    raise answer
+                elif isinstance(answer.body, bytes):
+                    refused = refused or answer  # it serves no stream (405), or refused it
+                else:
+                    streams[name] = (answer.body, self.members[name].stream_view(served))
+            if not streams:
+                if refused is None:
+                    raise UpstreamError("no upstream of the endpoint opened a stream")
+                return plain(refused, token)
+            events = MergedEvents(streams)
+            await started(relay, events)
+            began = self.clock.monotonic()
+            log.info("legacy_stream_opened", principal=caller.log_id, session=served.session)
+            how = "client_gone"
+            try:
+                how = await relay.run(events, _as_it_is, end_at=self._end_at(claims, served))
+            finally:
+                await relay.close()
+                log.info(
+                    "legacy_stream_ended",
+                    how=how,
+                    principal=caller.log_id,
+                    session=served.session,
+                    upstreams=list(streams),
+                    duration_s=round(self.clock.monotonic() - began, 1),
+                )
+            return await relay.finish()
+
+    async def _stream_of(
+        self,
+        upstream: str,
+        claims: EndpointClaims,
+        served: RequestServed,
+        headers: Mapping[str, str],
+    ) -> UpstreamAnswer:
+        lane, member = self._member(upstream, claims, served, bind=False)
+        return await lane.reach(member, served).get(member.session, headers)
+
+    async def delete(
+        self, request: web.Request, served: RequestServed, headers: Mapping[str, str]
+    ) -> web.StreamResponse:
+        """End every upstream's session; the id then leads to 404 wherever it is used."""
+        _, claims = self._session(headers, served)
+        statuses = await self._end_all(served, headers, claims)
+        status = statuses[0] if statuses and len(set(statuses)) == 1 else 200
+        return web.Response(status=status)
+
+    async def _end_all(
+        self, served: RequestServed, headers: Mapping[str, str], claims: EndpointClaims
+    ) -> list[int]:
+        """End each upstream's session of `claims`: the statuses of those that answered."""
+
+        async def end(upstream: str) -> int:
+            lane, member = self._member(upstream, claims, served, bind=False)
+            return (await lane.end(served, headers, member)).status
+
+        ended = await asyncio.gather(*(end(n) for n in claims.upstreams), return_exceptions=True)
+        statuses = []
+        for upstream, outcome in zip(claims.upstreams, ended, strict=True):
+            if isinstance(outcome, int):
+                statuses.append(outcome)
+            elif isinstance(outcome, GatewayError):
+                log.warning("endpoint_session_not_ended", upstream=upstream, error=str(outcome))
+            else:
+                raise outcome
+        return statuses
+
+    # -- the session -----------------------------------------------------------------
+
+    def _session(
+        self, headers: Mapping[str, str], served: RequestServed
+    ) -> tuple[str, EndpointClaims]:
+        """The session id sent and its claims (its log stand-in noted on `served`).
+
+        Raises:
+            MissingSession (400), SessionNotFound (404)
+        """
+        token = headers.get(_SESSION_KEY)
+        if token is None:
+            raise MissingSession()
+        served.session = self.first.log_id(token)
+        claims = endpoint_session.open_session(
+            self.codec,
+            token,
+            now_ms=self.clock.wall_ms(),
+            principal=sessions.principal_tag(served.caller.principal),
+            path=self.endpoint.path,
+            audience=self.settings.audience,
+        )
+        if isinstance(claims, sessions.SessionIdRefusal):
+            self.metrics.refusals.labels(claims.reason).inc()
+            log.info("legacy_session_refused", reason=claims.reason, session=served.session)
+            self.first.trail.refused(served, claims.reason)
+            raise SessionNotFound()
+        return token, claims
+
+    def _member(
+        self, upstream: str, claims: EndpointClaims, served: RequestServed, *, bind: bool = True
+    ) -> tuple[LegacyLane, sessions.SessionClaims]:
+        """`upstream`'s lane and the claims of its session behind `claims` (`bind`: the
+        request is `upstream`'s, on its record and in the log context).
+
+        Raises:
+            NotInSession: it did not open a session when the client's began.
+        """
+        member = claims.member(upstream)
+        if member is None:
+            raise NotInSession(
+                f"upstream {upstream} could not be reached when this session began: "
+                "send initialize again to reach it"
+            )
+        if bind:
+            served.upstream = upstream
+            log_context.bind(upstream=upstream)
+        return self.members[upstream], member
+
+    def _end_at(self, claims: EndpointClaims, served: RequestServed) -> float:
+        """When a GET stream ends: the session's expiry, or the credential's if sooner."""
+        until_s = claims.expires_ms / 1000
+        identity = served.caller.identity
+        if identity is not None and identity.expires_at is not None:
+            until_s = min(until_s, identity.expires_at)
+        return self.clock.monotonic() + max(0.0, until_s - self.clock.wall_s())
+
+
+def _as_it_is(event: sse.SseEvent) -> sse.SseEvent:
+    return event  # each member's events were looked at as they were merged
+
+
+async def _reply_of(
+    answer: UpstreamAnswer, rid: jsonrpc.RequestId, clock: Clock, wait_s: float
+) -> dict[str, Any] | None:
+    """The response to `rid` in an upstream's answer, whole or the first of its stream
+    (read for at most `wait_s`, the rest let go); None if none came."""
+    body = answer.body
+    if isinstance(body, bytes):
+        try:
+            reply = jsonrpc.loads(body)
+        except (ValueError, RecursionError):
+            return None
+        return reply if isinstance(reply, dict) else None
+    try:
+        async with timeout(clock, wait_s):
+            async for event in body:
+                try:
+                    reply = jsonrpc.loads(event.data) if event.data else None
+                except (ValueError, RecursionError):
+                    continue
+                if isinstance(reply, dict) and reply.get("id") == rid and "method" not in reply:
+                    return reply
+    except (TimeoutError, UpstreamError):
+        return None
+    finally:
+        await body.aclose()
+    return None
+
+
+class MergedEvents:
+    """Several upstreams' streams as one: each event as its upstream's view shows it
+    (marked with the upstream), in the order they come; it ends when every one has
+    ended (one that fails is told in the log, the rest go on)."""
+
+    def __init__(self, streams: Mapping[str, tuple[EventStream, AnswerView]]) -> None:
+        self.streams = dict(streams)
+        self._queue: asyncio.Queue[sse.SseEvent | None] = asyncio.Queue(maxsize=64)
+        self._pumps: list[asyncio.Task[None]] = []
+        self._left = len(self.streams)
+
+    def __aiter__(self) -> AsyncIterator[sse.SseEvent]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[sse.SseEvent]:
+        if not self._pumps:
+            self._pumps = [
+                spawn(self._pump(name, events, view), name=f"merged-stream-{name}")
+                for name, (events, view) in self.streams.items()
+            ]
+        while self._left:
+            event = await self._queue.get()
+            if event is None:
+                self._left -= 1
+            else:
+                yield event
+
+    async def _pump(self, upstream: str, events: EventStream, view: AnswerView) -> None:
+        try:
+            async for event in events:
+                await self._queue.put(view.see(event))
+        except UpstreamError as exc:
+            log.info("endpoint_stream_failed", upstream=upstream, error=exc.message)
+        await self._queue.put(None)  # ended (not when cancelled: nobody reads then)
+
+    async def aclose(self) -> None:
+        for pump in self._pumps:
+            await cancel_and_wait(pump)
+        for events, _ in self.streams.values():
+            await events.aclose()
