@@ -66,7 +66,7 @@ names their module); `tests/test_errors.py` holds it to the classes:
     │   │   ├── UpstreamExited         -32603 / 502, a stdio server's process ended
     │   │   ├── UpstreamTimeout        -32603 / 502, a round outlived hold_timeout_s
     │   │   ├── SessionExpired         -32603 / 502, gone upstream (gateway.upstream.port)
-    │   │   ├── NotInSession           -32603 / 502, not opened at initialize (gateway.legacy_clients.endpoint)
+    │   │   ├── NotInSession           -32603 / 502, gone at start (gateway.legacy_clients.endpoint)
     │   │   └── UpstreamCredentialsError -32603 / 502, no token (gateway.auth.errors)
     │   └── StoreError                 -32603 / 503 + Retry-After, the store failed
     │       └── LeaseLost              -32603 / 503, this replica cannot renew its lease
