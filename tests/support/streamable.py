@@ -64,6 +64,7 @@ class StreamableServer:
         self.received: list[dict[str, Any]] = []  # every message POSTed, in order
         self.busy: dict[str, int] = {}  # session id -> GETs still to refuse with 409
         self.gets: list[str | None] = []  # the session of every GET, in order
+        self.resumed: list[str | None] = []  # the Last-Event-ID of every GET, in order
         self._arrived = asyncio.Event()
         app = web.Application()
         app.router.add_route("*", "/mcp", self._serve)
@@ -105,6 +106,7 @@ class StreamableServer:
         if request.method == "GET":
             session = request.headers.get("Mcp-Session-Id")
             self.gets.append(session)
+            self.resumed.append(request.headers.get("Last-Event-ID"))
             if session is not None and self.busy.get(session, 0) > 0:
                 self.busy[session] -= 1
                 return web.Response(status=409)

@@ -2,21 +2,29 @@
 servers the test plays (`StreamableServer`) behind one path. Its tools are listed with
 their prefixes and the cache hints combined, a call reaches its own server by its own
 name, `server/discover` names both, a server that cannot be reached fails the list
-under `on_upstream_down: fail`, and 2025 clients are refused clearly."""
+under `on_upstream_down: fail`. A 2025 client holds one session with each server's behind
+it: its calls reach their server, a server's question and event ids are marked with their
+upstream and its answer goes back to that server with its own id, and the GET stream
+merges both servers' streams."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import StreamReader
 
+from gateway.aio import spawn
 from gateway.app import build_app
+from gateway.protocol import sse
 from gateway.protocol.inbound import SERVER_INFO_KEY
 from gateway.web.serving import serve
 from tests.support.inprocess import Gateway, gateway_config
-from tests.support.legacy_wire import initialize, send
+from tests.support.legacy_wire import HEADERS, call, initialize, request, send
 from tests.support.streamable import StreamableServer
 from tests.support.wire import rpc
 
@@ -68,6 +76,23 @@ async def gateway(servers: tuple[StreamableServer, StreamableServer]) -> AsyncIt
         yield gw
 
 
+async def next_event(content: StreamReader) -> sse.SseEvent:
+    """The next SSE event with data on a response's body."""
+    parser = sse.Parser()
+    while True:
+        line = await asyncio.wait_for(content.readline(), 10)
+        assert line, "the stream ended"
+        for event in parser.feed(line):
+            if event.data:
+                return event
+
+
+def resumed_at(upstream: StreamableServer, client: str) -> list[str | None]:
+    """The `Last-Event-ID` of each GET of `client`'s session at `upstream`, in order."""
+    own = upstream.session_of(client)
+    return [last for got, last in zip(upstream.gets, upstream.resumed, strict=True) if got == own]
+
+
 def calls(upstream: StreamableServer) -> list[str]:
     return [m["params"]["name"] for m in upstream.received if m.get("method") == "tools/call"]
 
@@ -97,11 +122,12 @@ async def test_a_call_reaches_its_own_server_by_its_own_name(
     assert (calls(notes), calls(tickets)) == (["add"], ["search"])
 
 
-async def test_discover_names_both_upstreams_and_offers_2026_only(gateway: Gateway) -> None:
+async def test_discover_names_both_upstreams_and_offers_both_eras(gateway: Gateway) -> None:
     status, reply, _ = await gateway.post(rpc("server/discover"))
     assert status == 200, reply
     result = reply["result"]
-    assert result["supportedVersions"] == ["2026-07-28"]
+    assert result["supportedVersions"][0] == "2026-07-28"
+    assert "2025-11-25" in result["supportedVersions"]  # its legacy lane serves 2025 clients
     assert result["_meta"][SERVER_INFO_KEY]["title"] == "notes, tickets (mrtr-gateway /mcp)"
     status, reply, _ = await gateway.post(rpc("subscriptions/listen", {"filter": {}}))
     assert reply["error"]["code"] == -32601
@@ -117,12 +143,89 @@ async def test_under_fail_a_server_that_cannot_be_reached_fails_the_list(
         assert status == 502 and reply["error"]["code"] == -32603, reply
 
 
-async def test_a_2025_client_is_told_it_is_not_yet_served_here(gateway: Gateway) -> None:
-    opened = await send(gateway.http, gateway.url, initialize())
-    assert opened.status == 400
-    assert "not yet served on an endpoint of several upstreams" in opened.last["error"]["message"]
-    async with gateway.http.delete(gateway.url, headers={"Mcp-Session-Id": "x"}) as deleted:
-        assert deleted.status == 405 and deleted.headers["Allow"] == "POST"
+async def test_a_2025_client_holds_one_session_with_each_servers_behind_it(
+    gateway: Gateway, servers: tuple[StreamableServer, StreamableServer]
+) -> None:
+    notes, tickets = servers
+    opened = await send(gateway.http, gateway.url, initialize(capabilities={"elicitation": {}}))
+    assert opened.status == 200, opened.last
+    session = opened.headers["Mcp-Session-Id"]
+    assert session.startswith("le1.")  # the gateway's: no server's own id is shown
+    result = opened.last["result"]
+    assert result["serverInfo"]["name"] == "notes+tickets"
+    assert result["protocolVersion"] == "2025-11-25"
+    # Each server opened a session of the client's own (beside the gateway's), at once.
+    assert notes.session_of("pytest-legacy") and tickets.session_of("pytest-legacy")
+    listed = await send(gateway.http, gateway.url, request("tools/list"), session=session)
+    assert [t["name"] for t in listed.last["result"]["tools"]] == [
+        "notes_search",
+        "notes_add",
+        "tickets_search",
+    ]
+    assert "resultType" not in listed.last["result"]  # a 2025 result
+    called = await send(gateway.http, gateway.url, call("tickets_search"), session=session)
+    assert called.last["result"] == DONE
+    (sent,) = [m for m in tickets.received if m.get("method") == "tools/call"]
+    assert sent["params"]["name"] == "search"
+    assert not [m for m in notes.received if m.get("method") == "tools/call"]
+
+
+async def test_a_servers_question_and_its_events_are_marked_and_its_answer_goes_back_to_it(
+    servers: tuple[StreamableServer, StreamableServer],
+) -> None:
+    notes, tickets = servers
+    tickets.streamed = frozenset({"tools/call", "GET"})
+    notes.streamed = frozenset({"GET"})
+    async for gw in endpoint(notes, tickets):
+        session = (await send(gw.http, gw.url, initialize())).headers["Mcp-Session-Id"]
+        headers = {**HEADERS, "Mcp-Session-Id": session}
+        # The stream's head comes with its first event: the POST is sent, then spoken on.
+        posting = spawn(
+            gw.http.post(gw.url, json=call("tickets_search"), headers=headers), name="posting"
+        )
+        stream = await tickets.next_stream("tools/call")
+        asked = {"jsonrpc": "2.0", "id": 7, "method": "elicitation/create", "params": {}}
+        await stream.send(asked, event_id="e1")
+        async with await posting as posted:
+            event = await next_event(posted.content)
+            assert event.id == "tickets/e1"
+            relayed = json.loads(event.data)
+            assert relayed["id"] != 7 and relayed["method"] == "elicitation/create"
+            answer = {"jsonrpc": "2.0", "id": relayed["id"], "result": {"action": "cancel"}}
+            back = await send(gw.http, gw.url, answer, session=session)
+            assert back.status == 202
+            (given,) = [m for m in tickets.received if "result" in m]
+            assert given["id"] == 7  # the server's own id again
+            assert not [m for m in notes.received if "result" in m]
+            await stream.respond(DONE)
+            done = json.loads((await next_event(posted.content)).data)
+            assert done == {"jsonrpc": "2.0", "id": 1, "result": DONE}
+        # The GET stream: both servers' events on one, each marked; resumed at one server.
+        get_headers = {"Accept": "text/event-stream", "Mcp-Session-Id": session}
+        async with gw.http.get(gw.url, headers=get_headers) as got:
+            assert got.status == 200
+            on_notes = await notes.next_stream("GET", session=notes.session_of("pytest-legacy"))
+            on_tickets = await tickets.next_stream(
+                "GET", session=tickets.session_of("pytest-legacy")
+            )
+            changed = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+            await on_notes.send(changed, event_id="n1")
+            roots = {"jsonrpc": "2.0", "id": 3, "method": "roots/list"}
+            await on_tickets.send(roots, event_id="t1")
+            seen = [await next_event(got.content) for _ in range(2)]
+            by_id = {e.id: json.loads(e.data) for e in seen}
+            assert by_id["notes/n1"] == changed
+            assert by_id["tickets/t1"]["method"] == "roots/list"
+            assert by_id["tickets/t1"]["id"] != 3
+            on_notes.end()
+            on_tickets.end()
+        resumed = {**get_headers, "Last-Event-ID": "notes/n1"}
+        async with gw.http.get(gw.url, headers=resumed) as again:
+            assert again.status == 200
+            (await notes.next_stream("GET", session=notes.session_of("pytest-legacy"))).end()
+        # The client's GETs at each server: both at first, then the one resumed, from its id.
+        assert resumed_at(notes, "pytest-legacy") == [None, "n1"]
+        assert resumed_at(tickets, "pytest-legacy") == [None]
 
 
 async def test_a_completion_goes_to_the_server_of_its_prompt_by_its_own_name(
