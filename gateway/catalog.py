@@ -76,10 +76,13 @@ LIST_OF = {"tools/call": "tools/list", "prompts/get": "prompts/list"}
 
 class UnknownTarget(InvalidParams):
     """A tool, prompt or resource hidden by the exposure rules, or absent from the list:
-    the answer an unknown name gets (spec: -32602)."""
+    the answer an unknown name gets (spec: -32602; a resource's with its URI in `data`,
+    as 2026-07-28 asks of a resource not found)."""
 
     def __init__(self, method: str, name: str) -> None:
-        super().__init__(UNKNOWN[method].format(name))
+        super().__init__(
+            UNKNOWN[method].format(name), {"uri": name} if method == "resources/read" else None
+        )
 
 
 class ToolNotApproved(RpcError):

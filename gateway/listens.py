@@ -26,7 +26,7 @@ standalone stream dropped) or its client stopped reading.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -56,6 +56,9 @@ WRITE_TIMEOUT_S = 30.0
 DRAINING = UpstreamError("this replica is draining")
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+#: What takes a listen's acknowledgement in place of its stream (what the server will
+#: honour of the filter): a listen of an endpoint of several upstreams sends one of all.
+Acknowledge = Callable[[wire.ListenFilter], Awaitable[None]]
 
 
 class ListensFull(CapacityExceeded):
@@ -114,7 +117,8 @@ class Listens:
         self.changed = changed
 
     def __len__(self) -> int:
-        return sum(len(inboxes) for inboxes in self._open.values())
+        """How many listens are open (one of an endpoint of several upstreams counts once)."""
+        return len(self.quota)
 
     @property
     def enabled(self) -> bool:
@@ -125,6 +129,17 @@ class Listens:
         """A listen of `principal` to `upstream` is open while this holds: its inbox.
 
         Raises:
+            as `opened_each`.
+        """
+        with self.opened_each((upstream,), principal) as inboxes:
+            yield inboxes[upstream]
+
+    @contextmanager
+    def opened_each(self, upstreams: Sequence[str], principal: str) -> Iterator[dict[str, Inbox]]:
+        """One listen of `principal` to each of `upstreams` (those of an endpoint) is open
+        while this holds, counted once against the limits: an inbox for each, by upstream.
+
+        Raises:
             Draining: this replica is shutting down.
             ListensFull: `max_listens` are open already.
             PrincipalListening: `principal` holds `max_listens_per_principal` already.
@@ -132,14 +147,15 @@ class Listens:
         if self._draining:
             raise Draining()
         with self.quota.held(principal):
-            inbox = ListenInbox()
-            inboxes = self._open.setdefault(upstream, set())
-            inboxes.add(inbox)
+            held = {upstream: ListenInbox() for upstream in upstreams}
+            for upstream, inbox in held.items():
+                self._open.setdefault(upstream, set()).add(inbox)
             self._count()
             try:
-                yield inbox
+                yield dict(held)
             finally:
-                inboxes.discard(inbox)
+                for upstream, inbox in held.items():
+                    self._open[upstream].discard(inbox)
                 self._count()
 
     def _count(self) -> None:
@@ -181,13 +197,15 @@ async def serve(
     expires_in_s: float | None = None,
     *,
     clock: Clock,
+    acknowledge: Acknowledge | None = None,
 ) -> dict[str, Any] | None:
     """Serve one listen until it ends: its graceful result, or None when it is cut short.
 
     `send` writes a message on the client's stream; `may_read` says whether the caller
     may see a resource URI (its scopes); `expires_in_s`: when the caller's credential
     expires (the listen is cut short then, and its client, listening again, must show a
-    fresh one). Both bounds, that and a write's, are on `clock`.
+    fresh one). Both bounds, that and a write's, are on `clock`. `acknowledge`: what
+    takes the acknowledgement instead of the stream (`gateway.joined_listen`).
 
     Raises:
         UpstreamError: before the stream was acknowledged (the server could not be
@@ -210,7 +228,10 @@ async def serve(
             return wire.closing(listen_id)
         if ended is not None:  # its session lost already (no GET stream): an error, not a
             raise ended  # stream acknowledged and cut at once, which a client re-listens to
-        await _write(send, wire.acknowledgement(listen_id, honour), clock)
+        if acknowledge is None:
+            await write(send, wire.acknowledgement(listen_id, honour), clock)
+        else:
+            await acknowledge(honour)
         acknowledged = True
         log.info("listen_opened", upstream=upstream, asked=asked.wire(), honoured=honour.wire())
         if not honour.lists and not honour.resources:
@@ -241,7 +262,7 @@ async def serve(
             if uri is not None and not may_read(uri):
                 log.debug("listen_update_withheld", upstream=upstream)
                 continue
-            await _write(send, note, clock)
+            await write(send, note, clock)
     except asyncio.CancelledError:
         if acknowledged:
             log.info("listen_ended", upstream=upstream, reason="client left")
@@ -258,8 +279,12 @@ async def serve(
             pool.close_alone(session)  # its subscriptions were the listen's alone
 
 
-async def _write(send: Send, message: dict[str, Any], clock: Clock) -> None:
-    """Raises: ClientStalled."""
+async def write(send: Send, message: dict[str, Any], clock: Clock) -> None:
+    """Write `message` on a listen's stream within `WRITE_TIMEOUT_S`.
+
+    Raises:
+        ClientStalled: the client took no write for that long.
+    """
     try:
         async with clocks.timeout(clock, WRITE_TIMEOUT_S):
             await send(message)

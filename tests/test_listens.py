@@ -92,6 +92,20 @@ def test_one_caller_holds_at_most_its_share_of_the_listens() -> None:
         pass
 
 
+def test_a_listen_of_several_upstreams_hears_each_and_counts_once() -> None:
+    listens = Listens(8, 1)
+    with listens.opened_each(("a", "b"), "p") as inboxes:
+        assert len(listens) == 1
+        with pytest.raises(PrincipalListening), listens.opened("a", "p"):
+            pass
+        listens.publish("a", TOOLS)
+        listens.publish("b", PROMPTS)
+        assert (inboxes["a"].waiting(), inboxes["b"].waiting()) == ((TOOLS,), (PROMPTS,))
+    assert len(listens) == 0
+    listens.publish("a", TOOLS)  # nobody listens now
+    assert inboxes["a"].waiting() == (TOOLS,)
+
+
 class InfoOnly:
     """A pool that says what the server declares, and has no session to give: a listen
     of list changes needs none."""

@@ -16,7 +16,7 @@ notification, or into nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,6 +117,16 @@ def honoured(asked: ListenFilter, server_capabilities: Mapping[str, Any]) -> Lis
     )
     resources = asked.resources if declares("resources", "subscribe") else ()
     return ListenFilter(lists, resources)
+
+
+def joined(asked: ListenFilter, parts: Iterable[ListenFilter]) -> ListenFilter:
+    """What a listen of several upstreams (an endpoint's) honours of `asked`, from what
+    each of them honours: every filter field some upstream honours, and the resource URIs
+    some upstream subscribed, in the client's order."""
+    parts = list(parts)
+    lists = frozenset(flag for part in parts for flag in part.lists)
+    subscribed = {uri for part in parts for uri in part.resources}
+    return ListenFilter(lists, tuple(uri for uri in asked.resources if uri in subscribed))
 
 
 def advertises(server_capabilities: Mapping[str, Any]) -> dict[str, dict[str, bool]]:

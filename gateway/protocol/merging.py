@@ -22,10 +22,6 @@ from gateway.protocol.inbound import SERVER_INFO_KEY
 from gateway.protocol.lists import field_of
 from gateway.protocol.methods import LISTS
 
-#: The capabilities whose change notifications and subscriptions reach a client only
-#: through `subscriptions/listen` (not yet served on an endpoint of several upstreams).
-_LISTENED = {"listChanged", "subscribe"}
-
 
 def entries(method: str, result: Mapping[str, Any]) -> list[Any]:
     """The entries of a `method` list's result (none when malformed)."""
@@ -137,8 +133,9 @@ def merged_discover(
     results: Mapping[str, Mapping[str, Any]], server_info: dict[str, Any]
 ) -> dict[str, Any]:
     """`server/discover` of an endpoint from each upstream's: the revisions every one
-    supports, every capability any declares (a capability's own flags merged), the
-    instructions of each under its upstream's name, the cache hints combined."""
+    supports, every capability any declares (a capability's own flags merged: change
+    notifications and resource subscriptions where any upstream's listen delivers them),
+    the instructions of each under its upstream's name, the cache hints combined."""
     versions: list[str] | None = None
     for result in results.values():
         supported = result.get("supportedVersions")
@@ -146,10 +143,6 @@ def merged_discover(
         versions = supported if versions is None else [v for v in versions if v in supported]
     capabilities = _capabilities(results)
     instructions = _instructions(results)
-    for name in ("prompts", "resources", "tools"):
-        if isinstance(capabilities.get(name), dict):
-            features = capabilities[name].items()
-            capabilities[name] = {k: v for k, v in features if k not in _LISTENED}
     merged: dict[str, Any] = {
         "supportedVersions": versions or [],
         "capabilities": capabilities,

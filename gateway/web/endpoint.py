@@ -15,7 +15,9 @@ are served merged.
   cached) or fails the list (`fail`).
 - `server/discover`: each upstream's, merged, its `serverInfo` naming the upstreams.
 - `tasks/*`: the tasks extension's, whose records name their upstream.
-- `subscriptions/listen` is not yet served here (refused clearly).
+- `subscriptions/listen`: a listen of each upstream on one stream
+  (`gateway.joined_listen`), each resource URI asked of the upstream `resources/read`
+  would reach, acknowledged with what some upstream accepted.
 
 2025 clients are served by the endpoint's legacy lane
 (`gateway.legacy_clients.endpoint`), which asks this one which upstream a request is for
@@ -29,6 +31,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import structlog
@@ -38,13 +41,15 @@ from gateway import logging as log_context
 from gateway.catalog import Catalog, UnknownTarget
 from gateway.config import DOWN_FAIL, EndpointConfig
 from gateway.errors import METHOD_NOT_FOUND, MethodNotFound, RpcError
+from gateway.joined_listen import JoinedListen
 from gateway.protocol import inbound, merging, methods
+from gateway.protocol import listen as listen_wire
 from gateway.protocol.capabilities import NO_CAPABILITIES
 from gateway.protocol.versions import Version
 from gateway.seams import CALLING, RequestServed
 from gateway.web.channel import ResponseChannel
 from gateway.web.front_door import FrontDoor
-from gateway.web.handlers import ModernLane, Server
+from gateway.web.handlers import LISTENS_OFF, ModernLane, Server
 
 log = structlog.get_logger("gateway.web")
 
@@ -261,11 +266,49 @@ class EndpointLane:
         message: inbound.FrontRequest,
         headers: Mapping[str, str],
         channel: ResponseChannel,
-    ) -> dict[str, Any]:
-        raise MethodNotFound(
-            "Method not found: subscriptions/listen is not yet served on an endpoint of "
-            f"several upstreams ({self.endpoint.path})"
-        )
+    ) -> dict[str, Any] | None:
+        """A `subscriptions/listen` of every upstream on one stream (`gateway.joined_listen`):
+        list changes asked of each, a resource URI of the upstream that serves it (as
+        `resources/read` finds it); acknowledged with what some upstream accepted.
+
+        Raises:
+            RpcError: before the stream is acknowledged.
+        """
+        lanes = {name: member.lane for name, member in self.members.items()}
+        listens = self.whole.lane.listens
+        if not listens.enabled:
+            raise MethodNotFound(LISTENS_OFF)
+        caller = served.caller
+        asked = listen_wire.read_filter(message.params)
+        routed = await self._routed(asked, caller.principal)
+        filters = {name: lane.listen_filter(caller, routed[name]) for name, lane in lanes.items()}
+        with listens.opened_each(list(lanes), caller.principal) as inboxes:
+            channel.start_keepalive()
+            members = {
+                name: partial(lane.serve_listen, caller, message.id, filters[name], inboxes[name])
+                for name, lane in lanes.items()
+            }
+            joined = JoinedListen(message.id, asked, channel.notify, self.whole.lane.bridge.clock)
+            result = await joined.serve(members, omit=self.endpoint.on_upstream_down != DOWN_FAIL)
+        if result is None:
+            served.outcome = "cut_short"
+        return result
+
+    async def _routed(
+        self, asked: listen_wire.ListenFilter, principal: str
+    ) -> dict[str, listen_wire.ListenFilter]:
+        """`asked` as each upstream is to hear it: the list changes, and the resource URIs
+        it serves (a URI no upstream, or two, serve is subscribed nowhere)."""
+        uris: dict[str, list[str]] = {name: [] for name in self.members}
+        for uri in asked.resources:
+            try:
+                uris[await self._owner("resources/read", uri, principal)].append(uri)
+            except RpcError as exc:  # unknown, shared, or its upstream down: not honoured
+                log.info("listen_subscription_unrouted", path=self.endpoint.path, error=exc.message)
+        return {
+            name: listen_wire.ListenFilter(asked.lists, tuple(found))
+            for name, found in uris.items()
+        }
 
     async def _each(
         self,

@@ -28,17 +28,22 @@ from typing import Any
 from gateway.calls.bridge import Bridge
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import GatewayError, MethodNotFound, UpstreamError
-from gateway.listens import Listens, serve
+from gateway.listens import Acknowledge, Listens, Send, serve
 from gateway.protocol import inbound, methods, params, translate
 from gateway.protocol import listen as listen_wire
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
+from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.legacy_tasks import serves_legacy_tasks
-from gateway.seams import RequestServed, Seams
+from gateway.protocol.listen import ListenFilter
+from gateway.seams import Caller, RequestServed, Seams
 from gateway.tasks.service import Tasks
-from gateway.upstream.port import UpstreamPool
+from gateway.upstream.port import Inbox, UpstreamPool
 from gateway.web.channel import ResponseChannel
 from gateway.web.front_door import FrontDoor
 from gateway.web.tool_headers import ToolHeaders
+
+#: Why `subscriptions/listen` is unknown on every route of a replica that serves none.
+LISTENS_OFF = "Method not found: subscriptions/listen (limits.max_listens is 0)"
 
 #: What serves one 2026 request: its record, the request, its headers by lower-case
 #: name, its response channel -> its result (None: a stream cut short).
@@ -155,15 +160,47 @@ class ModernLane:
         """Serve a `subscriptions/listen` stream until it ends (its result, or None when it
         is cut short). Raises: RpcError, before the stream is acknowledged."""
         if not self.listens.enabled:
-            raise MethodNotFound("Method not found: subscriptions/listen (limits.max_listens is 0)")
+            raise MethodNotFound(LISTENS_OFF)
         caller = served.caller
-        asked = listen_wire.read_filter(message.params)
+        asked = self.listen_filter(caller, listen_wire.read_filter(message.params))
+        with self.listens.opened(self.upstream.name, caller.principal) as inbox:
+            channel.start_keepalive()
+            result = await self.serve_listen(caller, message.id, asked, inbox, channel.notify)
+        if result is None:
+            served.outcome = "cut_short"
+        return result
+
+    def listen_filter(self, caller: Caller, asked: ListenFilter) -> ListenFilter:
+        """`asked` without the resources this upstream's exposure rules hide (a hidden
+        resource is refused, not an error).
+
+        Raises:
+            InsufficientScope: a resource asked for the caller may not read.
+        """
         exposure = self.upstream.exposure
-        if asked.resources and not exposure.everything:  # a hidden resource is refused,
+        if asked.resources and not exposure.everything:
             shown = [u for u in asked.resources if exposure.shows("resources/read", u)]
             asked = dataclasses.replace(asked, resources=tuple(shown))
         for uri in asked.resources:
             self.front_door.check_target(caller, "resources/read", uri)
+        return asked
+
+    async def serve_listen(
+        self,
+        caller: Caller,
+        listen_id: RequestId,
+        asked: ListenFilter,
+        inbox: Inbox,
+        send: Send,
+        acknowledge: Acknowledge | None = None,
+    ) -> dict[str, Any] | None:
+        """Serve a listen of `caller`'s to this upstream on `inbox` (opened by the caller
+        of this, `asked` read through `listen_filter`) until it ends: `gateway.listens.serve`.
+
+        Raises:
+            UpstreamError: before the stream was acknowledged.
+            ClientStalled: the client stopped reading.
+        """
 
         def may_read(uri: str) -> bool:
             try:
@@ -174,22 +211,18 @@ class ModernLane:
 
         expires_at = caller.identity.expires_at if caller.identity is not None else None
         clock = self.bridge.clock
-        with self.listens.opened(self.upstream.name, caller.principal) as inbox:
-            channel.start_keepalive()
-            result = await serve(
-                self.pool,
-                inbox,
-                message.id,
-                asked,
-                channel.notify,
-                may_read,
-                self.upstream.name,
-                None if expires_at is None else max(0.0, expires_at - clock.wall_s()),
-                clock=clock,
-            )
-        if result is None:
-            served.outcome = "cut_short"
-        return result
+        return await serve(
+            self.pool,
+            inbox,
+            listen_id,
+            asked,
+            send,
+            may_read,
+            self.upstream.name,
+            None if expires_at is None else max(0.0, expires_at - clock.wall_s()),
+            clock=clock,
+            acknowledge=acknowledge,
+        )
 
     async def pass_through(
         self,

@@ -3,9 +3,10 @@ processes on one Redis behind a round-robin balancer. A 2026-07-28 client lists 
 servers' tools with their prefixes on every replica, runs an elicitation tool of each
 server with each round answered through another replica than the one that asked, and gets
 each server's own result (each server ran only its own call); a task of the second server
-is polled and answered through other replicas to its end. The official mcp 1.x client
-(2025) holds one session on the endpoint and answers each server's questions through
-replicas in turn.
+is polled and answered through other replicas to its end; a tool list change of the second
+server, made through one replica, reaches a listen held on another. The official mcp 1.x
+client (2025) holds one session on the endpoint and answers each server's questions
+through replicas in turn.
 """
 
 from __future__ import annotations
@@ -13,15 +14,18 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from gateway.protocol.tasks import EXTENSION
 from tests.peers.tooling import LegacyClient, LegacyServer, RedisServer
 from tests.support.fleet import Fleet, fleet_of
 from tests.support.legacy import legacy_tool
+from tests.support.listens import SUBSCRIPTION_ID, listening
 from tests.support.wire import ALL_CAPS, rpc
 
 pytestmark = pytest.mark.peers
@@ -32,8 +36,9 @@ SHOWN_WITHIN_S = 30.0
 
 @pytest.fixture(scope="module")
 def tickets() -> Iterator[LegacyServer]:
-    """The second server (the session's `legacy` is the first, `notes`)."""
-    server = LegacyServer()
+    """The second server (the session's `legacy` is the first, `notes`): it tells of
+    changes (`add_tool`)."""
+    server = LegacyServer(notifying=True)
     yield server
     server.stop()
 
@@ -181,3 +186,33 @@ async def test_the_mcp_client_gets_each_servers_questions_through_replicas_in_tu
 
 async def client_run(client: LegacyClient, command: dict[str, Any]) -> dict[str, Any]:
     return await asyncio.to_thread(client.run, command, 60.0)
+
+
+@dataclass
+class Replica:
+    """One replica's endpoint, to hold a listen on."""
+
+    http: aiohttp.ClientSession
+    url: str
+
+
+async def test_a_change_of_the_second_server_reaches_a_listen_held_on_another_replica(
+    joined_fleet: Fleet,
+) -> None:
+    fleet = joined_fleet
+    held_on = Replica(fleet.http, f"{fleet.replicas[0].base}/mcp")
+    async with listening(held_on, {"toolsListChanged": True}) as stream:
+        ack = await stream.next()
+        assert ack["params"]["notifications"] == {"toolsListChanged": True}  # tickets'
+        added = f"t{uuid.uuid4().hex[:8]}"
+        body = rpc("tools/call", {"name": "tickets_add_tool", "arguments": {"name": added}})
+        _, done = await on(fleet, 1, body)
+        assert done["result"]["content"][0]["text"] == f"added {added}", done
+        change = await stream.next(timeout=SHOWN_WITHIN_S)  # about a heartbeat later
+    assert change == {
+        "jsonrpc": "2.0",
+        "method": "notifications/tools/list_changed",
+        "params": {"_meta": {SUBSCRIPTION_ID: "l-1"}},
+    }
+    _, listed = await on(fleet, 0, rpc("tools/list"))
+    assert f"tickets_{added}" in {t["name"] for t in listed["result"]["tools"]}

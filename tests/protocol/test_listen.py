@@ -70,6 +70,22 @@ def test_only_what_the_server_declares_is_honoured() -> None:
     assert listen.honoured(asked, {"resources": {"subscribe": "yes"}}) == listen.ListenFilter()
 
 
+def test_a_listen_of_several_upstreams_honours_what_some_upstream_does() -> None:
+    asked = listen.ListenFilter(
+        frozenset({"toolsListChanged", "promptsListChanged", "resourcesListChanged"}),
+        ("b://2", "a://1", "c://3"),
+    )
+    notes = listen.ListenFilter(frozenset({"toolsListChanged"}), ("a://1",))
+    tickets = listen.ListenFilter(frozenset({"promptsListChanged"}), ("b://2",))
+    honour = listen.joined(asked, [notes, tickets, listen.ListenFilter()])
+    assert honour.wire() == {
+        "toolsListChanged": True,
+        "promptsListChanged": True,
+        "resourceSubscriptions": ["b://2", "a://1"],  # the client's order; c://3 nobody's
+    }
+    assert listen.joined(asked, []) == listen.ListenFilter()
+
+
 def test_discover_may_say_only_what_a_listen_delivers() -> None:
     assert listen.advertises(TELLS_ALL) == TELLS_ALL
     assert listen.advertises(

@@ -107,9 +107,9 @@ def test_discover_keeps_the_shared_revisions_every_capability_and_each_upstreams
     merged = merged_discover({"notes": notes, "tickets": tickets}, INFO)
     assert merged["supportedVersions"] == ["2026-07-28"]
     assert merged["capabilities"] == {
-        "tools": {},  # change notifications reach a client only through a listen
+        "tools": {"listChanged": True},  # a listen of the endpoint delivers notes' changes
         "prompts": {},
-        "resources": {},
+        "resources": {"subscribe": True},  # and tickets' resource updates
         "completions": {},
     }
     assert merged["instructions"] == "notes: Notes first."

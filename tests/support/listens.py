@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -38,9 +38,16 @@ class Stream:
         return self.ready.pop(0)
 
 
+class Reachable(Protocol):
+    """What a listen is sent to: a gateway (`Gateway`), or one replica of a fleet."""
+
+    http: aiohttp.ClientSession
+    url: str
+
+
 @asynccontextmanager
 async def listening(
-    gateway: Gateway,
+    gateway: Reachable,
     notifications: dict[str, Any],
     rid: Any = "l-1",
     headers: dict[str, str] | None = None,

@@ -129,8 +129,7 @@ async def test_discover_names_both_upstreams_and_offers_both_eras(gateway: Gatew
     assert result["supportedVersions"][0] == "2026-07-28"
     assert "2025-11-25" in result["supportedVersions"]  # its legacy lane serves 2025 clients
     assert result["_meta"][SERVER_INFO_KEY]["title"] == "notes, tickets (mrtr-gateway /mcp)"
-    status, reply, _ = await gateway.post(rpc("subscriptions/listen", {"filter": {}}))
-    assert reply["error"]["code"] == -32601
+    assert result["capabilities"]["tools"] == {}  # neither tells of changes
 
 
 async def test_under_fail_a_server_that_cannot_be_reached_fails_the_list(
@@ -257,3 +256,11 @@ async def test_with_bare_names_a_down_servers_shared_name_stays_served_by_neithe
         status, reply, _ = await gw.post(rpc("tools/call", {"name": "add", "arguments": {}}))
         assert status == 200 and reply["result"]["content"][0]["text"] == "done"
     assert calls(notes) == ["add"]
+
+
+async def test_a_resource_no_server_lists_is_not_found_with_its_uri(gateway: Gateway) -> None:
+    """As 2026-07-28 asks of a resource not found (SEP-2164): -32602, the URI in `data`."""
+    uri = "test://nonexistent"
+    status, reply, _ = await gateway.post(rpc("resources/read", {"uri": uri}))
+    assert status == 400, reply
+    assert reply["error"]["code"] == -32602 and reply["error"]["data"] == {"uri": uri}
