@@ -131,8 +131,9 @@ def _joined_legacy(parts: Components, joined: EndpointLane) -> EndpointLegacyLan
         members={name: parts.lanes[name] for name in joined.members},
         codec=make_codec(parts.config).with_prefix(ENDPOINT_SESSION_PREFIX),
         server_info=joined.server_info,
-        owner_of=joined.owner_of,
+        owner_of=joined.legacy_owner,
         lists=joined.legacy_list,
+        ended=parts.ended_sessions,
     )
 
 

@@ -55,6 +55,7 @@ from gateway.protocol.pins import Drift
 from gateway.protocol.state import AesGcmKeyRing
 from gateway.seams import NO_SEAMS, Seams
 from gateway.store.base import SuspendedCallStore, TimedStore
+from gateway.store.ended import EndedSessions
 from gateway.store.pins import PinStore
 from gateway.tasks.service import RECORD_PREFIX as TASK_RECORD_PREFIX
 from gateway.tasks.service import Tasks
@@ -88,6 +89,8 @@ class Components:
     tasks: Tasks
     doors: Mapping[str, FrontDoor]
     lanes: Mapping[str, LegacyLane]
+    #: The ends of 2025 sessions on endpoints of several upstreams, fleet-wide.
+    ended_sessions: EndedSessions
     #: In the order they open; they close in reverse.
     resources: tuple[Resource, ...]
 
@@ -204,6 +207,7 @@ def compose(
         tasks=tasks,
         doors=doors,
         lanes=lanes,
+        ended_sessions=shared.ended_sessions,
         resources=resources,
     )
 

@@ -40,6 +40,7 @@ from gateway.protocol import formats
 from gateway.protocol.formats import FleetLevel, Kind
 from gateway.store.approvals import ApprovalStore, MemoryApprovals, RedisApprovals
 from gateway.store.base import SuspendedCallStore
+from gateway.store.ended import EndedSessions, MemoryEndedSessions, RedisEndedSessions
 from gateway.store.memory import MemoryStore
 from gateway.store.pins import MemoryPins, PinStore, RedisPins
 from gateway.store.redis import RedisStore
@@ -104,6 +105,12 @@ class Membership(Protocol):
         ...
 
     @property
+    def ended_sessions(self) -> EndedSessions:
+        """The ends of 2025 sessions on endpoints of several upstreams
+        (`gateway.legacy_clients.endpoint`): the fleet's, or this process's."""
+        ...
+
+    @property
     def bus(self) -> Member: ...
 
     @property
@@ -156,6 +163,7 @@ class InProcess:
         self.task_store: TaskStore = MemoryTaskStore(clock)
         self.pins: PinStore = MemoryPins()
         self.approvals: ApprovalStore = MemoryApprovals(clock)
+        self.ended_sessions: EndedSessions = MemoryEndedSessions(clock)
         self.bus = SingleReplica(owner, formats.single(config.fleet.format_level))
         self.calls = replicas.Alone(self.bus)
         self.leases: Mapping[str, Callable[[], bool]] = {}
@@ -198,6 +206,9 @@ class OnRedis:
         )
         self.approvals = RedisApprovals(
             client, prefix=prefix, version=lambda: level.version(Kind.APPROVAL), clock=clock
+        )
+        self.ended_sessions = RedisEndedSessions(
+            client, prefix=prefix, version=lambda: level.version(Kind.ENDED_SESSION), clock=clock
         )
         beat = config.fleet.heartbeat_s
         self.bus = RedisBus(

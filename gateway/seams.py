@@ -33,11 +33,15 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.errors import GatewayError
+import structlog
+
+from gateway.errors import GatewayError, RpcError
 from gateway.protocol.era import Lane
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.methods import INTERRUPTIBLE
 from gateway.protocol.translate import CachePolicy
+
+log = structlog.get_logger("gateway.web")
 
 if TYPE_CHECKING:
     from gateway.auth import Identity
@@ -136,6 +140,18 @@ class RequestServed:
         # A 2025 client's call that can be asked a question of the gateway's own: how
         # (`Asker`); None for any other request.
         self.asker: Asker | None = None
+
+    def failed(self, error: RpcError, status: int | None = None) -> None:
+        """It failed after it was read, either era: one `request_failed` line, and its
+        `request_served` line says so (`status`: the HTTP status answered, when it is
+        not the error's own)."""
+        self.status, self.outcome = error.status if status is None else status, "error"
+        log.info(
+            "request_failed",
+            code=error.error_object()["code"],
+            error=error.message,
+            kind=type(error).__name__,
+        )
 
 
 #: A list result on its way out, with its list method: the result to send (the same

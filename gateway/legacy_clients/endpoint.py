@@ -31,8 +31,10 @@ it needs of the endpoint's 2026 lane is handed to it (`Owner`, `Lister`).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 from aiohttp import web
@@ -46,6 +48,7 @@ from gateway.errors import (
     GatewayError,
     MethodNotFound,
     NotAcceptable,
+    RpcError,
     UpstreamError,
     UpstreamRpcError,
 )
@@ -63,12 +66,15 @@ from gateway.protocol import endpoint_session, inbound, jsonrpc, legacy_asking, 
 from gateway.protocol import legacy_session as sessions
 from gateway.protocol.endpoint_session import EndpointClaims, MemberSession
 from gateway.protocol.methods import LISTS
+from gateway.protocol.rendering import rendered
 from gateway.protocol.state import StateCodec
-from gateway.seams import CALLING, RequestServed
+from gateway.seams import CALLING, Answered, RequestServed
+from gateway.store.ended import EndedSessions
 
 log = structlog.get_logger("gateway.legacy")
 
-#: The upstream a request about one target is for (`EndpointLane.owner_of`).
+#: The upstream a request about one target is for (`EndpointLane.legacy_owner`); raises
+#: `Answered` where a name no upstream shows gets a server's result.
 Owner = Callable[[str, dict[str, Any], str], Awaitable[str | None]]
 #: A merged list for a 2025 client (`EndpointLane.legacy_list`).
 Lister = Callable[[RequestServed, str, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -98,9 +104,11 @@ class EndpointLegacyLane:
         server_info: dict[str, Any],
         owner_of: Owner,
         lists: Lister,
+        ended: EndedSessions,
     ) -> None:
         """`members`: each upstream's lane, in the endpoint's order (each marking what its
-        upstream sends); `codec`: seals under `ENDPOINT_SESSION_PREFIX`."""
+        upstream sends); `codec`: seals under `ENDPOINT_SESSION_PREFIX`; `ended`: where
+        the sessions ended are marked, fleet-wide."""
         self.endpoint = endpoint
         self.members = dict(members)
         self.first = next(iter(self.members.values()))
@@ -108,6 +116,7 @@ class EndpointLegacyLane:
         self.server_info = server_info
         self.owner_of = owner_of
         self.lists = lists
+        self.ended = ended
         self.settings = self.first.settings
         self.metrics = self.first.metrics
         self.clock: Clock = self.first.clock
@@ -151,7 +160,7 @@ class EndpointLegacyLane:
             served.method = (
                 message.method if isinstance(message, jsonrpc.Notification) else "response"
             )
-        token, claims = self._session(headers, served)
+        token, claims = await self._session(headers, served)
         if isinstance(message, jsonrpc.Request):
             return await self._request(
                 request, served, headers, body, decoded, message, (token, claims)
@@ -175,17 +184,35 @@ class EndpointLegacyLane:
         token, claims = session
         method, params = message.method, message.params
         if method == "ping":
-            return self._result(served, message.id, {}, token)
+            return self._reply(served, jsonrpc.result(message.id, {}), session)
         if method in LISTS:
-            return self._result(served, message.id, await self.lists(served, method, params), token)
+            listed = await self.lists(served, method, params)
+            return self._reply(served, jsonrpc.result(message.id, listed), session)
         if method == "logging/setLevel":
-            await self._everywhere(served, headers, body, claims)
-            return self._result(served, message.id, {}, token)
-        if method not in _TARGETED:
-            raise MethodNotFound(f"Method not found: {method}")
-        upstream = await self.owner_of(method, params, served.caller.principal)
-        upstream = upstream or next(iter(self.members))  # malformed: its checks answer it
-        lane, member = self._member(upstream, claims, served)
+            replies = await self._everywhere(served, headers, body, claims)
+            refused = [r for r in replies if isinstance(r, dict) and "error" in r]
+            if refused and len(refused) == len(replies):  # none took it: as a server refuses
+                return self._reply(served, {**refused[0], "id": message.id}, session)
+            return self._reply(served, jsonrpc.result(message.id, {}), session)
+        try:
+            if method not in _TARGETED:
+                raise MethodNotFound(f"Method not found: {method}")
+            upstream = await self.owner_of(method, params, served.caller.principal)
+            upstream = upstream or next(iter(self.members))  # malformed: its checks answer it
+            lane, member = self._member(upstream, claims, served)
+        except Answered as answered:  # a name no upstream shows: as a server answers it
+            reply = jsonrpc.result(message.id, answered.result)
+            return self._reply(served, reply, session)
+        except RpcError as refused_here:
+            if isinstance(refused_here, UpstreamError) and not isinstance(
+                refused_here, NotInSession
+            ):
+                raise  # a server could not be asked: answered as on an upstream's own path
+            # Answered as a server answers what it does not serve: an error, in a 200.
+            served.failed(refused_here, status=200)
+            error = rendered(refused_here, message.id).message
+            assert error is not None
+            return self._reply(served, error, session, outcome="error")
         return await lane.serve(request, served, headers, body, decoded, message, token, member)
 
     async def _answered(
@@ -220,17 +247,24 @@ class EndpointLegacyLane:
         headers: Mapping[str, str],
         body: bytes,
         claims: EndpointClaims,
-    ) -> None:
-        """Send `body` (a notification, `logging/setLevel`) to every upstream's session;
-        one that fails is told in the log and the rest still get it."""
+    ) -> list[dict[str, Any] | None]:
+        """Send `body` (a notification, `logging/setLevel`) to every upstream's session:
+        the reply of each that answered (None for a notification's, or none read); one
+        that fails is told in the log and the rest still get it."""
         crossing = crossing_headers(headers)
+        rid, wait_s = served.rid, self.settings.limits.hold_timeout_s
 
-        async def send(upstream: str) -> None:
+        async def send(upstream: str) -> dict[str, Any] | None:
             lane, member = self._member(upstream, claims, served, bind=False)
-            await discard(await lane.reach(member, served).post(member.session, body, crossing))
+            answer = await lane.reach(member, served).post(member.session, body, crossing)
+            if rid is None:
+                await discard(answer)
+                return None
+            return await _reply_of(answer, rid, self.clock, wait_s)
 
         names = claims.upstreams
         sent = await asyncio.gather(*(send(n) for n in names), return_exceptions=True)
+        replies: list[dict[str, Any] | None] = []
         for upstream, outcome in zip(names, sent, strict=True):
             if isinstance(outcome, GatewayError):
                 log.warning(
@@ -242,13 +276,27 @@ class EndpointLegacyLane:
                 )
             elif isinstance(outcome, BaseException):
                 raise outcome
+            else:
+                replies.append(outcome)
+        return replies
 
-    def _result(
-        self, served: RequestServed, rid: jsonrpc.RequestId, result: dict[str, Any], token: str
+    def _reply(
+        self,
+        served: RequestServed,
+        reply: dict[str, Any],
+        session: tuple[str, EndpointClaims],
+        outcome: str = "complete",
     ) -> web.Response:
-        served.status, served.outcome = 200, "complete"
-        body = jsonrpc.dumps(jsonrpc.result(rid, result))
-        return web.Response(status=200, body=body, headers={**_JSON, SESSION_HEADER: token})
+        """An answer of the endpoint's own (200), as the session's servers answer: one SSE
+        event, or JSON."""
+        token, claims = session
+        if outcome == "complete":
+            served.status, served.outcome = 200, "complete"
+        data = jsonrpc.dumps(reply)
+        if claims.streams:
+            headers = {**SSE_HEADERS, SESSION_HEADER: token}
+            return web.Response(status=200, body=sse.encode(data.decode()), headers=headers)
+        return web.Response(status=200, body=data, headers={**_JSON, SESSION_HEADER: token})
 
     # -- initialize ------------------------------------------------------------------
 
@@ -271,6 +319,7 @@ class EndpointLegacyLane:
         results: dict[str, dict[str, Any]] = {}
         members: list[MemberSession] = []
         failed: GatewayError | None = None
+        streams = False
         for name, got in zip(names, opened, strict=True):
             if isinstance(got, GatewayError):
                 failed = failed or got
@@ -284,7 +333,8 @@ class EndpointLegacyLane:
             elif isinstance(got, BaseException):
                 raise got
             else:
-                session, results[name] = got
+                session, results[name], streamed = got
+                streams = streams or streamed
                 owner = self.settings.replica if lanes[name].upstream.replica_bound else ""
                 members.append(MemberSession(name, session, owner))
         now = self.clock.wall_ms()
@@ -296,6 +346,7 @@ class EndpointLegacyLane:
             created_ms=now,
             expires_ms=now + int(self.settings.legacy.session_ttl_s * 1000),
             declared=sessions.declared_of(message.params.get("capabilities")),
+            streams=streams,
         )
         if failed is not None and (self.endpoint.on_upstream_down == DOWN_FAIL or not results):
             await self._end_all(served, headers, claims)
@@ -305,12 +356,13 @@ class EndpointLegacyLane:
         for name in results:
             lanes[name].trail.opened(served, message.params)
         merged = merging.merged_initialize(results, self.server_info)
-        return self._result(served, message.id, merged, token)
+        return self._reply(served, jsonrpc.result(message.id, merged), (token, claims))
 
     async def _open(
         self, upstream: str, body: bytes, headers: Mapping[str, str], rid: jsonrpc.RequestId
-    ) -> tuple[str | None, dict[str, Any]]:
-        """`upstream`'s session for the client, and its `initialize` result.
+    ) -> tuple[str | None, dict[str, Any], bool]:
+        """`upstream`'s session for the client, its `initialize` result, and whether it
+        answered with a stream.
 
         Raises:
             UpstreamRpcError: the server's own refusal; UpstreamError: any other failure.
@@ -329,7 +381,7 @@ class EndpointLegacyLane:
             raise UpstreamError(f"{upstream} answered initialize without a result")
         if not sessions.valid_upstream_session(answer.session):
             raise UpstreamError(f"{upstream} gave a session id that is not visible ASCII")
-        return answer.session, result
+        return answer.session, result, not isinstance(answer.body, bytes)
 
     # -- GET and DELETE --------------------------------------------------------------
 
@@ -342,7 +394,7 @@ class EndpointLegacyLane:
             raise NotAcceptable("Accept must list text/event-stream")
         if self.settings.legacy.max_streams_per_principal == 0:
             raise NoGetStreams()
-        token, claims = self._session(headers, served)
+        token, claims = await self._session(headers, served)
         last = headers.get("last-event-id")
         if last is not None:
             found = endpoint_session.unmarked_event(last)
@@ -427,7 +479,8 @@ class EndpointLegacyLane:
         self, request: web.Request, served: RequestServed, headers: Mapping[str, str]
     ) -> web.StreamResponse:
         """End every upstream's session; the id then leads to 404 wherever it is used."""
-        _, claims = self._session(headers, served)
+        token, claims = await self._session(headers, served)
+        await self.ended.end(self._digest(token), claims.expires_ms)
         statuses = await self._end_all(served, headers, claims)
         status = statuses[0] if statuses and len(set(statuses)) == 1 else 200
         return web.Response(status=status)
@@ -454,13 +507,13 @@ class EndpointLegacyLane:
 
     # -- the session -----------------------------------------------------------------
 
-    def _session(
+    async def _session(
         self, headers: Mapping[str, str], served: RequestServed
     ) -> tuple[str, EndpointClaims]:
         """The session id sent and its claims (its log stand-in noted on `served`).
 
         Raises:
-            MissingSession (400), SessionNotFound (404)
+            MissingSession (400), SessionNotFound (404): it does not open, or has ended
         """
         token = headers.get(_SESSION_KEY)
         if token is None:
@@ -475,11 +528,22 @@ class EndpointLegacyLane:
             audience=self.settings.audience,
         )
         if isinstance(claims, sessions.SessionIdRefusal):
-            self.metrics.refusals.labels(claims.reason).inc()
-            log.info("legacy_session_refused", reason=claims.reason, session=served.session)
-            self.first.trail.refused(served, claims.reason)
-            raise SessionNotFound()
+            self._refuse(served, claims.reason)
+        elif await self.ended.ended(self._digest(token)):
+            self._refuse(served, "ended")
+        assert isinstance(claims, EndpointClaims)
         return token, claims
+
+    def _refuse(self, served: RequestServed, reason: str) -> NoReturn:
+        self.metrics.refusals.labels(reason).inc()
+        log.info("legacy_session_refused", reason=reason, session=served.session)
+        self.first.trail.refused(served, reason)
+        raise SessionNotFound()
+
+    def _digest(self, token: str) -> str:
+        """A session id's key in the marks of ended sessions: a keyed digest (the id is a
+        bearer of the session)."""
+        return hmac.new(self.settings.log_salt, token.encode(), hashlib.sha256).hexdigest()
 
     def _member(
         self, upstream: str, claims: EndpointClaims, served: RequestServed, *, bind: bool = True

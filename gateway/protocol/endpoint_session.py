@@ -6,7 +6,8 @@ the gateway one upstream session per server behind it, each opened at `initializ
 client's `Mcp-Session-Id` seals them all, as a route's session id seals its one
 (`gateway.protocol.legacy_session`): the endpoint's path, each upstream's session handle
 and the replica that owns it (empty when any replica serves it), a digest of the
-caller's principal, when it was made and when it expires, and what the client declared.
+caller's principal, when it was made and when it expires, what the client declared, and
+whether the session's answers come as SSE streams (as its servers' did).
 It is sealed with the requestState key ring under a prefix of its own (``le1.``), so it
 never opens as a route's session id nor the reverse. Any replica serves any request of
 the session from the id alone; `member` gives the claims of one upstream's session, as
@@ -69,6 +70,9 @@ class EndpointClaims:
     created_ms: int
     expires_ms: int
     declared: tuple[str, ...]  # `legacy_session.declared_of` the client's capabilities
+    #: Whether the gateway's own answers come as an SSE stream (some upstream answered
+    #: `initialize` so: the session's answers come as its servers' do), else as JSON.
+    streams: bool = False
 
     def member(self, upstream: str) -> SessionClaims | None:
         """The claims of `upstream`'s session, as its own lane reads a session id's; None
@@ -109,6 +113,7 @@ def seal(codec: StateCodec, claims: EndpointClaims, version: int = CLAIMS_VERSIO
         "c": claims.created_ms,
         "e": claims.expires_ms,
         "k": list(claims.declared),
+        "t": claims.streams,
     }
     return codec.seal(jsonrpc.dumps(formats.stamped(Kind.ENDPOINT_SESSION, data, version)))
 
@@ -121,6 +126,7 @@ _FIELDS: dict[str, tuple[type, str]] = {
     "c": (int, "created_ms"),
     "e": (int, "expires_ms"),
     "k": (list, "declared"),
+    "t": (bool, "streams"),
 }
 
 
@@ -148,7 +154,7 @@ def open_session(
     values: dict[str, Any] = {}
     for key, (kind, name) in _FIELDS.items():
         value = data[key]
-        if not isinstance(value, kind) or isinstance(value, bool):
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
             return SessionIdRefusal(f"claim {name} has the wrong type")
         values[name] = value
     members = _members(values["members"])

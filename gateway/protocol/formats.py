@@ -59,6 +59,7 @@ class Kind(StrEnum):
     GATEWAY_QUESTION = "gateway question"  # the gateway's own question to a 2025 client
     ENDPOINT_SESSION = "endpoint session"  # a 2025 session id on an endpoint (`endpoint_session`)
     ENDPOINT_REQUEST_ID = "endpoint request id"  # a server's request id marked with its upstream
+    ENDED_SESSION = "ended session"  # the end of an endpoint's 2025 session (`store.ended`)
 
 
 #: The version of each kind written at each level; None: that level does not know the kind.
@@ -110,10 +111,12 @@ VERSIONS: dict[Kind, dict[int, int | None]] = {
     Kind.GATEWAY_QUESTION: {1: None, 2: 1},
     # A 2025 client's session on an endpoint of several upstreams, and the ids of its
     # servers' requests marked with their upstream (`gateway.protocol.endpoint_session`),
-    # came with level 2. Level 1 never served an endpoint (its configuration has none), so
-    # it never meets either: kinds they never read, their version at every level.
+    # came with level 2, as did the marks of such sessions ended (`gateway.store.ended`).
+    # Level 1 never served an endpoint (its configuration has none), so it never meets
+    # them: kinds they never read, their version at every level.
     Kind.ENDPOINT_SESSION: {1: 1, 2: 1},
     Kind.ENDPOINT_REQUEST_ID: {1: 1, 2: 1},
+    Kind.ENDED_SESSION: {1: 1, 2: 1},
 }
 
 
@@ -160,6 +163,7 @@ MARKS: dict[Kind, tuple[str, int]] = {
     Kind.APPROVAL: ("v", 1),
     Kind.GATEWAY_QUESTION: ("v", 1),
     Kind.ENDPOINT_SESSION: ("v", 1),
+    Kind.ENDED_SESSION: ("v", 1),
 }
 
 

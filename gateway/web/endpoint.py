@@ -38,7 +38,7 @@ import structlog
 
 from gateway import __version__
 from gateway import logging as log_context
-from gateway.catalog import Catalog, UnknownTarget
+from gateway.catalog import UNKNOWN, Catalog, UnknownTarget
 from gateway.config import DOWN_FAIL, EndpointConfig
 from gateway.errors import METHOD_NOT_FOUND, MethodNotFound, RpcError
 from gateway.joined_listen import JoinedListen
@@ -138,6 +138,25 @@ class EndpointLane:
         if not isinstance(target, str):
             return None
         return await self._owner(method, target, principal)
+
+    async def legacy_owner(self, method: str, params: dict[str, Any], principal: str) -> str | None:
+        """`owner_of` for a 2025 client: a call, a prompt or a read of a name no upstream
+        shows gets what the first upstream answers a name it does not know (as a 2025
+        client on an upstream's own path is answered: hidden and absent alike).
+
+        Raises:
+            Answered: that answer is a result (mcp 1.x servers answer a tool's error).
+            RpcError: that answer is an error, or as `owner_of`.
+        """
+        try:
+            return await self.owner_of(method, params, principal)
+        except UnknownTarget:
+            if method not in UNKNOWN:
+                raise
+            name = params.get("uri" if method == "resources/read" else "name")
+            first = next(iter(self.members))
+            await self.catalog[first].unknown(method, str(name))
+            raise
 
     async def _owner(self, method: str, target: str, principal: str) -> str:
         if method != "resources/read" and self.endpoint.prefixed:

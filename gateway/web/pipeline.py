@@ -259,7 +259,7 @@ class Pipeline:
                 result = member.lane.answered(message, answered.result)
             except RpcError as exc:
                 failure = exc
-                self._failed(served, exc)
+                served.failed(exc)
             finally:
                 await channel.close()
         self._end(served)
@@ -311,7 +311,7 @@ class Pipeline:
             served.status, served.outcome = exc.http_status, "refused"
             raise
         except RpcError as exc:
-            self._failed(served, exc)
+            served.failed(exc)
             return error_response(exc, served.rid)
         finally:
             self._end(served)
@@ -322,17 +322,6 @@ class Pipeline:
         """A call as the `calling` seam lets it in (its params may change)."""
         params = await self.seams.called(served, message.params)
         return message if params is message.params else replace(message, params=params)
-
-    def _failed(self, served: RequestServed, error: RpcError) -> None:
-        """A request that failed after it was read, either era: one `request_failed`
-        line, and its `request_served` line says so."""
-        served.status, served.outcome = error.status, "error"
-        log.info(
-            "request_failed",
-            code=error.error_object()["code"],
-            error=error.message,
-            kind=type(error).__name__,
-        )
 
     def _end(self, served: RequestServed) -> None:
         """The end of a request of either era: its `request_served` line, its metrics (by

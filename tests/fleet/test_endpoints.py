@@ -25,6 +25,7 @@ from gateway.protocol.tasks import EXTENSION
 from tests.peers.tooling import LegacyClient, LegacyServer, RedisServer
 from tests.support.fleet import Fleet, fleet_of
 from tests.support.legacy import legacy_tool
+from tests.support.legacy_wire import HEADERS
 from tests.support.listens import SUBSCRIPTION_ID, listening
 from tests.support.wire import ALL_CAPS, rpc
 
@@ -182,6 +183,15 @@ async def test_the_mcp_client_gets_each_servers_questions_through_replicas_in_tu
         assert len(answered) >= 4 and len(set(answered)) > 1, fleet.balancer.served[before:]
     finally:
         await client_run(legacy_client, {"op": "close", "session": name})
+    # The client ended its session (DELETE): every replica answers its id with 404, also
+    # for a request that reaches no server's session.
+    for replica in fleet.replicas:
+        async with fleet.http.post(
+            f"{replica.base}/mcp",
+            json={"jsonrpc": "2.0", "id": 9, "method": "ping"},
+            headers={**HEADERS, "Mcp-Session-Id": opened["session_id"]},
+        ) as pinged:
+            assert pinged.status == 404, replica.replica_id
 
 
 async def client_run(client: LegacyClient, command: dict[str, Any]) -> dict[str, Any]:

@@ -117,20 +117,27 @@ async def test_a_session_id_is_good_on_its_endpoint_for_its_caller_until_it_ends
     assert missing.status == 400
     async with gw.http.delete(gw.url, headers={"Mcp-Session-Id": session}) as ended:
         assert ended.status == 200
-    # Both servers' sessions ended: the id now leads to their 404.
-    after = await send(gw.http, gw.url, call("notes_echo", text="x"), session=session)
-    assert after.status == 404
+    # Ended: the id leads to 404, also for what reaches no server's session.
+    for asked in (call("notes_echo", text="x"), request("ping"), request("tools/list")):
+        after = await send(gw.http, gw.url, asked, session=session)
+        assert after.status == 404, asked
 
 
-async def test_an_unknown_method_and_an_unknown_name_get_their_errors(
+async def test_an_unknown_method_and_an_unknown_name_are_answered_as_a_server_answers(
     make_gateway: Any, tickets: LegacyServer
 ) -> None:
-    gw = await joined(make_gateway, tickets)
+    """In a 200, as a server answers what it does not serve: the official client reads
+    that (an error in a 4xx it does not), and an unknown name gets the servers' own
+    answer to one, whether no upstream has it or its rules hide it."""
+    gw = await joined(make_gateway, tickets, prefix="none")
     session = await open_session(gw.http, gw.url)
     unknown = await send(gw.http, gw.url, request("tasks/list"), session=session)
-    assert unknown.last["error"]["code"] == -32601
-    nameless = await send(gw.http, gw.url, call("nobody_echo", text="x"), session=session)
-    assert nameless.last["error"]["code"] == -32602
+    assert unknown.status == 200 and unknown.last["error"]["code"] == -32601
+    for name in ("nobody", "greet"):  # greet: both list it, so neither serves it
+        asked = await send(gw.http, gw.url, call(name, text="x"), session=session)
+        assert asked.status == 200, asked.last
+        assert asked.last["result"]["isError"] is True
+        assert asked.last["result"]["content"][0]["text"] == f"Unknown tool: {name}"
 
 
 async def test_a_server_down_at_initialize_is_left_out_and_its_calls_fail_clearly(

@@ -27,6 +27,7 @@ CLAIMS = EndpointClaims(
     created_ms=1_000,
     expires_ms=10_000,
     declared=("elicitation",),
+    streams=True,
 )
 
 
@@ -102,6 +103,7 @@ def test_a_tampered_id_a_routes_id_and_a_foreign_version_are_refused() -> None:
         "c": 1,
         "e": 10_000,
         "k": [],
+        "t": False,
     }
     bad = formats.stamped(Kind.ENDPOINT_SESSION, members, 1)
     assert opened(CODEC.seal(jsonrpc.dumps(bad))) == SessionIdRefusal("payload shape")
