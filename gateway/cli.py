@@ -340,12 +340,7 @@ def _legacy_line(config: GatewayConfig) -> str:
     legacy = config.legacy
     if not legacy.enabled:
         return "legacy lane: off (legacy.enabled: false): 2025 clients get 404 for initialize"
-    joined = {name for e in config.endpoints if e.several for name in e.upstreams}
-    served = [
-        u.name
-        for u in config.upstreams
-        if u.transport in LEGACY_TRANSPORTS and u.name not in joined
-    ]
+    served = [u.name for u in config.upstreams if u.transport in LEGACY_TRANSPORTS]
     bound = [u.name for u in config.upstreams if u.transport in BOUND_TRANSPORTS]
     line = f"legacy lane: on; 2025 clients served on: {', '.join(served) or 'none'}"
     if bound:
@@ -359,8 +354,8 @@ def _legacy_line(config: GatewayConfig) -> str:
 
 def _endpoint_lines(config: GatewayConfig) -> list[str]:
     """What `check-config` says of each endpoint: its path, its upstreams as clients see
-    their names, what a list does without one, and that 2025 clients are not yet served
-    on one of several upstreams."""
+    their names, what a list does without one, and how 2025 clients are served there
+    (a session of each server's behind theirs, opened at `initialize`)."""
     lines = []
     by_name = {u.name: u for u in config.upstreams}
     for endpoint in config.endpoints:
@@ -372,7 +367,12 @@ def _endpoint_lines(config: GatewayConfig) -> list[str]:
         if endpoint.several:
             line += (
                 f"; a list without an upstream that cannot be reached: "
-                f"{endpoint.on_upstream_down}; 2025 clients: not yet served here"
+                f"{endpoint.on_upstream_down}; 2025 clients: "
+                + (
+                    f"a session of each of {len(endpoint.upstreams)} servers per client session"
+                    if config.legacy.enabled
+                    else "off (legacy.enabled)"
+                )
             )
         lines.append(line)
     return lines

@@ -84,9 +84,10 @@ def test_check_config_names_each_endpoints_upstreams_as_clients_see_them(
     assert "upstreams: notes (/mcp -> streamable-http" in out
     assert (
         "endpoint /mcp: notes as notes_<name>, tickets as tickets_<name>; a list without an "
-        "upstream that cannot be reached: omit; 2025 clients: not yet served here"
+        "upstream that cannot be reached: omit; 2025 clients: a session of each of 2 servers "
+        "per client session"
     ) in out
-    assert "2025 clients served on: none" in out
+    assert "2025 clients served on: notes, tickets" in out
 
 
 def test_check_config_names_the_tools_that_run_as_tasks(tmp_path: Path, capsys) -> None:
