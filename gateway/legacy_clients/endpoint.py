@@ -21,8 +21,15 @@ through their owner. What the client sees:
 - a request a server sends the client, and the events of its streams, carry ids marked
   with their upstream (`AnswerView`), so that the client's answer, on any replica, goes
   back to that server with its own id, and a resumption (`Last-Event-ID`) to its stream;
-- a GET stream is every upstream's standalone stream, merged (`MergedEvents`), counted
-  once against the caller's streams; a DELETE ends every upstream's session.
+- a GET stream is every upstream's standalone stream, merged
+  (`gateway.legacy_clients.merged`), counted once against the caller's streams; a
+  DELETE ends every upstream's session and marks the session ended, fleet-wide
+  (`SessionEnds`): its id then gets 404 on every replica, also for what reaches no
+  server's session;
+- what the endpoint answers itself (`initialize`, `ping`, the lists, a request it
+  cannot route) comes in a 200, as one SSE event where some server answered
+  `initialize` with a stream (`EndpointClaims.streams`), else as JSON; a name no upstream
+  shows gets what a server answers a name it does not know.
 
 It must not import the web part (`gateway.web`) nor the call core (`gateway.calls`): what
 it needs of the endpoint's 2026 lane is handed to it (`Owner`, `Lister`).
@@ -33,15 +40,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, NoReturn
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, NoReturn, Protocol
 
 import structlog
 from aiohttp import web
 
 from gateway import logging as log_context
-from gateway.aio import cancel_and_wait, spawn
-from gateway.clock import Clock, timeout
+from gateway.clock import Clock
 from gateway.config import DOWN_FAIL, EndpointConfig
 from gateway.errors import (
     Draining,
@@ -54,6 +60,7 @@ from gateway.errors import (
 )
 from gateway.legacy_clients.answers import AnswerView
 from gateway.legacy_clients.lane import LegacyLane, MissingSession, NoGetStreams
+from gateway.legacy_clients.merged import MergedEvents
 from gateway.legacy_clients.passing import SESSION_HEADER, SSE_HEADERS, discard, plain, started
 from gateway.legacy_clients.relay import Relay
 from gateway.legacy_clients.upstream import (
@@ -61,6 +68,7 @@ from gateway.legacy_clients.upstream import (
     SessionNotFound,
     UpstreamAnswer,
     crossing_headers,
+    reply_of,
 )
 from gateway.protocol import endpoint_session, inbound, jsonrpc, legacy_asking, merging, sse
 from gateway.protocol import legacy_session as sessions
@@ -69,7 +77,6 @@ from gateway.protocol.methods import LISTS
 from gateway.protocol.rendering import rendered
 from gateway.protocol.state import StateCodec
 from gateway.seams import CALLING, Answered, RequestServed
-from gateway.store.ended import EndedSessions
 
 log = structlog.get_logger("gateway.legacy")
 
@@ -83,6 +90,14 @@ Lister = Callable[[RequestServed, str, dict[str, Any]], Awaitable[dict[str, Any]
 _TARGETED = CALLING | {"resources/subscribe", "resources/unsubscribe"}
 _SESSION_KEY = SESSION_HEADER.lower()
 _JSON = {"Content-Type": "application/json"}
+
+
+class SessionEnds(Protocol):
+    """Where the sessions ended are marked, fleet-wide (`gateway.store.ended`)."""
+
+    async def end(self, session: str, until_ms: int) -> None: ...
+
+    async def ended(self, session: str) -> bool: ...
 
 
 class NotInSession(UpstreamError):
@@ -104,7 +119,7 @@ class EndpointLegacyLane:
         server_info: dict[str, Any],
         owner_of: Owner,
         lists: Lister,
-        ended: EndedSessions,
+        ended: SessionEnds,
     ) -> None:
         """`members`: each upstream's lane, in the endpoint's order (each marking what its
         upstream sends); `codec`: seals under `ENDPOINT_SESSION_PREFIX`; `ended`: where
@@ -260,7 +275,7 @@ class EndpointLegacyLane:
             if rid is None:
                 await discard(answer)
                 return None
-            return await _reply_of(answer, rid, self.clock, wait_s)
+            return await reply_of(answer, rid, self.clock, wait_s)
 
         names = claims.upstreams
         sent = await asyncio.gather(*(send(n) for n in names), return_exceptions=True)
@@ -368,7 +383,7 @@ class EndpointLegacyLane:
             UpstreamRpcError: the server's own refusal; UpstreamError: any other failure.
         """
         answer = await self.members[upstream].upstream.initialize(body, headers)
-        reply = await _reply_of(answer, rid, self.clock, self.settings.limits.hold_timeout_s)
+        reply = await reply_of(answer, rid, self.clock, self.settings.limits.hold_timeout_s)
         if isinstance(reply, dict) and isinstance(reply.get("error"), dict):
             error = reply["error"]
             code, said = error.get("code"), error.get("message")
@@ -576,73 +591,3 @@ class EndpointLegacyLane:
 
 def _as_it_is(event: sse.SseEvent) -> sse.SseEvent:
     return event  # each member's events were looked at as they were merged
-
-
-async def _reply_of(
-    answer: UpstreamAnswer, rid: jsonrpc.RequestId, clock: Clock, wait_s: float
-) -> dict[str, Any] | None:
-    """The response to `rid` in an upstream's answer, whole or the first of its stream
-    (read for at most `wait_s`, the rest let go); None if none came."""
-    body = answer.body
-    if isinstance(body, bytes):
-        try:
-            reply = jsonrpc.loads(body)
-        except (ValueError, RecursionError):
-            return None
-        return reply if isinstance(reply, dict) else None
-    try:
-        async with timeout(clock, wait_s):
-            async for event in body:
-                try:
-                    reply = jsonrpc.loads(event.data) if event.data else None
-                except (ValueError, RecursionError):
-                    continue
-                if isinstance(reply, dict) and reply.get("id") == rid and "method" not in reply:
-                    return reply
-    except (TimeoutError, UpstreamError):
-        return None
-    finally:
-        await body.aclose()
-    return None
-
-
-class MergedEvents:
-    """Several upstreams' streams as one: each event as its upstream's view shows it
-    (marked with the upstream), in the order they come; it ends when every one has
-    ended (one that fails is told in the log, the rest go on)."""
-
-    def __init__(self, streams: Mapping[str, tuple[EventStream, AnswerView]]) -> None:
-        self.streams = dict(streams)
-        self._queue: asyncio.Queue[sse.SseEvent | None] = asyncio.Queue(maxsize=64)
-        self._pumps: list[asyncio.Task[None]] = []
-        self._left = len(self.streams)
-
-    def __aiter__(self) -> AsyncIterator[sse.SseEvent]:
-        return self._events()
-
-    async def _events(self) -> AsyncIterator[sse.SseEvent]:
-        if not self._pumps:
-            self._pumps = [
-                spawn(self._pump(name, events, view), name=f"merged-stream-{name}")
-                for name, (events, view) in self.streams.items()
-            ]
-        while self._left:
-            event = await self._queue.get()
-            if event is None:
-                self._left -= 1
-            else:
-                yield event
-
-    async def _pump(self, upstream: str, events: EventStream, view: AnswerView) -> None:
-        try:
-            async for event in events:
-                await self._queue.put(view.see(event))
-        except UpstreamError as exc:
-            log.info("endpoint_stream_failed", upstream=upstream, error=exc.message)
-        await self._queue.put(None)  # ended (not when cancelled: nobody reads then)
-
-    async def aclose(self) -> None:
-        for pump in self._pumps:
-            await cancel_and_wait(pump)
-        for events, _ in self.streams.values():
-            await events.aclose()

@@ -24,6 +24,9 @@ whose replica has just died) is asked again a few times (`BUSY_RETRY_S`) before 
 409 is passed on. Redirects are never followed; the upstream refusing the gateway's
 credentials, or failing (5xx but 503), is an `UpstreamError`, never passed on.
 
+`reply_of` reads the response to a request out of an answer, whole or from its stream
+(what the lane of an endpoint of several upstreams needs of an `initialize`).
+
 Nothing here knows the client, its identity or its session id; it must not log bodies.
 """
 
@@ -32,7 +35,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -40,7 +43,7 @@ from gateway import clock as clocks
 from gateway.clock import Clock
 from gateway.errors import HttpError, UpstreamError
 from gateway.http1 import Http1Client, Http1Response
-from gateway.protocol import sse
+from gateway.protocol import jsonrpc, sse
 from gateway.protocol.inbound import trace_context
 from gateway.upstream.http.wire import Endpoint
 from gateway.upstream.transport import error_text, mapped_errors
@@ -316,3 +319,31 @@ class ResponseEvents:
 async def _discard(answer: UpstreamAnswer) -> None:
     if not isinstance(answer.body, bytes):
         await answer.body.aclose()
+
+
+async def reply_of(
+    answer: UpstreamAnswer, rid: jsonrpc.RequestId, clock: Clock, wait_s: float
+) -> dict[str, Any] | None:
+    """The response to `rid` in an upstream's answer, whole or the first of its stream
+    (read for at most `wait_s`, the rest let go); None if none came."""
+    body = answer.body
+    if isinstance(body, bytes):
+        try:
+            reply = jsonrpc.loads(body)
+        except (ValueError, RecursionError):
+            return None
+        return reply if isinstance(reply, dict) else None
+    try:
+        async with clocks.timeout(clock, wait_s):
+            async for event in body:
+                try:
+                    reply = jsonrpc.loads(event.data) if event.data else None
+                except (ValueError, RecursionError):
+                    continue
+                if isinstance(reply, dict) and reply.get("id") == rid and "method" not in reply:
+                    return reply
+    except (TimeoutError, UpstreamError):
+        return None
+    finally:
+        await body.aclose()
+    return None

@@ -226,7 +226,7 @@ def test_one_function_writes_each_request_line_and_one_renders_every_error() -> 
         )
     assert found == {
         "request_served": ["gateway/web/pipeline.py"],
-        "request_failed": ["gateway/web/pipeline.py"],
+        "request_failed": ["gateway/seams.py"],  # `RequestServed.failed`
         "request_rejected": ["gateway/web/middleware.py"],
         "request_refused": ["gateway/web/middleware.py"],
     }
