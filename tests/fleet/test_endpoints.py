@@ -6,7 +6,8 @@ each server's own result (each server ran only its own call); a task of the seco
 is polled and answered through other replicas to its end; a tool list change of the second
 server, made through one replica, reaches a listen held on another. The official mcp 1.x
 client (2025) holds one session on the endpoint and answers each server's questions
-through replicas in turn.
+through replicas in turn, and reaches a stdio server's process, held by one replica, through
+any replica.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ import aiohttp
 import pytest
 
 from gateway.protocol.tasks import EXTENSION
-from tests.peers.tooling import LegacyClient, LegacyServer, RedisServer
+from tests.peers.tooling import LegacyClient, LegacyServer, RedisServer, legacy_stdio_command
 from tests.support.fleet import Fleet, fleet_of
 from tests.support.legacy import legacy_tool
-from tests.support.legacy_wire import HEADERS
+from tests.support.legacy_wire import HEADERS, call, initialize, send
 from tests.support.listens import SUBSCRIPTION_ID, listening
 from tests.support.wire import ALL_CAPS, rpc
 
@@ -226,3 +227,42 @@ async def test_a_change_of_the_second_server_reaches_a_listen_held_on_another_re
     }
     _, listed = await on(fleet, 0, rpc("tools/list"))
     assert f"tickets_{added}" in {t["name"] for t in listed["result"]["tools"]}
+
+
+async def test_a_2025_session_reaches_its_stdio_servers_process_through_any_replica(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    redis_server: RedisServer,
+    legacy: LegacyServer,
+) -> None:
+    """A stdio server's session is a process on the replica that opened it: a 2025
+    client's requests for it, landing on replicas in turn, are passed to that replica and
+    reach that one process (what it remembers, it recalls); the HTTP server's session
+    behind the same id is reached directly."""
+    config = {
+        "store": {"url": redis_server.url, "key_prefix": f"t{uuid.uuid4().hex[:8]}:"},
+        "sealing": {"audience": "endpoints-stdio-test"},
+        "upstreams": [
+            {"name": "notes", "url": legacy.url},
+            {"name": "files", "command": legacy_stdio_command(tmp_path)},
+        ],
+        "endpoints": [{"path": "/mcp", "upstreams": ["notes", "files"]}],
+    }
+    async with fleet_of(config, tmp_path, request) as fleet:
+        url = fleet.url()
+        opened = await send(fleet.http, url, initialize())
+        assert opened.status == 200, opened.last
+        session = opened.headers["Mcp-Session-Id"]
+        remembered = await send(
+            fleet.http, url, call("files_remember", value="v1"), session=session
+        )
+        assert remembered.status == 200, remembered.last
+        await send(fleet.http, url, call("notes_remember", value="n1", rid=2), session=session)
+        before = len(fleet.balancer.served)
+        for rid in range(3, 9):  # each lands on the next replica
+            upstream, value = ("files", "v1") if rid % 2 else ("notes", "n1")
+            recalled = await send(
+                fleet.http, url, call(f"{upstream}_recall", rid=rid), session=session
+            )
+            assert recalled.last["result"]["content"][0]["text"] == value, recalled.last
+        assert {s.backend for s in fleet.balancer.served[before:]} == {0, 1, 2}
