@@ -411,15 +411,16 @@ class EndpointLegacyLane:
             raise NoGetStreams()
         token, claims = await self._session(headers, served)
         last = headers.get("last-event-id")
-        if last is not None:
-            found = endpoint_session.unmarked_event(last)
-            if found is None or found[0] not in self.members:
-                raise SessionNotFound()  # no stream of this session's had that id
+        found = None if last is None else endpoint_session.unmarked_event(last)
+        if found is not None and claims.member(found[0]) is not None:
             upstream, own = found
             lane, member = self._member(upstream, claims, served)
             resumed = {**headers, "last-event-id": own}
             return await lane.stream(request, served, resumed, token, member)
-        return await self._merged(request, served, headers, token, claims)
+        if last is not None:  # no stream of this session's gave it: the streams anew
+            log.info("legacy_resumption_unknown", session=served.session)
+        fresh = {k: v for k, v in headers.items() if k != "last-event-id"}
+        return await self._merged(request, served, fresh, token, claims)
 
     async def _merged(
         self,

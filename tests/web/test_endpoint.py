@@ -222,9 +222,16 @@ async def test_a_servers_question_and_its_events_are_marked_and_its_answer_goes_
         async with gw.http.get(gw.url, headers=resumed) as again:
             assert again.status == 200
             (await notes.next_stream("GET", session=notes.session_of("pytest-legacy"))).end()
-        # The client's GETs at each server: both at first, then the one resumed, from its id.
-        assert resumed_at(notes, "pytest-legacy") == [None, "n1"]
-        assert resumed_at(tickets, "pytest-legacy") == [None]
+        # An event id no server of the session gave: both streams anew, not a 404.
+        unknown = {**get_headers, "Last-Event-ID": "nobody/7"}
+        async with gw.http.get(gw.url, headers=unknown) as anew:
+            assert anew.status == 200
+            for upstream in (notes, tickets):
+                own = upstream.session_of("pytest-legacy")
+                (await upstream.next_stream("GET", session=own)).end()
+        # The client's GETs at each server: both, the one resumed from its id, both again.
+        assert resumed_at(notes, "pytest-legacy") == [None, "n1", None]
+        assert resumed_at(tickets, "pytest-legacy") == [None, None]
 
 
 async def test_a_completion_goes_to_the_server_of_its_prompt_by_its_own_name(
