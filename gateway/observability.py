@@ -426,12 +426,14 @@ class StoreTimer:
     def __init__(self, metrics: Metrics, op: str) -> None:
         self.metrics = metrics
         self.op = op
-        self.span = TRACING.span(f"store {op}")
+        # No span, nor a do-nothing context entered and left, without tracing.
+        self.span = TRACING.span(f"store {op}") if TRACING.enabled else None
         self.started = 0.0
 
     def __enter__(self) -> None:
         self.started = time.perf_counter()
-        self.span.__enter__()
+        if self.span is not None:
+            self.span.__enter__()
 
     def __exit__(
         self,
@@ -440,7 +442,8 @@ class StoreTimer:
         tb: TracebackType | None,
     ) -> None:
         try:
-            self.span.__exit__(kind, error, tb)
+            if self.span is not None:
+                self.span.__exit__(kind, error, tb)
         finally:
             if kind is not None and issubclass(kind, Exception):
                 self.metrics.store_errors.labels(self.op).inc()

@@ -9,7 +9,7 @@ differs between a replica alone and one of a fleet, `replicas`'.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import structlog
@@ -156,20 +156,35 @@ class Bridge:
     def parked(self) -> int:
         return self.calls.parked
 
-    async def handle(
+    def handle(
         self, upstream: UpstreamConfig, front: FrontRequest, principal: str, notify: Notifier
-    ) -> dict[str, Any]:
-        """Serve one interruptible request; return its 2026 result.
+    ) -> Awaitable[dict[str, Any]]:
+        """Serve one interruptible request: its 2026 result, to await. (Past the approvals
+        gate, the runner's or the retries' coroutine itself, not one of ours around it: a
+        frame fewer to resume at every wake of the call.)
 
         Raises:
             RpcError: every failure, with its wire mapping.
         """
         self.audit.act_for(principal)  # what the trail records names the caller
         if self.gate is not None and front.method == "tools/call":
-            admitted = await self.gate.admit(upstream, front, principal)
-            if isinstance(admitted, dict):
-                return admitted  # answered at the gate: nothing went upstream
-            front = admitted
+            return self._gated(upstream, front, principal, notify)
+        return self._admitted(upstream, front, principal, notify)
+
+    async def _gated(
+        self, upstream: UpstreamConfig, front: FrontRequest, principal: str, notify: Notifier
+    ) -> dict[str, Any]:
+        """A tool call through the approvals gate first."""
+        assert self.gate is not None
+        admitted = await self.gate.admit(upstream, front, principal)
+        if isinstance(admitted, dict):
+            return admitted  # answered at the gate: nothing went upstream
+        return await self._admitted(upstream, admitted, principal, notify)
+
+    def _admitted(
+        self, upstream: UpstreamConfig, front: FrontRequest, principal: str, notify: Notifier
+    ) -> Awaitable[dict[str, Any]]:
+        """A call started, or a retry served: its coroutine."""
         digest = state.RequestDigest(front.method, front.target, front.params.get("arguments"))
         token = front.params.get("requestState")
         responses = front.params.get("inputResponses") or {}
@@ -177,8 +192,8 @@ class Bridge:
             if self.draining:
                 raise Draining()
             known = {key: [answer] for key, answer in responses.items()}
-            return await self.runner.start(upstream, front, principal, digest, notify, known=known)
-        return await self.retries.handle(upstream, front, token, principal, digest, notify)
+            return self.runner.start(upstream, front, principal, digest, notify, known=known)
+        return self.retries.handle(upstream, front, token, principal, digest, notify)
 
     async def abandon(
         self, upstream: UpstreamConfig, token: str, principal: str, front: FrontRequest

@@ -184,7 +184,7 @@ class Runner:
                 self.clock.monotonic() - started
             )
 
-    async def drive(
+    def drive(
         self,
         call: LiveCall,
         front: FrontRequest,
@@ -192,28 +192,31 @@ class Runner:
         answers: list[AnswerUpstream] | None = None,
         *,
         request: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Awaitable[dict[str, Any]]:
         """Deliver this round's answers (or send the call's `request`, in its first round)
-        and read until the call finishes or asks again.
+        and read until the call finishes or asks again: the round's coroutine, to await.
+        (The round's own, not one of ours around it: a frame fewer to resume at every
+        wake of the round.)
 
         Raises:
             RpcError: every failure, with its wire mapping; the call has ended unless
             it is parked.
         """
-        started = self.clock.monotonic()
-        outcome = "error"
-        try:
-            if TRACING.enabled:
-                with _round_span(call):
-                    result = await self._round(call, front, notify, answers or [], request)
-            else:  # no span, nor a do-nothing context entered and left every round
-                result = await self._round(call, front, notify, answers or [], request)
-            outcome = str(result.get("resultType", "complete"))
-            return result
-        finally:
-            self.metrics.round_seconds.labels(call.upstream.name, outcome).observe(
-                self.clock.monotonic() - started
-            )
+        if TRACING.enabled:
+            return self._traced_round(call, front, notify, answers or [], request)
+        # No span, nor a do-nothing context entered and left every round.
+        return self._round(call, front, notify, answers or [], request)
+
+    async def _traced_round(
+        self,
+        call: LiveCall,
+        front: FrontRequest,
+        notify: Notifier,
+        answers: list[AnswerUpstream],
+        request: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        with _round_span(call):
+            return await self._round(call, front, notify, answers, request)
 
     async def _round(
         self,
@@ -223,6 +226,8 @@ class Runner:
         answers: list[AnswerUpstream],
         request: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        started = self.clock.monotonic()
+        outcome = "error"
         call.machine.serve(round_context(front))
         hold_s = self.limits.hold_timeout_s
         if front.envelope.tasks:  # a task's call (no client holds it): its TTL bounds it
@@ -236,7 +241,9 @@ class Runner:
                     )
                 for answer in answers:
                     await call.session.send(answer.message())
-                return await self._read(call, notify, front)
+                result = await self._read(call, notify, front)
+            outcome = str(result.get("resultType", "complete"))
+            return result
         except asyncio.CancelledError:
             # The client went away mid-round: cancellation on the 2026 wire. A call caught
             # suspending (its state never reached the client) can never be resumed either.
@@ -267,6 +274,10 @@ class Runner:
             # stay held for nobody, its session taken and its server's handler waiting.
             await self.lifecycle.fail(call, "gateway error")
             raise
+        finally:
+            self.metrics.round_seconds.labels(call.upstream.name, outcome).observe(
+                self.clock.monotonic() - started
+            )
 
     async def _read(self, call: LiveCall, notify: Notifier, front: FrontRequest) -> dict[str, Any]:
         machine = call.machine

@@ -120,6 +120,8 @@ def trace_context(meta: Mapping[str, Any], headers: Mapping[str, str]) -> dict[s
     Values that are not valid W3C trace context are dropped (as a tracer would): they
     must never reach an upstream header.
     """
+    if meta.keys().isdisjoint(TRACE_KEYS) and headers.keys().isdisjoint(TRACE_KEYS):
+        return {}  # nearly every request: no comprehension run for nothing
     trace = {k: meta[k] for k in TRACE_KEYS if k in meta and _valid_trace(k, meta[k])}
     return trace or {
         k: headers[k] for k in TRACE_KEYS if k in headers and _valid_trace(k, headers[k])
@@ -304,8 +306,8 @@ def classify(
             f"params._meta must be an object carrying {PROTOCOL_VERSION_KEY!r} "
             f"and {CLIENT_CAPABILITIES_KEY!r}"
         )
-    missing = [k for k in (PROTOCOL_VERSION_KEY, CLIENT_CAPABILITIES_KEY) if k not in meta]
-    if missing:
+    if PROTOCOL_VERSION_KEY not in meta or CLIENT_CAPABILITIES_KEY not in meta:
+        missing = [k for k in (PROTOCOL_VERSION_KEY, CLIENT_CAPABILITIES_KEY) if k not in meta]
         raise InvalidParams(f"params._meta is missing the required key(s): {', '.join(missing)}")
 
     _check_mirrored_headers(message, meta, headers)

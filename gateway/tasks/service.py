@@ -22,7 +22,7 @@ Caps: running tasks per replica (`limits.max_tasks`) and per principal on it
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 import structlog
@@ -124,17 +124,19 @@ class Tasks:
 
     # -- tools/call ----------------------------------------------------------------------
 
-    async def call(
+    def call(
         self,
         upstream: UpstreamConfig,
         front: FrontRequest,
         principal: str,
         notify: Notifier,
         task_support: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Awaitable[dict[str, Any]]:
         """A tool call, run as a task where its policy and the client say so, or where
         the upstream runs the tool as a legacy task (`task_support`: the tool's
-        `execution.taskSupport` in the upstream's listing).
+        `execution.taskSupport` in the upstream's listing): its result, to await. (A call
+        that is no task is the bridge's coroutine itself, not one of ours around it: a
+        frame fewer to resume at every wake of the call.)
 
         Raises:
             RpcError: as `Bridge.handle`; -32021 for a `required` tool without the
@@ -144,7 +146,22 @@ class Tasks:
         policy = upstream.target(front.method, front.target).task
         if front.method != "tools/call":
             policy, task_support = NO_TASKS, None
-        if task_support is not None and await self._serves_legacy_tasks(upstream):
+        if task_support is not None:
+            return self._declared(upstream, front, principal, notify, policy, task_support)
+        return self._served(upstream, front, principal, notify, policy)
+
+    async def _declared(
+        self,
+        upstream: UpstreamConfig,
+        front: FrontRequest,
+        principal: str,
+        notify: Notifier,
+        policy: TaskPolicy,
+        task_support: str,
+    ) -> dict[str, Any]:
+        """A call of a tool whose listing declares its task support: the upstream's
+        legacy task where it runs them, else as any other call."""
+        if await self._serves_legacy_tasks(upstream):
             if front.envelope.tasks and self.level.served(Kind.TASK):
                 return await self._legacy(upstream, front, principal, policy)
             if task_support == TASK_REQUIRED:
@@ -152,16 +169,35 @@ class Tasks:
                     raise TasksHeldBack()
                 raise tasks.extension_required(f"The tool {front.target!r}")
             return await self.bridge.handle(upstream, front, principal, notify)
+        return await self._served(upstream, front, principal, notify, policy)
+
+    def _served(
+        self,
+        upstream: UpstreamConfig,
+        front: FrontRequest,
+        principal: str,
+        notify: Notifier,
+        policy: TaskPolicy,
+    ) -> Awaitable[dict[str, Any]]:
+        """A call not run as the upstream's legacy task: through the bridge, or as a task
+        of the gateway's where its policy and the client say so."""
         if not front.envelope.tasks or not policy.enabled:
             if policy.support == TASK_REQUIRED:
                 raise tasks.extension_required(f"The tool {front.target!r}")
-            return await self.bridge.handle(upstream, front, principal, notify)
+            return self.bridge.handle(upstream, front, principal, notify)
         if not self.level.served(Kind.TASK):  # a replica of the previous release still lives
             if policy.support == TASK_REQUIRED:
                 raise TasksHeldBack()
-            return await self.bridge.handle(upstream, front, principal, notify)
+            return self.bridge.handle(upstream, front, principal, notify)
         if self.bridge.draining and "requestState" not in front.params:
             raise Draining()  # refused now, rather than as a task failed at once
+        return self._as_task(upstream, front, principal, policy)
+
+    async def _as_task(
+        self, upstream: UpstreamConfig, front: FrontRequest, principal: str, policy: TaskPolicy
+    ) -> dict[str, Any]:
+        """A call run as a task: its result when it comes within the policy's wait, else
+        the task created for it."""
         self.quota.take(principal)
         run = TaskRun(
             bridge=self.bridge,

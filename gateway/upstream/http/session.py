@@ -246,8 +246,13 @@ class HttpSession:
         """
         self.requests += 1
         self._inflight += 1
+        sent_on = self.wire.session_id
+        answer: Http1Response | dict[str, Any] | None
         try:
-            answer = await self._post_call(message, inbox, cursor, headers)
+            try:  # the wire's coroutine awaited here: a frame fewer while the server answers
+                answer = await self.wire.post_call(message, cursor, headers)
+            except UpstreamError as exc:
+                answer = await self._post_failed(exc, sent_on, message, inbox, cursor, headers)
         except BaseException:
             self._quieter()
             raise
@@ -260,35 +265,29 @@ class HttpSession:
         answer.stream_into(stream)
         return stream
 
-    async def _post_call(
+    async def _post_failed(
         self,
+        error: UpstreamError,
+        sent_on: str | None,
         message: dict[str, Any],
         inbox: Inbox,
         cursor: StreamCursor,
         headers: Mapping[str, str] | None,
     ) -> Http1Response | dict[str, Any] | None:
-        """The call's answer to read, or None once a `StreamEnd` says why there is none."""
-        for attempt in (1, 2):
-            sent_on = self.wire.session_id
+        """A call's POST on session `sent_on` failed with `error`: the answer of the one
+        POST sent again, or None once a `StreamEnd` says why there is none."""
+        # The server refused the POST itself for an unknown session (e.g. it restarted):
+        # nothing ran, so initialise afresh and send it again, once. Once it took the
+        # request, a lost session is a lost call: never re-sent.
+        if isinstance(error, SessionExpired) and not cursor.accepted:
+            log.info("upstream_session_expired", upstream=self.endpoint.name)
             try:
+                await self._renew(sent_on)
                 return await self.wire.post_call(message, cursor, headers)
-            except SessionExpired as exc:
-                # The server refused the POST itself for an unknown session (e.g. it
-                # restarted): nothing ran, so initialise afresh and send it again, once.
-                # Once it took the request, a lost session is a lost call: never re-sent.
-                if cursor.accepted or attempt == 2:
-                    inbox.put_nowait(StreamEnd(exc))
-                    return None
-                log.info("upstream_session_expired", upstream=self.endpoint.name)
-                try:
-                    await self._renew(sent_on)
-                except UpstreamError as reopen_error:
-                    inbox.put_nowait(StreamEnd(reopen_error))
-                    return None
-            except UpstreamError as exc:
-                inbox.put_nowait(StreamEnd(exc))
-                return None
-        return None  # pragma: no cover - the second attempt always returns
+            except UpstreamError as again:  # the session not renewed, or the POST refused
+                error = again
+        inbox.put_nowait(StreamEnd(error))
+        return None
 
     async def pump_resumed(self, rid: Any, inbox: Inbox, cursor: StreamCursor) -> None:
         """Continue another replica's call stream (GET + Last-Event-ID) into `inbox`;

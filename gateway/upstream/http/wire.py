@@ -111,7 +111,11 @@ class HttpWire:
         self.gone = False  # the server answered 404 for this session
 
     async def headers(self, *, accept: str = _ACCEPT) -> dict[str, str]:
-        headers = await self.endpoint.request_headers(Accept=accept)
+        endpoint = self.endpoint
+        if endpoint.authorization is None:  # as `request_headers`, without its coroutine
+            headers = {**endpoint.headers, "Accept": accept}
+        else:
+            headers = await endpoint.request_headers(Accept=accept)
         headers["Content-Type"] = "application/json"
         if self.session_id is not None:
             headers[SESSION_HEADER] = self.session_id
