@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gateway.protocol import approval
 from tests.peers.tooling import PEER_READY, LegacyClient, LegacyServer
 from tests.support.inprocess import Gateway
 from tests.support.legacy import legacy_tool
@@ -160,3 +161,38 @@ async def test_a_server_down_at_initialize_is_left_out_and_its_calls_fail_clearl
     session = await open_session(gw.http, gw.url)
     echoed = await send(gw.http, gw.url, call("tickets_echo", text="back"), session=session)
     assert echoed.last["result"]["content"][0]["text"] == "back"
+
+
+async def test_the_mcp_client_approves_a_call_of_one_server_on_the_endpoint(
+    make_gateway: Any, legacy: LegacyServer, tickets: LegacyServer, legacy_client: LegacyClient
+) -> None:
+    """The gateway's own question (an approval) and the tool's own question reach the
+    2025 client on the endpoint, its answers each reach their asker, and the body runs
+    once, on its own server."""
+    gw: Gateway = await make_gateway(
+        upstream={"name": "notes", "tools": {"increment_counter": {"approval": "required"}}},
+        upstreams_extra=[{"name": "tickets", "url": tickets.url}],
+        endpoints=[JOINED],
+    )
+    name = f"joined-approving-{uuid.uuid4().hex[:8]}"
+    command = {"op": "open", "session": name, "url": gw.url, "caps": ["elicitation"]}
+    await client_run(legacy_client, command)
+    run_id = uuid.uuid4().hex
+    try:
+        called = await client_run(
+            legacy_client,
+            {
+                "op": "call",
+                "session": name,
+                "name": "notes_increment_counter",
+                "arguments": {"run_id": run_id},
+            },
+        )
+        asked = [e["message"] for e in called["seen"]["elicitations"]]
+        shown = approval.question("notes_increment_counter", "notes", {"run_id": run_id})
+        assert asked == [shown["params"]["message"], "Increment the counter?"], asked
+        assert called["result"]["content"][0]["text"] == "counter=1", called
+        assert await runs(legacy.url, "increment_counter", run_id) == 1
+        assert await runs(tickets.url, "increment_counter", run_id) == 0
+    finally:
+        await client_run(legacy_client, {"op": "close", "session": name})
