@@ -2,9 +2,12 @@
 with a session of each server's behind it. The official mcp 1.x client lists both
 servers' tools (prefixed), runs an elicitation tool of each (its question on the call's
 stream) and a sampling tool of each (its question on the merged GET stream), its answers
-reaching the server that asked; what it remembers on one server stays in that server's
-session; a server down at `initialize` is left out and its calls fail clearly; a session
-id is refused on another endpoint, to another caller, and once ended.
+reaching the server that asked, and gets the gateway's own approval question beside a
+tool's; what a session remembers on one server stays in that server's session; an
+unknown method or name is answered as a server answers it; a server down at
+`initialize` is left out and its calls fail clearly; a tampered id gets 404, and an
+ended one too, also for `ping` and lists (another endpoint's or caller's id:
+`tests/protocol/test_endpoint_session.py`).
 """
 
 from __future__ import annotations
