@@ -26,8 +26,8 @@ ON_DOWN = (DOWN_OMIT, DOWN_FAIL)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EndpointConfig:
-    """Several upstreams served on one path: a 2026 client sees one server, its lists
-    merged and each call sent to the upstream whose name it calls. Each upstream keeps
+    """Several upstreams served on one path: a client of either era sees one server, its
+    lists merged and each call sent to the upstream whose name it calls. Each upstream keeps
     its own settings (transport, pool, credentials, tools, exposure rules); its own
     `path` is left out (it is served here)."""
 

@@ -537,8 +537,9 @@ class GatewayConfig:
     """The legacy servers, each served on its own path (or on its endpoint's): at least
     one."""
     endpoints: tuple[EndpointConfig, ...] = ()
-    """Several upstreams served on one path to 2026-07-28 clients: one list of each kind,
-    each call sent to the upstream whose name it calls (see endpoints.md)."""
+    """Several upstreams served on one path to both eras: one list of each kind, each
+    call sent to the upstream whose name it calls, a 2025 client's session with a session
+    of each server behind it (see endpoints.md)."""
 
     def routes(self) -> list[tuple[str, tuple[UpstreamConfig, ...], EndpointConfig | None]]:
         """Every MCP path served: its upstreams (an upstream on no endpoint alone on its
