@@ -96,6 +96,21 @@ def test_one_fact_recorded_by_two_replicas_around_a_crash_is_kept_once() -> None
     assert trail.problems({"a": events, "b": [other_fact]}) != []
 
 
+def test_an_end_recorded_again_as_lost_by_another_replica_is_one_event() -> None:
+    """A failover lost the write that told the fleet the call had ended; the replica that
+    found its record gone told the client it was lost, and recorded that end again."""
+    events = two_round_call()
+    lost = {**events[-1], "replica": "gw-2~3", "outcome": "lost", "time": "later"}
+    assert trail.problems({"gw-1 log": events, "stream": [*events, lost]}) == []
+    # Not so from the same replica (two ends neither `lost`: the test above), nor for
+    # another kind of event.
+    same = {**lost, "replica": events[-1]["replica"]}
+    assert trail.problems({"stream": [*events, same]}) != []
+    answered = events[-2]
+    other = {**answered, "replica": "gw-2~3", "outcome": "lost"}
+    assert trail.problems({"stream": [*events, other]}) != []
+
+
 def test_one_id_is_one_event_in_every_sink() -> None:
     events = two_round_call()
     changed = [{**events[0], "principal": {"kind": "anonymous"}}, *events[1:]]

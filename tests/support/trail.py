@@ -87,12 +87,26 @@ def problems(sinks: Mapping[str, Sequence[Event]]) -> list[str]:
 def _one_event(copies: Sequence[Event]) -> bool:
     """Whether `copies` (of one id) are one event: the same object, or one fact recorded
     by replicas of their own (one died before the fleet knew it had recorded it, and
-    another went on with the call: a consumer keeps it once)."""
+    another went on with the call: a consumer keeps it once), or a call's end recorded
+    again as `lost` by another replica (a failover lost the write that told the fleet
+    it had ended, and the client was told it was lost: docs/operations.md)."""
     first = copies[0]
     if all(c == first for c in copies[1:]):
         return len(copies) == 1 or len({c.get("replica") for c in copies}) == len(copies)
     replicas = [c.get("replica") for c in copies]
-    return len(set(replicas)) == len(replicas) and len({_fact(c) for c in copies}) == 1
+    if len(set(replicas)) != len(replicas):
+        return False
+    if len({_fact(c) for c in copies}) == 1:
+        return True
+    return _lost_again(copies)
+
+
+def _lost_again(copies: Sequence[Event]) -> bool:
+    """Whether `copies` are one call's end, recorded once as it ended and again as `lost`."""
+    if any(c.get("kind") != "call.ended" for c in copies):
+        return False
+    ended = [c for c in copies if c.get("outcome") != "lost"]
+    return len(ended) == 1 and len({_fact({**c, "outcome": None}) for c in copies}) == 1
 
 
 def around_a_crash(sinks: Mapping[str, Sequence[Event]]) -> int:
