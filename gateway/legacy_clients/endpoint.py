@@ -58,15 +58,17 @@ from gateway.errors import (
     UpstreamError,
     UpstreamRpcError,
 )
-from gateway.legacy_clients.answers import AnswerView
-from gateway.legacy_clients.lane import LegacyLane, MissingSession, NoGetStreams
-from gateway.legacy_clients.merged import MergedEvents
-from gateway.legacy_clients.passing import SESSION_HEADER, SSE_HEADERS, discard, plain, started
-from gateway.legacy_clients.relay import Relay
+from gateway.legacy_clients.lane import (
+    LegacyLane,
+    MissingSession,
+    NoGetStreams,
+    noted,
+    stream_end,
+)
+from gateway.legacy_clients.merged import merged_stream
+from gateway.legacy_clients.passing import SESSION_HEADER, SSE_HEADERS, discard
 from gateway.legacy_clients.upstream import (
-    EventStream,
     SessionNotFound,
-    UpstreamAnswer,
     crossing_headers,
     reply_of,
 )
@@ -165,17 +167,12 @@ class EndpointLegacyLane:
         body: bytes,
         decoded: Any,
     ) -> web.StreamResponse:
-        message = jsonrpc.parse_message(decoded)  # InvalidRequest: batches too
-        if isinstance(message, jsonrpc.Request):
-            served.method, served.rid = message.method, message.id
-            served.target = inbound.logged_target(message.method, message.params)
-            if message.method == "initialize":
-                return await self._initialize(served, headers, body, message)
-        else:
-            served.method = (
-                message.method if isinstance(message, jsonrpc.Notification) else "response"
-            )
-        token, claims = await self._session(headers, served)
+        message = noted(served, decoded)
+        if isinstance(message, jsonrpc.Request) and message.method == "initialize":
+            return await self._initialize(served, headers, body, message)
+        token, claims = self._session(headers, served)
+        if not _to_a_server(message):  # what a server would answer 404 to, once ended
+            await self._still_open(token, served)
         if isinstance(message, jsonrpc.Request):
             return await self._request(
                 request, served, headers, body, decoded, message, (token, claims)
@@ -216,6 +213,7 @@ class EndpointLegacyLane:
             upstream = upstream or next(iter(self.members))  # malformed: its checks answer it
             lane, member = self._member(upstream, claims, served)
         except Answered as answered:  # a name no upstream shows: as a server answers it
+            await self._still_open(token, served)
             reply = jsonrpc.result(message.id, answered.result)
             return self._reply(served, reply, session)
         except RpcError as refused_here:
@@ -223,6 +221,7 @@ class EndpointLegacyLane:
                 refused_here, NotInSession
             ):
                 raise  # a server could not be asked: answered as on an upstream's own path
+            await self._still_open(token, served)
             # Answered as a server answers what it does not serve: an error, in a 200.
             served.failed(refused_here, status=200)
             error = rendered(refused_here, message.id).message
@@ -282,13 +281,7 @@ class EndpointLegacyLane:
         replies: list[dict[str, Any] | None] = []
         for upstream, outcome in zip(names, sent, strict=True):
             if isinstance(outcome, GatewayError):
-                log.warning(
-                    "endpoint_upstream_omitted",
-                    upstream=upstream,
-                    method=served.method,
-                    kind=type(outcome).__name__,
-                    error=str(outcome),
-                )
+                _omitted(upstream, served.method, outcome)
             elif isinstance(outcome, BaseException):
                 raise outcome
             else:
@@ -338,13 +331,7 @@ class EndpointLegacyLane:
         for name, got in zip(names, opened, strict=True):
             if isinstance(got, GatewayError):
                 failed = failed or got
-                log.warning(
-                    "endpoint_upstream_omitted",
-                    upstream=name,
-                    method="initialize",
-                    kind=type(got).__name__,
-                    error=str(got),
-                )
+                _omitted(name, "initialize", got)
             elif isinstance(got, BaseException):
                 raise got
             else:
@@ -409,7 +396,7 @@ class EndpointLegacyLane:
             raise NotAcceptable("Accept must list text/event-stream")
         if self.settings.legacy.max_streams_per_principal == 0:
             raise NoGetStreams()
-        token, claims = await self._session(headers, served)
+        token, claims = self._session(headers, served)
         last = headers.get("last-event-id")
         found = None if last is None else endpoint_session.unmarked_event(last)
         if found is not None and claims.member(found[0]) is not None:
@@ -420,82 +407,15 @@ class EndpointLegacyLane:
         if last is not None:  # no stream of this session's gave it: the streams anew
             log.info("legacy_resumption_unknown", session=served.session)
         fresh = {k: v for k, v in headers.items() if k != "last-event-id"}
-        return await self._merged(request, served, fresh, token, claims)
-
-    async def _merged(
-        self,
-        request: web.Request,
-        served: RequestServed,
-        headers: Mapping[str, str],
-        token: str,
-        claims: EndpointClaims,
-    ) -> web.StreamResponse:
-        caller = served.caller
-        head = {**SSE_HEADERS, SESSION_HEADER: token}
-        relay = Relay(
-            request,
-            head,
-            self.first.hooks,
-            keepalive_s=self.settings.limits.keepalive_s,
-            clock=self.clock,
-        )
-        crossing = crossing_headers(headers)
-        with self.first.streams.opened(caller.principal, relay.stop):
-            names = claims.upstreams
-            answers = await asyncio.gather(
-                *(self._stream_of(n, claims, served, crossing) for n in names),
-                return_exceptions=True,
-            )
-            streams: dict[str, tuple[EventStream, AnswerView]] = {}
-            refused: UpstreamAnswer | None = None
-            for name, answer in zip(names, answers, strict=True):
-                if isinstance(answer, GatewayError):
-                    log.warning("endpoint_stream_omitted", upstream=name, error=str(answer))
-                elif isinstance(answer, BaseException):
-                    await MergedEvents(streams).aclose()
-                    raise answer
-                elif isinstance(answer.body, bytes):
-                    refused = refused or answer  # it serves no stream (405), or refused it
-                else:
-                    streams[name] = (answer.body, self.members[name].stream_view(served))
-            if not streams:
-                if refused is None:
-                    raise UpstreamError("no upstream of the endpoint opened a stream")
-                return plain(refused, token)
-            events = MergedEvents(streams)
-            await started(relay, events)
-            began = self.clock.monotonic()
-            log.info("legacy_stream_opened", principal=caller.log_id, session=served.session)
-            how = "client_gone"
-            try:
-                how = await relay.run(events, _as_it_is, end_at=self._end_at(claims, served))
-            finally:
-                await relay.close()
-                log.info(
-                    "legacy_stream_ended",
-                    how=how,
-                    principal=caller.log_id,
-                    session=served.session,
-                    upstreams=list(streams),
-                    duration_s=round(self.clock.monotonic() - began, 1),
-                )
-            return await relay.finish()
-
-    async def _stream_of(
-        self,
-        upstream: str,
-        claims: EndpointClaims,
-        served: RequestServed,
-        headers: Mapping[str, str],
-    ) -> UpstreamAnswer:
-        lane, member = self._member(upstream, claims, served, bind=False)
-        return await lane.reach(member, served).get(member.session, headers)
+        opened = {n: self._member(n, claims, served, bind=False) for n in claims.upstreams}
+        end_at = stream_end(self.clock, claims.expires_ms, served.caller)
+        return await merged_stream(request, served, fresh, token, self.first, opened, end_at)
 
     async def delete(
         self, request: web.Request, served: RequestServed, headers: Mapping[str, str]
     ) -> web.StreamResponse:
         """End every upstream's session; the id then leads to 404 wherever it is used."""
-        token, claims = await self._session(headers, served)
+        token, claims = self._session(headers, served)
         await self.ended.end(self._digest(token), claims.expires_ms)
         statuses = await self._end_all(served, headers, claims)
         status = statuses[0] if statuses and len(set(statuses)) == 1 else 200
@@ -523,13 +443,15 @@ class EndpointLegacyLane:
 
     # -- the session -----------------------------------------------------------------
 
-    async def _session(
+    def _session(
         self, headers: Mapping[str, str], served: RequestServed
     ) -> tuple[str, EndpointClaims]:
-        """The session id sent and its claims (its log stand-in noted on `served`).
+        """The session id sent and its claims (its log stand-in noted on `served`). Whether
+        it has ended is the servers' to say where a request reaches one (their 404), and
+        `_still_open`'s where the gateway answers itself.
 
         Raises:
-            MissingSession (400), SessionNotFound (404): it does not open, or has ended
+            MissingSession (400), SessionNotFound (404)
         """
         token = headers.get(_SESSION_KEY)
         if token is None:
@@ -545,10 +467,17 @@ class EndpointLegacyLane:
         )
         if isinstance(claims, sessions.SessionIdRefusal):
             self._refuse(served, claims.reason)
-        elif await self.ended.ended(self._digest(token)):
-            self._refuse(served, "ended")
-        assert isinstance(claims, EndpointClaims)
         return token, claims
+
+    async def _still_open(self, token: str, served: RequestServed) -> None:
+        """Refuse a session the client ended (DELETE, on any replica): asked only where
+        no server's session would say so (a store lookup, not on a call's path).
+
+        Raises:
+            SessionNotFound (404)
+        """
+        if await self.ended.ended(self._digest(token)):
+            self._refuse(served, "ended")
 
     def _refuse(self, served: RequestServed, reason: str) -> NoReturn:
         self.metrics.refusals.labels(reason).inc()
@@ -581,13 +510,25 @@ class EndpointLegacyLane:
             log_context.bind(upstream=upstream)
         return self.members[upstream], member
 
-    def _end_at(self, claims: EndpointClaims, served: RequestServed) -> float:
-        """When a GET stream ends: the session's expiry, or the credential's if sooner."""
-        until_s = claims.expires_ms / 1000
-        identity = served.caller.identity
-        if identity is not None and identity.expires_at is not None:
-            until_s = min(until_s, identity.expires_at)
-        return self.clock.monotonic() + max(0.0, until_s - self.clock.wall_s())
+
+def _omitted(upstream: str, method: str, error: GatewayError) -> None:
+    log.warning(
+        "endpoint_upstream_omitted",
+        upstream=upstream,
+        method=method,
+        kind=type(error).__name__,
+        error=str(error),
+    )
+
+
+def _to_a_server(message: jsonrpc.Message) -> bool:
+    """Whether `message` goes to one server's session, which answers it 404 once ended: a
+    request about one target, or an answer to a server's question."""
+    if isinstance(message, jsonrpc.Request):
+        return message.method in _TARGETED
+    return (
+        isinstance(message, jsonrpc.Response) and endpoint_session.unmarked(message.id) is not None
+    )
 
 
 def _as_it_is(event: sse.SseEvent) -> sse.SseEvent:

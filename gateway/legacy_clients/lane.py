@@ -214,16 +214,9 @@ class LegacyLane:
         body: bytes,
         decoded: Any,
     ) -> web.StreamResponse:
-        message = jsonrpc.parse_message(decoded)  # InvalidRequest: batches too
-        if isinstance(message, jsonrpc.Request):
-            served.method, served.rid = message.method, message.id
-            served.target = inbound.logged_target(message.method, message.params)
-            if message.method == "initialize":
-                return await self._initialize(request, served, headers, body, message.params)
-        else:
-            served.method = (
-                message.method if isinstance(message, jsonrpc.Notification) else "response"
-            )
+        message = noted(served, decoded)
+        if isinstance(message, jsonrpc.Request) and message.method == "initialize":
+            return await self._initialize(request, served, headers, body, message.params)
         token, claims = self._session(headers, served)
         return await self.serve(request, served, headers, body, decoded, message, token, claims)
 
@@ -404,7 +397,8 @@ class LegacyLane:
             view = self.stream_view(served)
             how = "client_gone"
             try:
-                how = await relay.run(answer.body, view.see, end_at=self._end_at(claims, caller))
+                end_at = stream_end(self.clock, claims.expires_ms, caller)
+                how = await relay.run(answer.body, view.see, end_at=end_at)
             finally:
                 await relay.close()
                 log.info(
@@ -513,11 +507,28 @@ class LegacyLane:
         digest = hmac.new(self.settings.log_salt, token.encode(), hashlib.sha256).hexdigest()
         return "s_" + digest[:16]
 
-    def _end_at(self, claims: sessions.SessionClaims, caller: Caller) -> float:
-        """When a GET stream ends, on the lane's clock: the session's expiry, or the
-        credential's if sooner (what outlives the request that showed it ends then)."""
-        until_s = claims.expires_ms / 1000
-        identity = caller.identity
-        if identity is not None and identity.expires_at is not None:
-            until_s = min(until_s, identity.expires_at)
-        return self.clock.monotonic() + max(0.0, until_s - self.clock.wall_s())
+
+def noted(served: RequestServed, decoded: Any) -> jsonrpc.Message:
+    """A 2025 client's POST body as its message, and what it is noted on its record: a
+    request's method, id and target, a notification's method, `response` for an answer.
+
+    Raises:
+        InvalidRequest: not one JSON-RPC message (a batch too).
+    """
+    message = jsonrpc.parse_message(decoded)
+    if isinstance(message, jsonrpc.Request):
+        served.method, served.rid = message.method, message.id
+        served.target = inbound.logged_target(message.method, message.params)
+    else:
+        served.method = message.method if isinstance(message, jsonrpc.Notification) else "response"
+    return message
+
+
+def stream_end(clock: Clock, expires_ms: int, caller: Caller) -> float:
+    """When a GET stream ends, on `clock`: its session's expiry, or the credential's if
+    sooner (what outlives the request that showed it ends then)."""
+    until_s = expires_ms / 1000
+    identity = caller.identity
+    if identity is not None and identity.expires_at is not None:
+        until_s = min(until_s, identity.expires_at)
+    return clock.monotonic() + max(0.0, until_s - clock.wall_s())

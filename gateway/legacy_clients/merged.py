@@ -1,5 +1,5 @@
 """Several upstreams' standalone streams as one: the GET stream of a 2025 client's session
-on an endpoint of several upstreams (`gateway.legacy_clients.endpoint`).
+on an endpoint of several upstreams (`merged_stream`, for `gateway.legacy_clients.endpoint`).
 
 Each upstream's stream is read by a task of its own, and its events, as that upstream's
 view shows them (`AnswerView.see`: lists filtered, ids marked with the upstream), are
@@ -15,12 +15,18 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 
 import structlog
+from aiohttp import web
 
 from gateway.aio import cancel_and_wait, spawn
-from gateway.errors import UpstreamError
+from gateway.errors import GatewayError, UpstreamError
 from gateway.legacy_clients.answers import AnswerView
-from gateway.legacy_clients.upstream import EventStream
+from gateway.legacy_clients.lane import LegacyLane
+from gateway.legacy_clients.passing import SESSION_HEADER, SSE_HEADERS, discard, plain, started
+from gateway.legacy_clients.relay import Relay
+from gateway.legacy_clients.upstream import EventStream, UpstreamAnswer, crossing_headers
 from gateway.protocol import sse
+from gateway.protocol.legacy_session import SessionClaims
+from gateway.seams import RequestServed
 
 log = structlog.get_logger("gateway.legacy")
 
@@ -68,3 +74,78 @@ class MergedEvents:
             await cancel_and_wait(pump)
         for events, _ in self.streams.values():
             await events.aclose()
+
+
+async def merged_stream(
+    request: web.Request,
+    served: RequestServed,
+    headers: Mapping[str, str],
+    token: str,
+    first: LegacyLane,
+    opened: Mapping[str, tuple[LegacyLane, SessionClaims]],
+    end_at: float,
+) -> web.StreamResponse:
+    """The GET stream of a session on an endpoint: the standalone stream of each
+    upstream's session behind it (`opened`: its lane and its session's claims), merged,
+    counted once against the caller's streams, ended at `end_at` (on the lanes' clock).
+    An upstream that serves no stream (405) or fails to open one is left out; with none
+    left, the first refusal is passed on.
+
+    Raises:
+        UpstreamError: no upstream answered at all.
+    """
+    caller, clock = served.caller, first.clock
+    head = {**SSE_HEADERS, SESSION_HEADER: token}
+    keepalive_s = first.settings.limits.keepalive_s
+    relay = Relay(request, head, first.hooks, keepalive_s=keepalive_s, clock=clock)
+    crossing = crossing_headers(headers)
+    with first.streams.opened(caller.principal, relay.stop):
+        names = list(opened)
+        answers = await asyncio.gather(
+            *(
+                lane.reach(member, served).get(member.session, crossing)
+                for lane, member in opened.values()
+            ),
+            return_exceptions=True,
+        )
+        failed = [a for a in answers if isinstance(a, BaseException)]
+        if any(not isinstance(a, GatewayError) for a in failed):
+            for answer in answers:  # no stream that opened is left open
+                if isinstance(answer, UpstreamAnswer):
+                    await discard(answer)
+            raise next(a for a in failed if not isinstance(a, GatewayError))
+        streams: dict[str, tuple[EventStream, AnswerView]] = {}
+        refused: UpstreamAnswer | None = None
+        for name, answer in zip(names, answers, strict=True):
+            if isinstance(answer, BaseException):
+                log.warning("endpoint_stream_omitted", upstream=name, error=str(answer))
+            elif isinstance(answer.body, bytes):
+                refused = refused or answer  # it serves no stream (405), or refused it
+            else:
+                streams[name] = (answer.body, opened[name][0].stream_view(served))
+        if not streams:
+            if refused is None:
+                raise UpstreamError("no upstream of the endpoint opened a stream")
+            return plain(refused, token)
+        events = MergedEvents(streams)
+        await started(relay, events)
+        began = clock.monotonic()
+        log.info("legacy_stream_opened", principal=caller.log_id, session=served.session)
+        how = "client_gone"
+        try:
+            how = await relay.run(events, _as_it_is, end_at=end_at)
+        finally:
+            await relay.close()
+            log.info(
+                "legacy_stream_ended",
+                how=how,
+                principal=caller.log_id,
+                session=served.session,
+                upstreams=list(streams),
+                duration_s=round(clock.monotonic() - began, 1),
+            )
+        return await relay.finish()
+
+
+def _as_it_is(event: sse.SseEvent) -> sse.SseEvent:
+    return event  # each upstream's events were looked at as they were merged

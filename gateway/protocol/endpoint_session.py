@@ -36,10 +36,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import InvalidRequestState
 from gateway.protocol import formats, jsonrpc
 from gateway.protocol.formats import Kind
-from gateway.protocol.legacy_session import SessionClaims, SessionIdRefusal, valid_upstream_session
+from gateway.protocol.legacy_session import (
+    SessionClaims,
+    SessionIdRefusal,
+    unsealed,
+    valid_upstream_session,
+)
 from gateway.protocol.state import StateCodec
 
 #: The prefix of an endpoint's session ids (a route's are ``lg1.``).
@@ -135,20 +139,10 @@ def open_session(
 ) -> EndpointClaims | SessionIdRefusal:
     """The claims of an endpoint's session id presented by `principal` (its
     `principal_tag`) on the endpoint at `path`, or why it is refused; fail-closed."""
-    try:
-        payload = codec.unseal(token)
-    except InvalidRequestState as exc:
-        return SessionIdRefusal(exc.reason)
-    try:
-        data = jsonrpc.loads(payload)
-    except (ValueError, RecursionError):
-        return SessionIdRefusal("payload not JSON")
-    if not isinstance(data, dict):
-        return SessionIdRefusal("payload shape")
-    try:
-        _, data = formats.unstamped(Kind.ENDPOINT_SESSION, data)
-    except ValueError:
-        return SessionIdRefusal("payload version")
+    opened = unsealed(codec, token, Kind.ENDPOINT_SESSION)
+    if isinstance(opened, SessionIdRefusal):
+        return opened
+    _, data = opened
     if set(data) != set(_FIELDS):
         return SessionIdRefusal("payload shape")
     values: dict[str, Any] = {}

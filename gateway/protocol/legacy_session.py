@@ -137,17 +137,12 @@ _FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
 }
 
 
-def open_session(
-    codec: StateCodec,
-    token: str,
-    *,
-    now_ms: int,
-    principal: str,
-    upstream: str,
-    audience: str,
-) -> SessionClaims | SessionIdRefusal:
-    """The claims of a session id presented by `principal` (its `principal_tag`) on the
-    route of `upstream`, or why it is refused; every check fail-closed."""
+def unsealed(
+    codec: StateCodec, token: str, kind: Kind
+) -> tuple[int, dict[str, Any]] | SessionIdRefusal:
+    """The version and the claims of a sealed id of `kind` (its version member left out),
+    or why it does not open: not sealed under these keys, not a JSON object, a version
+    this release does not read."""
     try:
         payload = codec.unseal(token)
     except InvalidRequestState as exc:
@@ -159,9 +154,26 @@ def open_session(
     if not isinstance(data, dict):
         return SessionIdRefusal("payload shape")
     try:
-        version, data = formats.unstamped(Kind.LEGACY_SESSION, data)
+        return formats.unstamped(kind, data)
     except ValueError:
         return SessionIdRefusal("payload version")
+
+
+def open_session(
+    codec: StateCodec,
+    token: str,
+    *,
+    now_ms: int,
+    principal: str,
+    upstream: str,
+    audience: str,
+) -> SessionClaims | SessionIdRefusal:
+    """The claims of a session id presented by `principal` (its `principal_tag`) on the
+    route of `upstream`, or why it is refused; every check fail-closed."""
+    opened = unsealed(codec, token, Kind.LEGACY_SESSION)
+    if isinstance(opened, SessionIdRefusal):
+        return opened
+    version, data = opened
     declared = data.pop("k", None) if version >= 2 else ()
     if set(data) != set(_FIELDS) or declared is None:
         return SessionIdRefusal("payload shape")

@@ -122,7 +122,8 @@ async def test_a_session_id_is_good_on_its_endpoint_for_its_caller_until_it_ends
     async with gw.http.delete(gw.url, headers={"Mcp-Session-Id": session}) as ended:
         assert ended.status == 200
     # Ended: the id leads to 404, also for what reaches no server's session.
-    for asked in (call("notes_echo", text="x"), request("ping"), request("tools/list")):
+    asked_after = (call("notes_echo", text="x"), call("nobody_echo"), request("ping"))
+    for asked in (*asked_after, request("tools/list")):
         after = await send(gw.http, gw.url, asked, session=session)
         assert after.status == 404, asked
 
