@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from gateway.clock import Clock, SystemClock
 from gateway.protocol import formats
 from gateway.protocol.formats import Kind
-from gateway.store.redis_client import RIDE_OUT_S, RedisClient, ride_out, text
-
-T = TypeVar("T")
+from gateway.store.redis_client import text
+from gateway.store.versioned import VersionedOnRedis
 
 
 class ApprovalStore(Protocol):
@@ -84,26 +82,10 @@ class MemoryApprovals:
         return True
 
 
-class RedisApprovals:
+class RedisApprovals(VersionedOnRedis):
     """`<prefix>approval:used:<id>` and `<prefix>approval:ok:<key>`, each expiring."""
 
-    def __init__(
-        self,
-        client: RedisClient,
-        *,
-        prefix: str = "mrtr:",
-        version: Callable[[], int] = lambda: formats.written(Kind.APPROVAL, formats.LEVEL),
-        clock: Clock | None = None,
-        ride_out_s: float = RIDE_OUT_S,
-    ) -> None:
-        self.client = client
-        self.prefix = prefix
-        self.version = version
-        self.clock = clock or SystemClock()
-        self.ride_out_s = ride_out_s
-
-    async def _run(self, op: Callable[[], Awaitable[T]]) -> T:
-        return await ride_out(self.clock, op, self.ride_out_s)
+    kind = Kind.APPROVAL
 
     async def use(self, approval: str, until_ms: int) -> bool:
         key = f"{self.prefix}approval:used:{approval}"

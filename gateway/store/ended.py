@@ -14,16 +14,13 @@ session is never revived by a mark it cannot read).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from gateway.clock import Clock, SystemClock
 from gateway.protocol import formats
 from gateway.protocol.formats import Kind
-from gateway.store.redis_client import RIDE_OUT_S, RedisClient, ride_out
-
-T = TypeVar("T")
+from gateway.store.versioned import VersionedOnRedis
 
 
 class EndedSessions(Protocol):
@@ -60,26 +57,10 @@ class MemoryEndedSessions:
         return until is not None and until > self.clock.wall_ms()
 
 
-class RedisEndedSessions:
+class RedisEndedSessions(VersionedOnRedis):
     """`<prefix>endpoint-session:ended:<digest>`, expiring with the session's id."""
 
-    def __init__(
-        self,
-        client: RedisClient,
-        *,
-        prefix: str = "mrtr:",
-        version: Callable[[], int] = lambda: formats.written(Kind.ENDED_SESSION, formats.LEVEL),
-        clock: Clock | None = None,
-        ride_out_s: float = RIDE_OUT_S,
-    ) -> None:
-        self.client = client
-        self.prefix = prefix
-        self.version = version
-        self.clock = clock or SystemClock()
-        self.ride_out_s = ride_out_s
-
-    async def _run(self, op: Callable[[], Awaitable[T]]) -> T:
-        return await ride_out(self.clock, op, self.ride_out_s)
+    kind = Kind.ENDED_SESSION
 
     def _key(self, session: str) -> str:
         return f"{self.prefix}endpoint-session:ended:{session}"

@@ -14,17 +14,15 @@ on a client's request.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
-from gateway.clock import Clock, SystemClock
 from gateway.protocol import formats, pins
 from gateway.protocol.formats import Kind
-from gateway.store.redis_client import RIDE_OUT_S, RedisClient, ride_out, text
-
-T = TypeVar("T")
+from gateway.store.redis_client import RedisClient, text
+from gateway.store.versioned import VersionedOnRedis
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,32 +146,19 @@ return 1
 """
 
 
-class RedisPins:
+class RedisPins(VersionedOnRedis):
     """One hash per upstream (`<prefix>pins:{<upstream>}`), a field per tool; never
     expiring (a removed tool keeps its pin)."""
 
-    def __init__(
-        self,
-        client: RedisClient,
-        *,
-        prefix: str = "mrtr:",
-        version: Callable[[], int] = lambda: formats.written(Kind.PIN, formats.LEVEL),
-        clock: Clock | None = None,
-        ride_out_s: float = RIDE_OUT_S,
-    ) -> None:
-        self.client = client
-        self.prefix = prefix
-        self.version = version
-        self.clock = clock or SystemClock()
-        self.ride_out_s = ride_out_s
+    kind = Kind.PIN
+
+    def __init__(self, client: RedisClient, **given: Any) -> None:
+        super().__init__(client, **given)
         self._pin_if_none = client.register_script(PIN_IF_NONE)
         self._replace = client.register_script(REPLACE)
 
     def key(self, upstream: str) -> str:
         return f"{self.prefix}pins:{{{upstream}}}"
-
-    async def _run(self, op: Callable[[], Awaitable[T]]) -> T:
-        return await ride_out(self.clock, op, self.ride_out_s)
 
     async def pin(
         self, upstream: str, tools: dict[str, dict[str, Any]], now_ms: int
