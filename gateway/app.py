@@ -4,8 +4,9 @@ What the replica is made of is `gateway.compose`'s (`compose`: every part, built
 dependency order). Here each of its resources gets a cleanup context of its own, opened
 in the order `Components.resources` lists them and closed in reverse (aiohttp's
 `cleanup_ctx`); a start that fails midway closes what had opened (`gateway.web.serving`
-has aiohttp close them). Middleware order: request id -> errors -> handler. Each MCP
-route serves both eras (the legacy lane, `gateway.legacy_clients`, shares the HTTP
+has aiohttp close them). No middleware: every handler names its request and answers
+its errors itself (`gateway.web.front`); a path nothing serves gets `front.not_found`.
+Each MCP route serves both eras (the legacy lane, `gateway.legacy_clients`, shares the HTTP
 client, the sealing keys and the front door); its GET streams end when the replica
 drains or stops. The probes and metrics are `gateway.web.probes`'.
 """
@@ -26,10 +27,10 @@ from gateway.legacy_clients.endpoint import EndpointLegacyLane
 from gateway.membership import Resource
 from gateway.protocol.endpoint_session import ENDPOINT_SESSION_PREFIX
 from gateway.seams import NO_SEAMS, Seams
+from gateway.web import front
 from gateway.web.endpoint import EndpointLane, MemberLane
 from gateway.web.front_door import add_metadata_routes
 from gateway.web.handlers import ModernLane
-from gateway.web.middleware import error_middleware, request_id_middleware
 from gateway.web.pipeline import Pipeline
 from gateway.web.probes import Probes
 
@@ -59,10 +60,7 @@ def build_app(
     """The gateway; `clock`: the time it reads and waits on (the event loop's unless a
     test moves one by hand); `seams`: where capabilities hook into requests, both eras."""
     parts = compose(config, clock, seams=seams)
-    app = web.Application(
-        middlewares=[request_id_middleware, error_middleware],
-        client_max_size=config.limits.max_body_bytes + 1,
-    )
+    app = web.Application(client_max_size=config.limits.max_body_bytes + 1)
     app[COMPONENTS] = parts
     app[BRIDGE] = parts.bridge
     for resource in parts.resources:
@@ -97,6 +95,7 @@ def build_app(
         leases=parts.leases,
     )
     probes.add_routes(app)
+    app.router.add_route("*", "/{path:.*}", front.not_found)  # the last: what nothing serves
     return app
 
 

@@ -62,8 +62,8 @@ from gateway.tasks.service import Tasks
 from gateway.tracing import TRACING
 from gateway.upstream.factory import http_endpoint, link_factory, restart_backoff_s, session_factory
 from gateway.upstream.pool import SessionPool
+from gateway.web.front import FrontStreams
 from gateway.web.front_door import FrontDoor, build_front_doors
-from gateway.web.middleware import FrontStreams
 
 log = structlog.get_logger("gateway")
 

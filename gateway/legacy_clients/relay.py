@@ -40,7 +40,7 @@ EXPIRED = "expired"  # `end_at` came
 
 
 class StreamHooks(Protocol):
-    """What the web part does with a stream the lane answers (`gateway.web.middleware`)."""
+    """What the web part does with a stream the lane answers (`gateway.web.front`)."""
 
     def heading(self, request: web.Request, headers: dict[str, str]) -> None:
         """Add what every answer's head carries (its request id) to a stream's head."""

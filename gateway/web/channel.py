@@ -17,7 +17,7 @@ from aiohttp import web
 from gateway.aio import cancel_and_wait, spawn
 from gateway.protocol import jsonrpc, sse
 from gateway.protocol.large import LARGE_BYTES
-from gateway.web.middleware import REQUEST_ID, STREAM
+from gateway.web.front import REQUEST_ID, STREAM
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",

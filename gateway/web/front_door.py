@@ -40,6 +40,7 @@ from gateway.protocol.audit import Refusal, RequestRefused
 from gateway.protocol.lists import MaySee, field_of, filtered_result
 from gateway.protocol.methods import LISTS
 from gateway.seams import Caller
+from gateway.web import front
 
 log = structlog.get_logger("gateway.web")
 
@@ -259,7 +260,7 @@ def add_metadata_routes(app: web.Application, config: GatewayConfig) -> None:
         advertised = urlsplit(metadata_url(auth.public_url, route)).path
         paths = {inserted, advertised} | ({root} if len(served) == 1 else set())
         for path in sorted(paths):
-            app.router.add_get(path, _serve_document(document))
+            app.router.add_route("*", path, front.routed(_serve_document(document)))
 
 
 def _serve_document(document: dict[str, Any]) -> Callable[[web.Request], Awaitable[web.Response]]:

@@ -21,7 +21,7 @@ Every request on the MCP endpoint takes the same steps, in `Pipeline.handle`:
    metrics and the `ended` seam (`gateway.seams`), for both eras. An error after the
    request was read is logged once (`request_failed`, `_failed`) and answered by the
    one renderer (`gateway.protocol.rendering`), as JSON or as a stream's last event;
-   one before it, by the error middleware (`gateway.web.middleware`).
+   one before it, by `gateway.web.front.failed` (as every route's).
 
 Which requests get a `request_served` line (docs/operations.md, Logs): a 2026 request
 that is answered (its result or a JSON-RPC error; one refused at the HTTP layer, a
@@ -58,11 +58,12 @@ from gateway.seams import CALLING, NO_SEAMS, Answered, Caller, RequestServed, Se
 from gateway.tasks.service import Tasks
 from gateway.tracing import TRACING
 from gateway.upstream.port import UpstreamPool
+from gateway.web import front
 from gateway.web.channel import ResponseChannel
 from gateway.web.endpoint import EndpointLane, MemberLane
+from gateway.web.front import closing_refusal, error_response, rejected
 from gateway.web.front_door import FrontDoor
 from gateway.web.handlers import ModernLane
-from gateway.web.middleware import closing_refusal, error_response, rejected
 
 log = structlog.get_logger("gateway.web")
 
@@ -209,65 +210,73 @@ class Pipeline:
             self.legacy_verbs = {"GET": legacy.get, "DELETE": legacy.delete}
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        """Every request on the route's path, either era (the steps: the module docstring)."""
-        if request.method != "POST":
-            return await self._unposted(request)
-        inbound.check_http("POST", request.headers, policy=self.policy)
-        caller = await self.front_door.admit(request.headers.get("Authorization"))
-        limits = self.limits
-        body = await read_body(request, limits.max_body_bytes, limits.body_timeout_s)
-        headers, duplicate = inbound.read_headers(request.headers.items())
-        decoded = jsonrpc.decode(body)
-        legacy = self.legacy
-        if legacy is not None and lane_of("POST", headers, decoded) is _LEGACY:
-            return await self._legacy_post(request, legacy, caller, headers, body, decoded)
+        """Every request on the route's path, either era (the steps: the module docstring).
+        aiohttp's handler itself: it names its request and answers its errors with
+        `gateway.web.front` (a middleware would be a coroutine resumed at every wake)."""
+        request_id = front.begin(request)
         try:
-            message = inbound.classify(decoded, headers, duplicate)
-        except RpcError as exc:
-            return rejected(exc, jsonrpc.id_of(decoded))
-        if isinstance(message, jsonrpc.Notification):
-            inbound.check_notification(headers)
-            return web.Response(status=202)
-        # A 2026 client's request, served by its method's server and ended here (inline:
-        # a coroutine of its own would be one more frame at every resumption).
-        method = message.method
-        log_context.bind(rpc_method=method, upstream=self.name)
-        channel = ResponseChannel(request, keepalive_s=limits.keepalive_s)
-        target = inbound.logged_target(method, message.params)
-        served = RequestServed(
-            _MODERN,
-            caller,
-            time.monotonic(),
-            method,
-            message.id,
-            target,
-            200,
-            "complete",
-            upstream=self.name,
-        )
-        result = failure = None
-        member = self.own
-        with _NO_SPAN if not TRACING.enabled else _span(message, self.name):
+            if request.method != "POST":
+                return front.named(await self._unposted(request), request_id)
+            inbound.check_http("POST", request.headers, policy=self.policy)
+            caller = await self.front_door.admit(request.headers.get("Authorization"))
+            limits = self.limits
+            body = await read_body(request, limits.max_body_bytes, limits.body_timeout_s)
+            headers, duplicate = inbound.read_headers(request.headers.items())
+            decoded = jsonrpc.decode(body)
+            legacy = self.legacy
+            if legacy is not None and lane_of("POST", headers, decoded) is _LEGACY:
+                answer = await self._legacy_post(request, legacy, caller, headers, body, decoded)
+                return front.named(answer, request_id)
             try:
-                if self.endpoint is not None:  # the upstream it is for, or the whole
-                    member = await self.endpoint.dispatch(served, message)
-                if self.seams.calling and method in CALLING:
-                    message = await self._entering(served, message)
-                member.door.check_request(caller, method, message.params)
-                result = await member.served_by[method](served, message, headers, channel)
-            except Answered as answered:  # by a seam, as the upstream would have
-                result = member.lane.answered(message, answered.result)
+                message = inbound.classify(decoded, headers, duplicate)
             except RpcError as exc:
-                failure = exc
-                served.failed(exc)
-            finally:
-                await channel.close()
-        self._end(served)
-        if failure is not None:
-            return await _failure(channel, failure, message.id)
-        if result is None:  # a listen cut short: its stream ends without a result
-            return await channel.cut_short()
-        return await channel.finish(jsonrpc.result(message.id, result))
+                return front.named(rejected(exc, jsonrpc.id_of(decoded)), request_id)
+            if isinstance(message, jsonrpc.Notification):
+                inbound.check_notification(headers)
+                return front.named(web.Response(status=202), request_id)
+            # A 2026 client's request, served by its method's server and ended here (inline:
+            # a coroutine of its own would be one more frame at every resumption).
+            method = message.method
+            log_context.bind(rpc_method=method, upstream=self.name)
+            channel = ResponseChannel(request, keepalive_s=limits.keepalive_s)
+            target = inbound.logged_target(method, message.params)
+            served = RequestServed(
+                _MODERN,
+                caller,
+                time.monotonic(),
+                method,
+                message.id,
+                target,
+                200,
+                "complete",
+                upstream=self.name,
+            )
+            result = failure = None
+            member = self.own
+            with _NO_SPAN if not TRACING.enabled else _span(message, self.name):
+                try:
+                    if self.endpoint is not None:  # the upstream it is for, or the whole
+                        member = await self.endpoint.dispatch(served, message)
+                    if self.seams.calling and method in CALLING:
+                        message = await self._entering(served, message)
+                    member.door.check_request(caller, method, message.params)
+                    result = await member.served_by[method](served, message, headers, channel)
+                except Answered as answered:  # by a seam, as the upstream would have
+                    result = member.lane.answered(message, answered.result)
+                except RpcError as exc:
+                    failure = exc
+                    served.failed(exc)
+                finally:
+                    await channel.close()
+            self._end(served)
+            if failure is not None:
+                return front.named(await _failure(channel, failure, message.id), request_id)
+            if result is None:  # a listen cut short: its stream ends without a result
+                return await channel.cut_short()  # a stream: named as it began
+            response = await channel.finish(jsonrpc.result(message.id, result))
+            return front.named(response, request_id)
+        except Exception as exc:
+            return front.failed(request, request_id, exc)
 
     async def _unposted(self, request: web.Request) -> web.StreamResponse:
         """A request that is no POST: a 2025 client's GET (its session's stream) or DELETE
@@ -307,7 +316,7 @@ class Pipeline:
         served = RequestServed(_LEGACY, caller, self.legacy_family.now(), upstream=self.name)
         try:
             return await legacy.post(request, served, headers, body, decoded)
-        except HttpError as exc:  # answered by the error middleware, with its headers
+        except HttpError as exc:  # answered by `front.failed`, with its headers
             served.status, served.outcome = exc.http_status, "refused"
             raise
         except RpcError as exc:

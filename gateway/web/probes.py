@@ -18,6 +18,7 @@ from aiohttp import web
 from gateway.observability import Metrics
 from gateway.store.base import SuspendedCallStore
 from gateway.upstream.port import UpstreamPool
+from gateway.web import front
 
 
 class Probes:
@@ -39,9 +40,9 @@ class Probes:
         self.leases = leases
 
     def add_routes(self, app: web.Application) -> None:
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/readyz", self.readyz)
-        app.router.add_get("/metrics", self.prometheus)
+        app.router.add_route("*", "/healthz", front.routed(self.healthz))
+        app.router.add_route("*", "/readyz", front.routed(self.readyz))
+        app.router.add_route("*", "/metrics", front.routed(self.prometheus))
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "alive"})

@@ -6,7 +6,7 @@ import pytest
 from aiohttp import web
 
 from gateway.auth import Authenticator, AuthError, InsufficientScope, Unauthenticated
-from gateway.web.middleware import error_middleware
+from gateway.web.front import routed
 from tests.auth.conftest import PRM_URL, ManualWallClock
 from tests.peers.auth_server import AuthServer, make_key
 
@@ -236,7 +236,7 @@ async def test_a_token_without_the_routes_scope_keeps_the_scopes_it_holds_in_the
     assert 'scope="mcp:tools"' in caught.value.headers["WWW-Authenticate"]
 
 
-async def test_refusals_reach_the_wire_through_the_gateways_error_middleware(
+async def test_refusals_reach_the_wire_as_the_gateways_front_answers_them(
     aiohttp_client, authenticator: Authenticator, auth_server: AuthServer
 ) -> None:
     async def handler(request: web.Request) -> web.Response:
@@ -244,8 +244,8 @@ async def test_refusals_reach_the_wire_through_the_gateways_error_middleware(
         authenticator.require(identity, ["mcp:tools", "mcp:admin"])
         return web.json_response({"ok": True})
 
-    app = web.Application(middlewares=[error_middleware])
-    app.router.add_post("/mcp", handler)
+    app = web.Application()
+    app.router.add_route("*", "/mcp", routed(handler, ["POST"]))
     client = await aiohttp_client(app)
     token = auth_server.sign()
 

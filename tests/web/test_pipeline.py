@@ -227,8 +227,8 @@ def test_one_function_writes_each_request_line_and_one_renders_every_error() -> 
     assert found == {
         "request_served": ["gateway/web/pipeline.py"],
         "request_failed": ["gateway/seams.py"],  # `RequestServed.failed`
-        "request_rejected": ["gateway/web/middleware.py"],
-        "request_refused": ["gateway/web/middleware.py"],
+        "request_rejected": ["gateway/web/front.py"],
+        "request_refused": ["gateway/web/front.py"],
     }
     # A JSON-RPC error made anywhere else than the renderer answers a server's request
     # (upstream), never a client's.

@@ -1,7 +1,8 @@
 """The front as `mrtr-gateway serve` runs it (aiohttp's runner and site, `serve`), on a real
 socket, with the handlers' own building blocks (`read_body`, `ResponseChannel`) and the
-gateway's middlewares: keep-alive, pipelining, streams, cancellation, the bounds on a
-connection, shutdown; and that gateway/web/ holds no HTTP server of its own."""
+request ids and errors of `gateway.web.front`: keep-alive, pipelining, streams,
+cancellation, the bounds on a connection, shutdown; and that gateway/web/ holds no HTTP
+server of its own."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from structlog.testing import capture_logs
 
 from gateway.aio import spawn
 from gateway.web.channel import ResponseChannel
-from gateway.web.middleware import error_middleware, request_id_middleware
+from gateway.web.front import routed
 from gateway.web.pipeline import read_body
 from gateway.web.serving import Served, serve
 from tests.support.raw_http import closed, post, read_response
@@ -62,11 +63,9 @@ class Handlers:
 
 
 async def start(handlers: Handlers, *, grace_s: float = 10.0) -> Served:
-    app = web.Application(middlewares=[request_id_middleware, error_middleware])
-    app.router.add_post("/echo", handlers.echo)
-    app.router.add_post("/stream", handlers.stream)
-    app.router.add_post("/stream_then_fail", handlers.stream_then_fail)
-    app.router.add_post("/hold", handlers.hold)
+    app = web.Application()
+    for path in ("/echo", "/stream", "/stream_then_fail", "/hold"):
+        app.router.add_route("*", path, routed(getattr(handlers, path[1:]), ["POST"]))
     return await serve(
         app, "127.0.0.1", 0, idle_timeout_s=BOUND_S, shutdown_grace_s=grace_s, linger_s=BOUND_S
     )
@@ -100,7 +99,7 @@ async def test_keep_alive_pipelining_and_a_body_in_pieces(served: Served) -> Non
         await writer.drain()
     status, headers, body = await read_response(reader)
     assert status == 200 and json.loads(body)["body"] == '"third, in pieces"'
-    assert len(headers["x-request-id"]) == 16  # through the gateway's middlewares
+    assert len(headers["x-request-id"]) == 16  # named by the gateway's front
     writer.close()
 
 
