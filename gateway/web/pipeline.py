@@ -75,6 +75,8 @@ _NO_SPAN = nullcontext()
 # The lanes as module constants: on Python 3.11 an enum member read off its class is a
 # descriptor call, a few hundred instructions on every request.
 _MODERN, _LEGACY = Lane.MODERN, Lane.LEGACY
+#: The methods `ModernLane.call` serves, whose result it then reads (`ModernLane.called`).
+_CALLS = methods.INTERRUPTIBLE
 
 #: What serves a 2025 client's GET or DELETE (`LegacyLane.get`, `LegacyLane.delete`).
 Verb = Callable[[web.Request, RequestServed, Mapping[str, str]], Awaitable[web.StreamResponse]]
@@ -261,6 +263,8 @@ class Pipeline:
                         message = await self._entering(served, message)
                     member.door.check_request(caller, method, message.params)
                     result = await member.served_by[method](served, message, headers, channel)
+                    if method in _CALLS and result is not None:  # a call's always is
+                        member.lane.called(served, message, result)
                 except Answered as answered:  # by a seam, as the upstream would have
                     result = member.lane.answered(message, answered.result)
                 except RpcError as exc:
