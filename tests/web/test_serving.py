@@ -16,13 +16,16 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from structlog.testing import capture_logs
 
 from gateway.aio import spawn
+from gateway.app import build_app
 from gateway.web.channel import ResponseChannel
 from gateway.web.front import routed
 from gateway.web.pipeline import read_body
-from gateway.web.serving import Served, serve
+from gateway.web.serving import Served, direct_routes, serve
+from tests.support.inprocess import gateway_config
 from tests.support.raw_http import closed, post, read_response
 
 MAX_BODY = 1000
@@ -361,3 +364,57 @@ def _typing_protocol(tree: ast.Module) -> bool:
         and any(alias.name == "Protocol" for alias in node.names)
         for node in ast.walk(tree)
     )
+
+
+def test_direct_routes_are_the_paths_the_router_resolves_by_path_alone() -> None:
+    """A route of one path for every method is served without the application's handler;
+    a path of other methods, a route with parameters, or an app with middlewares is not."""
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response()
+
+    async def other(request: web.Request) -> web.Response:
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_route("*", "/mcp", answer)
+    app.router.add_get("/get", answer)
+    app.router.add_route("*", "/get", other)  # a POST reaches it, through the app
+    app.router.add_route("*", "/items/{name}", answer)
+    app.router.add_route("*", "/mcp", other)  # a resource the router never reaches: nor we
+    assert direct_routes(app) == {"/mcp": answer}
+
+    gateway = build_app(gateway_config("http://127.0.0.1:9/mcp"))
+    assert set(direct_routes(gateway)) == {"/mcp", "/healthz", "/readyz", "/metrics"}
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        return await handler(request)
+
+    wrapped = web.Application(middlewares=[middleware])
+    wrapped.router.add_route("*", "/mcp", answer)
+    assert direct_routes(wrapped) == {}
+
+
+async def test_served_directly_or_through_the_app_a_request_gets_the_same_answer(
+    served: Served,
+) -> None:
+    """`/echo` directly; with `Expect: 100-continue` through the app (aiohttp answers the
+    `100 Continue`); a path nothing serves through the app, to aiohttp's 404."""
+    reader, writer = await connect(served)
+    writer.write(post("/echo", b'"direct"'))
+    status, headers, body = await read_response(reader)
+    assert status == 200 and json.loads(body)["body"] == '"direct"'
+    assert len(headers["x-request-id"]) == 16
+    head = post("/echo", b'"expected"', "Expect: 100-continue")
+    split = head.index(b"\r\n\r\n") + 4
+    writer.write(head[:split])  # the head alone: the body only once the server says so
+    assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
+    writer.write(head[split:])
+    status, headers, body = await read_response(reader)
+    assert status == 200 and json.loads(body)["body"] == '"expected"'
+    assert len(headers["x-request-id"]) == 16
+    writer.write(post("/nothing"))
+    status, _, _ = await read_response(reader)
+    assert status == 404
+    writer.close()
