@@ -101,10 +101,11 @@ async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes
         raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
     content = request.content
     try:
-        if content.is_eof():  # all here (nearly every request): no timer to arm
-            if length is not None:
-                return await content.readexactly(length)  # one read, no coroutine of ours
-            return await _read(content, length, limit)
+        if content.is_eof():  # all here (nearly every request): read without a coroutine
+            body = content.read_nowait()  # short of a Content-Length if the client stopped
+            if len(body) > limit:  # a chunked body, whose length no header gave
+                raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
+            return body
         async with asyncio.timeout(timeout_s):
             return await _read(content, length, limit)
     except asyncio.IncompleteReadError as exc:  # shorter than its Content-Length

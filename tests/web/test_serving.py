@@ -418,3 +418,21 @@ async def test_served_directly_or_through_the_app_a_request_gets_the_same_answer
     status, _, _ = await read_response(reader)
     assert status == 404
     writer.close()
+
+
+async def test_a_chunked_body_over_the_limit_is_refused_however_it_arrives(
+    served: Served,
+) -> None:
+    """No `Content-Length` to refuse it by: its bytes are counted, whether they are all
+    there when the handler reads (one write) or still coming."""
+    body = b"x" * (MAX_BODY + 1)
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    head = b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    for pieces in ([head + chunked], [head, chunked[:500], chunked[500:]]):
+        reader, writer = await connect(served)
+        for piece in pieces:
+            writer.write(piece)
+            await writer.drain()
+        status, _, _ = await read_response(reader)
+        assert status == 413
+        writer.close()
