@@ -64,14 +64,10 @@ def rejected(error: RpcError, rid: RequestId | None = None) -> web.Response:
     return response
 
 
+#: A request id the gateway makes is unique to this process and beyond: a random prefix
+#: per process, then a counter (a correlation handle, not a secret: no random bytes each).
 _REQUEST_IDS = itertools.count(1)
 _REQUEST_ID_PREFIX = secrets.token_hex(4)
-
-
-def _next_request_id() -> str:
-    """A request id unique to this process and beyond (a random prefix per process, then a
-    counter): a correlation handle, not a secret, so it costs no call for random bytes."""
-    return f"{_REQUEST_ID_PREFIX}{next(_REQUEST_IDS):08x}"
 
 
 #: The request's id, kept on the request for the stream a `ResponseChannel` prepares.
@@ -107,10 +103,9 @@ def closing_refusal(kind: type[web.HTTPException], detail: str) -> web.HTTPExcep
 def begin(request: web.Request) -> str:
     """Name `request`: its id (the client's `X-Request-Id` when it is printable and at most
     128 characters long, else one made here), bound to its log lines and kept on it."""
-    incoming = request.headers.get("X-Request-Id", "")
-    request_id = (
-        incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else _next_request_id()
-    )
+    request_id = request.headers.get("X-Request-Id", "")
+    if not (0 < len(request_id) <= 128 and request_id.isprintable()):
+        request_id = f"{_REQUEST_ID_PREFIX}{next(_REQUEST_IDS):08x}"
     log_context.begin(request_id=request_id)
     request[REQUEST_ID] = request_id
     return request_id

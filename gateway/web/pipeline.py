@@ -241,7 +241,9 @@ class Pipeline:
             # a coroutine of its own would be one more frame at every resumption).
             method = message.method
             log_context.bind(rpc_method=method, upstream=self.name)
-            channel = ResponseChannel(request, keepalive_s=limits.keepalive_s)
+            channel = ResponseChannel(
+                request, keepalive_s=limits.keepalive_s, request_id=request_id
+            )  # which names its answers, JSON or a stream
             target = inbound.logged_target(method, message.params)
             served = RequestServed(
                 _MODERN,
@@ -275,11 +277,10 @@ class Pipeline:
                     await channel.close()
             self._end(served)
             if failure is not None:
-                return front.named(await _failure(channel, failure, message.id), request_id)
+                return await _failure(channel, failure, message.id)
             if result is None:  # a listen cut short: its stream ends without a result
-                return await channel.cut_short()  # a stream: named as it began
-            response = await channel.finish(jsonrpc.result(message.id, result))
-            return front.named(response, request_id)
+                return await channel.cut_short()
+            return await channel.finish(jsonrpc.result(message.id, result))
         except Exception as exc:
             return front.failed(request, request_id, exc)
 

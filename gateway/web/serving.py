@@ -30,7 +30,7 @@ aiohttp's timer does not run while a handler reads. Nothing here parses HTTP.
 **Routes served directly.** A route of one path for every method (every MCP route, the
 probes, the metadata documents) is resolved by aiohttp's router to its handler by that
 path alone. The server hands such a request to its handler after one dict lookup
-(`direct_routes`, `Dispatch`) instead of the application's handler, which awaits the
+(`direct_routes`, `dispatch`) instead of the application's handler, which awaits the
 router's resolution in a coroutine and is one more coroutine resumed at every wake of the
 request (1.7% of a pass-through call's instructions). Everything else goes through the
 application as before: another path, a request with `Expect`, and every request of an
@@ -86,26 +86,23 @@ def direct_routes(app: web.Application) -> dict[str, Handler]:
     return routes
 
 
-class Dispatch:
+def dispatch(
+    routes: Mapping[str, Handler],
+    through_app: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
+) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
     """The server's handler: a request of a direct route (`direct_routes`) to its own
-    handler, anything else to the application's. A plain function, so that the handler's
-    coroutine is the one aiohttp awaits."""
+    handler, anything else to the application's. A plain function (not a coroutine, nor
+    an object called through `__call__`), so that the handler's coroutine is the one
+    aiohttp awaits."""
+    direct = routes.get
 
-    __slots__ = ("routes", "through_app")
-
-    def __init__(
-        self,
-        routes: Mapping[str, Handler],
-        through_app: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
-    ) -> None:
-        self.routes = routes
-        self.through_app = through_app
-
-    def __call__(self, request: web.BaseRequest) -> Awaitable[web.StreamResponse]:
-        handler = self.routes.get(request.rel_url.path_safe)  # the path the router matches
+    def handler_of(request: web.BaseRequest) -> Awaitable[web.StreamResponse]:
+        handler = direct(request.rel_url.path_safe)  # the path the router matches
         if handler is None or hdrs.EXPECT in request.headers:  # the app answers `Expect`
-            return self.through_app(request)
+            return through_app(request)
         return handler(request)  # type: ignore[arg-type]  # a web.Request: the app's factory
+
+    return handler_of
 
 
 class BindError(OSError):
@@ -184,7 +181,7 @@ async def serve(
     if routes:  # before any connection: each takes the server's handler as it opens
         server = runner.server
         assert server is not None
-        server.request_handler = Dispatch(routes, server.request_handler)
+        server.request_handler = dispatch(routes, server.request_handler)
     try:
         for sock in sockets:
             await web.SockSite(runner, sock).start()
