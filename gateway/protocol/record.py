@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.errors import StoreError
 from gateway.protocol import formats
@@ -106,7 +106,15 @@ class SuspendedCall:
             raise StoreError("unreadable suspended-call record") from exc
 
     def claimed(self, by: str = "", attempt: str = "") -> SuspendedCall:
-        return replace(self, status=RESUMING, claimer=by, attempt=attempt)
+        # Made at every claim: the fields read by name, not by `dataclasses.replace`,
+        # which looks at each field's definition first (a third of what a claim cost).
+        values = {name: getattr(self, name) for name in _FIELD_NAMES}
+        values.update(status=RESUMING, claimer=by, attempt=attempt)
+        return SuspendedCall(**values)
+
+
+#: A record's fields, in order (every one set by `__init__`).
+_FIELD_NAMES = tuple(f.name for f in fields(SuspendedCall))
 
 
 class State(StrEnum):
@@ -143,10 +151,13 @@ REPLICA_GUARDS = frozenset({Guard.OWNER, Guard.DEAD})
 
 
 # -- events: what happens to a record, with what its guards and its effect read --------
+#
+# An event and a step's outcome (`Step`) are named tuples, not frozen dataclasses: one is
+# made at every store operation, and on Python 3.11 a frozen dataclass is built through an
+# `object.__setattr__` call per field (a `Park` or a `Step` took twice as long to make).
 
 
-@dataclass(frozen=True, slots=True)
-class Park:
+class Park(NamedTuple):
     """The owner writes the round its call now waits in (the first, or the next)."""
 
     record: SuspendedCall
@@ -154,8 +165,7 @@ class Park:
     owner: bool = True  # the replica still owns the call
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(NamedTuple):
     """A retry claims the round its requestState names: it resumes at most once."""
 
     round: int
@@ -163,8 +173,7 @@ class Claim:
     attempt: str
 
 
-@dataclass(frozen=True, slots=True)
-class Steal:
+class Steal(NamedTuple):
     """A retry sent again claims a round whose claimer died resuming it."""
 
     round: int
@@ -174,16 +183,14 @@ class Steal:
     dead_confirmed: bool = True  # `dead` has no heartbeat (the replica looked)
 
 
-@dataclass(frozen=True, slots=True)
-class Take:
+class Take(NamedTuple):
     """A takeover: the claimer continues the call of a dead owner and owns it from now."""
 
     claim: SuspendedCall  # the claim the takeover was given
     owner: str
 
 
-@dataclass(frozen=True, slots=True)
-class GiveBack:
+class GiveBack(NamedTuple):
     """A claim nobody resumed is parked again for the client's next retry; `untake` names
     the owner the record had when it was claimed (a takeover that failed after `Take`)."""
 
@@ -191,21 +198,18 @@ class GiveBack:
     untake: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Restore:
+class Restore(NamedTuple):
     """The store lost its data: the owner writes back the record of a call it still holds."""
 
     record: SuspendedCall
     owner: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class Forget:
+class Forget(NamedTuple):
     """The call ended (or its owner is gone and the call was given up)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Lapse:
+class Lapse(NamedTuple):
     """The store's clock: a record lives until `GRACE_MS` past its deadline."""
 
     now_ms: int
@@ -214,12 +218,66 @@ class Lapse:
 Event = Park | Claim | Steal | Take | GiveBack | Restore | Forget | Lapse
 
 
+# Each guard, asked of the record as it is (None: absent) and the event.
+_GUARDS: dict[Guard, Callable[[Any, Any], bool]] = {
+    Guard.OWNER: lambda record, event: bool(event.owner),
+    Guard.HELD: lambda record, event: bool(event.held),
+    Guard.ROUND: lambda record, event: record.round == event.round,
+    Guard.OWN_ATTEMPT: lambda record, event: (
+        (record.claimer, record.attempt) == (event.claimer, event.attempt)
+    ),
+    Guard.CLAIMED_BY_DEAD: lambda record, event: record.claimer == event.dead,
+    Guard.DEAD: lambda record, event: bool(event.dead_confirmed),
+    Guard.CLAIM_HOLDS: lambda record, event: _claim_holds(record, event.claim),
+    Guard.LAPSED: lambda record, event: lapsed(record, event.now_ms),
+}
+
+
+def _claim_holds(record: SuspendedCall, claim: SuspendedCall) -> bool:
+    return (record.round, record.claimer, record.attempt) == (
+        claim.round,
+        claim.claimer,
+        claim.attempt,
+    )
+
+
+def _given_back(record: SuspendedCall, event: GiveBack) -> SuspendedCall:
+    owner = event.claim.owner if event.untake else record.owner
+    return replace(record, status=PARKED, claimer="", attempt="", owner=owner)
+
+
+# The record after each event, its guards passed (None: absent). Every event but `Park`,
+# `Restore`, `Forget` and `Lapse` has rows from a record only.
+_EFFECTS: dict[type[Event], Callable[[Any, Any], SuspendedCall | None]] = {
+    Park: lambda record, event: event.record,
+    Restore: lambda record, event: event.record,
+    Forget: lambda record, event: None,
+    Lapse: lambda record, event: None,
+    Claim: lambda record, event: record.claimed(event.claimer, event.attempt),
+    Steal: lambda record, event: record.claimed(event.claimer, event.attempt),
+    Take: lambda record, event: replace(record, owner=event.owner),
+    GiveBack: _given_back,
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Row:
     event: type[Event]
     before: frozenset[State]
     after: State
     guards: tuple[Guard, ...]
+    # What `step` runs, looked up once here rather than at every step: each guard with
+    # its check, and the event's effect.
+    checks: tuple[tuple[Guard, Callable[[Any, Any], bool]], ...] = field(
+        init=False, repr=False, compare=False
+    )
+    effect: Callable[[Any, Any], SuspendedCall | None] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "checks", tuple((g, _GUARDS[g]) for g in self.guards))
+        object.__setattr__(self, "effect", _EFFECTS[self.event])
 
 
 def _row(event: type[Event], before: str, after: State, *guards: Guard) -> Row:
@@ -240,61 +298,21 @@ TABLE: tuple[Row, ...] = (
 )
 
 
-def _index(table: tuple[Row, ...]) -> dict[tuple[type[Event], State], list[Row]]:
-    rows: dict[tuple[type[Event], State], list[Row]] = {}
+def _index(table: tuple[Row, ...]) -> dict[tuple[type[Event], str], list[Row]]:
+    """The rows by event and state, the state as a record's `status` names it (a plain
+    string: no `State` member is read off its class at each step)."""
+    rows: dict[tuple[type[Event], str], list[Row]] = {}
     for row in table:
         for state in sorted(row.before):
-            rows.setdefault((row.event, state), []).append(row)
+            rows.setdefault((row.event, state.value), []).append(row)
     return rows
 
 
 _ROWS = _index(TABLE)
+_ABSENT = State.ABSENT.value
 
 
-def _claim_holds(record: SuspendedCall, claim: SuspendedCall) -> bool:
-    return (record.round, record.claimer, record.attempt) == (
-        claim.round,
-        claim.claimer,
-        claim.attempt,
-    )
-
-
-# Each guard, asked of the record as it is (None: absent) and the event.
-_GUARDS: dict[Guard, Callable[[Any, Any], bool]] = {
-    Guard.OWNER: lambda record, event: bool(event.owner),
-    Guard.HELD: lambda record, event: bool(event.held),
-    Guard.ROUND: lambda record, event: record.round == event.round,
-    Guard.OWN_ATTEMPT: lambda record, event: (
-        (record.claimer, record.attempt) == (event.claimer, event.attempt)
-    ),
-    Guard.CLAIMED_BY_DEAD: lambda record, event: record.claimer == event.dead,
-    Guard.DEAD: lambda record, event: bool(event.dead_confirmed),
-    Guard.CLAIM_HOLDS: lambda record, event: _claim_holds(record, event.claim),
-    Guard.LAPSED: lambda record, event: lapsed(record, event.now_ms),
-}
-
-
-def _effect(record: SuspendedCall | None, event: Event) -> SuspendedCall | None:
-    """The record after `event`, its guards passed."""
-    if isinstance(event, Park | Restore):
-        return event.record
-    if isinstance(event, Forget | Lapse):
-        return None
-    assert record is not None  # every other event has a row from a record only
-    if isinstance(event, Claim):
-        return record.claimed(event.claimer, event.attempt)
-    if isinstance(event, Steal):
-        return record.claimed(event.claimer, event.attempt)
-    if isinstance(event, Take):
-        return replace(record, owner=event.owner)
-    if isinstance(event, GiveBack):
-        owner = event.claim.owner if event.untake else record.owner
-        return replace(record, status=PARKED, claimer="", attempt="", owner=owner)
-    raise TypeError(f"no effect for {type(event).__name__}")
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(NamedTuple):
     """What an event did: the record after it (`done`), or why nothing changed."""
 
     record: SuspendedCall | None
@@ -306,15 +324,15 @@ class Step:
 def step(record: SuspendedCall | None, event: Event) -> Step:
     """`event` applied to `record` (None: absent) as the table says; when no row's guards
     all hold, the first guard that failed in the last row tried says why."""
-    rows = _ROWS.get((type(event), state_of(record)))
+    rows = _ROWS.get((type(event), _ABSENT if record is None else record.status))
     if rows is None:
         return Step(record, done=False, no_row=True)
     refused: Guard | None = None
     for row in rows:
-        for guard in row.guards:
-            if not _GUARDS[guard](record, event):
+        for guard, holds in row.checks:
+            if not holds(record, event):
                 refused = guard
                 break
         else:
-            return Step(_effect(record, event))
+            return Step(row.effect(record, event))
     return Step(record, done=False, refused=refused)

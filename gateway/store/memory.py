@@ -15,6 +15,9 @@ from gateway.clock import Clock, SystemClock
 from gateway.protocol import record as life
 from gateway.store.base import Delivery, Kept, Reply, SuspendedCall
 
+#: The one `Forget` there is (it has no fields): not made again at every call's end.
+_FORGET = life.Forget()
+
 
 class MemoryStore:
     in_process = True  # no operation waits: none is cut short by a cancellation
@@ -76,7 +79,7 @@ class MemoryStore:
         return done.record if done.done else None
 
     async def delete(self, call_id: str, kept: Kept | None = None) -> None:
-        self._apply(call_id, life.Forget())
+        self._apply(call_id, _FORGET)
         if kept is not None:
             self._keep(call_id, kept.round, kept.outcome, kept.ttl_ms)
 
