@@ -161,12 +161,14 @@ class Runner:
                 self.pace.sibling_late(_target(call))
             responses = front.params.get("inputResponses") or {}
             answered = sorted(set(responses) & set(call.machine.pending))
-            self.lifecycle.trail.answered(
-                call,
-                round_,
-                {key: responses[key] for key in answered},
-                {key: call.machine.pending[key].method for key in answered},
-            )
+            trail = self.lifecycle.trail
+            if trail.on:  # the answers picked out only for a trail that records them
+                trail.answered(
+                    call,
+                    round_,
+                    {key: responses[key] for key in answered},
+                    {key: call.machine.pending[key].method for key in answered},
+                )
             log_context.bind(answered=answered)
             log.debug("call_resumed", round=call.machine.round, answered=answered)
             try:

@@ -117,7 +117,10 @@ class Parser:
                     after += 1
                     lf = chunk.find(b"\n", after)
                 cr = chunk.find(b"\r", after)
-            self._grow(after - pos)
+            # `_grow`, written out: it runs for every line of every event.
+            self._size += after - pos
+            if self._size > self.max_event_bytes:
+                raise EventTooLarge(f"an event is over {self.max_event_bytes} bytes")
             line = chunk[pos:stop]
             pos = after
             if self._pieces:

@@ -215,7 +215,9 @@ class Claims:
     def to_bytes(self, version: int = CLAIMS_VERSION) -> bytes:
         """Compact JSON of every claim, in `version` (what `open_claims` reads back)."""
         claims = {name: getattr(self, name) for name in _CLAIM_TYPES}
-        claims.update((name, v) for name in _OPTIONAL_CLAIMS if (v := getattr(self, name)))
+        for name in _OPTIONAL_CLAIMS:  # a loop: no generator run by `update`
+            if value := getattr(self, name):
+                claims[name] = value
         return jsonrpc.dumps(formats.stamped(Kind.REQUEST_STATE, claims, version))
 
 
@@ -232,6 +234,10 @@ _CLAIM_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 #: Claims a state may carry or not (one minted before the claim was added has none).
 _OPTIONAL_CLAIMS: dict[str, type] = {"owner": str}
+# What `open_claims` checks a payload's members against, made once.
+_REQUIRED = frozenset(_CLAIM_TYPES)
+_KNOWN = frozenset(_CLAIM_TYPES) | frozenset(_OPTIONAL_CLAIMS)
+_KNOWN_TYPES = tuple({**_CLAIM_TYPES, **_OPTIONAL_CLAIMS}.items())
 
 
 def seal_claims(codec: StateCodec, claims: Claims, version: int = CLAIMS_VERSION) -> str:
@@ -263,11 +269,10 @@ def open_claims(
         _, data = formats.unstamped(Kind.REQUEST_STATE, data)
     except ValueError as exc:
         raise InvalidRequestState("payload version") from exc
-    if not set(_CLAIM_TYPES) <= set(data):
+    present = data.keys()
+    if not (present >= _REQUIRED and present <= _KNOWN):
         raise InvalidRequestState("payload shape")
-    if not set(data) - set(_CLAIM_TYPES) <= set(_OPTIONAL_CLAIMS):
-        raise InvalidRequestState("payload shape")
-    for name, kind in {**_CLAIM_TYPES, **_OPTIONAL_CLAIMS}.items():
+    for name, kind in _KNOWN_TYPES:
         if name not in data:
             continue
         if not isinstance(data[name], kind) or isinstance(data[name], bool):
