@@ -40,6 +40,7 @@ from gateway.protocol.era import Lane
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.methods import INTERRUPTIBLE
 from gateway.protocol.translate import CachePolicy
+from gateway.records import record
 
 log = structlog.get_logger("gateway.web")
 
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from gateway.auth import Identity
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Caller:
     """The principal of one request, and what it may do (`gateway.web.front_door`)."""
 

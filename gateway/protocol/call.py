@@ -37,6 +37,7 @@ from gateway.protocol import inputs, keys, listen, methods, translate
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.inbound import LOG_LEVELS
 from gateway.protocol.jsonrpc import RequestId
+from gateway.records import record
 
 
 # String enums: hashed as their strings in C (a plain Enum's hash is a Python call, and
@@ -124,7 +125,7 @@ ENDINGS: dict[Phase, EndingRule] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Ending:
     """A call's ending, as `ENDINGS` has it for its phase: the messages to send upstream
     (in order), what becomes of its session and its record."""
@@ -188,7 +189,7 @@ class Pending:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RoundContext:
     """What the client request currently being served asked for."""
 
@@ -201,14 +202,14 @@ class RoundContext:
 NO_ROUND_CONTEXT = RoundContext(NO_CAPABILITIES)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RelayToClient:
     """Send this notification on the client's response stream."""
 
     notification: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AnswerUpstream:
     """Send this JSON-RPC response to the legacy server."""
 
@@ -222,21 +223,21 @@ class AnswerUpstream:
         return {"jsonrpc": "2.0", "id": self.upstream_id, "result": self.result or {}}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Asked:
     """A new question is pending under `key`."""
 
     key: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Refused:
     """The server asked for a capability this request did not declare."""
 
     required: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Finished:
     """The upstream call ended with this result or error."""
 
@@ -244,7 +245,7 @@ class Finished:
     error: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ListChanged:
     """The server says a list of its changed (`notifications/tools/list_changed`, ...):
     news for the listens of its upstream, not for this call's client."""

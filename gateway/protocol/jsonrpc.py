@@ -9,30 +9,30 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from gateway.errors import InvalidRequest, ParseError
+from gateway.records import record
 
 RequestId = str | int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Request:
     id: RequestId
     method: str
     params: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Notification:
     method: str
     params: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Response:
     id: RequestId | None
     result: dict[str, Any] | None

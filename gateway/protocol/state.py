@@ -31,7 +31,7 @@ import os
 import re
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidTag
@@ -42,6 +42,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from gateway.errors import ConfigError, InvalidRequestState
 from gateway.protocol import formats, jsonrpc
 from gateway.protocol.formats import Kind
+from gateway.records import record
 
 PREFIX = "gw1."
 MAX_TOKEN_CHARS = 64 * 1024
@@ -195,7 +196,7 @@ def _check_prefix(prefix: str) -> None:
 CLAIMS_VERSION = formats.written(Kind.REQUEST_STATE, formats.LEVEL)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Claims:
     """What a sealed `requestState` asserts."""
 
