@@ -55,6 +55,12 @@ from gateway.upstream.port import Inbox, StreamCursor, UpstreamPool, UpstreamSes
 
 log = structlog.get_logger("gateway.calls")
 
+# The members every call reads, as module constants: on Python 3.11 a member read off its
+# enum class goes through the class's `__getattr__` hook (ten times a global's read).
+_SUSPENDED, _RUNNING = Phase.SUSPENDED, Phase.RUNNING
+_SUSPEND, _RESUME, _COMPLETE = Trigger.SUSPEND, Trigger.RESUME, Trigger.COMPLETE
+_REUSE, _CLOSE, _DISCARD = SessionFate.REUSE, SessionFate.CLOSE, SessionFate.DISCARD
+
 #: How long a parked call whose round another request claimed may wait to be resumed.
 CLAIM_GRACE_S = 30.0
 
@@ -125,12 +131,12 @@ class Registry(Mapping[str, LiveCall]):
 
     def moved(self, call: LiveCall, before: Phase) -> None:
         """The call moved from `before` to its phase now: the parked counts follow."""
-        if before is Phase.SUSPENDED:
+        if before is _SUSPENDED:
             self.parked -= 1
             self._parked_by[call.principal] -= 1
             if self._parked_by[call.principal] <= 0:
                 del self._parked_by[call.principal]
-        if call.machine.phase is Phase.SUSPENDED:
+        if call.machine.phase is _SUSPENDED:
             self.parked += 1
             self._parked_by[call.principal] += 1
 
@@ -204,7 +210,7 @@ class Lifecycle:
         """
         if self._doubtful(call) and await self._taken_over(call):
             raise LeaseLost()
-        self._fire(call, Trigger.SUSPEND)
+        self._fire(call, _SUSPEND)
         call.stored = False
         self._stamp(call)
 
@@ -235,9 +241,9 @@ class Lifecycle:
         phase = call.machine.phase
         if phase in FINAL_PHASES:
             raise CallLost()
-        if phase is not Phase.SUSPENDED or call.machine.round != round_:
+        if phase is not _SUSPENDED or call.machine.round != round_:
             raise RoundInProgress()
-        self._fire(call, Trigger.RESUME)
+        self._fire(call, _RESUME)
         call.resumed = round_
         if call.expiry is not None:
             try:
@@ -265,8 +271,8 @@ class Lifecycle:
         """
         if self._doubtful(call) and await self._taken_over(call):
             return  # its record is the new owner's; the upstream call is over anyway
-        ending = self._ending(call, Trigger.COMPLETE)
-        self.trail.ended(call, Trigger.COMPLETE, error, result)
+        ending = self._ending(call, _COMPLETE)
+        self.trail.ended(call, _COMPLETE, error, result)
         if call.in_store:
             kept = reply = None
             if result is not None:
@@ -285,7 +291,7 @@ class Lifecycle:
         """A round failed (the upstream, a timeout, a gateway error: `error`, as its client
         is told): the call ends, unless it ended already or is parked (its deadline or
         retry ends that)."""
-        if call.phase is Phase.RUNNING:
+        if call.phase is _RUNNING:
             await self.end(call, Trigger.FAIL, reason, error)
 
     async def end(
@@ -382,7 +388,7 @@ class Lifecycle:
         everything is done, the store record included."""
         self._release(call, ending.session)
         try:
-            if ending.session is not SessionFate.REUSE:
+            if ending.session is not _REUSE:
                 await _stop_pump(call)
             # else: the stream's rest is read to its end so its connection is reused
             if ending.forget_record and call.in_store:
@@ -428,7 +434,7 @@ class Lifecycle:
                 await self.hand_over(call, "its ownership cannot be checked")
                 return
             # Nobody can have taken it over: it ends, and the server's handler with it.
-        if call.phase is Phase.SUSPENDED:
+        if call.phase is _SUSPENDED:
             await self.end(call, Trigger.EXPIRE, "suspension deadline passed")
 
     def _stream_lost(self, call: LiveCall, error: Exception) -> None:
@@ -456,7 +462,7 @@ class Lifecycle:
         except StoreError as exc:
             log.warning("ownership_check_failed", call_id=call.id, error=str(exc))
             mine = False
-        _return_session(call, SessionFate.CLOSE if mine else SessionFate.DISCARD)
+        _return_session(call, _CLOSE if mine else _DISCARD)
 
     # -- the fleet: ownership, a lease regained, a store that lost its data ---------------
 
@@ -465,7 +471,7 @@ class Lifecycle:
         record names another owner now or is gone (taken over and finished)."""
         # A call still being parked (its record not yet written) is not judged: it was
         # not parked while the lease was lost.
-        parked = [c for c in self.calls.values() if c.phase is Phase.SUSPENDED and c.stored]
+        parked = [c for c in self.calls.values() if c.phase is _SUSPENDED and c.stored]
         for call in parked:
             try:
                 if call.stateless or await self._still_owned(call):
@@ -480,10 +486,10 @@ class Lifecycle:
         its retry resumes it. A call whose record cannot come back is ended at once
         (cancelled upstream), never left parked until its deadline."""
         self.metrics.store_data_losses.inc()
-        parked = [c for c in self.calls.values() if c.phase is Phase.SUSPENDED]
+        parked = [c for c in self.calls.values() if c.phase is _SUSPENDED]
         restored = 0
         for call in parked:
-            if call.stateless or call.phase is not Phase.SUSPENDED:
+            if call.stateless or call.phase is not _SUSPENDED:
                 continue
             deadline = call.parked_ms[1]
             try:
@@ -537,7 +543,7 @@ class Lifecycle:
 
 
 def _waits_in(call: LiveCall, round_: int) -> bool:
-    return call.phase is Phase.SUSPENDED and call.machine.round == round_
+    return call.phase is _SUSPENDED and call.machine.round == round_
 
 
 def _return_session(call: LiveCall, fate: SessionFate) -> None:
@@ -547,10 +553,10 @@ def _return_session(call: LiveCall, fate: SessionFate) -> None:
         return
     call.session_released = True
     call.session.detach(call.inbox)
-    if fate is SessionFate.DISCARD:
+    if fate is _DISCARD:
         call.pool.discard(call.session)
         return
-    reuse = fate is SessionFate.REUSE and (
+    reuse = fate is _REUSE and (
         # A call that left nothing open and unread (the common end) hands nothing back.
         (not call.machine.pending and call.inbox.empty()) or _hand_back_questions(call)
     )
