@@ -191,7 +191,8 @@ class Bridge:
         if token is None:
             if self.draining:
                 raise Draining()
-            known = {key: [answer] for key, answer in responses.items()}
+            # (No comprehension run for nothing: nearly every first call brings no answers.)
+            known = {key: [answer] for key, answer in responses.items()} if responses else {}
             return self.runner.start(upstream, front, principal, digest, notify, known=known)
         return self.retries.handle(upstream, front, token, principal, digest, notify)
 

@@ -102,12 +102,13 @@ class Runner:
         session = await pool.acquire(front.envelope.capabilities, principal)
         again = call_id is not None or trail_id is not None
         call_id = call_id or state.new_call_id()
+        settings = upstream.target(front.method, front.target)
         machine = CallMachine(
             call_id=call_id,
             method=front.method,
             upstream_id=session.next_id(),
             progress_token=f"mrtr-{call_id}",
-            rules=upstream.rules_for(front.method, front.target),
+            rules=settings.inputs + upstream.inputs,  # `upstream.rules_for`, looked up once
             presupplied=known,
             round=round_,
         )
@@ -119,7 +120,7 @@ class Runner:
         call = self.lifecycle.begin(
             upstream, pool, session, machine, principal, digest, front.target
         )
-        call.stateless = upstream.target(front.method, front.target).mode == REPLAY
+        call.stateless = settings.mode == REPLAY
         trail = self.lifecycle.trail
         trail.begin(call, front.params.get("arguments"), trail_id=trail_id, new=not again)
         if again:
