@@ -114,8 +114,7 @@ class ResponseParser:
         "_state",
         "_events",
         "_body",
-        "_head_text",
-        "_head_start",
+        "_headers",
         "_head_size",
         "_pending",
         "_window",
@@ -131,9 +130,8 @@ class ResponseParser:
         self._state = _IDLE
         self._events: list[Event] = []
         self._body: list[bytes] = []  # the pieces one feed brought, handed out as one
-        self._head_text: bytes | bytearray = b""  # what llhttp was given of the heads
-        self._head_start = 0  # where in it the head under way starts (after interim ones)
-        self._head_size = 0  # the heads read so far, interim heads included
+        self._headers: dict[str, str] = {}
+        self._head_size = 0  # the head's text so far, interim heads included
         self._pending = bytearray()  # head bytes held back from llhttp (see the module)
         self._window = b""  # the last bytes given llhttp while a head was still under way
         self._interim = False
@@ -144,8 +142,7 @@ class ResponseParser:
     def expect(self) -> None:
         """A request has been sent: its response comes next."""
         self._state = _HEAD
-        self._head_text = b""
-        self._head_start = 0
+        self._headers = {}
         self._head_size = 0
         self._pending = bytearray()
         self._window = b""
@@ -155,7 +152,7 @@ class ResponseParser:
     @property
     def started(self) -> bool:
         """Whether any byte of the current response has arrived."""
-        return self._state != _HEAD or bool(self._head_text or self._pending)
+        return self._state != _HEAD or self._head_size > 0 or bool(self._pending or self._window)
 
     def feed(self, data: bytes) -> list[Event]:
         """The events `data` completes.
@@ -170,8 +167,6 @@ class ResponseParser:
             if ready is None:
                 return []
             given = ready
-            # Kept for `_read_head`: llhttp reads the head, the fields are read from here.
-            self._head_text = self._head_text + given if self._head_text else given
         elif self._state == _IDLE:
             raise BadResponse("the server sent bytes while no request was in flight")
         self._carried_body = False
@@ -223,8 +218,7 @@ class ResponseParser:
             return data  # the whole head in one read, as an honest server sends it
         else:
             pending += data
-        under_way = len(self._head_text) - self._head_start  # given llhttp, not yet read
-        if self._head_size + under_way + len(pending) > self.max_head_bytes:
+        if self._head_size + len(pending) > self.max_head_bytes:
             raise TooLarge("the response head is too large")
         return None
 
@@ -239,8 +233,22 @@ class ResponseParser:
         if self._state != _HEAD:
             raise BadResponse("the server sent bytes after its response")
 
+    def on_status(self, text: bytes) -> None:
+        self._count(len(text) + _LINE_COST)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._state != _HEAD:
+            return  # a trailer field: read and ignored
+        # `_count`, written out: this runs for every header of every response.
+        self._head_size += len(name) + len(value) + _LINE_COST
+        if self._head_size > self.max_head_bytes:
+            raise TooLarge("the response head is too large")
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        headers = self._headers
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+
     def on_headers_complete(self) -> None:
-        headers = self._read_head()
         llhttp = self._llhttp
         status = llhttp.get_status_code()
         if llhttp.get_http_version() not in ("1.1", "1.0"):
@@ -252,7 +260,7 @@ class ResponseParser:
         if status < 200:
             self._interim = True  # its own head and no body; the real answer follows
             return
-        self._head_text, self._head_start = b"", 0  # read: the body follows
+        headers = self._headers
         keep_alive = llhttp.should_keep_alive()
         coding = headers.get("transfer-encoding")
         if status in _NO_BODY_STATUSES:
@@ -271,6 +279,7 @@ class ResponseParser:
     def on_message_complete(self) -> None:
         if self._interim:
             self._interim = False
+            self._headers = {}
             return
         self._state = _DONE
         self._flush()
@@ -282,37 +291,10 @@ class ResponseParser:
             self._events.append(body[0] if len(body) == 1 else b"".join(body))
             body.clear()
 
-    def _read_head(self) -> dict[str, str]:
-        """The fields of the head llhttp has just read, by lower-cased name (a repeated
-        field's values joined with ", "), its size counted against the bound.
-
-        They are read here from the head's text, in one step, rather than handed over by
-        llhttp one callback per field (a call from C into Python each: most of what a
-        response's head cost). llhttp has checked that text already (strict, as it is
-        by default): every line ends in CRLF, a name is a token followed by its colon,
-        a value holds no control character and llhttp skips the spaces and tabs before
-        it (not those after), no line is folded; empty lines may come before a status
-        line. tests/http1/test_framing_fuzz.py holds the fields read here against those
-        llhttp gives its callbacks, for any response."""
-        text = self._head_text
-        start = text.find(b"HTTP/", self._head_start)  # past the empty lines llhttp lets by
-        end = text.find(b"\r\n\r\n", start)
-        if start < 0 or end < 0:  # pragma: no cover - llhttp has read a whole head
-            raise BadResponse("the response head could not be read")
-        self._head_start = end + 4
-        status_line, *lines = text[start:end].decode("latin-1").split("\r\n")
-        size = len(status_line) + _LINE_COST
-        headers: dict[str, str] = {}
-        for line in lines:
-            name, _, value = line.partition(":")
-            value = value.lstrip(" \t")
-            size += len(name) + len(value) + _LINE_COST
-            key = name.lower()
-            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    def _count(self, size: int) -> None:
         self._head_size += size
         if self._head_size > self.max_head_bytes:
             raise TooLarge("the response head is too large")
-        return headers
 
 
 def _own(exc: httptools.HttpParserCallbackError) -> BadResponse:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httptools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -96,70 +95,3 @@ def test_a_mutated_response_is_read_or_refused_never_anything_else(
         data[where : where + (1 if replace else 0)] = byte
     whole = outcome(bytes(data), [])  # any other exception fails the test here
     assert outcome(bytes(data), cuts) == whole
-
-
-class _Callbacks:
-    """llhttp's fields as its callbacks give them, one call each (how the parser read
-    them before it read them from the head's text): the reference for the test below."""
-
-    def __init__(self) -> None:
-        self.fields: dict[str, str] = {}
-        self.heads: list[dict[str, str]] = []
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
-        self.fields[key] = f"{self.fields[key]}, {text}" if key in self.fields else text
-
-    def on_headers_complete(self) -> None:
-        self.heads.append(self.fields)
-        self.fields = {}
-
-
-def by_callbacks(data: bytes) -> dict[str, str] | None:
-    """The last head's fields as llhttp's callbacks give them (None: llhttp refused)."""
-    callbacks = _Callbacks()
-    try:
-        httptools.HttpResponseParser(callbacks).feed_data(data)
-    except httptools.HttpParserError:
-        return None
-    return callbacks.heads[-1] if callbacks.heads else None
-
-
-SPACE = st.text(alphabet=" \t", max_size=3)
-
-
-@st.composite
-def spaced_heads(draw: st.DrawFn) -> bytes:
-    """A head with spaces and tabs around its values, repeated fields, empty values, an
-    interim answer before it and empty lines before its status line."""
-    names = draw(st.lists(st.sampled_from(["x-a", "X-A", "x-b", "Etag", "x-c"]), max_size=6))
-    lines = [f"{n}:{draw(SPACE)}{draw(VALUE)}{draw(SPACE)}" for n in names]
-    before = draw(
-        st.sampled_from([b"", b"\r\n", b"\n", b"HTTP/1.1 100 Continue\r\nx-i: 1\r\n\r\n"])
-    )
-    head = "\r\n".join(["HTTP/1.1 200 OK", *lines, "content-length: 0", "", ""])
-    return before + head.encode("latin-1")
-
-
-@FUZZ
-@given(
-    st.one_of(spaced_heads(), responses().map(lambda r: r[0])),
-    st.lists(
-        st.tuples(st.integers(min_value=0, max_value=200), st.sampled_from(TRICKY), st.booleans()),
-        max_size=3,
-    ),
-    CUTS,
-)
-def test_the_fields_read_from_a_head_are_those_llhttp_gives_its_callbacks(
-    data: bytes, mutations: list[tuple[int, bytes, bool]], cuts: list[int]
-) -> None:
-    mutated = bytearray(data)
-    for where, byte, replace in mutations:
-        where = min(where, len(mutated))
-        mutated[where : where + (1 if replace else 0)] = byte
-    read = outcome(bytes(mutated), cuts)
-    if read == "refused":
-        return  # llhttp's refusal, or a bound of the parser's own
-    heads, _, _ = read
-    assert heads, "a response read has a head"
-    assert heads[-1][1] == by_callbacks(bytes(mutated))
