@@ -25,8 +25,7 @@ import math
 import os
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Generic, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
@@ -74,6 +73,7 @@ class HistogramTally:
 
 
 Child = TypeVar("Child", CounterTally, HistogramTally)
+_T = TypeVar("_T")
 
 
 class Tallied(Generic[Child]):
@@ -398,9 +398,21 @@ class Metrics:
                 _callers_of(pools, name, lambda held: max(held.values(), default=0))
             )
 
-    def timed_store(self, op: str) -> StoreTimer:
-        """Time a store operation (and count its failures), in a span when tracing."""
-        return StoreTimer(self, op)
+    async def timed_store(self, op: str, operation: Awaitable[_T]) -> _T:
+        """What store operation `op` comes to (`operation`, awaited), timed, its failure
+        counted, in a span when tracing. (Timed in place, not by a context manager: its
+        `__enter__` and `__exit__` would be two calls from C into Python per operation.)"""
+        started = time.perf_counter()
+        try:
+            if TRACING.enabled:
+                with TRACING.span(f"store {op}"):
+                    return await operation
+            return await operation
+        except Exception:
+            self.store_errors.labels(op).inc()
+            raise
+        finally:
+            self.store_seconds.labels(op).observe(time.perf_counter() - started)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -414,37 +426,3 @@ def _callers_of(
     pools: Mapping[str, Sized], name: str, read: Callable[[Mapping[str, int]], int]
 ) -> Callable[[], float]:
     return lambda: float(read(pools[name].sessions_per_caller())) if name in pools else 0.0
-
-
-class StoreTimer:
-    """`Metrics.timed_store`: a plain context manager, for it wraps every store operation
-    (a synchronous one: entering and leaving it awaits nothing, and an asynchronous one
-    costs two coroutines more per operation)."""
-
-    __slots__ = ("metrics", "op", "started", "span")
-
-    def __init__(self, metrics: Metrics, op: str) -> None:
-        self.metrics = metrics
-        self.op = op
-        # No span, nor a do-nothing context entered and left, without tracing.
-        self.span = TRACING.span(f"store {op}") if TRACING.enabled else None
-        self.started = 0.0
-
-    def __enter__(self) -> None:
-        self.started = time.perf_counter()
-        if self.span is not None:
-            self.span.__enter__()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            if self.span is not None:
-                self.span.__exit__(kind, error, tb)
-        finally:
-            if kind is not None and issubclass(kind, Exception):
-                self.metrics.store_errors.labels(self.op).inc()
-            self.metrics.store_seconds.labels(self.op).observe(time.perf_counter() - self.started)

@@ -9,8 +9,9 @@ the store.
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.protocol.record import GRACE_MS, PARKED, RECORD_VERSION, RESUMING, SuspendedCall
 
@@ -190,76 +191,71 @@ class SuspendedCallStore(Protocol):
 
 
 class TimedStore:
-    """A store whose every operation is timed and counted (see `gateway.observability`)."""
+    """A store whose every operation is timed and counted (see `gateway.observability`).
+    Each hands on the coroutine of `Metrics.timed_store`, not one of its own around it."""
 
     def __init__(self, inner: SuspendedCallStore, metrics: Metrics) -> None:
         self.inner = inner
         self.metrics = metrics
         self.in_process = inner.in_process
 
-    async def park(self, record: SuspendedCall) -> None:
-        with self.metrics.timed_store("park"):
-            await self.inner.park(record)
+    def park(self, record: SuspendedCall) -> Coroutine[Any, Any, None]:
+        return self.metrics.timed_store("park", self.inner.park(record))
 
-    async def get(self, call_id: str) -> SuspendedCall | None:
-        with self.metrics.timed_store("get"):
-            return await self.inner.get(call_id)
+    def get(self, call_id: str) -> Coroutine[Any, Any, SuspendedCall | None]:
+        return self.metrics.timed_store("get", self.inner.get(call_id))
 
-    async def claim(self, call_id: str, round_: int, claimer: str = "") -> SuspendedCall | None:
-        with self.metrics.timed_store("claim"):
-            return await self.inner.claim(call_id, round_, claimer)
+    def claim(
+        self, call_id: str, round_: int, claimer: str = ""
+    ) -> Coroutine[Any, Any, SuspendedCall | None]:
+        return self.metrics.timed_store("claim", self.inner.claim(call_id, round_, claimer))
 
-    async def claim_delivering(
+    def claim_delivering(
         self, call_id: str, round_: int, claimer: str, delivery: Delivery
-    ) -> tuple[SuspendedCall | None, bool | None]:
-        with self.metrics.timed_store("claim"):
-            return await self.inner.claim_delivering(call_id, round_, claimer, delivery)
+    ) -> Coroutine[Any, Any, tuple[SuspendedCall | None, bool | None]]:
+        return self.metrics.timed_store(
+            "claim", self.inner.claim_delivering(call_id, round_, claimer, delivery)
+        )
 
-    async def steal(
+    def steal(
         self, call_id: str, round_: int, dead: str, claimer: str
-    ) -> SuspendedCall | None:
-        with self.metrics.timed_store("steal"):
-            return await self.inner.steal(call_id, round_, dead, claimer)
+    ) -> Coroutine[Any, Any, SuspendedCall | None]:
+        return self.metrics.timed_store("steal", self.inner.steal(call_id, round_, dead, claimer))
 
-    async def delete(self, call_id: str, kept: Kept | None = None) -> None:
-        with self.metrics.timed_store("delete"):
-            await self.inner.delete(call_id, kept)
+    def delete(self, call_id: str, kept: Kept | None = None) -> Coroutine[Any, Any, None]:
+        return self.metrics.timed_store("delete", self.inner.delete(call_id, kept))
 
-    async def forget(
+    def forget(
         self, call_id: str, principal: str, kept: Kept | None = None, reply: Reply | None = None
-    ) -> bool:
-        with self.metrics.timed_store("forget"):
-            return await self.inner.forget(call_id, principal, kept, reply)
+    ) -> Coroutine[Any, Any, bool]:
+        return self.metrics.timed_store(
+            "forget", self.inner.forget(call_id, principal, kept, reply)
+        )
 
-    async def hold(self, principal: str, call_id: str, until_ms: int, cap: int) -> bool:
-        with self.metrics.timed_store("hold"):
-            return await self.inner.hold(principal, call_id, until_ms, cap)
+    def hold(
+        self, principal: str, call_id: str, until_ms: int, cap: int
+    ) -> Coroutine[Any, Any, bool]:
+        return self.metrics.timed_store("hold", self.inner.hold(principal, call_id, until_ms, cap))
 
-    async def unhold(self, principal: str, call_id: str) -> None:
-        with self.metrics.timed_store("unhold"):
-            await self.inner.unhold(principal, call_id)
+    def unhold(self, principal: str, call_id: str) -> Coroutine[Any, Any, None]:
+        return self.metrics.timed_store("unhold", self.inner.unhold(principal, call_id))
 
-    async def park_held(
+    def park_held(
         self, record: SuspendedCall, until_ms: int, cap: int, kept: Kept | None = None
-    ) -> bool:
-        with self.metrics.timed_store("park"):
-            return await self.inner.park_held(record, until_ms, cap, kept)
+    ) -> Coroutine[Any, Any, bool]:
+        return self.metrics.timed_store("park", self.inner.park_held(record, until_ms, cap, kept))
 
-    async def recall(self, call_id: str, round_: int) -> bytes | None:
-        with self.metrics.timed_store("recall"):
-            return await self.inner.recall(call_id, round_)
+    def recall(self, call_id: str, round_: int) -> Coroutine[Any, Any, bytes | None]:
+        return self.metrics.timed_store("recall", self.inner.recall(call_id, round_))
 
-    async def give_back(self, claim: SuspendedCall, *, untake: bool = False) -> bool:
-        with self.metrics.timed_store("give_back"):
-            return await self.inner.give_back(claim, untake=untake)
+    def give_back(self, claim: SuspendedCall, *, untake: bool = False) -> Coroutine[Any, Any, bool]:
+        return self.metrics.timed_store("give_back", self.inner.give_back(claim, untake=untake))
 
-    async def take(self, record: SuspendedCall, owner: str) -> bool:
-        with self.metrics.timed_store("take"):
-            return await self.inner.take(record, owner)
+    def take(self, record: SuspendedCall, owner: str) -> Coroutine[Any, Any, bool]:
+        return self.metrics.timed_store("take", self.inner.take(record, owner))
 
-    async def restore(self, record: SuspendedCall, until_ms: int) -> bool:
-        with self.metrics.timed_store("restore"):
-            return await self.inner.restore(record, until_ms)
+    def restore(self, record: SuspendedCall, until_ms: int) -> Coroutine[Any, Any, bool]:
+        return self.metrics.timed_store("restore", self.inner.restore(record, until_ms))
 
     async def ping(self) -> bool:
         return await self.inner.ping()
