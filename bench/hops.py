@@ -7,7 +7,8 @@ test server and a gateway from that tree whose process records, between two sign
 module of every Python function of the gateway that is called (`sys.setprofile`, on the
 event loop's thread; a coroutine resumed after an await, a property read and a dunder
 method such as `__len__` or `__getitem__` are not calls a reader follows). It sends one request (`--op echo`: a pass-through `tools/call`;
-`greet`: an elicitation round trip, the call and its retry), then prints, for the calls
+`greet`: an elicitation round trip, the call and its retry; `legacy-echo`: a 2025
+client's `tools/call echo` on its session, through the legacy lane), then prints, for the calls
 the request made: how many times the module changed from one call to the next (hops),
 how many of those went back to a module already left (returns), and how many modules were
 visited. It is a measure of how far a reader must jump to follow a request: every helper
@@ -24,6 +25,7 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -31,7 +33,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bridge_bench import greet_round_trip  # noqa: E402
+from bench.bridge_bench import LegacyClient, greet_round_trip  # noqa: E402
 from bench.lifetime import run  # noqa: E402
 from bench.report import Gateway, modern_echo, upstream  # noqa: E402
 from tests.peers.tooling import LegacyServer  # noqa: E402
@@ -110,11 +112,12 @@ async def one(
     gateway = Gateway(config, folder, f"hops-{tree.name}", env=env, launcher=launcher)
     try:
         async with aiohttp.ClientSession() as http:
+            send = await _sender(http, gateway.url, op)
             for rid in range(1, 20):  # warm: sessions open, caches filled
-                await _request(http, gateway.url, op, rid)
+                await send(rid)
             os.kill(gateway.pid, signal.SIGUSR1)
             await asyncio.sleep(0.2)  # the signal's handler runs between two bytecodes
-            await _request(http, gateway.url, op, 100)
+            await send(100)
             os.kill(gateway.pid, signal.SIGUSR2)
             for _ in range(100):
                 if out.exists() and out.stat().st_size:
@@ -128,11 +131,17 @@ async def one(
     return count(modules)
 
 
-async def _request(http: aiohttp.ClientSession, url: str, op: str, rid: int) -> None:
+async def _sender(
+    http: aiohttp.ClientSession, url: str, op: str
+) -> Callable[[int], Awaitable[None]]:
+    """What sends one request of `op` (a 2025 client's on a session opened here)."""
     if op == "echo":
-        await modern_echo(http, url, rid)
-    else:
-        await greet_round_trip(http, url, rid)
+        return lambda rid: modern_echo(http, url, rid)
+    if op == "greet":
+        return lambda rid: greet_round_trip(http, url, rid)
+    client = LegacyClient(http, url)
+    await client.open()
+    return lambda _rid: client.echo()
 
 
 def _key() -> str:
@@ -144,7 +153,7 @@ def _key() -> str:
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tree", action="append", type=Path, default=None)
-    parser.add_argument("--op", choices=["echo", "greet"], default="echo")
+    parser.add_argument("--op", choices=["echo", "greet", "legacy-echo"], default="echo")
     parser.add_argument("--show", action="store_true", help="print the modules in order")
     parser.add_argument(
         "--only", default="", help="comma-separated module prefixes to count (all: empty)"

@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from gateway.errors import GatewayError, RpcError
+from gateway.immutable import immutable
 from gateway.protocol.era import Lane
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.methods import INTERRUPTIBLE
 from gateway.protocol.translate import CachePolicy
-from gateway.records import record
 
 log = structlog.get_logger("gateway.web")
 
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from gateway.auth import Identity
 
 
-@record
+@immutable
 class Caller:
     """The principal of one request, and what it may do (`gateway.web.front_door`)."""
 

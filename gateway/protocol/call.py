@@ -33,11 +33,11 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.errors import InvalidParams
+from gateway.immutable import immutable
 from gateway.protocol import inputs, keys, listen, methods, translate
 from gateway.protocol.capabilities import NO_CAPABILITIES, ClientCaps
 from gateway.protocol.inbound import LOG_LEVELS
 from gateway.protocol.jsonrpc import RequestId
-from gateway.records import record
 
 
 # String enums: hashed as their strings in C (a plain Enum's hash is a Python call, and
@@ -125,7 +125,7 @@ ENDINGS: dict[Phase, EndingRule] = {
 }
 
 
-@record
+@immutable
 class Ending:
     """A call's ending, as `ENDINGS` has it for its phase: the messages to send upstream
     (in order), what becomes of its session and its record."""
@@ -189,7 +189,7 @@ class Pending:
         )
 
 
-@record
+@immutable
 class RoundContext:
     """What the client request currently being served asked for."""
 
@@ -202,14 +202,14 @@ class RoundContext:
 NO_ROUND_CONTEXT = RoundContext(NO_CAPABILITIES)
 
 
-@record
+@immutable
 class RelayToClient:
     """Send this notification on the client's response stream."""
 
     notification: dict[str, Any]
 
 
-@record
+@immutable
 class AnswerUpstream:
     """Send this JSON-RPC response to the legacy server."""
 
@@ -223,21 +223,21 @@ class AnswerUpstream:
         return {"jsonrpc": "2.0", "id": self.upstream_id, "result": self.result or {}}
 
 
-@record
+@immutable
 class Asked:
     """A new question is pending under `key`."""
 
     key: str
 
 
-@record
+@immutable
 class Refused:
     """The server asked for a capability this request did not declare."""
 
     required: dict[str, Any]
 
 
-@record
+@immutable
 class Finished:
     """The upstream call ended with this result or error."""
 
@@ -245,7 +245,7 @@ class Finished:
     error: dict[str, Any] | None = None
 
 
-@record
+@immutable
 class ListChanged:
     """The server says a list of its changed (`notifications/tools/list_changed`, ...):
     news for the listens of its upstream, not for this call's client."""

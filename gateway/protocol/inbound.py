@@ -31,11 +31,11 @@ from gateway.errors import (
     UnsupportedMediaType,
     UnsupportedProtocolVersion,
 )
+from gateway.immutable import immutable
 from gateway.protocol import jsonrpc, methods, tasks
 from gateway.protocol.capabilities import ClientCaps
 from gateway.protocol.methods import NAME_FIELD
 from gateway.protocol.versions import FRONT_VERSIONS, Version, front_supported
-from gateway.records import record
 
 PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
 CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
@@ -73,7 +73,7 @@ _SENTINEL = re.compile(r"^=\?base64\?(.*)\?=$")
 _VISIBLE_ASCII = re.compile(r"^[\x20-\x7e]*$")
 
 
-@record
+@immutable
 class Envelope:
     """The per-request protocol fields of `params._meta`."""
 
@@ -85,7 +85,7 @@ class Envelope:
     tasks: bool = False
 
 
-@record
+@immutable
 class FrontRequest:
     id: jsonrpc.RequestId
     method: str

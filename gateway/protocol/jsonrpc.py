@@ -14,25 +14,25 @@ from typing import Any
 import orjson
 
 from gateway.errors import InvalidRequest, ParseError
-from gateway.records import record
+from gateway.immutable import immutable
 
 RequestId = str | int
 
 
-@record
+@immutable
 class Request:
     id: RequestId
     method: str
     params: dict[str, Any]
 
 
-@record
+@immutable
 class Notification:
     method: str
     params: dict[str, Any]
 
 
-@record
+@immutable
 class Response:
     id: RequestId | None
     result: dict[str, Any] | None

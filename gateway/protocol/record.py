@@ -39,9 +39,9 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from gateway.errors import StoreError
+from gateway.immutable import immutable
 from gateway.protocol import formats
 from gateway.protocol.formats import Kind
-from gateway.records import record
 
 #: The version this release writes once the whole fleet reads it (`formats.VERSIONS`).
 RECORD_VERSION = formats.written(Kind.RECORD, formats.LEVEL)
@@ -54,7 +54,7 @@ RESUMING = "resuming"
 GRACE_MS = 60_000
 
 
-@record(kw_only=True)
+@immutable(kw_only=True)
 class SuspendedCall:
     call_id: str
     round: int

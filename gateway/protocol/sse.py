@@ -19,7 +19,7 @@ is kept, and read by the next `feed()` after it, in order.
 
 from __future__ import annotations
 
-from gateway.records import record
+from gateway.immutable import immutable
 
 #: The default bound on one event; the gateway passes its configured one.
 MAX_EVENT_BYTES = 64 * 1024 * 1024
@@ -31,7 +31,7 @@ class EventTooLarge(ValueError):
     """An event grew past the parser's bound."""
 
 
-@record
+@immutable
 class SseEvent:
     data: str
     event: str = "message"
@@ -39,7 +39,7 @@ class SseEvent:
     retry: int | None = None
 
 
-@record
+@immutable
 class LargeEvent(SseEvent):
     """An event whose data is over the parser's `raw_over`: `raw` is its data undecoded
     (UTF-8, its lines joined by LF) and `data` is empty."""

@@ -40,9 +40,9 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from gateway.errors import ConfigError, InvalidRequestState
+from gateway.immutable import immutable
 from gateway.protocol import formats, jsonrpc
 from gateway.protocol.formats import Kind
-from gateway.records import record
 
 PREFIX = "gw1."
 MAX_TOKEN_CHARS = 64 * 1024
@@ -196,7 +196,7 @@ def _check_prefix(prefix: str) -> None:
 CLAIMS_VERSION = formats.written(Kind.REQUEST_STATE, formats.LEVEL)
 
 
-@record(kw_only=True)
+@immutable(kw_only=True)
 class Claims:
     """What a sealed `requestState` asserts."""
 

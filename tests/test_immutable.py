@@ -1,4 +1,4 @@
-"""`gateway.records.record`: frozen to the type checker, a frozen dataclass's equality and
+"""`gateway.immutable.immutable`: frozen to the type checker, a frozen dataclass's equality and
 hash, and fields set plainly at run time."""
 
 from __future__ import annotations
@@ -9,19 +9,19 @@ from pathlib import Path
 
 from mypy import api as mypy
 
+from gateway.immutable import immutable
 from gateway.protocol.record import SuspendedCall
 from gateway.protocol.sse import LargeEvent, SseEvent
-from gateway.records import record
 
 
-@record(kw_only=True)
+@immutable(kw_only=True)
 class Point:
     x: int
     y: int = 0
     note: str = dataclasses.field(default="", compare=False)
 
 
-def test_a_record_compares_and_hashes_as_a_frozen_dataclass_would() -> None:
+def test_an_immutable_compares_and_hashes_as_a_frozen_dataclass_would() -> None:
     a, b = Point(x=1, y=2, note="first"), Point(x=1, y=2, note="second")
     assert a == b and hash(a) == hash(b)  # `note` does not compare
     assert Point(x=1) != Point(x=2) and {a: 1}[b] == 1
@@ -30,15 +30,15 @@ def test_a_record_compares_and_hashes_as_a_frozen_dataclass_would() -> None:
     assert not hasattr(a, "__dict__")  # slotted: no field beyond those declared
 
 
-def test_the_type_checker_refuses_a_change_to_a_record(tmp_path: Path) -> None:
+def test_the_type_checker_refuses_a_change_to_an_immutable(tmp_path: Path) -> None:
     """What a frozen dataclass refused when it ran, mypy refuses before (`scripts/lint`)."""
     source = tmp_path / "use.py"
     source.write_text(
         textwrap.dedent(
             """
-            from gateway.records import record
+            from gateway.immutable import immutable
 
-            @record
+            @immutable
             class Pair:
                 left: int
                 right: int
@@ -54,7 +54,7 @@ def test_the_type_checker_refuses_a_change_to_a_record(tmp_path: Path) -> None:
     assert status == 1 and 'Property "left" defined in "Pair" is read-only' in out, out
 
 
-def test_the_values_a_request_makes_are_records() -> None:
+def test_the_values_a_request_makes_are_immutables() -> None:
     """Made per request: their fields set plainly (the hot path), changed only by copy."""
     for made in (SuspendedCall, SseEvent, LargeEvent):
         assert made.__setattr__ is object.__setattr__  # a frozen dataclass's refuses
