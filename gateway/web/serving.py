@@ -69,10 +69,12 @@ class Served:
 
 def direct_routes(app: web.Application) -> dict[str, Handler]:
     """The handler of each path whose route answers every method, as aiohttp's router
-    would resolve a request of that path (its first resource of that path); none for an
-    application with middlewares or sub-applications."""
+    would resolve a request of that path (its first resource of that path: a resource
+    with variables never matches a plain path before it); none for an application with
+    middlewares, static files or sub-applications (whose prefixes may come first)."""
     resources = list(app.router.resources())
-    if app.middlewares or any(isinstance(r, web.PrefixedSubAppResource) for r in resources):
+    routed = (web.PlainResource, web.DynamicResource)
+    if app.middlewares or not all(isinstance(r, routed) for r in resources):
         return {}
     routes: dict[str, Handler] = {}
     seen: set[str] = set()

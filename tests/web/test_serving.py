@@ -394,6 +394,10 @@ def test_direct_routes_are_the_paths_the_router_resolves_by_path_alone() -> None
     wrapped = web.Application(middlewares=[middleware])
     wrapped.router.add_route("*", "/mcp", answer)
     assert direct_routes(wrapped) == {}
+    with_files = web.Application()
+    with_files.router.add_static("/mcp", WEB)  # a prefix the router may try first
+    with_files.router.add_route("*", "/mcp/x", answer)
+    assert direct_routes(with_files) == {}
 
 
 async def test_served_directly_or_through_the_app_a_request_gets_the_same_answer(
