@@ -392,22 +392,13 @@ class LegacyLane:
             if isinstance(answer.body, bytes):
                 return plain(answer, token)
             await started(relay, answer.body)
-            began = self.clock.monotonic()
-            log.info("legacy_stream_opened", principal=caller.log_id, session=served.session)
-            view = self.stream_view(served)
-            how = "client_gone"
-            try:
-                end_at = stream_end(self.clock, claims.expires_ms, caller)
-                how = await relay.run(answer.body, view.see, end_at=end_at)
-            finally:
-                await relay.close()
-                log.info(
-                    "legacy_stream_ended",
-                    how=how,
-                    principal=caller.log_id,
-                    session=served.session,
-                    duration_s=round(self.clock.monotonic() - began, 1),
-                )
+            await relay.standalone(
+                answer.body,
+                self.stream_view(served).see,
+                end_at=stream_end(self.clock, claims.expires_ms, caller),
+                principal=caller.log_id,
+                session=served.session,
+            )
             return await relay.finish()
 
     def stream_view(self, served: RequestServed) -> AnswerView:

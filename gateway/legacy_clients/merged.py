@@ -129,21 +129,14 @@ async def merged_stream(
             return plain(refused, token)
         events = MergedEvents(streams)
         await started(relay, events)
-        began = clock.monotonic()
-        log.info("legacy_stream_opened", principal=caller.log_id, session=served.session)
-        how = "client_gone"
-        try:
-            how = await relay.run(events, _as_it_is, end_at=end_at)
-        finally:
-            await relay.close()
-            log.info(
-                "legacy_stream_ended",
-                how=how,
-                principal=caller.log_id,
-                session=served.session,
-                upstreams=list(streams),
-                duration_s=round(clock.monotonic() - began, 1),
-            )
+        await relay.standalone(
+            events,
+            _as_it_is,
+            end_at=end_at,
+            principal=caller.log_id,
+            session=served.session,
+            upstreams=list(streams),
+        )
         return await relay.finish()
 
 

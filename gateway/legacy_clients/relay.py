@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import structlog
 from aiohttp import web
 
 from gateway import clock as clocks
@@ -31,6 +32,8 @@ from gateway.clock import Bound, Clock, Timer
 from gateway.errors import UpstreamError
 from gateway.legacy_clients.upstream import EventStream
 from gateway.protocol import sse
+
+log = structlog.get_logger("gateway.legacy")
 
 #: How a relay ended.
 ENDED = "ended"  # the upstream ended its stream
@@ -188,6 +191,36 @@ class Relay:
             except ConnectionResetError:
                 pass  # the client went first: nothing is owed to it
         return self._response
+
+    async def standalone(
+        self,
+        events: EventStream,
+        see: Callable[[sse.SseEvent], sse.SseEvent | None],
+        *,
+        end_at: float | None,
+        principal: str,
+        session: str | None,
+        **ended: object,
+    ) -> str:
+        """A standalone (GET) stream relayed to its end (`run`, then `close`), between its
+        `legacy_stream_opened` and `legacy_stream_ended` lines (`ended`: more fields for
+        the latter); how it ended."""
+        began = self.clock.monotonic()
+        log.info("legacy_stream_opened", principal=principal, session=session)
+        how = "client_gone"
+        try:
+            how = await self.run(events, see, end_at=end_at)
+        finally:
+            await self.close()
+            log.info(
+                "legacy_stream_ended",
+                how=how,
+                principal=principal,
+                session=session,
+                **ended,
+                duration_s=round(self.clock.monotonic() - began, 1),
+            )
+        return how
 
     async def close(self) -> None:
         """Stop keeping the stream alive (whatever ended it)."""
