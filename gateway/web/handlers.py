@@ -148,14 +148,15 @@ class ModernLane:
         served.outcome = result.get("resultType", "complete")
         self.front_door.check_result(served.caller, message.method, result)
 
-    async def task(
+    def task(
         self,
         served: RequestServed,
         message: inbound.FrontRequest,
         headers: Mapping[str, str],
         channel: ResponseChannel,
-    ) -> dict[str, Any]:
-        return await self.tasks.serve(message, served.caller.principal)
+    ) -> Awaitable[dict[str, Any]]:
+        """A `tasks/*` request: the tasks service's coroutine itself, as `call`'s."""
+        return self.tasks.serve(message, served.caller.principal)
 
     async def discover(
         self,
